@@ -1,0 +1,5 @@
+"""Placeholder entry point until the dashboard exists."""
+
+
+def main() -> int:
+    return 0
