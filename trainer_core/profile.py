@@ -83,7 +83,7 @@ class TrainSection(Section):
     target_hours: float | None = Field(
         None, gt=0.0, le=10000.0, description="Time budget: plan epochs to finish in this many hours."
     )
-    grad_clip: float | None = Field(1.0, gt=0.0, description="Max gradient norm; unset to disable clipping.")
+    grad_clip: float = Field(1.0, ge=0.0, description="Max gradient norm; 0 disables clipping.")
     precision: Literal["auto", "fp32", "fp16", "bf16"] = Field(
         "auto", description="auto: bf16/fp16 mixed precision on accelerators, fp32 on CPU."
     )

@@ -22,6 +22,7 @@ COMMANDS: dict[str, str] = {
     "schema": "schema_cmd",
     "resources": "resources_cmd",
     "check-data": "check_data_cmd",
+    "ctl": "ctl_cmd",
 }
 
 

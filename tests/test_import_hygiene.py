@@ -1,0 +1,52 @@
+"""The dashboard and the torch-free trainer modules must never pull in torch, librosa or matplotlib.
+
+Each import runs in a fresh interpreter: another test importing torch must not hide a leak.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+HEAVY = ("torch", "librosa", "matplotlib", "numba")
+
+LIGHT_MODULES = [
+    "vega_tui",
+    "vega_tui.__main__",
+    "trainer_core",
+    "trainer_core.protocol",
+    "trainer_core.profile",
+    "trainer_core.profile_loader",
+    "trainer_core.eventlog",
+    "trainer_core.resources",
+    "trainer_core.control_client",
+    "trainer_core.errors",
+    "trainer_core.rundir",
+]
+
+
+def heavy_modules_after_import(module: str) -> list[str]:
+    code = (
+        f"import importlib, json, sys; importlib.import_module({module!r}); "
+        f"print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in {HEAVY!r})))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout)
+
+
+@pytest.mark.parametrize("module", LIGHT_MODULES)
+def test_module_stays_free_of_heavy_imports(module: str) -> None:
+    assert heavy_modules_after_import(module) == []
+
+
+def test_resources_probe_without_torch() -> None:
+    # The dashboard polls resources every 2 s; probing must not import torch either.
+    code = (
+        "import json, sys; from trainer_core import resources; resources.probe(); "
+        f"print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in {HEAVY!r})))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout) == []

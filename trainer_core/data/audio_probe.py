@@ -1,0 +1,166 @@
+"""Probe one audio file: header facts (soundfile.info) and levels (peak, clipping) from its samples.
+
+Torch- and librosa-free so that `check-data` stays quick. Samples are read in blocks, so memory stays
+flat however long a file is; soundfile releases the GIL while decoding, so probes run well in threads.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import soundfile as sf
+
+from trainer_core.data.scan_report import Problem
+from trainer_core.data.transcripts import Transcript
+
+# Extension -> libsndfile format name; a format the installed libsndfile lacks is reported, not read.
+VOICE_FORMATS: dict[str, str] = {".wav": "WAV", ".flac": "FLAC", ".ogg": "OGG", ".mp3": "MP3"}
+# Audio we recognise but do not decode: listed as problems so the user knows to convert them.
+OTHER_AUDIO_SUFFIXES: frozenset[str] = frozenset(
+    {".m4a", ".aac", ".opus", ".wma", ".aiff", ".aif", ".aifc", ".amr", ".webm", ".alac", ".ape", ".wv", ".caf", ".mka"}
+)
+SILENCE_PEAK_DBFS = -60.0
+CLIP_LEVEL = 0.999
+CLIP_FRACTION = 0.001
+BLOCK_FRAMES = 1 << 17
+
+
+def supported_suffixes() -> frozenset[str]:
+    """Voice extensions whose format the installed libsndfile can decode."""
+    available = sf.available_formats()
+    return frozenset(suffix for suffix, fmt in VOICE_FORMATS.items() if fmt in available)
+
+
+def all_audio_suffixes() -> frozenset[str]:
+    return frozenset(VOICE_FORMATS) | OTHER_AUDIO_SUFFIXES
+
+
+def unsupported_problem(path: Path) -> Problem:
+    suffix = path.suffix.lower()
+    if suffix in VOICE_FORMATS:
+        why = f"the installed libsndfile ({sf.__libsndfile_version__}) cannot decode {suffix}"
+    else:
+        why = f"{suffix} is not read by Vega"
+    reason = f"unsupported format: {why}; convert it to WAV or FLAC (e.g. ffmpeg -i '{path.name}' '{path.stem}.wav')"
+    return Problem(path, reason, "unsupported_format")
+
+
+@dataclass(frozen=True)
+class AudioHeader:
+    frames: int
+    sample_rate: int
+    channels: int
+    format: str
+    subtype: str
+
+    @property
+    def duration_s(self) -> float:
+        return self.frames / self.sample_rate if self.sample_rate else 0.0
+
+
+@dataclass(frozen=True)
+class DurationLimits:
+    min_s: float
+    max_s: float
+
+
+@dataclass(frozen=True)
+class AudioProbe:
+    """What one file turned out to be: its header when readable, and the problem that skips it, if any."""
+
+    path: Path
+    size_bytes: int
+    header: AudioHeader | None
+    problem: Problem | None
+
+
+def read_header(path: Path) -> AudioHeader:
+    info = sf.info(str(path))
+    return AudioHeader(int(info.frames), int(info.samplerate), int(info.channels), info.format, info.subtype)
+
+
+def measure_levels(path: Path) -> tuple[float, float]:
+    """Peak |x| and the fraction of samples at full scale, over all channels."""
+    peak = 0.0
+    clipped = 0
+    total = 0
+    for block in sf.blocks(str(path), blocksize=BLOCK_FRAMES, dtype="float32", always_2d=True):
+        magnitude = np.abs(block)
+        if magnitude.size:
+            peak = max(peak, float(magnitude.max()))
+            clipped += int(np.count_nonzero(magnitude >= CLIP_LEVEL))
+            total += magnitude.size
+    return peak, (clipped / total if total else 0.0)
+
+
+def decoder_message(exc: Exception, path: Path) -> str:
+    """libsndfile's message without the repeated "Error opening 'path': " prefix, made less misleading."""
+    message = str(exc).replace(f"Error opening {str(path)!r}: ", "").strip()
+    # libsndfile says this when a file exists but its MP3 probe fails: the real issue is the format.
+    if "does not exist or is not a regular file" in message and path.is_file():
+        message = "format not recognised"
+    return message
+
+
+def _dbfs(peak: float) -> float:
+    return 20.0 * math.log10(peak) if peak > 0 else -math.inf
+
+
+def _header_problem(path: Path, header: AudioHeader, limits: DurationLimits) -> Problem | None:
+    duration = header.duration_s
+    if header.frames <= 0:
+        return Problem(path, "empty: the file holds no audio frames", "empty")
+    if duration < limits.min_s:
+        return Problem(path, f"too short: {duration:.2f} s is under the minimum {limits.min_s:g} s", "too_short")
+    if duration > limits.max_s:
+        reason = f"too long: {duration:.1f} s is over the maximum {limits.max_s:g} s; split it into shorter clips"
+        return Problem(path, reason, "too_long")
+    return None
+
+
+def _transcript_problem(path: Path, transcript: Transcript | None) -> Problem | None:
+    if transcript is None:
+        reason = f"missing transcript: not in a metadata.csv and no {path.stem}.txt or {path.stem}.lab beside it"
+        return Problem(path, reason, "missing_transcript")
+    if not transcript.text:
+        return Problem(path, f"empty transcript in {transcript.source}", "empty_transcript")
+    return None
+
+
+def _levels_problem(path: Path) -> Problem | None:
+    try:
+        peak, clipped_fraction = measure_levels(path)
+    except (sf.LibsndfileError, RuntimeError, OSError, ValueError) as exc:
+        reason = f"unreadable: decoding failed ({decoder_message(exc, path)}); re-export it as WAV or FLAC"
+        return Problem(path, reason, "unreadable")
+    if _dbfs(peak) < SILENCE_PEAK_DBFS:
+        reason = f"silent: peak {_dbfs(peak):.1f} dBFS is below {SILENCE_PEAK_DBFS:g} dBFS"
+        return Problem(path, reason, "silent")
+    if clipped_fraction > CLIP_FRACTION:
+        reason = f"clipped: {clipped_fraction:.2%} of samples at full scale (more than {CLIP_FRACTION:.1%})"
+        return Problem(path, reason, "clipped")
+    return None
+
+
+def probe_audio(path: Path, transcript: Transcript | None, limits: DurationLimits) -> AudioProbe:
+    """Check one file, cheapest test first; samples are decoded only for files that could be used."""
+    try:
+        size = path.stat().st_size
+    except OSError as exc:
+        return AudioProbe(path, 0, None, Problem(path, f"unreadable: {exc.strerror or exc}", "unreadable"))
+    if size == 0:
+        return AudioProbe(path, 0, None, Problem(path, "empty: the file is 0 bytes", "empty"))
+    try:
+        header = read_header(path)
+    except (sf.LibsndfileError, RuntimeError, OSError) as exc:
+        reason = f"unreadable: {decoder_message(exc, path)}; re-export it as WAV or FLAC"
+        return AudioProbe(path, size, None, Problem(path, reason, "unreadable"))
+    problem = (
+        _header_problem(path, header, limits)
+        or _transcript_problem(path, transcript)
+        or _levels_problem(path)
+    )
+    return AudioProbe(path, size, header, problem)

@@ -1,0 +1,439 @@
+"""Scan a data folder: find audio with transcripts or text files, check every file, choose the data mode.
+
+`scan_data` is what `trainer-core check-data` prints and what the trainer plans from. Problem files are
+listed and skipped, never fatal; a `DataError` is raised only when nothing usable remains, and its
+message says what was found and what to do. Torch- and librosa-free: the dashboard runs this via the CLI.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections import Counter
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TypeVar
+
+from trainer_core.data.audio_probe import (
+    AudioProbe,
+    DurationLimits,
+    all_audio_suffixes,
+    probe_audio,
+    supported_suffixes,
+    unsupported_problem,
+)
+from trainer_core.data.scan_report import (
+    PROBLEM_LABELS,
+    DataReport,
+    Problem,
+    TextItem,
+    TextSummary,
+    VoiceItem,
+    VoiceSummary,
+)
+from trainer_core.data.text_probe import TEXT_SUFFIXES, TextProbe, probe_text
+from trainer_core.data.transcripts import (
+    METADATA_NAME,
+    Transcript,
+    TranscriptIndex,
+    parse_metadata,
+    sidecar_paths,
+)
+from trainer_core.errors import DataError
+
+MODES = ("auto", "voice", "text")
+NO_EXTENSION = "(no extension)"
+# Folders that never hold training data: macOS resource forks, VCS and cache folders.
+SKIPPED_DIRS = frozenset({"__MACOSX", "__pycache__"})
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+@dataclass
+class Inventory:
+    """Every file under the data folder, sorted into the roles the scan cares about."""
+
+    root: Path
+    audio: list[Path] = field(default_factory=list)
+    unsupported_audio: list[Path] = field(default_factory=list)
+    text_candidates: list[Path] = field(default_factory=list)
+    metadata: list[Path] = field(default_factory=list)
+    extensions: Counter[str] = field(default_factory=Counter)
+
+    @property
+    def file_count(self) -> int:
+        return sum(self.extensions.values())
+
+
+@dataclass
+class VoiceScan:
+    items: list[VoiceItem]
+    problems: list[Problem]
+    summary: VoiceSummary
+
+
+@dataclass
+class TextScan:
+    items: list[TextItem]
+    problems: list[Problem]
+    warnings: list[Problem]
+    summary: TextSummary
+
+
+def _walk_files(root: Path) -> Iterable[Path]:
+    """Files under root in a stable order, skipping hidden files and folders (e.g. macOS `._x.wav`)."""
+    for folder, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d not in SKIPPED_DIRS)
+        for name in sorted(filenames):
+            if not name.startswith("."):
+                yield Path(folder) / name
+
+
+def take_inventory(root: Path) -> Inventory:
+    inventory = Inventory(root)
+    voice_suffixes, known_audio = supported_suffixes(), all_audio_suffixes()
+    for path in _walk_files(root):
+        suffix = path.suffix.lower()
+        inventory.extensions[suffix or NO_EXTENSION] += 1
+        if path.name.lower() == METADATA_NAME:
+            inventory.metadata.append(path)
+        elif suffix in voice_suffixes:
+            inventory.audio.append(path)
+        elif suffix in known_audio:
+            inventory.unsupported_audio.append(path)
+        elif suffix in TEXT_SUFFIXES:
+            inventory.text_candidates.append(path)
+    return inventory
+
+
+def describe_found(extensions: Counter[str], limit: int = 8) -> str:
+    """'3 .png, 1 .zip' — what a folder holds, most common kinds first."""
+    parts = [f"{count} {ext}" for ext, count in extensions.most_common(limit)]
+    rest = len(extensions) - limit
+    if rest > 0:
+        parts.append(f"and {rest} more kind(s)")
+    return ", ".join(parts) if parts else "nothing"
+
+
+def _parallel_map(fn: Callable[[T], R], values: list[T], workers: int) -> list[R]:
+    if workers <= 1 or len(values) <= 1:
+        return [fn(value) for value in values]
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="scan") as pool:
+        return list(pool.map(fn, values))
+
+
+def _check_folder(path: Path) -> Path:
+    root = path.expanduser().resolve()
+    if not root.exists():
+        raise DataError(f"data folder {root} does not exist; check data.path (or the DIR argument)")
+    if not root.is_dir():
+        raise DataError(f"data path {root} is a file, not a folder; point data.path at the folder that holds it")
+    return root
+
+
+def _check_arguments(mode: str, min_duration_s: float, max_duration_s: float) -> None:
+    if mode not in MODES:
+        raise DataError(f"unknown data mode {mode!r}; use one of: {', '.join(MODES)}")
+    if not 0 <= min_duration_s < max_duration_s:
+        raise DataError(
+            f"min duration ({min_duration_s} s) must be at least 0 and below max duration ({max_duration_s} s)"
+        )
+
+
+# ----------------------------------------------------------------------------------------------- voice
+
+
+def _voice_item(probe: AudioProbe, transcript: Transcript) -> VoiceItem:
+    header = probe.header
+    assert header is not None  # Only probes without problems become items, and those have headers.
+    return VoiceItem(
+        path=probe.path,
+        text=transcript.text,
+        duration_s=header.duration_s,
+        sample_rate=header.sample_rate,
+        channels=header.channels,
+        format=header.format,
+        subtype=header.subtype,
+        size_bytes=probe.size_bytes,
+        item_id=probe.path.stem,
+        transcript_source=transcript.source,
+    )
+
+
+def _select_items(
+    probes: list[AudioProbe], transcripts: list[Transcript | None]
+) -> tuple[list[VoiceItem], list[Problem]]:
+    """Usable probes become items; a second file sharing one transcript (a.wav and a.flac) is a duplicate."""
+    items: list[VoiceItem] = []
+    problems: list[Problem] = []
+    first_by_source: dict[str, Path] = {}
+    for probe, transcript in zip(probes, transcripts):
+        if probe.problem is not None:
+            problems.append(probe.problem)
+            continue
+        assert transcript is not None
+        first = first_by_source.setdefault(transcript.source_key, probe.path)
+        if first != probe.path:
+            reason = f"duplicate: its transcript ({transcript.source}) already belongs to {first.name}; skipped"
+            problems.append(Problem(probe.path, reason, "duplicate"))
+            continue
+        items.append(_voice_item(probe, transcript))
+    return items, problems
+
+
+def _histogram(values: Iterable[object]) -> dict[str, int]:
+    return {str(key): count for key, count in Counter(values).most_common()}
+
+
+def _voice_summary(inventory: Inventory, probes: list[AudioProbe], items: list[VoiceItem]) -> VoiceSummary:
+    headers = [probe.header for probe in probes if probe.header is not None]
+    durations = [item.duration_s for item in items]
+    transcripts = "".join(item.text for item in items)
+    return VoiceSummary(
+        audio_files=len(inventory.audio),
+        usable=len(items),
+        skipped=len(inventory.audio) - len(items),
+        unsupported_files=len(inventory.unsupported_audio),
+        hours_usable=sum(durations) / 3600.0,
+        hours_all=sum(h.duration_s for h in headers) / 3600.0,
+        audio_bytes=sum(probe.size_bytes for probe in probes),
+        usable_bytes=sum(item.size_bytes for item in items),
+        duration_min_s=min(durations) if durations else None,
+        duration_max_s=max(durations) if durations else None,
+        duration_mean_s=sum(durations) / len(durations) if durations else None,
+        formats=_histogram(f"{h.format}/{h.subtype}" for h in headers),
+        sample_rates=_histogram(h.sample_rate for h in headers),
+        channels=_histogram(h.channels for h in headers),
+        transcript_chars=len(transcripts),
+        charset="".join(sorted(set(transcripts))),
+    )
+
+
+def _transcript_index(inventory: Inventory) -> TranscriptIndex:
+    suffixes = all_audio_suffixes()
+    tables = [parse_metadata(path, suffixes) for path in inventory.metadata]
+    index = TranscriptIndex(tables, inventory.root)
+    for audio in inventory.audio + inventory.unsupported_audio:
+        index.note_audio_stem(audio)
+    return index
+
+
+def scan_voice(inventory: Inventory, limits: DurationLimits, workers: int) -> VoiceScan:
+    """Probe every audio file in parallel and pair usable ones with their transcripts."""
+    index = _transcript_index(inventory)
+    transcripts = [index.lookup(audio) for audio in inventory.audio]
+    probes = _parallel_map(
+        lambda pair: probe_audio(pair[0], pair[1], limits), list(zip(inventory.audio, transcripts)), workers
+    )
+    items, file_problems = _select_items(probes, transcripts)
+    problems = (
+        index.table_problems()
+        + [unsupported_problem(path) for path in inventory.unsupported_audio]
+        + file_problems
+        + index.missing_audio_problems()
+    )
+    return VoiceScan(items, problems, _voice_summary(inventory, probes, items))
+
+
+# ------------------------------------------------------------------------------------------------ text
+
+
+def corpus_text_files(inventory: Inventory) -> list[Path]:
+    """Text files that are corpus, not transcripts: sidecars of any audio file are excluded."""
+    sidecars = {sidecar for audio in inventory.audio + inventory.unsupported_audio for sidecar in sidecar_paths(audio)}
+    return [path for path in inventory.text_candidates if path not in sidecars]
+
+
+def _text_summary(files: list[Path], probes: list[TextProbe], items: list[TextItem]) -> TextSummary:
+    return TextSummary(
+        files=len(files),
+        usable=len(items),
+        skipped=len(files) - len(items),
+        bytes=sum(item.size_bytes for item in items),
+        text_bytes=sum(item.text_bytes for item in items),
+        lines=sum(item.lines for item in items),
+        non_utf8_files=sum(1 for item in items if not item.utf8),
+        jsonl_lines_without_text=sum(probe.lines_without_text for probe in probes),
+        by_extension=_histogram(path.suffix.lower() for path in files),
+    )
+
+
+def scan_text(inventory: Inventory, workers: int) -> TextScan:
+    files = corpus_text_files(inventory)
+    probes = _parallel_map(probe_text, files, workers)
+    items = [probe.item for probe in probes if probe.item is not None]
+    problems = [probe.problem for probe in probes if probe.problem is not None]
+    warnings = [warning for probe in probes for warning in probe.warnings]
+    return TextScan(items, problems, warnings, _text_summary(files, probes, items))
+
+
+# ------------------------------------------------------------------------------------ mode and reasons
+
+
+def _audio_file_problems(inventory: Inventory, voice: VoiceScan) -> list[Problem]:
+    """Problems of supported audio files only (not metadata rows or unsupported formats)."""
+    audio = set(inventory.audio)
+    return [p for p in voice.problems if p.path in audio]
+
+
+def _problem_breakdown(problems: list[Problem]) -> str:
+    counts = Counter(PROBLEM_LABELS.get(p.kind, p.kind) for p in problems)
+    return ", ".join(f"{count} {label}" for label, count in counts.most_common())
+
+
+# What to do about the most common reason a voice folder has nothing usable.
+VOICE_HINTS: dict[str, str] = {
+    "missing_transcript": "add a metadata.csv (id|text) or a <stem>.txt / <stem>.lab beside each audio file",
+    "empty_transcript": "fill in the empty transcripts",
+    "too_short": "lower data.min_duration_s (--min-duration) or use longer clips",
+    "too_long": "raise data.max_duration_s (--max-duration) or split the recordings",
+    "unreadable": "re-export the files as 16-bit WAV or FLAC",
+    "empty": "re-export the files; they hold no audio",
+    "silent": "check the recordings: they are silent",
+    "clipped": "re-record or lower the gain: the recordings are clipped",
+}
+
+
+def _no_usable_voice_message(inventory: Inventory, voice: VoiceScan) -> str:
+    root = inventory.root
+    if not inventory.audio:
+        count = len(inventory.unsupported_audio)
+        unsupported = f" ({count} in unsupported formats)" if count else ""
+        return (
+            f"voice mode needs audio (.wav .flac .ogg .mp3) but {root} has none{unsupported}: "
+            f"found {describe_found(inventory.extensions)}"
+        )
+    file_problems = _audio_file_problems(inventory, voice)
+    top_kind = Counter(p.kind for p in file_problems).most_common(1)
+    hint = VOICE_HINTS.get(top_kind[0][0], "see the problem list") if top_kind else "see the problem list"
+    return (
+        f"none of the {len(inventory.audio)} audio files in {root} is usable "
+        f"({_problem_breakdown(file_problems)}): {hint}; run `trainer-core check-data {root}` for the full list"
+    )
+
+
+def _no_usable_data_message(inventory: Inventory, voice: VoiceScan | None, text: TextScan) -> str:
+    root = inventory.root
+    audio_note = ""
+    if voice is not None and inventory.audio:
+        audio_note = f" ({_no_usable_voice_message(inventory, voice)})"
+    if text.summary.files:
+        return (
+            f"none of the {text.summary.files} text files in {root} is usable "
+            f"({_problem_breakdown(text.problems)}); add text to them or point data.path elsewhere{audio_note}"
+        )
+    return (
+        f"no audio with transcripts and no .txt/.md/.jsonl files in {root}: "
+        f"found {describe_found(inventory.extensions)}{audio_note}"
+    )
+
+
+def _voice_reason(requested: str, voice: VoiceScan, text_count: int) -> str:
+    summary = voice.summary
+    minutes = summary.hours_usable * 60.0
+    if requested == "voice":
+        lead = "voice mode was asked for"
+    else:
+        lead = "voice, because the folder has audio with transcripts"
+    reason = f"{lead}: {summary.usable} of {summary.audio_files} audio files are usable ({minutes:.1f} min)"
+    if requested == "auto" and text_count:
+        reason += f"; {text_count} other text file(s) are ignored"
+    return reason
+
+
+def _text_reason(requested: str, inventory: Inventory, voice: VoiceScan | None, text: TextScan) -> str:
+    files = f"{text.summary.usable} of {text.summary.files} text files are usable"
+    if requested == "text":
+        ignored = f"; {len(inventory.audio)} audio file(s) ignored" if inventory.audio else ""
+        return f"text mode was asked for: {files}{ignored}"
+    if voice is not None and inventory.audio:
+        return (
+            f"text, because none of the {len(inventory.audio)} audio files is usable "
+            f"({_problem_breakdown(_audio_file_problems(inventory, voice))}): {files}"
+        )
+    return f"text, because the folder has no audio: {files}"
+
+
+# ---------------------------------------------------------------------------------------------- public
+
+
+def _voice_report(root: Path, requested: str, inventory: Inventory, voice: VoiceScan) -> DataReport:
+    text_count = len(corpus_text_files(inventory))
+    return DataReport(
+        path=root,
+        mode="voice",
+        reason=_voice_reason(requested, voice, text_count),
+        items=list(voice.items),
+        problems=voice.problems,
+        voice=voice.summary,
+        found_extensions=dict(inventory.extensions.most_common()),
+    )
+
+
+def _text_report(
+    root: Path, requested: str, inventory: Inventory, voice: VoiceScan | None, text: TextScan
+) -> DataReport:
+    return DataReport(
+        path=root,
+        mode="text",
+        reason=_text_reason(requested, inventory, voice, text),
+        items=list(text.items),
+        problems=(voice.problems if voice else []) + text.problems,
+        warnings=text.warnings,
+        voice=voice.summary if voice else VoiceSummary(),
+        text=text.summary,
+        found_extensions=dict(inventory.extensions.most_common()),
+    )
+
+
+def scan_data(
+    path: str | os.PathLike[str],
+    mode: str = "auto",
+    min_duration_s: float = 0.3,
+    max_duration_s: float = 20.0,
+    workers: int = 2,
+) -> DataReport:
+    """Scan a data folder and decide its mode (auto: voice if usable audio with transcripts, else text).
+
+    Raises DataError when the folder is missing or empty, or when nothing usable is found for the mode.
+    """
+    _check_arguments(mode, min_duration_s, max_duration_s)
+    root = _check_folder(Path(path))
+    inventory = take_inventory(root)
+    if inventory.file_count == 0:
+        raise DataError(
+            f"data folder {root} is empty: add audio with transcripts (metadata.csv or <stem>.txt) "
+            "or .txt/.md/.jsonl text files"
+        )
+    voice: VoiceScan | None = None
+    if mode != "text":
+        voice = scan_voice(inventory, DurationLimits(min_duration_s, max_duration_s), workers)
+        if voice.items:
+            return _voice_report(root, mode, inventory, voice)
+        if mode == "voice":
+            raise DataError(_no_usable_voice_message(inventory, voice))
+    text = scan_text(inventory, workers)
+    if text.items:
+        return _text_report(root, mode, inventory, voice, text)
+    if mode == "text" and not text.summary.files:
+        raise DataError(
+            f"text mode needs .txt/.md/.jsonl files (transcripts beside audio do not count) but {root} has none: "
+            f"found {describe_found(inventory.extensions)}"
+        )
+    raise DataError(_no_usable_data_message(inventory, voice, text))
+
+
+def estimate_preload_bytes(report: DataReport, sample_rate: int, hop_length: int, n_mels: int) -> int:
+    """RAM needed to hold the usable data decoded: float32 audio at `sample_rate`, float32 mels, text bytes."""
+    total = 0
+    for item in report.items:
+        if isinstance(item, VoiceItem):
+            samples = math.ceil(item.duration_s * sample_rate)
+            frames = samples // hop_length + 1
+            total += 4 * samples + 4 * n_mels * frames + len(item.text.encode("utf-8"))
+        else:
+            total += item.text_bytes
+    return total

@@ -1,0 +1,167 @@
+"""The result of a data scan: usable items, problem files and summary figures, JSON-ready.
+
+The trainer uses `DataReport.items` directly; the dashboard reads `DataReport.to_dict()` as printed by
+`trainer-core check-data --json`. Paths are absolute; numbers are numbers, never preformatted strings.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+ScanMode = Literal["voice", "text"]
+
+# Short labels for problem kinds, used when counting problems in sentences and tables.
+PROBLEM_LABELS: dict[str, str] = {
+    "unreadable": "unreadable",
+    "empty": "empty",
+    "too_short": "too short",
+    "too_long": "too long",
+    "silent": "silent",
+    "clipped": "clipped",
+    "missing_transcript": "missing transcript",
+    "empty_transcript": "empty transcript",
+    "unsupported_format": "unsupported format",
+    "duplicate": "duplicate",
+    "metadata_row": "bad metadata row",
+    "missing_audio": "listed but no audio",
+    "no_text": "no text",
+}
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A file (or a row of one) that is skipped, and why. `kind` is a stable code, `reason` a sentence."""
+
+    path: Path
+    reason: str
+    kind: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"path": str(self.path), "reason": self.reason, "kind": self.kind}
+
+
+@dataclass(frozen=True)
+class VoiceItem:
+    """One usable recording with its transcript."""
+
+    path: Path
+    text: str
+    duration_s: float
+    sample_rate: int
+    channels: int
+    format: str
+    subtype: str
+    size_bytes: int
+    item_id: str
+    transcript_source: str
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["path"] = str(self.path)
+        return out
+
+
+@dataclass(frozen=True)
+class TextItem:
+    """One usable text file; `text_bytes` counts the bytes a model trains on (the text fields of .jsonl)."""
+
+    path: Path
+    size_bytes: int
+    text_bytes: int
+    lines: int
+    utf8: bool
+    kind: str
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["path"] = str(self.path)
+        return out
+
+
+@dataclass
+class VoiceSummary:
+    """Figures over the audio found. Histograms cover every file whose header could be read."""
+
+    audio_files: int = 0
+    usable: int = 0
+    skipped: int = 0
+    unsupported_files: int = 0
+    hours_usable: float = 0.0
+    hours_all: float = 0.0
+    audio_bytes: int = 0
+    usable_bytes: int = 0
+    duration_min_s: float | None = None
+    duration_max_s: float | None = None
+    duration_mean_s: float | None = None
+    formats: dict[str, int] = field(default_factory=dict)
+    sample_rates: dict[str, int] = field(default_factory=dict)
+    channels: dict[str, int] = field(default_factory=dict)
+    transcript_chars: int = 0
+    charset: str = ""
+
+
+@dataclass
+class TextSummary:
+    """Figures over the text files found (text mode)."""
+
+    files: int = 0
+    usable: int = 0
+    skipped: int = 0
+    bytes: int = 0
+    text_bytes: int = 0
+    lines: int = 0
+    non_utf8_files: int = 0
+    jsonl_lines_without_text: int = 0
+    by_extension: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class DataReport:
+    """What `scan_data` found in a data folder and which mode it chose."""
+
+    path: Path
+    mode: ScanMode
+    reason: str
+    items: list[VoiceItem | TextItem] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+    warnings: list[Problem] = field(default_factory=list)
+    voice: VoiceSummary = field(default_factory=VoiceSummary)
+    text: TextSummary = field(default_factory=TextSummary)
+    found_extensions: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def usable_count(self) -> int:
+        return len(self.items)
+
+    def problem_counts(self) -> dict[str, int]:
+        """Problems per kind label, most frequent first."""
+        counts = Counter(PROBLEM_LABELS.get(p.kind, p.kind) for p in self.problems)
+        return dict(counts.most_common())
+
+    def summary_dict(self) -> dict[str, Any]:
+        return {
+            "usable": self.usable_count,
+            "problems": len(self.problems),
+            "problem_counts": self.problem_counts(),
+            "warnings": len(self.warnings),
+            "voice": asdict(self.voice),
+            "text": asdict(self.text),
+            "found_extensions": dict(self.found_extensions),
+        }
+
+    def to_dict(self, include_items: bool = True) -> dict[str, Any]:
+        """JSON-ready form; `include_items=False` keeps the output small for large corpora."""
+        out: dict[str, Any] = {
+            "path": str(self.path),
+            "mode": self.mode,
+            "reason": self.reason,
+            "summary": self.summary_dict(),
+            "problems": [p.to_dict() for p in self.problems],
+            "warnings": [w.to_dict() for w in self.warnings],
+        }
+        if include_items:
+            out["items"] = [item.to_dict() for item in self.items]
+        return out

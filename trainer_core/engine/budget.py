@@ -1,0 +1,79 @@
+"""Time budget: measure real throughput early in the run and plan the step count to fit it.
+
+The first optimizer steps double as the benchmark (nothing is thrown away); after an OOM
+changes the micro-batch the throughput is measured again and the plan redone.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+# Steps skipped before measuring: the first ones pay for allocator warm-up and lazy init.
+WARMUP_STEPS = 2
+# A measurement needs this many steps and this much time (capped at a share of the budget).
+MIN_STEPS, MIN_SECONDS, MAX_BUDGET_SHARE = 5, 3.0, 0.05
+# After the first plan, re-measure over windows of this share of the budget to follow drift.
+REPLAN_SHARE = 0.1
+
+
+@dataclass
+class BudgetPlan:
+    steps_per_s: float
+    samples_per_s: float
+    total_steps: int
+    planned_epochs: int
+
+
+class TimeBudget:
+    """Plans total steps so that training, plus a reserve for the final save, ends on time."""
+
+    def __init__(self, target_hours: float, steps_per_epoch: int, clock: Callable[[], float] = time.monotonic):
+        self.target_s = target_hours * 3600.0
+        self.steps_per_epoch = max(1, steps_per_epoch)
+        self.clock = clock
+        self.started = clock()
+        self.reserve_s = 0.0
+        self.plan: BudgetPlan | None = None
+        self._mark: tuple[int, float, int] | None = None  # (step, time, items) where measuring began
+        self._items = 0
+
+    def elapsed(self) -> float:
+        return self.clock() - self.started
+
+    def remeasure(self) -> None:
+        """Forget the current measurement (after an OOM changed the batch)."""
+        self._mark = None
+
+    def observe(self, step: int, items: int) -> BudgetPlan | None:
+        """Called after each step; returns a new plan when a measurement window completes."""
+        self._items += items
+        now = self.clock()
+        if self._mark is None:
+            if step >= WARMUP_STEPS:
+                self._mark = (step, now, self._items)
+            return None
+        m_step, m_time, m_items = self._mark
+        seconds, steps = now - m_time, step - m_step
+        share = MAX_BUDGET_SHARE if self.plan is None else REPLAN_SHARE
+        needed = min(MIN_SECONDS if self.plan is None else float("inf"), self.target_s * share)
+        if seconds < needed or steps < 1 or (steps < MIN_STEPS and seconds < 4 * needed):
+            return None
+        return self._replan(step, steps / seconds, (self._items - m_items) / seconds)
+
+    def _replan(self, step: int, steps_per_s: float, samples_per_s: float) -> BudgetPlan:
+        remaining = max(0.0, self.target_s - self.elapsed() - self.reserve_s)
+        total = step + max(1, int(remaining * steps_per_s))
+        self.plan = BudgetPlan(steps_per_s, samples_per_s, total, math.ceil(total / self.steps_per_epoch))
+        self._mark = None
+        return self.plan
+
+    def out_of_time(self) -> bool:
+        return self.elapsed() >= self.target_s - self.reserve_s
+
+    def eta_s(self, step: int) -> float | None:
+        if self.plan is None:
+            return None
+        return max(0.0, (self.plan.total_steps - step) / self.plan.steps_per_s)

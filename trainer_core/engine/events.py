@@ -1,0 +1,67 @@
+"""The trainer's single way out for telemetry: validated events to the log, plus local listeners.
+
+Also bridges Python logging: records become `log` events and lines in trainer.log.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import traceback
+from typing import Any, Callable
+
+from trainer_core.eventlog import EventWriter
+from trainer_core.protocol import EVENT_TYPES, Event
+
+Listener = Callable[[Event], None]
+log = logging.getLogger("trainer_core")
+
+
+class EventHub:
+    """Builds typed events, appends them to events.jsonl and tells local listeners (console)."""
+
+    def __init__(self, writer: EventWriter, listeners: list[Listener] | None = None) -> None:
+        self.writer = writer
+        self.listeners = list(listeners or [])
+
+    def emit(self, type: str, **fields: Any) -> None:
+        """Never raises: a telemetry bug must not stop training; it is reported on stderr instead."""
+        try:
+            event = EVENT_TYPES[type].model_validate(fields)
+        except Exception as exc:  # an engine bug building an event; keep training
+            print(f"vega: dropped malformed {type!r} event: {exc}", file=sys.stderr)
+            return
+        self.writer.emit(event)
+        for listener in self.listeners:
+            try:
+                listener(event)
+            except Exception:  # a broken console must not stop training either
+                traceback.print_exc()
+
+
+class EventLogHandler(logging.Handler):
+    """Forwards log records at INFO and above as `log` events so every viewer sees them."""
+
+    def __init__(self, hub: EventHub) -> None:
+        super().__init__(level=logging.INFO)
+        self.hub = hub
+
+    def emit(self, record: logging.LogRecord) -> None:
+        level = record.levelname.lower()
+        self.hub.emit("log", level="warning" if level == "warn" else level, message=record.getMessage())
+
+
+def setup_logging(log_path, hub: EventHub, level: str, to_stderr: bool) -> None:
+    """trainer.log always; stderr only when it is not already redirected into trainer.log."""
+    log.handlers.clear()
+    log.setLevel(level.upper())
+    log.propagate = False
+    fmt = logging.Formatter("%(asctime)s %(levelname)-7s %(message)s")
+    file_handler = logging.FileHandler(log_path, encoding="utf-8")
+    file_handler.setFormatter(fmt)
+    log.addHandler(file_handler)
+    if to_stderr:
+        console = logging.StreamHandler(sys.stderr)
+        console.setFormatter(fmt)
+        log.addHandler(console)
+    log.addHandler(EventLogHandler(hub))

@@ -1,0 +1,184 @@
+"""A training run from plan to finished event: set-up, train, clean-up, whatever happens.
+
+`run_training` is the trainer's main(): short, with the clean-up in `finally` so that every run
+ends with a `finished` event, a session.json and a closed log, even when it fails.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import time
+import traceback
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+from trainer_core import __version__, rundir
+from trainer_core.engine.control_state import ControlState
+from trainer_core.engine.events import EventHub, setup_logging
+from trainer_core.errors import VegaError
+from trainer_core.eventlog import EventWriter
+from trainer_core.plan import TrainPlan
+from trainer_core.profile_loader import profile_to_toml
+
+log = logging.getLogger("trainer_core")
+
+
+def run_training(plan: TrainPlan, events_to_stdout: bool = False) -> int:
+    run_dir = rundir.create_run_dir(plan.run_dir)
+    writer = EventWriter.resume(run_dir / rundir.EVENTS, stdout=events_to_stdout)
+    console = _console_for(events_to_stdout)
+    hub = EventHub(writer, [console.on_event] if console else [])
+    setup_logging(run_dir / rundir.LOG, hub, plan.profile.logging.level, to_stderr=_stderr_is_free(run_dir))
+    control = ControlState()
+    outcome = RunOutcome(started=time.time())
+    try:
+        with console or _nothing():
+            _announce(plan, hub, run_dir)
+            outcome.status = _train(plan, hub, control, run_dir, outcome)
+    except VegaError as exc:
+        outcome.fail(exc, hub, exit_code=2)
+    except Exception as exc:
+        outcome.fail(exc, hub, exit_code=1, tb=traceback.format_exc())
+    finally:
+        outcome.finish(hub, run_dir, plan)
+        writer.close()
+    if isinstance(outcome.error, VegaError):
+        raise outcome.error
+    if outcome.exit_code == 1:
+        print(f"trainer failed: {outcome.error!r} (traceback in {run_dir / rundir.LOG})", file=sys.stderr)
+    return outcome.exit_code
+
+
+class RunOutcome:
+    """What the `finished` event and session.json report, filled in as the run goes."""
+
+    def __init__(self, started: float) -> None:
+        self.started = started
+        self.status = "failed"
+        self.exit_code = 0
+        self.error: BaseException | None = None
+        self.trainer = None
+        self.summary: dict = {}
+
+    def fail(self, exc: BaseException, hub: EventHub, exit_code: int, tb: str | None = None) -> None:
+        self.status, self.exit_code, self.error = "failed", exit_code, exc
+        log.error("run failed: %s", exc)
+        if tb:
+            log.error("%s", tb)
+        hub.emit("error", message=str(exc) or type(exc).__name__, traceback=tb)
+
+    def finish(self, hub: EventHub, run_dir: Path, plan: TrainPlan) -> None:
+        from trainer_core.engine.session import write_session
+
+        t = self.trainer
+        seconds = time.time() - self.started
+        summary = t.summary() if t is not None else {}
+        summary.update(self.summary)
+        hub.emit(
+            "finished", status=self.status, step=t.state.step if t else 0, epoch=t.state.epoch if t else 0,
+            seconds=seconds, summary=summary,
+        )
+        write_session(run_dir, plan, self.status, self.started, seconds, summary)
+
+
+def _train(plan: TrainPlan, hub: EventHub, control: ControlState, run_dir: Path, outcome: RunOutcome) -> str:
+    from trainer_core.engine.control import ControlServer
+    from trainer_core.engine.setup import build_trainer, finalize, resume_into
+
+    trainer = build_trainer(plan, hub, control, run_dir)
+    outcome.trainer = trainer
+    if plan.resume is not None:
+        resume_into(trainer, plan, hub)
+    with ControlServer(run_dir, _command_handler(control, hub)), _stop_on_signals(control):
+        status = trainer.fit()
+    outcome.summary.update(finalize(trainer, plan, hub, run_dir))
+    return status
+
+
+def _command_handler(control: ControlState, hub: EventHub):
+    from trainer_core.protocol import CommandReply
+
+    def handle(command) -> CommandReply:
+        # Runs on the socket thread: only enqueue and acknowledge; the loop acts at the next step.
+        control.request(command.cmd)
+        hub.emit("command_ack", cmd=command.cmd, id=command.id, ok=True, detail="queued")
+        return CommandReply(ok=True, cmd=command.cmd, id=command.id, error=None)
+
+    return handle
+
+
+@contextmanager
+def _stop_on_signals(control: ControlState) -> Iterator[None]:
+    """SIGINT/SIGTERM ask for a clean stop (checkpoint, then `finished: stopped`)."""
+
+    def on_signal(signum, _frame) -> None:
+        log.warning("received %s: saving a checkpoint and stopping", signal.Signals(signum).name)
+        control.request("stop")
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _announce(plan: TrainPlan, hub: EventHub, run_dir: Path) -> None:
+    """The opening events: who we are, what the machine has, what was chosen and why."""
+    p = plan.profile
+    hub.emit(
+        "hello", trainer_version=__version__, pid=os.getpid(), host=os.uname().nodename,
+        profile_hash=_profile_hash(p), run_dir=str(run_dir), argv=sys.argv, python=sys.version.split()[0],
+        profile_path=str(plan.profile_path), resumed=plan.resume is not None,
+    )
+    r = plan.resources
+    hub.emit(
+        "resources", cpu_cores=r.cpu_logical, ram_total_bytes=r.ram_total_bytes,
+        ram_available_bytes=r.ram_available_bytes, gpus=[g.to_dict() for g in r.gpus],
+    )
+    for warning in plan.notes:
+        hub.emit("warning", message=warning)
+    data = plan.data
+    hub.emit(
+        "data_scan", data_mode=data.mode, reason=data.reason, usable=data.usable_count,
+        skipped=len(data.problems), total_hours=data.voice.hours_usable,
+        problems=[pr.to_dict() for pr in data.problems],
+    )
+    for problem in data.problems:
+        log.warning("skipped %s: %s", problem.path, problem.reason)
+    frozen = run_dir / rundir.PROFILE
+    if not frozen.exists():
+        frozen.write_text(profile_to_toml(p), encoding="utf-8")
+
+
+def _profile_hash(profile) -> str:
+    import hashlib
+
+    return hashlib.sha256(profile_to_toml(profile).encode()).hexdigest()[:16]
+
+
+def _stderr_is_free(run_dir: Path) -> bool:
+    """False when stderr already goes into trainer.log (the dashboard redirects it there)."""
+    try:
+        err, log_file = os.fstat(2), os.stat(run_dir / rundir.LOG)
+    except OSError:
+        return True
+    return (err.st_dev, err.st_ino) != (log_file.st_dev, log_file.st_ino)
+
+
+def _console_for(events_to_stdout: bool):
+    """A Rich progress display on an interactive terminal, unless events go to stdout."""
+    if events_to_stdout or not sys.stderr.isatty():
+        return None
+    from trainer_core.engine.console import ConsoleProgress
+
+    return ConsoleProgress()
+
+
+@contextmanager
+def _nothing() -> Iterator[None]:
+    yield

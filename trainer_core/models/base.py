@@ -1,0 +1,134 @@
+"""The task protocol: everything the training engine needs from a model family, and nothing more.
+
+The engine never looks inside a model or a dataset. It asks a `Task` for batches in a deterministic
+order, for losses, for validation metrics, for samples and for an export config. A task owns its
+model (`task.model`), but every method that runs the model takes it as an argument, because the
+engine may hand in a wrapped copy (DistributedDataParallel, torch.compile).
+
+Resuming: `train_batches(epoch, batch_size, start_item)` yields the epoch's items in an order fixed
+by (run seed, epoch). `start_item` counts items, not batches, so a run that stopped after N items
+(or halved its batch size after an out-of-memory error) continues with item N, skipping and
+repeating nothing: the engine simply calls `train_batches` again with the items it has consumed.
+"""
+
+from __future__ import annotations
+
+import os
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import torch
+from torch import nn
+
+from trainer_core.errors import ProfileError, VegaError
+
+if TYPE_CHECKING:
+    from trainer_core.data.scan_report import DataReport
+    from trainer_core.profile import Profile
+
+Batch = dict[str, torch.Tensor]
+SampleKind = Literal["text", "audio"]
+
+
+def batch_to(batch: Batch, device: torch.device | str, non_blocking: bool = False) -> Batch:
+    """Move every tensor of a batch to `device` (non-blocking copies need pinned host memory to overlap)."""
+    return {name: tensor.to(device, non_blocking=non_blocking) for name, tensor in batch.items()}
+
+
+@dataclass(frozen=True)
+class SampleResult:
+    """One sample written during evaluation: a text file or an audio file, with its text for the log."""
+
+    kind: SampleKind
+    path: Path
+    text: str
+
+
+class Task(ABC):
+    """A model family bound to its data: the only interface the training engine talks to."""
+
+    model: nn.Module
+
+    @abstractmethod
+    def train_items(self) -> int:
+        """Items in one training epoch (the same for every epoch)."""
+
+    @abstractmethod
+    def train_batches(self, epoch: int, batch_size: int, start_item: int = 0) -> Iterator[tuple[Batch, int]]:
+        """Yield (batch, items in it) for `epoch`, starting at item `start_item` of its fixed order."""
+
+    @abstractmethod
+    def val_batches(self, batch_size: int) -> Iterator[Batch]:
+        """Yield the validation set in a fixed order (empty when nothing is held out)."""
+
+    @abstractmethod
+    def compute_losses(self, model: nn.Module, batch: Batch) -> dict[str, torch.Tensor]:
+        """Scalar losses for a batch on the model's device: "total" (what backward uses) and named parts."""
+
+    @abstractmethod
+    def val_metrics(self, losses_mean: dict[str, float]) -> dict[str, float]:
+        """Extra validation figures derived from the mean losses (e.g. bits per byte)."""
+
+    @abstractmethod
+    def make_samples(self, model: nn.Module, out_dir: Path, step: int) -> list[SampleResult]:
+        """Write this evaluation's samples under `out_dir` and describe them."""
+
+    @abstractmethod
+    def model_config(self) -> dict[str, Any]:
+        """JSON-ready architecture description, enough to rebuild the model for the exported weights."""
+
+    @abstractmethod
+    def describe(self) -> dict[str, Any]:
+        """JSON-ready summary for events and the dry-run plan: items, vocabulary, parameter count, warnings."""
+
+
+def count_parameters(model: nn.Module) -> int:
+    """Distinct trainable parameters (tied weights count once: `parameters()` yields each tensor once)."""
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+def unwrap_model(model: nn.Module) -> nn.Module:
+    """The plain module inside a DistributedDataParallel or torch.compile wrapper."""
+    inner = getattr(model, "_orig_mod", model)
+    return getattr(inner, "module", inner)
+
+
+def _scan_folder(profile: Profile, path: Path) -> DataReport:
+    # Imported here: the scan is torch-free and only needed when the caller passes a bare folder.
+    from trainer_core.data.scan import scan_data
+
+    data = profile.data
+    return scan_data(path, data.mode, data.min_duration_s, data.max_duration_s, data.num_workers)
+
+
+def _resolve_mode(profile: Profile, report: DataReport) -> str:
+    """The data mode to train, checked against `model.kind`."""
+    kind = profile.model.kind
+    if kind == "lm" and report.mode != "text":
+        raise ProfileError(
+            f"model.kind = \"lm\" trains on text, but {report.path} was read as {report.mode} data: "
+            "set data.mode = \"text\" or point data.path at .txt/.md/.jsonl files"
+        )
+    if kind == "tts" or report.mode == "voice":
+        raise VegaError(
+            f"voice training arrives with the TTS model, which this version does not have yet ({report.path}): "
+            "train a text model instead (data.mode = \"text\", model.kind = \"lm\")"
+        )
+    return report.mode
+
+
+def build_task(
+    profile: Profile, data: DataReport | str | os.PathLike[str], device: torch.device | str
+) -> Task:
+    """Build the task for a profile and its scanned data (a DataReport, or a folder to scan now)."""
+    report = data if hasattr(data, "mode") else _scan_folder(profile, Path(data))
+    mode = _resolve_mode(profile, report)
+    if mode == "text":
+        # Imported here so that a voice task never pays for the text model's imports, and vice versa.
+        from trainer_core.models.lm import LmTask
+
+        return LmTask.from_report(profile, report, torch.device(device))
+    raise VegaError(f"unknown data mode {mode!r} for {report.path}: expected \"text\" or \"voice\"")

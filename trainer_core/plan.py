@@ -1,0 +1,188 @@
+"""The training plan: profile, device, data and memory resolved before any work starts.
+
+`trainer-core train --dry-run` prints it; a real run starts from the same object, so what the
+dashboard previews is exactly what the trainer will do. Torch is not imported here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from trainer_core import rundir
+from trainer_core.data.scan import DataReport, estimate_preload_bytes, scan_data
+from trainer_core.errors import DataError
+from trainer_core.profile import Profile
+from trainer_core.profile_loader import find_profile, load_profile
+from trainer_core.resources import DeviceChoice, MachineResources, probe, select_device
+
+# Preload into RAM only when the estimate leaves this share of available memory free.
+RAM_MARGIN = 0.5
+
+
+@dataclass
+class TrainPlan:
+    profile_path: Path
+    profile: Profile
+    overrides: list[str]
+    resources: MachineResources
+    device: DeviceChoice
+    data: DataReport
+    run_dir: Path
+    resume: str | None
+    preload_bytes: int
+    preload_where: str
+    preload_reason: str
+    steps_per_epoch: int
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def data_mode(self) -> str:
+        return self.data.mode
+
+    def to_dict(self) -> dict[str, Any]:
+        p = self.profile
+        return {
+            "profile": str(self.profile_path),
+            "overrides": self.overrides,
+            "run_dir": str(self.run_dir),
+            "resume": self.resume,
+            "device": {
+                "mode": p.compute.mode,
+                "device": self.device.device,
+                "kind": self.device.kind,
+                "reason": self.device.reason,
+                "fallback": self.device.fallback,
+            },
+            "data": {
+                "path": str(self.data.path),
+                "mode": self.data.mode,
+                "reason": self.data.reason,
+                "usable": self.data.usable_count,
+                "skipped": len(self.data.problems),
+                "hours": self.data.voice.hours_usable,
+                "problems": [pr.to_dict() for pr in self.data.problems],
+            },
+            "model": {"kind": model_kind(p, self.data.mode), "hidden": p.model.hidden},
+            "preload": {
+                "estimated_bytes": self.preload_bytes,
+                "available_bytes": self.resources.ram_available_bytes,
+                "where": self.preload_where,
+                "reason": self.preload_reason,
+            },
+            "schedule": {
+                "batch_size": p.train.batch_size,
+                "grad_accum": p.train.grad_accum,
+                "steps_per_epoch": self.steps_per_epoch,
+                "epochs": p.train.epochs,
+                "max_steps": p.train.max_steps,
+                "target_hours": p.train.target_hours,
+            },
+            "notes": self.notes,
+        }
+
+
+def model_kind(profile: Profile, data_mode: str) -> str:
+    if profile.model.kind != "auto":
+        return profile.model.kind
+    return "tts" if data_mode == "voice" else "lm"
+
+
+def choose_preload(profile: Profile, need: int, available: int) -> tuple[str, str]:
+    """RAM when the estimate fits with margin, else the disk feature cache; say why."""
+    gib = 1024**3
+    if profile.data.preload != "auto":
+        return profile.data.preload, f"data.preload = {profile.data.preload!r} in the profile"
+    if need <= available * RAM_MARGIN:
+        return "ram", f"needs ~{need / gib:.2f} GiB, {available / gib:.1f} GiB available"
+    return "disk", f"needs ~{need / gib:.2f} GiB, more than half of the {available / gib:.1f} GiB available"
+
+
+def estimate_steps_per_epoch(profile: Profile, report: DataReport) -> int:
+    """Optimizer steps per epoch, from the usable items after the validation split."""
+    if report.mode == "text":
+        items = max(1, report.text.text_bytes // profile.data.context_bytes)
+    else:
+        items = report.usable_count
+    train_items = max(1, int(items * (1.0 - profile.data.val_fraction)))
+    return max(1, train_items // (profile.train.batch_size * profile.train.grad_accum))
+
+
+def make_plan(
+    profile_ref: str,
+    overrides: list[str],
+    run_dir: Path | None = None,
+    resume: str | None = None,
+    use_machine_file: bool = True,
+) -> TrainPlan:
+    path = find_profile(profile_ref)
+    profile = load_profile(path, overrides, machine_file="default" if use_machine_file else None)
+    if profile.data.path is None:
+        raise DataError(f"{path}: no data folder: set data.path in the profile or pass --data DIR")
+    resources = probe(check_torch=profile.compute.mode != "cpu")
+    device = select_device(profile.compute.mode, profile.compute.min_gpu_memory_gb, profile.compute.device, resources)
+    report = scan_data(
+        profile.data.path,
+        mode=profile.data.mode,
+        min_duration_s=profile.data.min_duration_s,
+        max_duration_s=profile.data.max_duration_s,
+        workers=max(1, profile.data.num_workers),
+    )
+    a = profile.audio
+    need = estimate_preload_bytes(report, a.sample_rate, a.hop_length, a.n_mels)
+    where, why = choose_preload(profile, need, resources.ram_available_bytes)
+    target = run_dir if run_dir is not None else rundir.propose_run_dir(profile.run.runs_dir, profile.run.name)
+    if resume is not None and resume != "auto" and run_dir is None:
+        # Resuming from a checkpoint file continues in that checkpoint's run folder.
+        target = Path(resume).expanduser().resolve().parent.parent
+    plan = TrainPlan(
+        profile_path=path,
+        profile=profile,
+        overrides=list(overrides),
+        resources=resources,
+        device=device,
+        data=report,
+        run_dir=target,
+        resume=resume,
+        preload_bytes=need,
+        preload_where=where,
+        preload_reason=why,
+        steps_per_epoch=estimate_steps_per_epoch(profile, report),
+    )
+    plan.notes.extend(w for w in device.warnings if w != device.reason)
+    return plan
+
+
+def render_plan(plan: TrainPlan) -> None:
+    """Rich rendering of the plan for people; `--json` gives the same facts to programs."""
+    from rich.console import Console
+    from rich.table import Table
+
+    d = plan.to_dict()
+    table = Table(title="Training plan", show_header=False, title_justify="left")
+    table.add_column(style="bold")
+    table.add_column()
+    table.add_row("profile", d["profile"] + (f"  (+ {', '.join(plan.overrides)})" if plan.overrides else ""))
+    table.add_row("device", f"{d['device']['device']}  — {d['device']['reason']}")
+    table.add_row("data", f"{d['data']['path']}  [{d['data']['mode']}] — {d['data']['reason']}")
+    table.add_row("usable", f"{d['data']['usable']} items, {d['data']['hours']:.3f} h; {d['data']['skipped']} skipped")
+    table.add_row("model", f"{d['model']['kind']} (hidden {d['model']['hidden']})")
+    pre = d["preload"]
+    table.add_row("preload", f"{pre['where']}: {pre['reason']}")
+    s = d["schedule"]
+    length = f"{s['max_steps']} steps" if s["max_steps"] else f"{s['epochs']} epochs"
+    if s["target_hours"]:
+        length = f"time budget {s['target_hours']} h (epochs planned after calibration)"
+    table.add_row("schedule", f"batch {s['batch_size']} x accum {s['grad_accum']}, ~{s['steps_per_epoch']} steps/epoch, {length}")
+    table.add_row("run folder", d["run_dir"] + (f"  (resume {plan.resume})" if plan.resume else ""))
+    for note in plan.notes:
+        table.add_row("note", note)
+    console = Console()
+    console.print(table)
+    for problem in plan.data.problems[:20]:
+        console.print(f"  skipped {problem.path}: {problem.reason}")
+    if len(plan.data.problems) > 20:
+        console.print(f"  … and {len(plan.data.problems) - 20} more (trainer-core check-data {plan.data.path})")

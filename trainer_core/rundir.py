@@ -1,0 +1,59 @@
+"""Run folder layout (DESIGN §4): names of the files a run writes, and creating a fresh folder.
+
+Torch-free: the dashboard uses these names to find a run's events, socket and checkpoints.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from trainer_core.errors import VegaError
+
+EVENTS = "events.jsonl"
+PROFILE = "profile.toml"
+SESSION = "session.json"
+LOG = "trainer.log"
+SOCKET = "control.sock"
+CHECKPOINTS = "checkpoints"
+SAMPLES = "samples"
+EXPORT = "export"
+REPORT = "report.png"
+
+
+def default_runs_dir() -> Path:
+    return Path.cwd() / "runs"
+
+
+def run_dir_name(name: str, now: float | None = None) -> str:
+    """`<name>-<YYYYmmdd-HHMMSS>` in local time, as people read it in `ls runs/`."""
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now if now is not None else time.time()))
+    return f"{name}-{stamp}"
+
+
+def propose_run_dir(runs_dir: Path | None, name: str, now: float | None = None) -> Path:
+    """A run folder path that does not exist yet (a numeric suffix avoids same-second clashes)."""
+    base = (runs_dir or default_runs_dir()) / run_dir_name(name, now)
+    candidate, n = base, 1
+    while candidate.exists():
+        n += 1
+        candidate = base.with_name(f"{base.name}-{n}")
+    return candidate
+
+
+def create_run_dir(path: Path) -> Path:
+    """Create the run folder and its sub-folders, failing with a clear message when it cannot be written."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        for sub in (CHECKPOINTS, SAMPLES, EXPORT):
+            (path / sub).mkdir(exist_ok=True)
+    except OSError as exc:
+        raise VegaError(f"cannot create run folder {path}: {exc.strerror or exc}; choose another --run-dir") from exc
+    if not os.access(path, os.W_OK):
+        raise VegaError(f"run folder {path} is not writable; choose another --run-dir or fix its permissions")
+    return path
+
+
+def is_run_dir(path: Path) -> bool:
+    return (path / EVENTS).is_file() or (path / CHECKPOINTS).is_dir()
