@@ -121,7 +121,7 @@ def test_val_metrics_convert_nats_to_bits(demo_task: LmTask) -> None:
 
 def test_describe_and_model_config(demo_task: LmTask) -> None:
     info = demo_task.describe()
-    assert info["vocab_size"] == 256 and info["files"] == 62  # 61 chapters and the README
+    assert info["vocab_size"] == 256 and info["files"] == 61  # one file per chapter
     assert info["items"] == demo_task.train_items() > 0 and info["val_items"] > 0
     assert info["parameters"] == sum(p.numel() for p in demo_task.model.parameters())
     config = demo_task.model_config()

@@ -23,6 +23,7 @@ COMMANDS: dict[str, str] = {
     "resources": "resources_cmd",
     "check-data": "check_data_cmd",
     "ctl": "ctl_cmd",
+    "synth": "synth_cmd",
 }
 
 

@@ -1,0 +1,5 @@
+"""Placeholder: this sub-command is being written."""
+
+
+def register(sub) -> None:
+    pass
