@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import psutil
 
 from trainer_core import rundir
 from trainer_core.data.scan import DataReport, estimate_preload_bytes, scan_data

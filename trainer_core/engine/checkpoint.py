@@ -47,6 +47,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from trainer_core.atomic import TEMP_PREFIX, TEMP_SUFFIX, atomic_write, atomic_write_text
 from trainer_core.errors import VegaError
 
 CHECKPOINT_FORMAT = "vega-checkpoint"
@@ -55,8 +56,6 @@ CHECKPOINT_DIRNAME = "checkpoints"
 BEST_FILENAME = "best.json"
 FAULT_ENOSPC_ENV = "VEGA_FAULT_CHECKPOINT_ENOSPC"
 STEP_FILE_RE = re.compile(r"^step-(\d{8})\.pt$")
-TEMP_PREFIX = "."
-TEMP_SUFFIX = ".tmp"
 MAX_LISTED_MISMATCHES = 5
 
 # Markers of torch's weights-only unpickler refusing an object (as opposed to a damaged byte stream).
@@ -173,61 +172,23 @@ class _PartialWriteHook:
         self._file.flush()
 
 
-def fsync_dir(folder: Path) -> None:
-    """Persist a rename inside `folder` (some platforms cannot open a folder; harmless there)."""
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def _temp_path_for(target: Path) -> Path:
-    return target.with_name(f"{TEMP_PREFIX}{target.name}.{os.getpid()}{TEMP_SUFFIX}")
-
-
 def _remove_quietly(path: Path) -> None:
-    try:
-        path.unlink()
-    except FileNotFoundError:
-        pass
+    path.unlink(missing_ok=True)
 
 
 def _write_torch_atomically(obj: Any, target: Path, hold_s: float = 0.0, fail_enospc: bool = False) -> int:
-    """torch.save `obj` to `target` via a fsynced temp file; return the byte count. Temp is removed on failure."""
-    temp = _temp_path_for(target)
-    try:
-        with open(temp, "wb") as file:
-            hook = _PartialWriteHook(file, hold_s, fail_enospc, target)
-            torch.save(obj, hook)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temp, target)
-    except BaseException:
-        _remove_quietly(temp)
-        raise
-    fsync_dir(target.parent)
-    return hook.written
+    """torch.save `obj` to `target` atomically; return the byte count."""
+
+    def write(file: Any) -> int:
+        hook = _PartialWriteHook(file, hold_s, fail_enospc, target)
+        torch.save(obj, hook)
+        return hook.written
+
+    return atomic_write(target, write)
 
 
 def _write_json_atomically(data: dict[str, Any], target: Path) -> None:
-    temp = _temp_path_for(target)
-    try:
-        with open(temp, "w", encoding="utf-8") as file:
-            json.dump(data, file, indent=2)
-            file.write("\n")
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temp, target)
-    except BaseException:
-        _remove_quietly(temp)
-        raise
-    fsync_dir(target.parent)
+    atomic_write_text(target, json.dumps(data, indent=2) + "\n")
 
 
 # ---------------------------------------------------------------- listing

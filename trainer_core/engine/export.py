@@ -17,7 +17,6 @@ model that ties the same names restores the tie, since both names carry the same
 from __future__ import annotations
 
 import json
-import os
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -25,11 +24,11 @@ from typing import Any, Callable
 
 import torch
 from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file, save
 from torch import nn
 
 from trainer_core import __version__ as VEGA_VERSION
-from trainer_core.engine.checkpoint import fsync_dir
+from trainer_core.atomic import atomic_write
 from trainer_core.errors import VegaError
 
 EXPORT_FORMAT = "vega-export"
@@ -54,8 +53,8 @@ def export_model(model: nn.Module, config: dict[str, Any], out_dir: str | Path) 
     config_text = _to_json(document, out_dir / CONFIG_FILENAME)
     weights_path = out_dir / WEIGHTS_FILENAME
     config_path = out_dir / CONFIG_FILENAME
-    _atomic_write(weights_path, lambda temp: save_file(tensors, str(temp), metadata={"format": "pt"}))
-    _atomic_write(config_path, lambda temp: temp.write_text(config_text, encoding="utf-8"))
+    _write_or_fail(weights_path, lambda file: file.write(save(tensors, metadata={"format": "pt"})))
+    _write_or_fail(config_path, lambda file: file.write(config_text.encode("utf-8")))
     return weights_path, config_path
 
 
@@ -125,27 +124,10 @@ def _to_json(document: dict[str, Any], destination: Path) -> str:
         ) from exc
 
 
-def _current_umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-def _atomic_write(target: Path, write_to: Callable[[Path], object]) -> None:
-    """Call write_to(temp) for a temp file beside `target`, fsync it, rename it into place."""
-    temp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+def _write_or_fail(target: Path, write: Callable[[Any], object]) -> None:
+    """Atomic write with export-specific error wording."""
     try:
-        write_to(temp)
-        with open(temp, "rb+") as file:
-            os.fsync(file.fileno())
-        # safetensors creates files owner-only; exports are meant to be shared like any output.
-        os.chmod(temp, 0o666 & ~_current_umask())
-        os.replace(temp, target)
+        atomic_write(target, write)
     except (OSError, SafetensorError) as exc:
-        temp.unlink(missing_ok=True)
         raise ExportError(f"could not write {target}: {getattr(exc, 'strerror', None) or exc}") from exc
-    except BaseException:
-        temp.unlink(missing_ok=True)
-        raise
-    fsync_dir(target.parent)
 
