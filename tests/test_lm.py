@@ -178,9 +178,9 @@ def test_build_task_accepts_a_scan_report(tmp_path: Path) -> None:
     assert isinstance(task, LmTask) and task.train_items() > 0
 
 
-def test_voice_data_is_refused_with_a_clear_message(tmp_path: Path) -> None:
+def test_voice_report_without_recordings_is_refused_with_a_clear_message(tmp_path: Path) -> None:
     report = DataReport(path=tmp_path, mode="voice", reason="audio with transcripts")
-    with pytest.raises(VegaError, match="voice training arrives with the TTS model"):
+    with pytest.raises(VegaError, match="no usable recordings with transcripts"):
         build_task(_profile(model={"kind": "auto"}), report, "cpu")
     with pytest.raises(ProfileError, match="model.kind"):
         build_task(_profile(), report, "cpu")

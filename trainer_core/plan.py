@@ -13,7 +13,7 @@ from typing import Any
 
 from trainer_core import rundir
 from trainer_core.data.scan import DataReport, estimate_preload_bytes, scan_data
-from trainer_core.errors import DataError
+from trainer_core.errors import DataError, VegaError
 from trainer_core.profile import Profile
 from trainer_core.profile_loader import find_profile, load_profile
 from trainer_core.resources import DeviceChoice, MachineResources, probe, select_device
@@ -110,6 +110,17 @@ def estimate_steps_per_epoch(profile: Profile, report: DataReport) -> int:
     return max(1, train_items // (profile.train.batch_size * profile.train.grad_accum))
 
 
+def check_resume_request(resume: str | None, run_dir: Path | None) -> None:
+    """Fail early on a resume that cannot work, before any data is scanned or torch is loaded."""
+    if resume == "auto" and run_dir is None:
+        raise VegaError("--resume auto continues a run folder: pass it with --run-dir RUN_DIR")
+    if resume not in (None, "auto") and not Path(resume).expanduser().is_file():
+        raise VegaError(
+            f"--resume {resume}: no such checkpoint file; pass a .pt file from a run's checkpoints/ folder, "
+            "or --resume auto with --run-dir"
+        )
+
+
 def make_plan(
     profile_ref: str,
     overrides: list[str],
@@ -117,6 +128,7 @@ def make_plan(
     resume: str | None = None,
     use_machine_file: bool = True,
 ) -> TrainPlan:
+    check_resume_request(resume, run_dir)
     path = find_profile(profile_ref)
     profile = load_profile(path, overrides, machine_file="default" if use_machine_file else None)
     if profile.data.path is None:

@@ -151,6 +151,27 @@ class SampleSection(Section):
     temperature: float = Field(0.8, gt=0.0, le=10.0, description="LM samples: sampling temperature.")
 
 
+class TtsSection(Section):
+    text_units: Literal["chars", "phonemes", "auto"] = Field(
+        "chars",
+        description="TTS input: chars, phonemes (IPA from espeak-ng, which must be installed), "
+        "or auto (phonemes when espeak-ng is installed, else chars).",
+    )
+    lowercase: bool = Field(True, description="Lowercase transcripts before encoding them (characters only).")
+    espeak_voice: str = Field(
+        "en-us",
+        min_length=1,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_+\-]*$",
+        description="espeak-ng voice for phonemes (e.g. en-us, de, fr).",
+    )
+    prior_loss_weight: float = Field(1.0, ge=0.0, description="Weight of the alignment (prior) loss in the total.")
+    duration_loss_weight: float = Field(1.0, ge=0.0, description="Weight of the duration predictor loss in the total.")
+    griffin_lim_iters: int = Field(
+        32, ge=1, le=1000, description="Griffin-Lim iterations when turning mels into audio."
+    )
+    length_scale: float = Field(1.0, gt=0.0, le=10.0, description="Speaking-rate factor for samples (>1 is slower).")
+
+
 class LoggingSection(Section):
     level: Literal["debug", "info", "warning", "error"] = Field("info", description="Lowest log level written.")
     step_interval_s: float = Field(
@@ -181,6 +202,7 @@ class Profile(Section):
     compute: ComputeSection = Field(default_factory=ComputeSection, description="Device policy.")
     audio: AudioSection = Field(default_factory=AudioSection, description="Audio decoding and mel features.")
     sample: SampleSection = Field(default_factory=SampleSection, description="Evaluation samples.")
+    tts: TtsSection = Field(default_factory=TtsSection, description="TTS text front end, losses and vocoder.")
     logging: LoggingSection = Field(default_factory=LoggingSection, description="Events, reports and logs.")
     debug: DebugSection = Field(default_factory=DebugSection, description="Fault injection for tests.")
 

@@ -30,11 +30,18 @@ class BudgetPlan:
 class TimeBudget:
     """Plans total steps so that training, plus a reserve for the final save, ends on time."""
 
-    def __init__(self, target_hours: float, steps_per_epoch: int, clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        target_hours: float,
+        steps_per_epoch: int,
+        clock: Callable[[], float] = time.monotonic,
+        elapsed_s: float = 0.0,
+    ) -> None:
+        """`elapsed_s`: time the job has already used (start-up, data loading) that counts against the budget."""
         self.target_s = target_hours * 3600.0
         self.steps_per_epoch = max(1, steps_per_epoch)
         self.clock = clock
-        self.started = clock()
+        self.started = clock() - elapsed_s
         self.reserve_s = 0.0
         self.plan: BudgetPlan | None = None
         self._mark: tuple[int, float, int] | None = None  # (step, time, items) where measuring began

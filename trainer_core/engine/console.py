@@ -1,4 +1,7 @@
-"""Rich progress for headless runs on a terminal: step, loss, samples/s and ETA on one line."""
+"""Rich progress for headless runs on a terminal: step, loss, samples/s and ETA on one line.
+
+Warnings and errors reach the terminal through logging (trainer.log's format), not through this display.
+"""
 
 from __future__ import annotations
 
@@ -11,16 +14,21 @@ from trainer_core.protocol import Event
 class ConsoleProgress:
     """An event listener: follows step/validation/finished events; knows nothing about training."""
 
-    def __init__(self) -> None:
+    def __init__(self, total_steps: int | None = None) -> None:
+        """`total_steps`: the planned length when known up front (a time budget plans it later)."""
         self.progress = Progress(
-            TextColumn("[bold]step {task.completed:.0f}/{task.total:.0f}"),
+            TextColumn("[bold]step {task.fields[steps]}"),
             BarColumn(),
             TextColumn("{task.fields[info]}"),
             TimeElapsedColumn(),
             console=Console(stderr=True),
         )
-        self.task_id = self.progress.add_task("train", total=None, info="starting")
+        self.total = total_steps
+        self.task_id = self.progress.add_task("train", total=total_steps, info="starting", steps=self._steps(0))
         self.val = ""
+
+    def _steps(self, done: int) -> str:
+        return f"{done}/{self.total}" if self.total else str(done)
 
     def __enter__(self) -> ConsoleProgress:
         self.progress.start()
@@ -35,12 +43,11 @@ class ConsoleProgress:
             eta = f"  ETA {event.eta_s / 60:.1f} min" if event.eta_s is not None else ""
             loss = f"{event.loss:.4f}" if event.loss is not None else "nan"
             info = f"loss {loss}  {event.samples_per_s:.1f} samples/s{self.val}{eta}"
-            self.progress.update(self.task_id, completed=event.step, info=info)
+            self.progress.update(self.task_id, completed=event.step, info=info, steps=self._steps(event.step))
         elif kind == "calibration":
+            self.total = event.planned_steps
             self.progress.update(self.task_id, total=event.planned_steps)
         elif kind == "validation":
-            self.val = f"  val {event.loss:.4f}"
-        elif kind in ("warning", "error"):
-            self.progress.console.print(f"[yellow]{kind}:[/] {event.message}")
+            self.val = f"  val {event.loss:.4f}" if event.loss is not None else "  val nan"
         elif kind == "checkpoint_saved":
             self.progress.console.print(f"saved {event.path}")

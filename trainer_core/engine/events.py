@@ -14,6 +14,8 @@ from trainer_core.eventlog import EventWriter
 from trainer_core.protocol import EVENT_TYPES, Event
 
 Listener = Callable[[Event], None]
+# Set on a log record that already has its own event, so the bridge does not repeat it as a `log` event.
+NO_EVENT = "vega_no_event"
 log = logging.getLogger("trainer_core")
 
 
@@ -38,6 +40,18 @@ class EventHub:
             except Exception:  # a broken console must not stop training either
                 traceback.print_exc()
 
+    def warn(self, message: str, code: str | None = None) -> None:
+        """A `warning` event, also written to trainer.log (without a duplicate `log` event)."""
+        log.warning("%s", message, extra={NO_EVENT: True})
+        self.emit("warning", message=message, code=code)
+
+    def error(self, message: str, tb: str | None = None) -> None:
+        """An `error` event, also written to trainer.log (without a duplicate `log` event)."""
+        log.error("%s", message, extra={NO_EVENT: True})
+        if tb:
+            log.error("%s", tb, extra={NO_EVENT: True})
+        self.emit("error", message=message, traceback=tb)
+
 
 class EventLogHandler(logging.Handler):
     """Forwards log records at INFO and above as `log` events so every viewer sees them."""
@@ -47,8 +61,22 @@ class EventLogHandler(logging.Handler):
         self.hub = hub
 
     def emit(self, record: logging.LogRecord) -> None:
+        if getattr(record, NO_EVENT, False):
+            return
         level = record.levelname.lower()
         self.hub.emit("log", level="warning" if level == "warn" else level, message=record.getMessage())
+
+
+class CurrentStderrHandler(logging.StreamHandler):
+    """Writes to whatever sys.stderr is at the time: a live progress display swaps it to draw around logs."""
+
+    @property
+    def stream(self):  # type: ignore[override]
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value) -> None:
+        pass
 
 
 def setup_logging(log_path, hub: EventHub, level: str, to_stderr: bool) -> None:
@@ -61,7 +89,7 @@ def setup_logging(log_path, hub: EventHub, level: str, to_stderr: bool) -> None:
     file_handler.setFormatter(fmt)
     log.addHandler(file_handler)
     if to_stderr:
-        console = logging.StreamHandler(sys.stderr)
+        console = CurrentStderrHandler()
         console.setFormatter(fmt)
         log.addHandler(console)
     log.addHandler(EventLogHandler(hub))

@@ -1,43 +1,80 @@
-"""Fault injection for tests and drills: real exceptions at chosen steps.
+"""Fault injection for tests and drills: real exceptions and real delays at chosen steps.
 
-Sources: the profile's [debug] section, or environment variables (comma-separated steps):
-  VEGA_FAULT_OOM_AT_STEPS        raise torch.OutOfMemoryError in the forward pass of these steps
-  VEGA_FAULT_NONFINITE_AT_STEPS  make the loss NaN at these steps
-  VEGA_FAULT_FAIL_AT_STEP        raise RuntimeError at this step (crash drills)
-Each fault fires once per step number, so the retried or following attempt runs clean.
+Sources: the profile's [debug] section, or environment variables (comma-separated numbers):
+  VEGA_FAULT_OOM_AT_STEPS          raise torch.OutOfMemoryError in the forward pass of these steps
+  VEGA_FAULT_NONFINITE_AT_STEPS    make the loss NaN at these steps
+  VEGA_FAULT_FAIL_AT_STEP          raise RuntimeError at this step (crash drills)
+  VEGA_FAULT_STEP_SLEEP_S          sleep this many seconds in every step attempt (keeps a tiny model's
+                                   run alive long enough for signal and control tests, without CPU load)
+  VEGA_FAULT_HOLD_CHECKPOINT_SAVES hold only these saves (1-based count in this process) for
+                                   `debug.hold_checkpoint_write_s`; without it every save holds
+Each listed step number fires once per occurrence: [5] fails one attempt at step 5 and the retry runs
+clean, [5, 5] fails two attempts in a row (a skipped step is retried under the same number).
+VEGA_FAULT_CHECKPOINT_ENOSPC (a full disk during a save) lives in `engine.checkpoint`.
 """
 
 from __future__ import annotations
 
 import os
+import time
+from collections import Counter
+from collections.abc import Iterable
 
 import torch
 
 from trainer_core.profile import DebugSection
 
+OOM_ENV = "VEGA_FAULT_OOM_AT_STEPS"
+NONFINITE_ENV = "VEGA_FAULT_NONFINITE_AT_STEPS"
+FAIL_ENV = "VEGA_FAULT_FAIL_AT_STEP"
+SLEEP_ENV = "VEGA_FAULT_STEP_SLEEP_S"
+HOLD_SAVES_ENV = "VEGA_FAULT_HOLD_CHECKPOINT_SAVES"
 
-def _env_steps(name: str) -> set[int]:
+
+def _env_numbers(name: str) -> list[int]:
     raw = os.environ.get(name, "")
-    return {int(part) for part in raw.replace(" ", "").split(",") if part}
+    return [int(part) for part in raw.replace(" ", "").split(",") if part]
+
+
+def _env_seconds(name: str) -> float:
+    raw = os.environ.get(name, "").strip()
+    return max(0.0, float(raw)) if raw else 0.0
+
+
+def _take(pending: Counter[int], step: int) -> bool:
+    """Consume one occurrence of `step`; True when there was one."""
+    if pending[step] <= 0:
+        return False
+    pending[step] -= 1
+    return True
 
 
 class FaultInjector:
     def __init__(self, debug: DebugSection) -> None:
-        self.oom = set(debug.oom_at_steps) | _env_steps("VEGA_FAULT_OOM_AT_STEPS")
-        self.nonfinite = set(debug.nonfinite_at_steps) | _env_steps("VEGA_FAULT_NONFINITE_AT_STEPS")
-        fail = _env_steps("VEGA_FAULT_FAIL_AT_STEP")
-        self.fail = fail | ({debug.fail_at_step} if debug.fail_at_step is not None else set())
+        self.oom = Counter(debug.oom_at_steps) + Counter(_env_numbers(OOM_ENV))
+        self.nonfinite = Counter(debug.nonfinite_at_steps) + Counter(_env_numbers(NONFINITE_ENV))
+        fail: Iterable[int] = _env_numbers(FAIL_ENV) + ([debug.fail_at_step] if debug.fail_at_step is not None else [])
+        self.fail = Counter(fail)
+        self.step_sleep_s = _env_seconds(SLEEP_ENV)
+        self.hold_s = debug.hold_checkpoint_write_s
+        held = _env_numbers(HOLD_SAVES_ENV)
+        self.held_saves: set[int] | None = set(held) if held else None
 
     def before_forward(self, step: int) -> None:
-        if step in self.fail:
-            self.fail.discard(step)
+        if self.step_sleep_s:
+            time.sleep(self.step_sleep_s)
+        if _take(self.fail, step):
             raise RuntimeError(f"injected failure at step {step} (fault injection)")
-        if step in self.oom:
-            self.oom.discard(step)
+        if _take(self.oom, step):
             raise torch.OutOfMemoryError(f"injected out-of-memory at step {step} (fault injection)")
 
     def poison_loss(self, step: int, loss: torch.Tensor) -> torch.Tensor:
-        if step in self.nonfinite:
-            self.nonfinite.discard(step)
+        if _take(self.nonfinite, step):
             return loss * float("nan")
         return loss
+
+    def checkpoint_hold_s(self, save_number: int) -> float:
+        """Seconds to hold the `save_number`-th save (1-based) of this process half-written."""
+        if self.held_saves is not None and save_number not in self.held_saves:
+            return 0.0
+        return self.hold_s

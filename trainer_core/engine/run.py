@@ -29,14 +29,16 @@ log = logging.getLogger("trainer_core")
 
 def run_training(plan: TrainPlan, events_to_stdout: bool = False) -> int:
     run_dir = rundir.create_run_dir(plan.run_dir)
+    _refuse_a_live_run(run_dir)
     writer = EventWriter.resume(run_dir / rundir.EVENTS, stdout=events_to_stdout)
-    console = _console_for(events_to_stdout)
+    console = _console_for(events_to_stdout, plan)
     hub = EventHub(writer, [console.on_event] if console else [])
     setup_logging(run_dir / rundir.LOG, hub, plan.profile.logging.level, to_stderr=_stderr_is_free(run_dir))
     control = ControlState()
     outcome = RunOutcome(started=time.time())
     try:
-        with console or _nothing():
+        # Signals are caught from the start: a stop during set-up still ends with a `finished` event.
+        with console or _nothing(), _stop_on_signals(control):
             _announce(plan, hub, run_dir)
             outcome.status = _train(plan, hub, control, run_dir, outcome)
     except VegaError as exc:
@@ -44,8 +46,10 @@ def run_training(plan: TrainPlan, events_to_stdout: bool = False) -> int:
     except Exception as exc:
         outcome.fail(exc, hub, exit_code=1, tb=traceback.format_exc())
     finally:
-        outcome.finish(hub, run_dir, plan)
-        writer.close()
+        try:
+            outcome.finish(hub, run_dir, plan)
+        finally:
+            writer.close()
     if isinstance(outcome.error, VegaError):
         raise outcome.error
     if outcome.exit_code == 1:
@@ -66,37 +70,90 @@ class RunOutcome:
 
     def fail(self, exc: BaseException, hub: EventHub, exit_code: int, tb: str | None = None) -> None:
         self.status, self.exit_code, self.error = "failed", exit_code, exc
-        log.error("run failed: %s", exc)
-        if tb:
-            log.error("%s", tb)
-        hub.emit("error", message=str(exc) or type(exc).__name__, traceback=tb)
+        if self.trainer is not None:
+            self.trainer.flush_telemetry()  # the steps before the failure belong in the log
+        hub.error(str(exc) or type(exc).__name__, tb=tb)
 
     def finish(self, hub: EventHub, run_dir: Path, plan: TrainPlan) -> None:
+        """session.json, then the `finished` event: always the log's last line."""
         from trainer_core.engine.session import write_session
 
         t = self.trainer
         seconds = time.time() - self.started
         summary = t.summary() if t is not None else {}
         summary.update(self.summary)
+        try:
+            write_session(run_dir, plan, self.status, self.started, seconds, summary)
+        except OSError as exc:  # the events tell the story too; a summary file must not crash the end
+            hub.error(f"session.json not written in {run_dir}: {exc.strerror or exc}")
         hub.emit(
             "finished", status=self.status, step=t.state.step if t else 0, epoch=t.state.epoch if t else 0,
             seconds=seconds, summary=summary,
         )
-        write_session(run_dir, plan, self.status, self.started, seconds, summary)
 
 
 def _train(plan: TrainPlan, hub: EventHub, control: ControlState, run_dir: Path, outcome: RunOutcome) -> str:
-    from trainer_core.engine.control import ControlServer
     from trainer_core.engine.setup import build_trainer, finalize, resume_into
 
     trainer = build_trainer(plan, hub, control, run_dir)
     outcome.trainer = trainer
     if plan.resume is not None:
         resume_into(trainer, plan, hub)
-    with ControlServer(run_dir, _command_handler(control, hub)), _stop_on_signals(control):
+    with _tensorboard(plan, hub, run_dir), _control_socket(run_dir, control, hub):
         status = trainer.fit()
     outcome.summary.update(finalize(trainer, plan, hub, run_dir))
     return status
+
+
+@contextmanager
+def _tensorboard(plan: TrainPlan, hub: EventHub, run_dir: Path) -> Iterator[None]:
+    """TensorBoard scalars while training, when the profile asks for them and the package is there."""
+    if not plan.profile.logging.tensorboard:
+        yield
+        return
+    from trainer_core.engine.tensorboard_log import open_tensorboard
+
+    board, why_not = open_tensorboard(run_dir)
+    if board is None:
+        hub.warn(why_not or "TensorBoard is not available", code="tensorboard_unavailable")
+        yield
+        return
+    hub.listeners.append(board.on_event)
+    try:
+        yield
+    finally:
+        hub.listeners.remove(board.on_event)
+        board.close()
+
+
+def _refuse_a_live_run(run_dir: Path) -> None:
+    """Two trainers in one run folder would interleave events and overwrite checkpoints: refuse early."""
+    from trainer_core.control_client import control_socket_path
+    from trainer_core.engine.control import socket_answers
+
+    path = control_socket_path(run_dir)
+    if path.is_socket() and socket_answers(path):
+        raise VegaError(
+            f"a trainer is already running in {run_dir} (its control socket answers); "
+            f"stop it first (trainer-core ctl {run_dir} stop) or choose another --run-dir"
+        )
+
+
+@contextmanager
+def _control_socket(run_dir: Path, control: ControlState, hub: EventHub) -> Iterator[None]:
+    """The control socket while training; where the path is too long for a socket, train without one."""
+    from trainer_core.control_client import ControlError, check_socket_path_length, control_socket_path
+    from trainer_core.engine.control import ControlServer
+
+    try:
+        check_socket_path_length(control_socket_path(run_dir))
+    except ControlError as exc:
+        hub.warn(f"{exc}; training goes on without control commands (SIGTERM still stops it cleanly)",
+                 code="no_control_socket")
+        yield
+        return
+    with ControlServer(run_dir, _command_handler(control, hub)):
+        yield
 
 
 def _command_handler(control: ControlState, hub: EventHub):
@@ -133,7 +190,7 @@ def _announce(plan: TrainPlan, hub: EventHub, run_dir: Path) -> None:
     hub.emit(
         "hello", trainer_version=__version__, pid=os.getpid(), host=os.uname().nodename,
         profile_hash=_profile_hash(p), run_dir=str(run_dir), argv=sys.argv, python=sys.version.split()[0],
-        profile_path=str(plan.profile_path), resumed=plan.resume is not None,
+        profile_path=str(plan.profile_path), resumed=plan.resume is not None, torch=_torch_version(),
     )
     r = plan.resources
     hub.emit(
@@ -141,7 +198,7 @@ def _announce(plan: TrainPlan, hub: EventHub, run_dir: Path) -> None:
         ram_available_bytes=r.ram_available_bytes, gpus=[g.to_dict() for g in r.gpus],
     )
     for warning in plan.notes:
-        hub.emit("warning", message=warning)
+        hub.warn(warning)
     data = plan.data
     hub.emit(
         "data_scan", data_mode=data.mode, reason=data.reason, usable=data.usable_count,
@@ -153,6 +210,16 @@ def _announce(plan: TrainPlan, hub: EventHub, run_dir: Path) -> None:
     frozen = run_dir / rundir.PROFILE
     if not frozen.exists():
         frozen.write_text(profile_to_toml(p), encoding="utf-8")
+
+
+def _torch_version() -> str | None:
+    """The installed torch's version, read from its metadata: importing torch here would delay `hello`."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("torch")
+    except PackageNotFoundError:
+        return None
 
 
 def _profile_hash(profile) -> str:
@@ -170,13 +237,15 @@ def _stderr_is_free(run_dir: Path) -> bool:
     return (err.st_dev, err.st_ino) != (log_file.st_dev, log_file.st_ino)
 
 
-def _console_for(events_to_stdout: bool):
+def _console_for(events_to_stdout: bool, plan: TrainPlan):
     """A Rich progress display on an interactive terminal, unless events go to stdout."""
     if events_to_stdout or not sys.stderr.isatty():
         return None
     from trainer_core.engine.console import ConsoleProgress
 
-    return ConsoleProgress()
+    t = plan.profile.train
+    total = None if t.target_hours else t.max_steps or t.epochs * plan.steps_per_epoch
+    return ConsoleProgress(total)
 
 
 @contextmanager

@@ -43,7 +43,13 @@ def build_trainer(plan: TrainPlan, hub: EventHub, control: ControlState, run_dir
         precision=precision.name,
     )
     log.info("precision: %s; torch %s", precision.describe(), torch.__version__)
-    task = build_task(p, plan.data, device)
+    task = build_task(
+        p, plan.data, device, preload_where=plan.preload_where,
+        progress=lambda fields: hub.emit("preload_progress", **fields),
+    )
+    preload = task.preload_done_event(plan.preload_reason)
+    if preload is not None:
+        hub.emit("preload_done", **preload)
     effective = p.train.batch_size * p.train.grad_accum
     if task.train_items() < effective:
         raise VegaError(
@@ -51,6 +57,8 @@ def build_trainer(plan: TrainPlan, hub: EventHub, control: ControlState, run_dir
             f"(train.batch_size {p.train.batch_size} x train.grad_accum {p.train.grad_accum} = {effective}); "
             "lower train.batch_size or add data"
         )
+    for warning in task.describe().get("warnings", []):
+        hub.warn(warning, code="data")
     trainer = Trainer(p, task, device, precision, hub, run_dir, profile_to_toml(p), control)
     params = sum(x.numel() for x in trainer.model.parameters())
     log.info("model: %s with %.2fM parameters; %d training items", type(task.model).__name__, params / 1e6, task.train_items())
@@ -66,7 +74,7 @@ def resume_into(trainer: Trainer, plan: TrainPlan, hub: EventHub) -> None:
             return
         path, state, warnings = found
         for warning in warnings:
-            hub.emit("warning", code="checkpoint_skipped", message=warning)
+            hub.warn(warning, code="checkpoint_skipped")
     else:
         path = Path(plan.resume).expanduser()
         state = load_checkpoint(path)
@@ -96,15 +104,19 @@ def profile_differences(saved_toml: str, current_toml: str) -> list[str]:
 
 def finalize(trainer: Trainer, plan: TrainPlan, hub: EventHub, run_dir: Path) -> dict:
     """Export the final model and draw the report; failures here are reported, never lose the run."""
-    from trainer_core.engine.export import export_model
+    from trainer_core.engine.export import ExportError, export_model
     from trainer_core.engine.report import write_report
 
     out: dict = {}
     if trainer.state.step > 0:
         config = {**trainer.task.model_config(), "step": trainer.state.step, "profile": trainer.profile_toml}
-        weights, _ = export_model(trainer.model, config, run_dir / "export")
-        out["export"] = str(weights)
-        log.info("exported %s", weights)
+        try:
+            weights, _ = export_model(trainer.model, config, run_dir / "export")
+        except ExportError as exc:  # the checkpoints hold the trained model; say so rather than fail the run
+            hub.error(f"{exc}; the trained weights are in {trainer.checkpoints.folder}")
+        else:
+            out["export"] = str(weights)
+            log.info("exported %s", weights)
     if plan.profile.logging.report:
         try:
             out["report"] = str(write_report(run_dir))

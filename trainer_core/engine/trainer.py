@@ -1,33 +1,42 @@
 """The train loop: one optimizer step at a time, with OOM retry, non-finite skipping and control.
 
-Set-up (device, task, precision) happens in `engine.run`; this class owns the loop state and the
-objects a checkpoint holds (model, optimizer, scheduler, scaler, RNG, data position).
+Set-up (device, task, precision) happens in `engine.setup`; this class owns the loop state and the
+objects a checkpoint holds (model, optimizer, scheduler, scaler, RNG, data position). Control commands,
+evaluation and checkpointing are its mixins (`engine.control_state`, `engine.evaluation`,
+`engine.checkpointing`).
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
 import torch
 
 from trainer_core.engine.budget import TimeBudget
-from trainer_core.engine.checkpoint import CheckpointManager, check_model_compatible, new_checkpoint_state
-from trainer_core.engine.control_state import ControlState
+from trainer_core.engine.checkpoint import CheckpointManager
+from trainer_core.engine.checkpointing import CheckpointMixin
+from trainer_core.engine.control_state import CommandsMixin, ControlState
+from trainer_core.engine.evaluation import EvaluationMixin
 from trainer_core.engine.events import EventHub
 from trainer_core.engine.faults import FaultInjector
 from trainer_core.engine.loop_state import LoopState, halve_micro_batch
 from trainer_core.engine.memory import MemoryManager
 from trainer_core.engine.precision import NonfiniteTracker, PrecisionPolicy
 from trainer_core.engine.profiler import StepProfiler
-from trainer_core.engine.rng import capture_rng_state, restore_rng_state
 from trainer_core.engine.schedule import build_lr_scheduler, set_total_steps
 from trainer_core.engine.telemetry import StepRecord, StepWindow
 from trainer_core.errors import VegaError
 from trainer_core.models.base import Task, batch_to
 from trainer_core.profile import Profile
+
+log = logging.getLogger("trainer_core")
+# Non-finite steps in a row, in multiples of train.nonfinite_patience, after which fp32 gives up.
+HOPELESS_PATIENCES = 10
 
 
 @dataclass
@@ -39,9 +48,11 @@ class StepOutcome:
     losses: dict[str, float]
     grad_norm: float
     items: int
+    lr: float
+    """The learning rate this step was taken with (the scheduler has moved on since)."""
 
 
-class Trainer:
+class Trainer(CommandsMixin, EvaluationMixin, CheckpointMixin):
     def __init__(
         self,
         profile: Profile,
@@ -62,7 +73,7 @@ class Trainer:
             fused=device.type == "cuda",
         )
         self.state = LoopState(micro_batch=t.batch_size, grad_accum=t.grad_accum)
-        self.state.total_steps = self._planned_total_steps()
+        self.state.total_steps = self.planned_total_steps()
         self.scheduler = build_lr_scheduler(
             self.optimizer, t.schedule, t.warmup_steps, self.state.total_steps, t.restart_period, t.restart_mult
         )
@@ -72,23 +83,34 @@ class Trainer:
         self.window = StepWindow(profile.logging.step_interval_s)
         self.nonfinite = NonfiniteTracker(t.nonfinite_patience)
         self.faults = FaultInjector(profile.debug)
-        self.budget = TimeBudget(t.target_hours, self.steps_per_epoch()) if t.target_hours else None
+        self.budget = self._new_budget()
         self.last_val_loss: float | None = None
         self._last_val_step = -1
         self._last_loss: float | None = None
         self._data_s = self._step_s = 0.0
+        self._saves = 0
+        self._budget_too_short_warned = False
         self.started = time.monotonic()
+        self._first_step = 0  # where this process started counting (a resumed run starts late)
 
     # ------------------------------------------------------------------ planning
 
     def steps_per_epoch(self) -> int:
         return max(1, self.task.train_items() // self.state.effective_batch)
 
-    def _planned_total_steps(self) -> int:
+    def planned_total_steps(self) -> int:
         t = self.profile.train
         if t.max_steps is not None:
             return t.max_steps
         return max(t.warmup_steps + 1, t.epochs * self.steps_per_epoch())
+
+    def _new_budget(self) -> TimeBudget | None:
+        hours = self.profile.train.target_hours
+        if not hours:
+            return None
+        # The budget is for the whole job: interpreter start-up and data loading count against it.
+        already = max(0.0, time.time() - psutil.Process().create_time())
+        return TimeBudget(hours, self.steps_per_epoch(), elapsed_s=already)
 
     def finished(self) -> bool:
         if self.budget is not None:
@@ -100,19 +122,34 @@ class Trainer:
     def fit(self) -> str:
         """Train until done, stopped or early-stopped; returns the `finished` status."""
         self.model.train()
+        self.started, self._first_step = time.monotonic(), self.state.step
         while not self.finished():
+            # Checked before each step too: a stop asked for during set-up ends the run before any work.
+            if self.handle_requests() == "stop":
+                return self.stop()
             if self.state.item == 0:
                 self.events.emit("epoch_start", epoch=self.state.epoch, steps_in_epoch=self.steps_per_epoch())
             outcome = self.train_step()
             self.after_step(outcome)
             if self.remaining_items() < self.state.effective_batch:
                 self.end_epoch()
-            if self.handle_requests() == "stop":
-                self.save_checkpoint()
-                return "stopped"
             if self.early_stop_due():
-                self.events.emit("log", level="info", message="early stopping: validation loss stopped improving")
+                log.info(
+                    "early stopping at step %d: validation loss has not improved for %d evaluations "
+                    "(train.early_stopping_patience)", self.state.step, self.state.evals_since_best,
+                )
                 break
+        return self.complete()
+
+    def stop(self) -> str:
+        """Stop asked for (control socket or signal): report the last steps, save, and end."""
+        self.flush_telemetry()
+        if self.state.step and not self.checkpoints.path_for(self.state.step).exists():
+            self.save_checkpoint()
+        return "stopped"
+
+    def complete(self) -> str:
+        """The end of a finished run: a last validation and checkpoint at the final step."""
         self.flush_telemetry()
         if self.state.step and self._last_val_step != self.state.step:
             self.validate()
@@ -178,6 +215,7 @@ class Trainer:
 
     def _optimizer_step(self, total: torch.Tensor, parts: dict, items: int) -> StepOutcome:
         scaler = self.precision.scaler
+        lr = self.optimizer.param_groups[0]["lr"]
         with self.profiler.phase("optimizer"):
             scaler.unscale_(self.optimizer)
             clip = self.profile.train.grad_clip or float("inf")
@@ -193,7 +231,7 @@ class Trainer:
                 self.scheduler.step()
                 self.state.step += 1
         self.profiler.step_done()
-        return StepOutcome(finite, loss, dict(zip(parts, values[2:])), norm, items)
+        return StepOutcome(finite, loss, dict(zip(parts, values[2:])), norm, items, lr)
 
     def _recover_from_oom(self, message: str) -> None:
         s = self.state
@@ -238,7 +276,7 @@ class Trainer:
         s = self.state
         scale = self.precision.scaler.get_scale() if self.precision.scaler.is_enabled() else None
         return StepRecord(
-            step=s.step, epoch=s.epoch, loss=o.loss, losses=o.losses, lr=self.optimizer.param_groups[0]["lr"],
+            step=s.step, epoch=s.epoch, loss=o.loss, losses=o.losses, lr=o.lr,
             grad_norm=o.grad_norm, loss_scale=scale, items=o.items, seconds=self._step_s,
             data_seconds=self._data_s, micro_batch=s.micro_batch, grad_accum=s.grad_accum,
         )
@@ -254,11 +292,11 @@ class Trainer:
     def eta_s(self) -> float | None:
         if self.budget is not None:
             return self.budget.eta_s(self.state.step)
-        done = self.state.step
-        if done == 0:
+        done_here = self.state.step - self._first_step
+        if done_here <= 0:
             return None
-        rate = done / max(1e-9, time.monotonic() - self.started)
-        return (self.state.total_steps - done) / rate
+        rate = done_here / max(1e-9, time.monotonic() - self.started)
+        return max(0, self.state.total_steps - self.state.step) / rate
 
     def _handle_nonfinite(self, o: StepOutcome) -> None:
         scaler = self.precision.scaler
@@ -267,12 +305,17 @@ class Trainer:
         counts = loss_bad or not scaler.is_enabled() or scaler.get_scale() < 1.0
         fall_back = self.nonfinite.record(False) if counts else False
         action = "skipped step" + (f"; loss scale now {scaler.get_scale():g}" if scaler.is_enabled() else "")
+        # Reported in the precision the step ran in, before any fallback.
+        ran_in, consecutive = self.precision.name, self.nonfinite.consecutive
         if fall_back:
             action += self._fall_back_precision()
-        self.events.emit(
-            "nonfinite", step=self.state.step + 1, action=action,
-            consecutive=self.nonfinite.consecutive, precision=self.precision.name,
-        )
+        self.events.emit("nonfinite", step=self.state.step + 1, action=action, consecutive=consecutive, precision=ran_in)
+        if consecutive >= HOPELESS_PATIENCES * self.nonfinite.patience and self.precision.fallback() is None:
+            # Without this a loss that is always NaN would skip steps, and consume data, forever.
+            raise VegaError(
+                f"the loss or gradients were non-finite in {consecutive} steps in a row at {self.precision.name}, "
+                "with no safer precision left; lower train.lr, check the data, or resume from an earlier checkpoint"
+            )
 
     def _fall_back_precision(self) -> str:
         safer = self.precision.fallback()
@@ -280,7 +323,7 @@ class Trainer:
             return "; already fp32, nothing safer to fall back to"
         old, self.precision = self.precision.name, safer
         self.nonfinite.reset()
-        self.events.emit("warning", code="precision_fallback", message=f"falling back from {old} to {safer.name}")
+        self.events.warn(f"falling back from {old} to {safer.name} after repeated non-finite steps", code="precision_fallback")
         return f"; falling back from {old} to {safer.name}"
 
     def _observe_budget(self, items: int) -> None:
@@ -289,12 +332,26 @@ class Trainer:
         plan = self.budget.observe(self.state.step, items)
         if plan is None:
             return
-        self.state.total_steps = plan.total_steps
-        set_total_steps(self.scheduler, plan.total_steps)
+        self.state.total_steps = self._schedulable_length(plan.total_steps)
+        set_total_steps(self.scheduler, self.state.total_steps)
         self.events.emit(
             "calibration", samples_per_s=plan.samples_per_s, planned_epochs=plan.planned_epochs,
             planned_steps=plan.total_steps, target_hours=self.profile.train.target_hours,
         )
+
+    def _schedulable_length(self, planned: int) -> int:
+        """The schedule needs more steps than its warmup; a budget too short for that keeps warming up."""
+        shortest = self.profile.train.warmup_steps + 1
+        if planned >= shortest:
+            return planned
+        if not self._budget_too_short_warned:
+            self._budget_too_short_warned = True
+            self.events.warn(
+                f"the time budget fits about {planned} steps, fewer than train.warmup_steps "
+                f"({self.profile.train.warmup_steps}): the LR will not finish warming up; lower train.warmup_steps",
+                code="budget_shorter_than_warmup",
+            )
+        return shortest
 
     def _periodic_eval_and_checkpoint(self, step: int) -> None:
         t = self.profile.train
@@ -303,156 +360,7 @@ class Trainer:
         if t.checkpoint_every_steps and step % t.checkpoint_every_steps == 0:
             self.save_checkpoint()
 
-    # ------------------------------------------------------------------ evaluation
-
-    @torch.no_grad()
-    def validate(self) -> float | None:
-        """Mean validation losses, metrics, samples; saves a best checkpoint on improvement."""
-        self.flush_telemetry()
-        self._last_val_step = self.state.step
-        self.model.eval()
-        sums: dict[str, float] = {}
-        items = 0
-        for batch in self.task.val_batches(self.state.micro_batch):
-            # Weight by batch size: the last validation batch may be smaller.
-            n = next(iter(batch.values())).shape[0]
-            batch = batch_to(batch, self.device, non_blocking=self.device.type == "cuda")
-            with self.precision.autocast():
-                losses = self.task.compute_losses(self.model, batch)
-            for name, value in losses.items():
-                sums[name] = sums.get(name, 0.0) + float(value) * n
-            items += n
-        self.model.train()
-        self.make_samples()
-        if items == 0:
-            return None
-        means = {k: v / items for k, v in sums.items()}
-        metrics = self.task.val_metrics(means)
-        self.last_val_loss = means["total"]
-        metric_name, metric_value = next(iter(metrics.items()), (None, None))
-        self.events.emit(
-            "validation", step=self.state.step, epoch=self.state.epoch, loss=means["total"], losses=means,
-            metrics=metrics, metric_name=metric_name, metric_value=metric_value,
-        )
-        self._track_best(means["total"])
-        return means["total"]
-
-    def _track_best(self, val_loss: float) -> None:
-        s = self.state
-        if s.best_val is None or val_loss < s.best_val:
-            s.best_val, s.evals_since_best = val_loss, 0
-            saved = self.save_checkpoint(is_best=True)
-            if saved is not None:
-                self.events.emit("best_model", step=s.step, path=str(saved), val_loss=val_loss)
-        else:
-            s.evals_since_best += 1
-
-    def early_stop_due(self) -> bool:
-        patience = self.profile.train.early_stopping_patience
-        return patience is not None and self.state.evals_since_best >= patience
-
-    def make_samples(self) -> None:
-        out_dir = self.run_dir / "samples"
-        self.model.eval()
-        for sample in self.task.make_samples(self.model, out_dir, self.state.step):
-            self.events.emit("sample", step=self.state.step, kind=sample.kind, path=str(sample.path), text=sample.text)
-        self.model.train()
-
-    # ------------------------------------------------------------------ control
-
-    def handle_requests(self) -> str | None:
-        """Act on commands queued by the socket or signals; returns "stop" when the run must end."""
-        for cmd in self.control.drain():
-            if cmd == "stop":
-                return "stop"
-            if cmd == "pause" and not self.control.paused:
-                self.control.paused = True
-                self.flush_telemetry()
-                self.events.emit("paused", step=self.state.step)
-                return self._wait_while_paused()
-            self._run_command(cmd)
-        return None
-
-    def _run_command(self, cmd: str) -> None:
-        if cmd == "save":
-            self.save_checkpoint()
-        elif cmd == "evaluate":
-            self.validate()
-        elif cmd == "resume" and self.control.paused:
-            self.control.paused = False
-            self.events.emit("resumed", step=self.state.step)
-
-    def _wait_while_paused(self) -> str | None:
-        paused_at = time.monotonic()
-        while self.control.paused:
-            for cmd in self.control.drain():
-                if cmd == "stop":
-                    return "stop"
-                self._run_command(cmd)
-            time.sleep(0.05)
-        # Time spent paused is not training time: keep ETA and the time budget honest.
-        pause = time.monotonic() - paused_at
-        self.started += pause
-        if self.budget is not None:
-            self.budget.started += pause
-        return None
-
-    # ------------------------------------------------------------------ checkpoints
-
-    def checkpoint_state(self) -> dict:
-        s = self.state
-        scaler = self.precision.scaler
-        return new_checkpoint_state(
-            model=self.model.state_dict(), step=s.step, epoch=s.epoch, rng=capture_rng_state(),
-            optimizer=self.optimizer.state_dict(), scheduler=self.scheduler.state_dict(),
-            scaler=scaler.state_dict() if scaler.is_enabled() else None,
-            data_position={"epoch": s.epoch, "item": s.item}, profile_toml=self.profile_toml,
-            precision=self.precision.name, micro_batch=s.micro_batch, grad_accum=s.grad_accum,
-            val_loss=self.last_val_loss,
-            extra={"loop": s.state_dict(), "nonfinite": self.nonfinite.state_dict()},
-        )
-
-    def save_checkpoint(self, is_best: bool = False) -> Path | None:
-        """Save now; a failed write is reported and training goes on (the previous file is intact)."""
-        if self.state.step == 0:
-            return None
-        from trainer_core.engine.checkpoint import CheckpointError
-
-        try:
-            saved = self.checkpoints.save(
-                self.checkpoint_state(), self.state.step, val_loss=self.last_val_loss, is_best=is_best,
-                hold_s=self.profile.debug.hold_checkpoint_write_s,
-            )
-        except CheckpointError as exc:
-            self.events.emit("error", message=str(exc))
-            return None
-        self.events.emit(
-            "checkpoint_saved", step=self.state.step, epoch=self.state.epoch, path=str(saved.path),
-            bytes=saved.bytes, val_loss=self.last_val_loss, seconds=saved.seconds,
-        )
-        for warning in saved.warnings:
-            self.events.emit("warning", message=warning)
-        return saved.path
-
-    def restore(self, state: dict) -> dict:
-        """Load a checkpoint's states so the next step is exactly the one after it was saved."""
-        check_model_compatible(self.model, state["model"])
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
-        if state.get("scaler") and self.precision.scaler.is_enabled():
-            self.precision.scaler.load_state_dict(state["scaler"])
-        self.state.load_state_dict(state["extra"]["loop"])
-        self.nonfinite.load_state_dict(state["extra"].get("nonfinite", {}))
-        set_total_steps(self.scheduler, self.state.total_steps)
-        self.last_val_loss = state.get("val_loss")
-        for note in restore_rng_state(state["rng"]):
-            self.events.emit("warning", code="rng_not_restored", message=note)
-        return {
-            "step": self.state.step, "epoch": self.state.epoch, "item": self.state.item,
-            "lr": self.optimizer.param_groups[0]["lr"],
-            "loss_scale": self.precision.scaler.get_scale() if self.precision.scaler.is_enabled() else None,
-        }
+    # ------------------------------------------------------------------ the end
 
     def summary(self) -> dict:
         """Final figures for the `finished` event and session.json."""

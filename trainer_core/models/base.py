@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -84,6 +84,10 @@ class Task(ABC):
     def describe(self) -> dict[str, Any]:
         """JSON-ready summary for events and the dry-run plan: items, vocabulary, parameter count, warnings."""
 
+    def preload_done_event(self, reason: str = "") -> dict[str, Any] | None:
+        """Fields of a `preload_done` event, for tasks that preload features; None when nothing was preloaded."""
+        return None
+
 
 def count_parameters(model: nn.Module) -> int:
     """Distinct trainable parameters (tied weights count once: `parameters()` yields each tensor once)."""
@@ -112,18 +116,27 @@ def _resolve_mode(profile: Profile, report: DataReport) -> str:
             f"model.kind = \"lm\" trains on text, but {report.path} was read as {report.mode} data: "
             "set data.mode = \"text\" or point data.path at .txt/.md/.jsonl files"
         )
-    if kind == "tts" or report.mode == "voice":
-        raise VegaError(
-            f"voice training arrives with the TTS model, which this version does not have yet ({report.path}): "
-            "train a text model instead (data.mode = \"text\", model.kind = \"lm\")"
+    if kind == "tts" and report.mode != "voice":
+        raise ProfileError(
+            f"model.kind = \"tts\" trains on recordings with transcripts, but {report.path} was read as "
+            f"{report.mode} data: set data.mode = \"voice\" or point data.path at audio with a metadata.csv"
         )
     return report.mode
 
 
 def build_task(
-    profile: Profile, data: DataReport | str | os.PathLike[str], device: torch.device | str
+    profile: Profile,
+    data: DataReport | str | os.PathLike[str],
+    device: torch.device | str,
+    *,
+    preload_where: str | None = None,
+    progress: Callable[[dict[str, Any]], None] | None = None,
 ) -> Task:
-    """Build the task for a profile and its scanned data (a DataReport, or a folder to scan now)."""
+    """Build the task for a profile and its scanned data (a DataReport, or a folder to scan now).
+
+    Voice only: `preload_where` ("ram" or "disk", the plan's choice; default from data.preload, auto
+    meaning RAM) and `progress`, called with each preload_progress event's fields.
+    """
     report = data if hasattr(data, "mode") else _scan_folder(profile, Path(data))
     mode = _resolve_mode(profile, report)
     if mode == "text":
@@ -131,4 +144,8 @@ def build_task(
         from trainer_core.models.lm import LmTask
 
         return LmTask.from_report(profile, report, torch.device(device))
+    if mode == "voice":
+        from trainer_core.models.voice_task import VoiceTask
+
+        return VoiceTask(profile, report, torch.device(device), progress=progress, where=preload_where)
     raise VegaError(f"unknown data mode {mode!r} for {report.path}: expected \"text\" or \"voice\"")

@@ -1,0 +1,267 @@
+"""Shared fixtures for the end-to-end trainer tests (tests/test_train_*.py).
+
+Every trainer runs as a real `python -m trainer_core train` subprocess on the CPU: a tiny byte-level
+model over a small generated English corpus, with VEGA_CONFIG_DIR pointing at an empty folder so that
+no machine file or user profile of this computer changes the run. One torch thread per trainer: two
+trainers (or a trainer and another test) on a 2-core box must not fight over cores.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from trainer_core.eventlog import read_all
+from trainer_core.protocol import Event
+
+REPO = Path(__file__).resolve().parent.parent
+WORDS = (
+    "the a small model learns to read and write bytes of plain english text while it trains on "
+    "short stories about foxes dogs rivers and quiet towns where people walk slowly every morning"
+).split()
+# The tiny profile every end-to-end test starts from; tests change fields with --set.
+TINY_PROFILE = """\
+[run]
+name = "e2e"
+seed = 7
+
+[data]
+mode = "text"
+context_bytes = 32
+val_fraction = 0.1
+
+[model]
+kind = "lm"
+hidden = 32
+encoder_layers = 1
+heads = 2
+ffn_mult = 2
+dropout = 0.1
+
+[train]
+batch_size = 8
+lr = 3e-3
+warmup_steps = 5
+
+[compute]
+mode = "cpu"
+num_threads = 1
+
+[sample]
+prompts = ["The "]
+max_new_bytes = 16
+
+[logging]
+step_interval_s = 0.05
+report = false
+"""
+# Fields set on every run unless a test overrides them (None removes one: the profile default applies).
+DEFAULT_SETTINGS: dict[str, Any] = {"train.max_steps": 40}
+# Generous: other test processes share the two cores.
+RUN_TIMEOUT_S = 90.0
+
+
+def write_corpus(folder: Path, documents: int = 6, lines: int = 50, seed: int = 0) -> Path:
+    """`documents` .txt files of English-like sentences (about 3 KB each), deterministic for a seed."""
+    rng = random.Random(seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    for n in range(documents):
+        sentences = [" ".join(rng.choice(WORDS) for _ in range(10)).capitalize() + "." for _ in range(lines)]
+        (folder / f"story-{n}.txt").write_text("\n".join(sentences) + "\n", encoding="utf-8")
+    return folder
+
+
+def toml_value(value: Any) -> str:
+    """A Python value as the TOML text `--set` expects."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return json.dumps(value)
+
+
+def set_args(settings: dict[str, Any]) -> list[str]:
+    return [arg for key, value in settings.items() for arg in ("--set", f"{key}={toml_value(value)}")]
+
+
+def step_rows(events: list[Event]) -> dict[int, list[tuple[float | None, float]]]:
+    """Step number -> every (loss, lr) the step events report for it (a step repeated = listed twice)."""
+    rows: dict[int, list[tuple[float | None, float]]] = {}
+    for event in events:
+        if event.type == "step":
+            for step, loss, lr in zip(event.step_series, event.loss_series, event.lr_series, strict=True):
+                rows.setdefault(step, []).append((loss, lr))
+    return rows
+
+
+def of_type(events: list[Event], kind: str) -> list[Event]:
+    return [event for event in events if event.type == kind]
+
+
+def finished(events: list[Event]) -> Event:
+    """The last `finished` event (a resumed run folder holds one per segment)."""
+    ends = of_type(events, "finished")
+    assert ends, f"no finished event; last events: {[e.type for e in events[-5:]]}"
+    return ends[-1]
+
+
+@dataclass
+class TrainerProcess:
+    """A trainer subprocess with its run folder; stdout and stderr go to files beside the run folder."""
+
+    run_dir: Path
+    proc: subprocess.Popen
+    out_path: Path
+    err_path: Path
+    drain: threading.Thread | None = None
+    """Copies a terminal's output to err_path when stderr is a pseudo-terminal."""
+
+    @property
+    def stdout(self) -> str:
+        return self.out_path.read_text(encoding="utf-8", errors="replace")
+
+    @property
+    def stderr(self) -> str:
+        return self.err_path.read_text(encoding="utf-8", errors="replace")
+
+    def wait(self, timeout: float = RUN_TIMEOUT_S) -> int:
+        try:
+            code = self.proc.wait(timeout=timeout)
+            if self.drain is not None:
+                self.drain.join(timeout=10)
+            return code
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            pytest.fail(f"trainer in {self.run_dir} still running after {timeout:g} s; stderr:\n{self.stderr[-3000:]}")
+
+    def events(self) -> list[Event]:
+        path = self.run_dir / "events.jsonl"
+        return read_all(path) if path.is_file() else []
+
+    def wait_for(self, predicate: Callable[[list[Event]], bool], timeout: float = 60.0) -> list[Event]:
+        """Poll the event log until `predicate(events)` holds; fail if the trainer exits first or time runs out."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            exited = self.proc.poll() is not None
+            events = self.events()
+            if predicate(events):
+                return events
+            if exited:
+                pytest.fail(f"trainer exited ({self.proc.returncode}) before the awaited event; stderr:\n{self.stderr[-3000:]}")
+            time.sleep(0.02)
+        pytest.fail(f"awaited event did not come within {timeout:g} s; stderr:\n{self.stderr[-3000:]}")
+
+    def wait_for_step(self, step: int, timeout: float = 60.0) -> list[Event]:
+        return self.wait_for(lambda events: any(e.type == "step" and e.step >= step for e in events), timeout)
+
+    def send(self, sig: signal.Signals) -> None:
+        self.proc.send_signal(sig)
+
+
+def terminal_to_file(path: Path) -> tuple[int, threading.Thread]:
+    """A pseudo-terminal whose output a thread copies to `path`; returns (terminal fd, thread)."""
+    controller, terminal = os.openpty()
+
+    def copy() -> None:
+        with open(path, "wb") as out:
+            while True:
+                try:
+                    data = os.read(controller, 65536)
+                except OSError:  # EIO: every process holding the terminal has closed it
+                    break
+                if not data:
+                    break
+                out.write(data)
+        os.close(controller)
+
+    thread = threading.Thread(target=copy, name="pty-drain", daemon=True)
+    thread.start()
+    return terminal, thread
+
+
+class TrainerLauncher:
+    """Starts trainers on the tiny profile with files under `root`; `close()` kills any still running."""
+
+    def __init__(self, root: Path, corpus: Path) -> None:
+        self.root, self.corpus = root, corpus
+        self.profile = root / "tiny.toml"
+        self.profile.write_text(TINY_PROFILE, encoding="utf-8")
+        config = root / "config"
+        config.mkdir(exist_ok=True)
+        # No inherited fault injection; an empty config folder; one thread per trainer.
+        self.env = {key: value for key, value in os.environ.items() if not key.startswith("VEGA_")}
+        self.env.update(VEGA_CONFIG_DIR=str(config), PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
+        self.started: list[TrainerProcess] = []
+
+    def command(self, run_dir: Path, settings: dict[str, Any], data: Path | None, extra_args: tuple[str, ...]) -> list[str]:
+        merged = {key: value for key, value in {**DEFAULT_SETTINGS, **settings}.items() if value is not None}
+        return [
+            sys.executable, "-m", "trainer_core", "train", "--profile", str(self.profile),
+            "--data", str(data or self.corpus), "--run-dir", str(run_dir), *set_args(merged), *extra_args,
+        ]
+
+    def start(
+        self,
+        name: str = "run",
+        settings: dict[str, Any] | None = None,
+        *extra_args: str,
+        env: dict[str, str] | None = None,
+        data: Path | None = None,
+        run_dir: Path | None = None,
+        terminal: bool = False,
+    ) -> TrainerProcess:
+        """Start a trainer; `settings` are `--set` fields (None removes a default), `extra_args` go last.
+
+        `terminal`: stderr is a pseudo-terminal (as for a person at a shell), copied to the .err file.
+        """
+        target = run_dir or self.root / name
+        number = len(self.started)
+        out_path, err_path = self.root / f"{name}.{number}.out", self.root / f"{name}.{number}.err"
+        drain = None
+        with open(out_path, "wb") as out, open(err_path, "wb") as err:
+            if terminal:
+                err, drain = terminal_to_file(err_path)
+            proc = subprocess.Popen(
+                self.command(target, settings or {}, data, extra_args), stdout=out, stderr=err,
+                stdin=subprocess.DEVNULL, cwd=self.root, env={**self.env, **(env or {})},
+            )
+            if terminal:
+                os.close(err)  # the child holds its own copy; the drain ends when the child closes it
+        self.started.append(TrainerProcess(target, proc, out_path, err_path, drain))
+        return self.started[-1]
+
+    def run(self, *args: Any, **kwargs: Any) -> TrainerProcess:
+        """Like start, but waits for the trainer to exit (its exit code is `proc.returncode`)."""
+        trainer = self.start(*args, **kwargs)
+        trainer.wait()
+        return trainer
+
+    def close(self) -> None:
+        for trainer in self.started:
+            if trainer.proc.poll() is None:
+                trainer.proc.kill()
+                trainer.proc.wait()
+
+
+@pytest.fixture(scope="session")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_corpus(tmp_path_factory.mktemp("corpus"))
+
+
+@pytest.fixture
+def trainers(tmp_path: Path, corpus: Path) -> Iterator[TrainerLauncher]:
+    """Start real trainer subprocesses for one test: `trainers.start(...)` / `trainers.run(...)`."""
+    launcher = TrainerLauncher(tmp_path, corpus)
+    yield launcher
+    launcher.close()

@@ -1,0 +1,102 @@
+"""Log-mel features: parity with librosa on real speech and a chirp, batching, frame counts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+import torch
+
+import trainer_core
+from trainer_core.data.mel import MelExtractor
+from trainer_core.profile import AudioSection
+
+DEMO_WAVS = Path(trainer_core.__file__).parent / "demo" / "voice" / "wavs"
+
+
+def chirp(seconds: float, sr: int, f0: float = 60.0, f1: float = 7000.0) -> np.ndarray:
+    """A linear sweep from f0 to f1 Hz fading out, over faint noise so that every mel band has energy."""
+    t = np.arange(int(seconds * sr)) / sr
+    phase = 2 * np.pi * (f0 * t + (f1 - f0) * t**2 / (2 * seconds))
+    noise = 0.003 * np.random.default_rng(7).standard_normal(len(t))
+    return (0.6 * np.sin(phase) * np.linspace(1.0, 0.2, len(t)) + noise).astype(np.float32)
+
+
+def librosa_log_mel(wave: np.ndarray, audio: AudioSection) -> np.ndarray:
+    import librosa
+
+    mel = librosa.feature.melspectrogram(
+        y=wave, sr=audio.sample_rate, n_fft=audio.n_fft, hop_length=audio.hop_length, win_length=audio.win_length,
+        center=True, pad_mode="reflect", power=2.0, n_mels=audio.n_mels, fmin=audio.f_min, fmax=audio.f_max,
+    )
+    return mel
+
+
+def assert_matches_librosa(wave: np.ndarray, audio: AudioSection) -> None:
+    ours = MelExtractor(audio, torch.device("cpu"))([wave])[0].numpy()
+    reference = librosa_log_mel(wave, audio)
+    assert ours.shape == reference.shape
+    np.testing.assert_allclose(ours, np.log(np.maximum(reference, audio.log_floor)), rtol=0, atol=1e-5)
+    # The issue asks for a relative error of the mel power below 1e-4 wherever the reference is above the
+    # floor; the float64 STFT gives ~1e-6, so hold it to 1e-5 (a float32 STFT would fail at ~1e-4).
+    above = reference > audio.log_floor
+    assert above.mean() > 0.5
+    relative = np.abs(np.exp(ours[above]) - reference[above]) / reference[above]
+    assert relative.max() < 1e-5
+
+
+@pytest.mark.parametrize("name", ["demo_001.wav", "demo_023.wav"])
+def test_matches_librosa_on_demo_speech(name: str) -> None:
+    wave, sr = sf.read(DEMO_WAVS / name, dtype="float32")
+    assert_matches_librosa(wave, AudioSection(sample_rate=sr))
+
+
+def test_matches_librosa_on_a_chirp() -> None:
+    assert_matches_librosa(chirp(1.5, 22050), AudioSection())
+
+
+def test_matches_librosa_with_a_short_window_full_band_and_16k() -> None:
+    # win_length < n_fft: both centre the window inside the FFT frame; f_max None means Nyquist.
+    audio = AudioSection(sample_rate=16000, n_fft=512, hop_length=160, win_length=400, n_mels=64, f_max=None)
+    assert_matches_librosa(chirp(1.0, 16000, f1=7800.0), audio)
+
+
+def test_batched_equals_one_by_one_and_frames_follow_the_length() -> None:
+    extractor = MelExtractor(AudioSection(), torch.device("cpu"))
+    speech, _ = sf.read(DEMO_WAVS / "demo_002.wav", dtype="float32")
+    waves = [speech, chirp(0.4, 22050), speech[:700], chirp(2.0, 22050), speech[:300]]
+    batched = extractor(waves)
+    for wave, mel in zip(waves, batched, strict=True):
+        alone = extractor([wave])[0]
+        assert mel.shape == (80, extractor.frames_for(len(wave))) == (80, 1 + len(wave) // 256)
+        assert mel.dtype == torch.float32 and mel.device.type == "cpu" and mel.is_contiguous()
+        torch.testing.assert_close(mel, alone, rtol=0, atol=0)
+
+
+def test_silence_sits_at_the_log_floor_and_bad_waves_are_refused() -> None:
+    extractor = MelExtractor(AudioSection(log_floor=1e-5), torch.device("cpu"))
+    mel = extractor([np.zeros(4000, np.float32)])[0]
+    assert torch.all(mel == torch.log(torch.tensor(1e-5)))
+    assert extractor.pad_value == pytest.approx(np.log(1e-5))
+    assert extractor([]) == []
+    with pytest.raises(ValueError, match="wave 1"):
+        extractor([np.zeros(100, np.float32), np.zeros(0, np.float32)])
+
+
+def test_odd_fft_size_frame_count_matches_librosa() -> None:
+    audio = AudioSection(n_fft=1023, win_length=1023, hop_length=200)
+    wave = chirp(0.5, 22050)
+    ours = MelExtractor(audio, torch.device("cpu"))([wave])[0]
+    assert ours.shape[1] == librosa_log_mel(wave, audio).shape[1]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_features_match_the_cpu_ones() -> None:
+    waves = [sf.read(DEMO_WAVS / f"demo_{i:03d}.wav", dtype="float32")[0] for i in (3, 4, 5)]
+    on_cpu = MelExtractor(AudioSection(), torch.device("cpu"))(waves)
+    on_gpu = MelExtractor(AudioSection(), torch.device("cuda"))(waves)
+    for a, b in zip(on_cpu, on_gpu, strict=True):
+        assert b.device.type == "cpu"
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-5)

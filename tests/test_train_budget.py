@@ -1,0 +1,36 @@
+"""The time budget on a real trainer: calibrate, plan the steps, keep an ETA, end near the target."""
+
+from __future__ import annotations
+
+import time
+
+from conftest import TrainerLauncher, finished, of_type
+
+# About 9 seconds. Loose bounds below: this checks the plan is honoured, it is not a timing benchmark.
+TARGET_HOURS = 0.0025
+
+
+def test_time_budget_plans_the_run_and_ends_near_the_target(trainers: TrainerLauncher) -> None:
+    target_s = TARGET_HOURS * 3600
+    started = time.monotonic()
+    run = trainers.start(
+        "budget", {"train.max_steps": None, "train.epochs": 1000, "train.target_hours": TARGET_HOURS},
+        env={"VEGA_FAULT_STEP_SLEEP_S": "0.01"},  # steady steps that leave the CPU to other tests
+    )
+    assert run.wait() == 0, run.stderr
+    wall = time.monotonic() - started
+    events = run.events()
+
+    plans = of_type(events, "calibration")
+    assert plans, "no calibration event"
+    assert all(p.planned_steps > 0 and p.samples_per_s > 0 and p.target_hours == TARGET_HOURS for p in plans)
+    end = finished(events)
+    assert end.status == "completed"
+    assert 0.5 * target_s <= wall <= 1.6 * target_s
+    # The last plan was close to what the run did.
+    assert 0.5 * plans[-1].planned_steps <= end.step <= 1.5 * plans[-1].planned_steps
+
+    first_plan = plans[0].seq
+    later_steps = [e for e in of_type(events, "step") if e.seq > first_plan]
+    assert later_steps and all(e.eta_s is not None and e.eta_s >= 0 for e in later_steps)
+    assert later_steps[-1].eta_s < later_steps[0].eta_s

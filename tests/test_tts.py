@@ -1,0 +1,260 @@
+"""TTS acoustic model, text front end and Griffin-Lim vocoder, on synthetic batches and real audio files."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+
+import numpy as np
+import pytest
+import soundfile
+import torch
+
+from trainer_core.models.text_frontend import PAD_ID, UNK_ID, EspeakError, TextEncoder, normalize_text
+from trainer_core.models.tts import AcousticModel, TtsConfig, build_tts_model
+from trainer_core.profile import AudioSection
+from trainer_core.vocoder import mel_to_audio, write_wav
+
+N_MELS = 16
+VOCAB = 12
+LOG_FLOOR = math.log(1e-5)
+
+
+def _config(**changes) -> TtsConfig:
+    values = dict(vocab_size=VOCAB, n_mels=N_MELS, hidden=48, encoder_layers=1, decoder_layers=1, heads=2,
+                  ffn_mult=2, dropout=0.0)
+    return TtsConfig(**{**values, **changes})
+
+
+def _synthetic_batch(seed: int, batch: int = 6) -> dict[str, torch.Tensor]:
+    """Texts of random tokens; each token's frames are a fixed per-token spectrum plus noise, for 2-5 frames."""
+    g = torch.Generator().manual_seed(seed)
+    templates = torch.randn(VOCAB, N_MELS, generator=torch.Generator().manual_seed(0)) * 2 - 5
+    text_lens = torch.randint(3, 8, (batch,), generator=g)
+    text = torch.zeros(batch, int(text_lens.max()), dtype=torch.long)
+    durations = torch.zeros_like(text)
+    for b, n in enumerate(text_lens.tolist()):
+        text[b, :n] = torch.randint(2, VOCAB, (n,), generator=g)
+        durations[b, :n] = torch.randint(2, 6, (n,), generator=g)
+    mel_lens = durations.sum(dim=1)
+    mel = torch.full((batch, N_MELS, int(mel_lens.max())), LOG_FLOOR)
+    for b, n in enumerate(text_lens.tolist()):
+        frames = templates[text[b, :n]].repeat_interleave(durations[b, :n], dim=0).T
+        mel[b, :, : frames.shape[1]] = frames + 0.1 * torch.randn(frames.shape, generator=g)
+    return {"text": text, "text_lens": text_lens, "mel": mel, "mel_lens": mel_lens}
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """One torch thread: other tests share this machine's few cores, and oversubscription is far slower."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def _losses(model: AcousticModel, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    return model(batch["text"], batch["text_lens"], batch["mel"], batch["mel_lens"])
+
+
+# ------------------------------------------------------------------------------------------------ model
+
+
+def test_forward_gives_named_finite_losses_and_backward_reaches_every_part() -> None:
+    model = build_tts_model(_config(), seed=1)
+    losses = _losses(model, _synthetic_batch(0))
+    assert set(losses) == {"mel", "prior", "duration"}
+    assert all(value.dim() == 0 and torch.isfinite(value) and value.dtype == torch.float32 for value in losses.values())
+    sum(losses.values()).backward()
+    for part in ("embedding", "encoder", "to_mean", "decoder", "to_mel", "duration_predictor"):
+        grads = [p.grad for p in getattr(model, part).parameters()]
+        assert all(g is not None for g in grads) and any(g.abs().sum() > 0 for g in grads), part
+
+
+def test_bf16_autocast_keeps_the_losses_float32_and_close_to_fp32() -> None:
+    model = build_tts_model(_config(), seed=8).eval()
+    batch = _synthetic_batch(2)
+    with torch.no_grad():
+        plain = _losses(model, batch)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            mixed = _losses(model, batch)
+    for name in plain:
+        assert mixed[name].dtype == torch.float32 and torch.isfinite(mixed[name])
+        assert float(mixed[name]) == pytest.approx(float(plain[name]), rel=0.1), name
+
+
+def test_padding_does_not_change_an_items_losses() -> None:
+    model = build_tts_model(_config(), seed=2).eval()
+    batch = _synthetic_batch(1, batch=1)
+    padded = {
+        "text": torch.nn.functional.pad(batch["text"], (0, 3)),
+        "text_lens": batch["text_lens"],
+        "mel": torch.nn.functional.pad(batch["mel"], (0, 7), value=LOG_FLOOR),
+        "mel_lens": batch["mel_lens"],
+    }
+    with torch.no_grad():
+        plain, extra = _losses(model, batch), _losses(model, padded)
+    for name in plain:
+        assert float(extra[name]) == pytest.approx(float(plain[name]), rel=1e-4, abs=1e-5), name
+
+
+def test_short_training_drives_the_losses_down() -> None:
+    torch.manual_seed(0)
+    model = build_tts_model(_config(), seed=3)
+    model.set_mel_stats(torch.full((N_MELS,), -5.0), torch.full((N_MELS,), 2.0))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    history = []
+    for step in range(80):
+        losses = _losses(model, _synthetic_batch(100 + step))
+        optimizer.zero_grad()
+        (losses["mel"] + losses["prior"] + losses["duration"]).backward()
+        optimizer.step()
+        history.append({name: value.item() for name, value in losses.items()})
+    first, last = history[0], {k: sum(h[k] for h in history[-5:]) / 5 for k in history[0]}
+    assert last["mel"] < 0.35 * first["mel"], (first, last)
+    assert last["duration"] < 0.5 * first["duration"], (first, last)
+    assert last["prior"] < first["prior"]
+
+
+def test_synthesise_uses_predicted_durations_and_the_length_scale() -> None:
+    model = build_tts_model(_config(), seed=4).eval()
+    ids = [3, 4, 5, 6, 7]
+    mel = model.synthesise(ids)
+    assert mel.shape[0] == N_MELS and mel.shape[1] >= len(ids)
+    assert torch.isfinite(mel).all()
+    slower = model.synthesise(ids, length_scale=3.0)
+    assert slower.shape[1] > mel.shape[1]
+    assert model.synthesise(ids * 4).shape[1] > mel.shape[1], "a longer text gives a longer mel"
+
+
+def test_synthesise_refuses_empty_text() -> None:
+    from trainer_core.errors import VegaError
+
+    with pytest.raises(VegaError, match="nothing to synthesise"):
+        build_tts_model(_config(), seed=5).synthesise([])
+
+
+def test_the_state_dict_carries_the_vocabulary_and_mel_statistics() -> None:
+    codes = [-1, -1, *[ord(c) for c in "abcdefghij"]]
+    model = build_tts_model(_config(), seed=6, symbol_codes=codes, phonemes=True)
+    model.set_mel_stats(torch.arange(N_MELS).float(), torch.zeros(N_MELS))
+    state = model.state_dict()
+    assert state["text_symbols"].tolist() == codes
+    assert int(state["text_phonemes"]) == 1
+    assert state["mel_std"].min() > 0, "a constant bin must not give a zero standard deviation"
+    rebuilt = AcousticModel(_config(), codes, phonemes=True)
+    rebuilt.load_state_dict(state)
+    assert torch.equal(rebuilt.mel_mean, model.mel_mean)
+
+
+def test_same_seed_same_weights_and_the_global_rng_is_untouched() -> None:
+    torch.manual_seed(123)
+    before = torch.random.get_rng_state()
+    a, b = build_tts_model(_config(), seed=7), build_tts_model(_config(), seed=7)
+    assert torch.equal(torch.random.get_rng_state(), before)
+    assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
+
+
+# ------------------------------------------------------------------------------------------------ text
+
+
+def test_normalisation_is_nfkc_lowercase_and_single_spaces() -> None:
+    assert normalize_text("  Ｈｅｌｌｏ,\t\nWORLD  ﬁne ", lowercase=True) == "hello, world fine"
+    assert normalize_text("Hello  World", lowercase=False) == "Hello World"
+
+
+def test_vocabulary_is_the_base_set_plus_every_seen_character() -> None:
+    encoder = TextEncoder.build(["Привет, мир!", "こんにちは", "Grüße"], units="chars")
+    for char in "abcXYZ019?! привет мирこんにちはü":
+        assert encoder.encode(char) != [UNK_ID], char
+    ids = encoder.encode("мир")
+    assert PAD_ID not in ids and len(ids) == 3
+    assert encoder.decode(encoder.encode("Grüße, мир")) == "grüße, мир"
+    assert encoder.encode("ж") == [UNK_ID], "a character never seen in training is unknown"
+    assert encoder.decode([PAD_ID, *encoder.encode("ab"), PAD_ID]) == "ab"
+
+
+def test_encoder_state_round_trips_through_json_and_code_points() -> None:
+    encoder = TextEncoder.build(["Ça va? Ωμέγα"], units="chars", lowercase=False)
+    state = json.loads(json.dumps(encoder.state_dict()))
+    again = TextEncoder.from_state(state)
+    text = "Ça va, Ωμέγα? xyz"
+    assert again.encode(text) == encoder.encode(text)
+    from_codes = TextEncoder.from_symbol_codes(encoder.symbol_codes(), "chars", False, "en-us")
+    assert from_codes.symbols == encoder.symbols
+
+
+def test_damaged_encoder_state_is_a_clear_error() -> None:
+    from trainer_core.errors import ProfileError
+
+    with pytest.raises(ProfileError, match="incomplete"):
+        TextEncoder.from_state({"symbols": ["<pad>", "<unk>"]})
+    with pytest.raises(ProfileError, match="damaged"):
+        TextEncoder.from_symbol_codes([5, 6, 7], "chars", True, "en-us")
+
+
+@pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng is not installed")
+def test_phonemes_come_from_espeak_and_any_text_is_safe() -> None:
+    encoder = TextEncoder.build(["Hello world.", "-v de"], units="phonemes", espeak_voice="en-us")
+    assert encoder.units == "phonemes"
+    ipa = encoder.decode(encoder.encode("Hello world."))
+    assert "h" in ipa and "ˈ" in ipa, ipa
+    assert encoder.encode("-v de"), "text that looks like an option is spoken, not parsed"
+    assert encoder.encode("hello"), "unseen text is phonemized on demand"
+
+
+@pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng is not installed")
+def test_an_unknown_espeak_voice_is_a_clear_error() -> None:
+    with pytest.raises(EspeakError, match="tts.espeak_voice"):
+        TextEncoder.build(["hello"], units="phonemes", espeak_voice="qqq")
+
+
+def test_phonemes_without_espeak_say_how_to_install_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(EspeakError, match="apt install espeak-ng"):
+        TextEncoder.build(["hello"], units="phonemes")
+    assert TextEncoder.build(["hello"], units="auto").units == "chars", "auto falls back to characters"
+
+
+# ------------------------------------------------------------------------------------------------ vocoder
+
+
+def _tone_log_mel(audio: AudioSection, freq: float, seconds: float) -> tuple[np.ndarray, np.ndarray]:
+    import librosa
+
+    t = np.arange(int(audio.sample_rate * seconds)) / audio.sample_rate
+    wave = (0.5 * np.sin(2 * np.pi * freq * t)).astype(np.float32)
+    mel = librosa.feature.melspectrogram(
+        y=wave, sr=audio.sample_rate, n_fft=audio.n_fft, hop_length=audio.hop_length, win_length=audio.win_length,
+        n_mels=audio.n_mels, fmin=audio.f_min, fmax=audio.f_max,
+    )
+    return wave, np.log(np.maximum(mel, audio.log_floor))
+
+
+def test_griffin_lim_turns_a_tone_mel_back_into_that_tone(tmp_path) -> None:
+    audio = AudioSection()
+    _, log_mel = _tone_log_mel(audio, freq=440.0, seconds=1.0)
+    out = mel_to_audio(log_mel, audio, n_iter=16)
+    assert out.dtype == np.float32
+    assert abs(len(out) - (log_mel.shape[1] - 1) * audio.hop_length) <= audio.hop_length
+    assert np.sqrt(np.mean(out**2)) > 1e-3, "audible, not silent"
+    spectrum = np.abs(np.fft.rfft(out))
+    peak_hz = np.argmax(spectrum) * audio.sample_rate / len(out)
+    assert abs(peak_hz - 440.0) < 40.0, peak_hz
+    path = write_wav(tmp_path / "deep" / "tone.wav", out, audio.sample_rate)
+    info = soundfile.info(str(path))
+    assert (info.samplerate, info.channels, info.subtype) == (audio.sample_rate, 1, "PCM_16")
+    assert info.frames == len(out)
+    data, _ = soundfile.read(str(path))
+    assert 0.85 < np.max(np.abs(data)) <= 0.91, "peak-normalised with headroom"
+
+
+def test_a_floor_only_mel_is_silence_and_a_wrong_shape_is_refused() -> None:
+    from trainer_core.errors import VegaError
+
+    audio = AudioSection(n_mels=40)
+    silent = mel_to_audio(np.full((40, 20), math.log(audio.log_floor)), audio, n_iter=2)
+    assert np.max(np.abs(silent)) < 1e-6
+    with pytest.raises(VegaError, match=r"\(40, frames\)"):
+        mel_to_audio(np.zeros((80, 20)), audio)

@@ -1,0 +1,180 @@
+"""Voice training data: a stable train/validation split and length-bucketed, resumable batches.
+
+Split: items are ranked by a sha256 of their item id, and the first round(N * val_fraction) of that
+ranking (at least one when val_fraction > 0 and there are two items or more, never all) are held
+out. The split depends on neither the seed nor the file order, so it is the same in every run.
+
+Epoch order, a pure function of (seed, epoch) and fixed whatever the batch size: a seeded permutation
+of the training items is cut into chunks of bucket_size * 8 items; each chunk is sorted by mel length
+and cut into groups of bucket_size, and the groups are shuffled. Neighbours in the order therefore
+have similar lengths (little padding) while the epoch still visits the data in a random order.
+`train_batches` yields consecutive runs of batch_size from `epoch_order(epoch)[start_item:]`, so a
+resumed run, or one that halved its batch size after an out-of-memory error, continues at the exact
+item where it stopped, skipping and repeating nothing.
+
+Batches: "text" (B, Lt) int64 token ids padded with 0 (so `encode` must not use 0 for a symbol),
+"text_lens" (B,), "mel" (B, n_mels, Tm) float32 padded with log(log_floor) (the log-mel of silence),
+"mel_lens" (B,).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import torch
+
+from trainer_core.data.preload import VoiceFeatures
+from trainer_core.errors import DataError
+
+Batch = dict[str, torch.Tensor]
+TEXT_PAD_ID = 0
+# Items per sorted chunk, in buckets: wide enough to find similar lengths, narrow enough to stay random.
+CHUNK_BUCKETS = 8
+
+
+def epoch_seed(seed: int, epoch: int) -> int:
+    """A 63-bit generator seed from (run seed, epoch), identical on every platform and Python version."""
+    digest = hashlib.sha256(f"vega-voice:{seed}:{epoch}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") & (2**63 - 1)
+
+
+def split_rank(item_id: str) -> bytes:
+    return hashlib.sha256(item_id.encode("utf-8", errors="surrogateescape")).digest()
+
+
+def held_out_count(items: int, val_fraction: float) -> int:
+    """Items held out for validation: round(items * fraction), at least one if any, never all."""
+    if val_fraction <= 0 or items < 2:
+        return 0
+    return min(items - 1, max(1, round(items * val_fraction)))
+
+
+def split_items(item_ids: Sequence[str], val_fraction: float) -> tuple[list[int], list[int]]:
+    """(train, validation) indices, each in ascending order; see the module docstring for the rule."""
+    ranked = sorted(range(len(item_ids)), key=lambda i: (split_rank(item_ids[i]), i))
+    held = set(ranked[: held_out_count(len(item_ids), val_fraction)])
+    return [i for i in range(len(item_ids)) if i not in held], sorted(held)
+
+
+def padding_fraction_of(order: Sequence[int], frames: Sequence[int], batch_size: int) -> float:
+    """Share of padded mel frames when `order` is cut into consecutive batches of `batch_size`."""
+    padded = real = 0
+    for first in range(0, len(order), batch_size):
+        lengths = [frames[i] for i in order[first : first + batch_size]]
+        padded += max(lengths) * len(lengths)
+        real += sum(lengths)
+    return 0.0 if padded == 0 else (padded - real) / padded
+
+
+class VoiceDataset:
+    """Token ids and mels of a VoiceFeatures, split and batched deterministically."""
+
+    def __init__(
+        self,
+        features: VoiceFeatures,
+        encode: Callable[[str], list[int]],
+        val_fraction: float,
+        seed: int,
+        bucket_size: int = 32,
+    ) -> None:
+        if bucket_size < 1:
+            raise ValueError(f"bucket_size must be at least 1, got {bucket_size}")
+        self.features = features
+        self.seed = seed
+        self.bucket_size = bucket_size
+        self.pin_memory = False  # Set by the task on CUDA so that non-blocking copies overlap.
+        self.tokens = [torch.tensor(encode(text), dtype=torch.int64) for text in features.texts]
+        self.empty_text_ids = [features.item_ids[i] for i, t in enumerate(self.tokens) if t.numel() == 0]
+        usable = [i for i, t in enumerate(self.tokens) if t.numel() > 0]
+        if not usable:
+            raise DataError(f"none of the {len(features)} transcripts has a symbol the text encoder knows")
+        train, val = split_items([features.item_ids[i] for i in usable], val_fraction)
+        self.train_ids = [usable[i] for i in train]
+        self.val_ids = [usable[i] for i in val]
+        self._order_cache: tuple[int, list[int]] | None = None
+
+    def train_items(self) -> int:
+        return len(self.train_ids)
+
+    def val_items(self) -> int:
+        return len(self.val_ids)
+
+    def _bucketed(self, chunk: list[int], generator: torch.Generator) -> list[int]:
+        """`chunk` sorted by mel length, cut into groups of bucket_size, the groups in a seeded order."""
+        frames = self.features.frames
+        ranked = sorted(chunk, key=lambda i: (frames[i], i))
+        groups = [ranked[k : k + self.bucket_size] for k in range(0, len(ranked), self.bucket_size)]
+        shuffled = torch.randperm(len(groups), generator=generator).tolist()
+        return [i for g in shuffled for i in groups[g]]
+
+    def epoch_order(self, epoch: int) -> list[int]:
+        """Feature indices of the training items in the order epoch `epoch` visits them."""
+        if self._order_cache is not None and self._order_cache[0] == epoch:
+            return self._order_cache[1]
+        generator = torch.Generator().manual_seed(epoch_seed(self.seed, epoch))
+        permuted = [self.train_ids[j] for j in torch.randperm(len(self.train_ids), generator=generator).tolist()]
+        width = self.bucket_size * CHUNK_BUCKETS
+        order = [i for k in range(0, len(permuted), width) for i in self._bucketed(permuted[k : k + width], generator)]
+        self._order_cache = (epoch, order)
+        return order
+
+    def collate(self, indices: Sequence[int]) -> Batch:
+        """The padded batch of the given feature indices (see the module docstring for its tensors)."""
+        texts = [self.tokens[i] for i in indices]
+        mels = [self.features.get_mel(i) for i in indices]
+        text_lens = torch.tensor([len(t) for t in texts], dtype=torch.int64)
+        mel_lens = torch.tensor([m.shape[1] for m in mels], dtype=torch.int64)
+        text = torch.full((len(texts), int(text_lens.max())), TEXT_PAD_ID, dtype=torch.int64)
+        mel = torch.full((len(mels), self.features.n_mels, int(mel_lens.max())), math.log(self.features.log_floor))
+        for row, (tokens, spectrum) in enumerate(zip(texts, mels, strict=True)):
+            text[row, : len(tokens)] = tokens
+            mel[row, :, : spectrum.shape[1]] = spectrum
+        batch = {"text": text, "text_lens": text_lens, "mel": mel, "mel_lens": mel_lens}
+        return {name: t.pin_memory() for name, t in batch.items()} if self.pin_memory else batch
+
+    def train_batches(self, epoch: int, batch_size: int, start_item: int = 0) -> Iterator[tuple[Batch, int]]:
+        """Yield (batch, items) of `epoch` from item `start_item` of its order; the last batch may be short."""
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+        if not 0 <= start_item <= self.train_items():
+            raise ValueError(f"start_item must be within 0..{self.train_items()}, got {start_item}")
+        order = self.epoch_order(epoch)
+        for first in range(start_item, len(order), batch_size):
+            picked = order[first : first + batch_size]
+            yield self.collate(picked), len(picked)
+
+    def val_order(self) -> list[int]:
+        """Validation feature indices, shortest first (ties by index): a fixed order with little padding."""
+        return sorted(self.val_ids, key=lambda i: (self.features.frames[i], i))
+
+    def val_batches(self, batch_size: int) -> Iterator[Batch]:
+        """Yield the validation items in `val_order`, batch_size at a time (nothing when none is held out)."""
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+        order = self.val_order()
+        for first in range(0, len(order), batch_size):
+            yield self.collate(order[first : first + batch_size])
+
+    def padding_fraction(self, batch_size: int, epoch: int = 0) -> float:
+        """Share of mel frames in an epoch's training batches that are padding."""
+        return padding_fraction_of(self.epoch_order(epoch), self.features.frames, batch_size)
+
+    def unbucketed_padding_fraction(self, batch_size: int, epoch: int = 0) -> float:
+        """The same share for a plain shuffled order: what bucketing saves, for the report."""
+        generator = torch.Generator().manual_seed(epoch_seed(self.seed, epoch))
+        order = [self.train_ids[j] for j in torch.randperm(len(self.train_ids), generator=generator).tolist()]
+        return padding_fraction_of(order, self.features.frames, batch_size)
+
+    def describe(self, batch_size: int) -> dict[str, Any]:
+        """JSON-ready summary: split sizes and padding with and without bucketing."""
+        return {
+            "train_items": self.train_items(),
+            "val_items": self.val_items(),
+            "bucket_size": self.bucket_size,
+            "padding_fraction": self.padding_fraction(batch_size),
+            "padding_fraction_unbucketed": self.unbucketed_padding_fraction(batch_size),
+            "empty_text_items": len(self.empty_text_ids),
+        }

@@ -1,0 +1,219 @@
+"""Non-autoregressive TTS acoustic model with a learned alignment: text ids -> log-mel spectrogram.
+
+Design (Glow-TTS alignment with a FastSpeech-style decoder):
+
+    ids -> embedding -> transformer encoder (model.encoder_layers) -> h  (B, Lt, H)
+    h -> linear -> mu (B, Lt, n_mels): each token's mean mel frame
+    monotonic alignment search (no gradient) on log N(mel_j; mu_i, I) -> hard path (B, Lt, Tm)
+    path expands h and mu to frames (the length regulator) -> transformer decoder (model.decoder_layers)
+    mel = mu_aligned + linear(decoder output): the decoder refines the aligned means
+    duration predictor on h.detach() -> log frames per token (used at inference instead of MAS)
+
+Losses, each a float32 scalar: "mel" (masked L1 between the decoder output and the target),
+"prior" (Gaussian NLL of the target frames under their aligned means, per mel bin: the alignment
+loss that trains the encoder and hence MAS), "duration" (MSE between predicted log durations and the
+log of the MAS durations). The task weights them into "total".
+
+The text vocabulary travels with the weights: `text_symbols` is a persistent buffer with one code
+point per id (-1 for padding and unknown) and `text_phonemes` says whether the ids are phonemes, so a
+checkpoint's `model` state dict with its profile is enough to rebuild the text encoder (see
+`TextEncoder.from_symbol_codes`). Mels are standardised per bin with the training data's statistics
+(`mel_mean`, `mel_std`, also buffers); the "mel" loss and `synthesise` are in plain log-mel units.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import nn
+
+from trainer_core.errors import VegaError
+from trainer_core.models.alignment import durations_to_path, monotonic_alignment_search
+from trainer_core.models.tts_modules import DurationPredictor, FFTStack, length_mask
+
+if TYPE_CHECKING:
+    from trainer_core.profile import Profile
+
+LOG_2PI = math.log(2 * math.pi)
+# A token never gets more frames than this at inference (about 0.9 s at 22050 Hz, hop 256): an
+# untrained duration predictor then yields odd audio rather than minutes of it.
+MAX_TOKEN_FRAMES = 80
+# Floor for a mel bin's standard deviation: a constant bin (all floor, e.g. above a low f_max) must not divide by 0.
+MIN_MEL_STD = 1e-2
+
+
+@dataclass(frozen=True)
+class TtsConfig:
+    """Everything needed to rebuild the acoustic model (also written to the export's config.json)."""
+
+    vocab_size: int
+    n_mels: int
+    hidden: int
+    encoder_layers: int
+    decoder_layers: int
+    heads: int
+    ffn_mult: int
+    dropout: float
+
+    @classmethod
+    def from_profile(cls, profile: Profile, vocab_size: int) -> TtsConfig:
+        m = profile.model
+        return cls(
+            vocab_size, profile.audio.n_mels, m.hidden, m.encoder_layers, m.decoder_layers, m.heads, m.ffn_mult,
+            m.dropout,
+        )
+
+
+def gaussian_log_likelihood(mu: torch.Tensor, mel: torch.Tensor) -> torch.Tensor:
+    """log N(mel[:, :, j]; mu[:, i], I) summed over mel bins: (B, Lt, D), (B, D, Tm) -> (B, Lt, Tm) float32."""
+    # Expanded square so that one batched matmul does the work; fp32 because the terms are large and cancel.
+    with torch.autocast(mu.device.type, enabled=False):
+        mu, mel = mu.float(), mel.float()
+        frame_term = -0.5 * (mel * mel).sum(dim=1, keepdim=True)
+        mean_term = -0.5 * (mu * mu).sum(dim=2, keepdim=True)
+        return torch.bmm(mu, mel) + frame_term + mean_term - 0.5 * mu.shape[2] * LOG_2PI
+
+
+def expand_to_frames(path: torch.Tensor, per_token: torch.Tensor) -> torch.Tensor:
+    """Length regulator: (B, Lt, Tm) path and (B, Lt, C) token features -> (B, Tm, C) frame features."""
+    return torch.bmm(path.transpose(1, 2).to(per_token.dtype), per_token)
+
+
+class AcousticModel(nn.Module):
+    """Text ids to log-mel frames; `forward` returns the training losses, `synthesise` a mel."""
+
+    def __init__(self, config: TtsConfig, symbol_codes: list[int] | None = None, phonemes: bool = False) -> None:
+        super().__init__()
+        self.config = config
+        c = config
+        self.embedding = nn.Embedding(c.vocab_size, c.hidden, padding_idx=0)
+        nn.init.normal_(self.embedding.weight, mean=0.0, std=c.hidden**-0.5)
+        self.encoder = FFTStack(c.encoder_layers, c.hidden, c.heads, c.ffn_mult, c.dropout)
+        self.to_mean = nn.Linear(c.hidden, c.n_mels)
+        self.decoder = FFTStack(c.decoder_layers, c.hidden, c.heads, c.ffn_mult, c.dropout)
+        self.to_mel = nn.Linear(c.hidden, c.n_mels)
+        self.duration_predictor = DurationPredictor(c.hidden, c.dropout)
+        codes = symbol_codes if symbol_codes is not None else [-1] * c.vocab_size
+        if len(codes) != c.vocab_size:
+            raise ValueError(f"{len(codes)} symbol codes for a vocabulary of {c.vocab_size}")
+        self.register_buffer("text_symbols", torch.tensor(codes, dtype=torch.int64), persistent=True)
+        # 1 when the ids are espeak-ng phonemes, 0 for characters: a profile's "auto" is decided once, here.
+        self.register_buffer("text_phonemes", torch.tensor(int(phonemes), dtype=torch.int64), persistent=True)
+        # Per-bin statistics of the training mels (set by the task): the model works on standardised mels.
+        self.register_buffer("mel_mean", torch.zeros(c.n_mels), persistent=True)
+        self.register_buffer("mel_std", torch.ones(c.n_mels), persistent=True)
+
+    def set_mel_stats(self, mean: torch.Tensor, std: torch.Tensor) -> None:
+        """Store the training data's per-bin log-mel mean and standard deviation (floored, never zero)."""
+        self.mel_mean.copy_(mean.to(self.mel_mean))
+        self.mel_std.copy_(std.to(self.mel_std).clamp(min=MIN_MEL_STD))
+
+    def standardise(self, mel: torch.Tensor) -> torch.Tensor:
+        """(B, n_mels, T) log-mel -> zero-mean, unit-variance per bin (float32)."""
+        return (mel.float() - self.mel_mean[:, None]) / self.mel_std[:, None]
+
+    def unstandardise(self, mel: torch.Tensor) -> torch.Tensor:
+        return mel.float() * self.mel_std[:, None] + self.mel_mean[:, None]
+
+    def encode(self, text: torch.Tensor, text_lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(B, Lt) ids -> hidden (B, Lt, H), means (B, Lt, n_mels), token mask (B, Lt)."""
+        mask = length_mask(text_lengths, text.shape[1])
+        hidden = self.encoder(self.embedding(text) * math.sqrt(self.config.hidden), mask)
+        return hidden, self.to_mean(hidden), mask
+
+    def decode(self, frames: torch.Tensor, means: torch.Tensor, frame_mask: torch.Tensor) -> torch.Tensor:
+        """Frame features (B, Tm, H), aligned means (B, Tm, n_mels) -> standardised mel (B, n_mels, Tm).
+
+        Padded frames are zero.
+        """
+        refined = self.to_mel(self.decoder(frames, frame_mask)).float() + means.float()
+        return (refined * frame_mask[:, :, None]).transpose(1, 2)
+
+    def forward(
+        self, text: torch.Tensor, text_lengths: torch.Tensor, mel: torch.Tensor, mel_lengths: torch.Tensor
+    ) -> dict[str, torch.Tensor]:
+        """Training losses for a padded batch: {"mel", "prior", "duration"} float32 scalars.
+
+        "mel" is in log-mel units; "prior" is per standardised mel bin.
+        """
+        hidden, means, token_mask = self.encode(text, text_lengths)
+        frame_mask = length_mask(mel_lengths, mel.shape[2])
+        target = self.standardise(mel)
+        with torch.no_grad():
+            path = monotonic_alignment_search(gaussian_log_likelihood(means, target), text_lengths, mel_lengths)
+        aligned_means = expand_to_frames(path, means.float())
+        # Detached: the means are trained by the prior loss alone; the decoder learns what they miss.
+        predicted = self.decode(expand_to_frames(path, hidden), aligned_means.detach(), frame_mask)
+        log_durations = self.duration_predictor(hidden.detach(), token_mask)
+        return {
+            "mel": _masked_l1(self.unstandardise(predicted), mel, frame_mask),
+            "prior": _prior_nll(aligned_means, target, frame_mask),
+            "duration": _duration_mse(log_durations, path.sum(dim=2), token_mask),
+        }
+
+    @torch.no_grad()
+    def predict_durations(self, hidden: torch.Tensor, mask: torch.Tensor, length_scale: float) -> torch.Tensor:
+        """Whole frames per token at inference: rounded, at least 1, at most MAX_TOKEN_FRAMES; 0 on padding."""
+        log_durations = self.duration_predictor(hidden, mask).float()
+        frames = torch.round(torch.exp(log_durations) * length_scale).clamp(1, MAX_TOKEN_FRAMES)
+        return frames.long() * mask.long()
+
+    @torch.no_grad()
+    def synthesise(self, text_ids: torch.Tensor | list[int], length_scale: float = 1.0) -> torch.Tensor:
+        """One utterance: ids (Lt,) -> log-mel (n_mels, T) on the model's device, T from predicted durations."""
+        device = self.text_symbols.device
+        ids = torch.as_tensor(text_ids, dtype=torch.long, device=device).reshape(1, -1)
+        if ids.shape[1] == 0:
+            raise VegaError("nothing to synthesise: the text has no symbols after normalisation")
+        if length_scale <= 0:
+            raise VegaError(f"length scale must be positive, got {length_scale}")
+        lengths = torch.tensor([ids.shape[1]], device=device)
+        hidden, means, mask = self.encode(ids, lengths)
+        path = durations_to_path(self.predict_durations(hidden, mask, length_scale))
+        frame_mask = torch.ones(1, path.shape[2], dtype=torch.bool, device=device)
+        mel = self.decode(expand_to_frames(path, hidden), expand_to_frames(path, means.float()), frame_mask)
+        return self.unstandardise(mel)[0]
+
+
+def _masked_l1(predicted: torch.Tensor, target: torch.Tensor, frame_mask: torch.Tensor) -> torch.Tensor:
+    """Mean absolute error over real frames and all mel bins: (B, D, Tm) tensors, (B, Tm) mask."""
+    keep = frame_mask[:, None, :].float()
+    denominator = keep.sum() * target.shape[1]
+    return ((predicted.float() - target.float()).abs() * keep).sum() / denominator.clamp(min=1.0)
+
+
+def _prior_nll(aligned_means: torch.Tensor, target: torch.Tensor, frame_mask: torch.Tensor) -> torch.Tensor:
+    """Negative log-likelihood per mel bin of the target frames under unit Gaussians at their aligned means."""
+    keep = frame_mask[:, :, None].float()
+    squared = (target.float().transpose(1, 2) - aligned_means) ** 2 * keep
+    denominator = (keep.sum() * target.shape[1]).clamp(min=1.0)
+    return 0.5 * squared.sum() / denominator + 0.5 * LOG_2PI
+
+
+def _duration_mse(log_predicted: torch.Tensor, durations: torch.Tensor, token_mask: torch.Tensor) -> torch.Tensor:
+    """MSE in the log domain over real tokens (a zero-frame token, possible only on odd items, counts as 1)."""
+    keep = token_mask.float()
+    target = torch.log(durations.float().clamp(min=1.0))
+    return (((log_predicted.float() - target) ** 2) * keep).sum() / keep.sum().clamp(min=1.0)
+
+
+def build_tts_model(
+    config: TtsConfig, seed: int, symbol_codes: list[int] | None = None, phonemes: bool = False
+) -> AcousticModel:
+    """A freshly initialised model whose weights depend only on `config` and `seed`."""
+    # fork_rng: building the model must not advance the global generator the engine seeds and checkpoints.
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return AcousticModel(config, symbol_codes, phonemes)
+
+
+def config_from_dict(data: dict[str, Any]) -> TtsConfig:
+    """TtsConfig from a config.json "model" entry (extra keys ignored, missing ones a clear error)."""
+    fields = TtsConfig.__dataclass_fields__
+    missing = [name for name in fields if name not in data]
+    if missing:
+        raise VegaError(f"the TTS model config lacks {', '.join(missing)}; re-export the model")
+    return TtsConfig(**{name: data[name] for name in fields})

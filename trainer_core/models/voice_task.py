@@ -1,0 +1,218 @@
+"""The voice `Task`: the TTS acoustic model bound to preloaded mel features and its text encoder.
+
+Construction does the heavy lifting once: preload every usable recording's log-mel (RAM or the disk
+feature cache), build the text vocabulary from the training transcripts, split and bucket the data,
+and build the model. The engine then only asks for batches, losses, metrics and samples.
+
+Samples: each `sample.sentences` entry is synthesised with predicted durations, turned into audio
+with Griffin-Lim and written as 16-bit WAV to `samples/step-<8 digits>/<NN>.wav`.
+
+Rebuilding elsewhere (`trainer-core synth`): `model_config()` (the export's config.json) holds the
+architecture, the text encoder state and the audio parameters; a checkpoint holds the vocabulary in
+the model's `text_symbols` buffer and everything else in its profile TOML.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import asdict
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import nn
+
+from trainer_core.data.preload import PreloadWhere, VoiceFeatures, preload_voice
+from trainer_core.data.voice_dataset import VoiceDataset
+from trainer_core.models.base import Batch, SampleResult, Task, count_parameters, unwrap_model
+from trainer_core.models.text_frontend import TextEncoder
+from trainer_core.models.tts import AcousticModel, TtsConfig, build_tts_model
+from trainer_core.vocoder import mel_to_audio, write_wav
+
+if TYPE_CHECKING:
+    from trainer_core.data.scan_report import DataReport
+    from trainer_core.profile import Profile
+
+log = logging.getLogger("trainer_core")
+ARCHITECTURE = "mas-fft-tts"
+# Skipped files listed by name in describe(); the rest are counted (the data_scan event lists them all).
+MAX_LISTED_SKIPS = 20
+# Mel statistics come from at most this many training items: enough for stable per-bin figures, and
+# quick even when the features stream from the disk cache.
+MAX_STATS_ITEMS = 1000
+
+
+def choose_where(where: str | None, profile: Profile) -> PreloadWhere:
+    """The plan's choice when given, else data.preload, where "auto" means RAM (nobody measured memory)."""
+    wanted = where or profile.data.preload
+    if wanted not in ("ram", "disk", "auto"):
+        raise ValueError(f"preload place must be \"ram\" or \"disk\", got {wanted!r}")
+    return "disk" if wanted == "disk" else "ram"
+
+
+def mel_statistics(features: VoiceFeatures, indices: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-bin mean and standard deviation of the log-mel frames of `indices` (an even subsample of a big set)."""
+    stride = max(1, math.ceil(len(indices) / MAX_STATS_ITEMS))
+    total = torch.zeros(features.n_mels, dtype=torch.float64)
+    squares = torch.zeros(features.n_mels, dtype=torch.float64)
+    frames = 0
+    for index in indices[::stride]:
+        mel = features.get_mel(index).double()
+        total += mel.sum(dim=1)
+        squares += mel.square().sum(dim=1)
+        frames += mel.shape[1]
+    mean = total / max(frames, 1)
+    variance = (squares / max(frames, 1) - mean.square()).clamp(min=0.0)
+    return mean.float(), variance.sqrt().float()
+
+
+def samples_folder(out_dir: Path, step: int) -> Path:
+    return out_dir / f"step-{step:08d}"
+
+
+class VoiceTask(Task):
+    """TTS on preloaded features: the engine's `Task` for voice mode."""
+
+    def __init__(
+        self,
+        profile: Profile,
+        report: DataReport,
+        device: torch.device | str,
+        progress: Callable[[dict[str, Any]], None] | None = None,
+        where: str | None = None,
+    ) -> None:
+        self.profile = profile
+        self.report = report
+        self.device = torch.device(device)
+        self.where = choose_where(where, profile)
+        self.features: VoiceFeatures = preload_voice(report, profile, self.device, self.where, progress)
+        self._log_preload()
+        self.encoder = TextEncoder.from_profile(self.features.texts, profile.tts)
+        log.info("text input: %s, %d symbols", self.encoder.units, self.encoder.vocab_size)
+        self.dataset = VoiceDataset(self.features, self.encoder.encode, profile.data.val_fraction, profile.run.seed)
+        self.dataset.pin_memory = self.device.type == "cuda"
+        self.config = TtsConfig.from_profile(profile, self.encoder.vocab_size)
+        codes, phonemes = self.encoder.symbol_codes(), self.encoder.units == "phonemes"
+        self.model: AcousticModel = build_tts_model(self.config, profile.run.seed, codes, phonemes)
+        self.model.set_mel_stats(*mel_statistics(self.features, self.dataset.train_ids))
+        self.model.to(self.device)
+
+    def _log_preload(self) -> None:
+        f = self.features
+        log.info(
+            "preloaded %d recordings into %s in %.2f s (%d from the feature cache, %d decoded)",
+            len(f), "RAM" if f.where == "ram" else "the disk cache", f.seconds, f.cache_hits, f.decoded,
+        )
+        for path, reason in f.skipped:
+            log.warning("skipped %s at preload: %s", path, reason)
+
+    # ------------------------------------------------------------------ data
+
+    def train_items(self) -> int:
+        return self.dataset.train_items()
+
+    def train_batches(self, epoch: int, batch_size: int, start_item: int = 0) -> Iterator[tuple[Batch, int]]:
+        return self.dataset.train_batches(epoch, batch_size, start_item)
+
+    def val_batches(self, batch_size: int) -> Iterator[Batch]:
+        return self.dataset.val_batches(batch_size)
+
+    # ------------------------------------------------------------------ losses
+
+    def compute_losses(self, model: nn.Module, batch: Batch) -> dict[str, torch.Tensor]:
+        parts = model(batch["text"], batch["text_lens"], batch["mel"], batch["mel_lens"])
+        tts = self.profile.tts
+        total = parts["mel"] + tts.prior_loss_weight * parts["prior"] + tts.duration_loss_weight * parts["duration"]
+        return {"total": total, **{name: value.detach() for name, value in parts.items()}}
+
+    def val_metrics(self, losses_mean: dict[str, float]) -> dict[str, float]:
+        return {"mel_l1": losses_mean["mel"]} if "mel" in losses_mean else {}
+
+    # ------------------------------------------------------------------ samples
+
+    def make_samples(self, model: nn.Module, out_dir: Path, step: int) -> list[SampleResult]:
+        """Synthesise every `sample.sentences` entry to `out_dir/step-<step>/<NN>.wav` (01, 02, ...)."""
+        inner = unwrap_model(model)
+        was_training = inner.training
+        inner.eval()
+        try:
+            return self._write_samples(inner, samples_folder(out_dir, step))
+        finally:
+            inner.train(was_training)
+
+    def _write_samples(self, model: nn.Module, folder: Path) -> list[SampleResult]:
+        tts, audio = self.profile.tts, self.profile.audio
+        results = []
+        for number, sentence in enumerate(self.profile.sample.sentences, start=1):
+            ids = self.encoder.encode(sentence)
+            if not ids:
+                log.warning("sample sentence %d (%r) has no symbols to say; skipped", number, sentence)
+                continue
+            mel = model.synthesise(ids, tts.length_scale)
+            wave = mel_to_audio(mel, audio, tts.griffin_lim_iters)
+            path = write_wav(folder / f"{number:02d}.wav", wave, audio.sample_rate)
+            results.append(SampleResult(kind="audio", path=path, text=sentence))
+        return results
+
+    # ------------------------------------------------------------------ descriptions
+
+    def model_config(self) -> dict[str, Any]:
+        """Architecture, text encoder and audio parameters: enough for `trainer-core synth --export`."""
+        return {
+            "kind": "tts",
+            "architecture": ARCHITECTURE,
+            **asdict(self.config),
+            "text": self.encoder.state_dict(),
+            "audio": self.profile.audio.model_dump(mode="json"),
+            "tts": self.profile.tts.model_dump(mode="json"),
+        }
+
+    def hours(self) -> float:
+        """Hours of (trimmed) audio in the features, from their frame counts."""
+        a = self.profile.audio
+        return sum(self.features.frames) * a.hop_length / a.sample_rate / 3600.0
+
+    def preload_done_event(self, reason: str = "") -> dict[str, Any]:
+        """The fields of a `preload_done` event for this task's preload."""
+        f = self.features
+        return {"items": len(f), "seconds": f.seconds, "where": f.where, "bytes": f.feature_bytes, "reason": reason}
+
+    def warnings(self) -> list[str]:
+        """Problems worth showing beside the run: skipped files, items the model cannot align, no validation."""
+        notes = [f"{path.name}: skipped at preload ({reason})" for path, reason in self.features.skipped]
+        if self.dataset.empty_text_ids:
+            notes.append(f"{len(self.dataset.empty_text_ids)} transcript(s) have no symbols and are not trained on")
+        short = self._too_few_frames()
+        if short:
+            notes.append(
+                f"{short} item(s) have fewer mel frames than text symbols, so no alignment can give every symbol "
+                "a frame: check those transcripts match their audio"
+            )
+        if self.dataset.val_items() == 0:
+            notes.append("no validation items (data.val_fraction is 0 or the data is tiny): no best-model tracking")
+        return notes
+
+    def _too_few_frames(self) -> int:
+        frames = self.features.frames
+        return sum(1 for i, tokens in enumerate(self.dataset.tokens) if tokens.numel() > frames[i])
+
+    def describe(self) -> dict[str, Any]:
+        preload = self.features.describe()
+        return {
+            "task": "tts",
+            "architecture": ARCHITECTURE,
+            "text_units": self.encoder.units,
+            "vocab_size": self.encoder.vocab_size,
+            "parameters": count_parameters(self.model),
+            "items": self.train_items(),
+            "val_items": self.dataset.val_items(),
+            "hours": self.hours(),
+            "padding_fraction": self.dataset.padding_fraction(self.profile.train.batch_size),
+            "preload": preload,
+            "skipped_files": [
+                {"path": str(path), "reason": reason} for path, reason in self.features.skipped[:MAX_LISTED_SKIPS]
+            ],
+            "warnings": self.warnings(),
+        }

@@ -1,0 +1,368 @@
+"""Start, find and talk to trainer processes; no widgets (DESIGN §2).
+
+- `train_argv` builds the `trainer_core train` command line the launch screen runs.
+- `TrainerProcess.spawn` starts it in its own session with stdout/stderr going to files in the run folder, so
+  the trainer never blocks on a pipe nobody drains and outlives the dashboard (closed laptop, dropped SSH).
+- `trainer_pid`, `is_alive` and `run_status` tell a live run from a finished or crashed one using the log's
+  `hello`/`finished` events and the process table (PID reuse is ruled out by the command line and start time).
+- `send` delivers a control command; a dead trainer's stale socket is reported at once, never waited on.
+- `run_json` runs a `trainer_core` CLI command (check-data, train --dry-run) and parses its JSON output.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from trainer_core import rundir
+from trainer_core.control_client import ControlError, control_socket_path, send_command
+from trainer_core.errors import VegaError
+from trainer_core.protocol import COMMAND_NAMES, CommandReply
+
+STDOUT_LOG = "stdout.log"
+# How long `send` waits for a live trainer's reply: long enough for a busy step, short enough for a UI.
+SEND_TIMEOUT_S = 3.0
+# A run whose trainer lives on another host (shared storage) counts as live while its log moves.
+REMOTE_STALE_AFTER_S = 120.0
+TAIL_CHUNK = 64 * 1024
+# The event types run_status cares about, matched on raw bytes before any JSON parsing.
+_TYPE_RE = re.compile(rb'"type"\s*:\s*"(hello|finished)"')
+_TRAINER_MARKERS = ("trainer_core", "trainer-core")
+
+
+class RunnerError(VegaError):
+    """A trainer_core command the dashboard ran failed; the message is the command's own `error: ...` line."""
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Command lines
+
+
+def trainer_command(*args: str) -> list[str]:
+    """[python, -m, trainer_core, *args] with this interpreter: the dashboard and trainer share a venv."""
+    return [sys.executable, "-m", "trainer_core", *args]
+
+
+def train_argv(
+    profile: str | Path,
+    *,
+    run_dir: str | Path | None,
+    data: str | Path | None = None,
+    mode: str | None = None,
+    voice_mode: str | None = None,
+    device: str | None = None,
+    overrides: Iterable[str] = (),
+    resume: str | Path | None = None,
+    dry_run: bool = False,
+    json: bool = False,
+) -> list[str]:
+    """The `trainer_core train` argument list (never a shell string); None/empty options are left out."""
+    argv = trainer_command("train", "--profile", str(profile))
+    options = {"--run-dir": run_dir, "--data": data, "--mode": mode, "--voice-mode": voice_mode,
+               "--device": device, "--resume": resume}
+    for flag, value in options.items():
+        if value not in (None, ""):
+            argv += [flag, str(value)]
+    for item in overrides:
+        argv += ["--set", item]
+    if dry_run:
+        argv.append("--dry-run")
+    if json:
+        argv.append("--json")
+    return argv
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Spawning
+
+
+class TrainerProcess:
+    """A trainer started by this dashboard. Dropping the object leaves the trainer running."""
+
+    def __init__(self, popen: subprocess.Popen[bytes], run_dir: Path, argv: list[str]) -> None:
+        self.popen = popen
+        self.run_dir = run_dir
+        self.argv = argv
+
+    @classmethod
+    def spawn(cls, argv: Sequence[str], run_dir: Path | str) -> TrainerProcess:
+        """Start `argv` in its own session: stdin from /dev/null, stdout to RUN/stdout.log, stderr appended to
+        RUN/trainer.log. Files, never pipes: nothing the dashboard does can block the trainer."""
+        folder = Path(run_dir)
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise RunnerError(f"cannot create run folder {folder}: {exc.strerror or exc}; choose another") from exc
+        with open(folder / STDOUT_LOG, "ab") as out, open(folder / rundir.LOG, "ab") as err:
+            try:
+                popen = subprocess.Popen(
+                    list(argv), stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                    start_new_session=True, close_fds=True, env=_trainer_env(),
+                )
+            except OSError as exc:
+                raise RunnerError(f"cannot start the trainer ({argv[0]}): {exc.strerror or exc}") from exc
+        return cls(popen, folder, list(argv))
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def poll(self) -> int | None:
+        """The exit code, or None while it runs (reaps it once it has exited)."""
+        return self.popen.poll()
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def wait(self, timeout: float | None = None) -> int:
+        """Wait for the exit code; subprocess.TimeoutExpired after `timeout` seconds."""
+        return self.popen.wait(timeout)
+
+    def __repr__(self) -> str:
+        return f"TrainerProcess(pid={self.pid}, run_dir={str(self.run_dir)!r}, returncode={self.popen.returncode})"
+
+
+def _trainer_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONUNBUFFERED"] = "1"  # stdout.log shows output as it happens
+    return env
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Reading the end of files
+
+
+def _tail_bytes(path: Path, want_newlines: int, max_bytes: int = 4 * 1024 * 1024) -> bytes:
+    """The end of a file holding at least `want_newlines` newlines (or all of it), read backwards in chunks."""
+    with open(path, "rb") as handle:
+        end = handle.seek(0, os.SEEK_END)
+        data = b""
+        while end > 0 and data.count(b"\n") <= want_newlines and len(data) < max_bytes:
+            start = max(0, end - TAIL_CHUNK)
+            handle.seek(start)
+            data = handle.read(end - start) + data
+            end = start
+        return data
+
+
+def log_tail(run_dir: Path | str, lines: int = 30) -> list[str]:
+    """The last `lines` lines of RUN/trainer.log ([] when there is none); reads only the end of the file."""
+    path = Path(run_dir) / rundir.LOG
+    if lines <= 0:
+        return []
+    try:
+        data = _tail_bytes(path, lines + 1)
+    except (FileNotFoundError, IsADirectoryError, PermissionError):
+        return []
+    text = data.decode("utf-8", errors="replace").rstrip("\n")
+    return text.splitlines()[-lines:] if text else []
+
+
+def last_lifecycle_event(run_dir: Path | str) -> dict[str, Any] | None:
+    """The newest `hello` or `finished` event of RUN/events.jsonl as a dict, scanning backwards from its end."""
+    return _newest_event(Path(run_dir) / rundir.EVENTS, ("hello", "finished"))
+
+
+def _last_hello(run_dir: Path | str) -> dict[str, Any] | None:
+    """The newest hello (the current or last trainer of the run), even when a finished event follows it."""
+    return _newest_event(Path(run_dir) / rundir.EVENTS, ("hello",))
+
+
+def _newest_event(path: Path, types: tuple[str, ...]) -> dict[str, Any] | None:
+    """The newest event of one of `types`, reading the file backwards in chunks: the tail alone usually does."""
+    try:
+        handle = open(path, "rb")
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError):
+        return None
+    with handle:
+        end = handle.seek(0, os.SEEK_END)
+        head = b""  # the start of a line cut by the chunk boundary, completed by the chunk before it
+        while end > 0:
+            start = max(0, end - TAIL_CHUNK)
+            handle.seek(start)
+            pieces = (handle.read(end - start) + head).split(b"\n")
+            head = pieces.pop(0) if start > 0 else b""
+            found = _newest_in(pieces, types)
+            if found is not None:
+                return found
+            end = start
+    return None
+
+
+def _newest_in(lines: list[bytes], types: tuple[str, ...]) -> dict[str, Any] | None:
+    for line in reversed(lines):
+        match = _TYPE_RE.search(line)
+        if match is None or match.group(1).decode() not in types:
+            continue
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue  # a cut or garbled line: keep looking further back
+        if isinstance(event, dict) and event.get("type") in types:
+            return event
+    return None
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Is the trainer alive?
+
+
+def _same_host(hello: dict[str, Any]) -> bool:
+    host = hello.get("host")
+    return host is None or host == os.uname().nodename
+
+
+def _is_trainer_process(pid: int, started_by: float | None) -> bool:
+    """True when `pid` is a running (not zombie) trainer_core process that started before `started_by`."""
+    import psutil  # imported here: only the runs/attach paths need it
+
+    try:
+        proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return False
+        cmdline = " ".join(proc.cmdline())
+        created = proc.create_time()
+    except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied, ProcessLookupError):
+        return False
+    if not any(marker in cmdline for marker in _TRAINER_MARKERS):
+        return False  # the pid was reused by an unrelated process
+    # A process younger than the hello it supposedly wrote is a later process that reused the pid.
+    return started_by is None or created <= started_by + 2.0
+
+
+def trainer_pid(run_dir: Path | str) -> int | None:
+    """The pid of the trainer serving this run if it is alive on this host, else None."""
+    hello = _last_hello(run_dir)
+    if hello is None or not _same_host(hello):
+        return None
+    pid, t = hello.get("pid"), hello.get("t")
+    if not isinstance(pid, int) or pid <= 0:
+        return None
+    return pid if _is_trainer_process(pid, t if isinstance(t, (int, float)) else None) else None
+
+
+def is_alive(run_dir: Path | str) -> bool:
+    return trainer_pid(run_dir) is not None
+
+
+def run_status(run_dir: Path | str) -> str:
+    """"live", "finished", "stopped", "failed", "crashed" (died without a finished event) or "empty"."""
+    event = last_lifecycle_event(run_dir)
+    if event is None:
+        return "crashed" if _has_events(run_dir) else "empty"
+    if event.get("type") == "finished":
+        return {"completed": "finished", "stopped": "stopped"}.get(str(event.get("status")), "failed")
+    if not _same_host(event):
+        return "live" if _recently_written(run_dir) else "crashed"
+    return "live" if is_alive(run_dir) else "crashed"
+
+
+def _has_events(run_dir: Path | str) -> bool:
+    try:
+        return (Path(run_dir) / rundir.EVENTS).stat().st_size > 0
+    except OSError:
+        return False
+
+
+def _recently_written(run_dir: Path | str) -> bool:
+    try:
+        return time.time() - (Path(run_dir) / rundir.EVENTS).stat().st_mtime < REMOTE_STALE_AFTER_S
+    except OSError:
+        return False
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Commands
+
+
+def send(run_dir: Path | str, cmd: str, timeout: float = SEND_TIMEOUT_S) -> CommandReply:
+    """Send a control command (pause, resume, save, evaluate, stop) and return the trainer's reply.
+
+    Raises ControlError with a clear message when the run has no live trainer (a missing or stale socket) or
+    no reply comes within `timeout` seconds; it never hangs.
+    """
+    if cmd not in COMMAND_NAMES:
+        raise ControlError(f"unknown command {cmd!r}; expected one of: {', '.join(COMMAND_NAMES)}")
+    folder = Path(run_dir)
+    _check_not_stale(folder)
+    return send_command(folder, cmd, timeout=timeout)
+
+
+def _check_not_stale(run_dir: Path) -> None:
+    """Fail fast on a socket whose trainer is gone, naming the pid that died."""
+    sock = control_socket_path(run_dir)
+    if not sock.exists():
+        return  # send_command explains a missing socket
+    hello = _last_hello(run_dir)
+    if hello is None or not _same_host(hello) or trainer_pid(run_dir) is not None:
+        return
+    raise ControlError(
+        f"the trainer of {run_dir} (pid {hello.get('pid')}) is not running: {rundir.SOCKET} is stale; "
+        "the run crashed or was killed — resume it from a checkpoint"
+    )
+
+
+def socket_ready(run_dir: Path | str) -> bool:
+    """True when RUN/control.sock exists and accepts a connection (the trainer is ready for commands)."""
+    path = control_socket_path(run_dir)
+    if not path.exists():
+        return False
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(0.5)
+        try:
+            sock.connect(str(path))
+        except OSError:
+            return False
+    return True
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# JSON commands
+
+
+def run_json(argv: Sequence[str], timeout: float = 120.0) -> dict[str, Any]:
+    """Run a trainer_core CLI command that prints JSON (check-data --json, train --dry-run --json).
+
+    RunnerError carries the command's `error: ...` message on exit 2, the end of stderr on other failures,
+    and says so when the output is not a JSON object or the command outlives `timeout` seconds.
+    """
+    name = " ".join(argv[3:5]) if len(argv) > 3 and argv[1:3] == ["-m", "trainer_core"] else " ".join(argv[:2])
+    try:
+        done = subprocess.run(
+            list(argv), stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout, check=False,
+        )
+    except subprocess.TimeoutExpired:
+        raise RunnerError(f"`{name}` did not finish within {timeout:g} s") from None
+    except OSError as exc:
+        raise RunnerError(f"cannot run `{name}`: {exc.strerror or exc}") from exc
+    if done.returncode != 0:
+        raise RunnerError(_failure_message(name, done.returncode, done.stderr))
+    return _parse_json_object(name, done.stdout)
+
+
+def _failure_message(name: str, code: int, stderr: str) -> str:
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    errors = [line[len("error: "):] for line in lines if line.startswith("error: ")]
+    if errors:
+        return errors[-1]
+    tail = " | ".join(lines[-3:]) if lines else "no output on stderr"
+    return f"`{name}` failed with exit code {code}: {tail}"
+
+
+def _parse_json_object(name: str, stdout: str) -> dict[str, Any]:
+    try:
+        data = json.loads(stdout)
+    except ValueError:
+        snippet = stdout.strip()[:200] or "(nothing)"
+        raise RunnerError(f"`{name}` printed something that is not JSON: {snippet!r}") from None
+    if not isinstance(data, dict):
+        raise RunnerError(f"`{name}` printed JSON {type(data).__name__}, expected an object")
+    return data

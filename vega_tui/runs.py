@@ -1,0 +1,258 @@
+"""The runs under a runs root: a summary row per run folder, the newest run, loss curves for overlays.
+
+A summary never reads a whole event log: it takes session.json when the run wrote one, otherwise the first
+lines (the hello event) and the last few hundred kilobytes of events.jsonl. The status comes from
+`runner.run_status` (the log's last hello/finished event plus the process table), so a run resumed into
+its folder shows as live even though an older session.json says finished.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from trainer_core import rundir
+from vega_tui.runner import run_status
+from vega_tui.store import Series
+
+# How much of the end of events.jsonl a summary reads when there is no session.json.
+SUMMARY_TAIL_BYTES = 256 * 1024
+HEAD_LINES = 20
+HEAD_LINE_MAX_BYTES = 64 * 1024  # a longer line at the head is cut, fails to parse and is skipped
+_STEP_RE = re.compile(rb'"type"\s*:\s*"step"')
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """One row of the runs screen. `started` is a unix time; numbers are None when the run never told."""
+
+    path: Path
+    name: str
+    status: str
+    profile: str | None
+    step: int | None
+    best_val_loss: float | None
+    final_loss: float | None
+    duration_s: float | None
+    started: float | None
+    profile_path: str | None = None
+    device: str | None = None
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Finding runs
+
+
+def default_runs_root() -> Path:
+    """./runs when the current folder has one, else the runs/ folder of this checkout."""
+    here = Path.cwd() / "runs"
+    if here.is_dir():
+        return here
+    return Path(__file__).resolve().parent.parent / "runs"
+
+
+def _run_dirs(runs_root: Path) -> list[Path]:
+    try:
+        children = list(runs_root.iterdir())
+    except (FileNotFoundError, NotADirectoryError, PermissionError):
+        return []
+    return [child for child in children if child.is_dir() and (child / rundir.EVENTS).is_file()]
+
+
+def list_runs(runs_root: Path | str) -> list[RunSummary]:
+    """Every run folder directly under `runs_root` (those with an events.jsonl), newest first."""
+    summaries = [summarize_run(path) for path in _run_dirs(Path(runs_root))]
+    return sorted(summaries, key=lambda s: (s.started or 0.0, s.name), reverse=True)
+
+
+def newest_run(runs_root: Path | str) -> Path | None:
+    """The most recently started run folder under `runs_root`, or None when there is none."""
+    runs = list_runs(runs_root)
+    return runs[0].path if runs else None
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# One run
+
+
+def summarize_run(run_dir: Path | str) -> RunSummary:
+    """The summary row for one run folder."""
+    path = Path(run_dir)
+    status = run_status(path)
+    head = _head_events(path / rundir.EVENTS)
+    tail = _tail_events(path / rundir.EVENTS)
+    # A live run may have been resumed into a folder whose session.json describes the previous trainer.
+    session = _read_session(path / rundir.SESSION) if status != "live" else None
+    hello = next((e for e in head if e.get("type") == "hello"), {})
+    facts = _facts_from_events(head + tail)
+    if session is not None:
+        facts.update({k: v for k, v in _facts_from_session(session).items() if v is not None})
+    profile_path = hello.get("profile_path") or facts.get("profile_path")
+    return RunSummary(
+        path=path,
+        name=path.name,
+        status=status,
+        profile=Path(profile_path).stem if profile_path else None,
+        step=facts.get("step"),
+        best_val_loss=facts.get("best_val_loss"),
+        final_loss=facts.get("final_loss"),
+        duration_s=facts.get("duration_s"),
+        started=_number(hello.get("t")) or facts.get("started") or _mtime(path),
+        profile_path=profile_path,
+        device=facts.get("device"),
+    )
+
+
+def _facts_from_events(events: list[dict[str, Any]]) -> dict[str, Any]:
+    """Latest step, loss, best validation loss, duration and device seen in the given events."""
+    facts: dict[str, Any] = {}
+    first_t = _number(events[0].get("t")) if events else None
+    for event in events:
+        kind = event.get("type")
+        if kind == "step":
+            facts["step"] = event.get("step")
+            facts["final_loss"] = _number(event.get("loss"))
+        elif kind == "best_model":
+            facts["best_val_loss"] = _number(event.get("val_loss"))
+        elif kind == "device_selected":
+            facts["device"] = event.get("device")
+        elif kind == "finished":
+            facts.update(_facts_from_finished(event))
+        t = _number(event.get("t"))
+        if t is not None and first_t is not None and "finished_seconds" not in facts:
+            facts["duration_s"] = t - first_t
+    return facts
+
+
+def _facts_from_finished(event: dict[str, Any]) -> dict[str, Any]:
+    summary = event.get("summary") or {}
+    facts = {"step": event.get("step"), "duration_s": _number(event.get("seconds")), "finished_seconds": True}
+    for key in ("final_loss", "best_val_loss"):
+        if _number(summary.get(key)) is not None:
+            facts[key] = _number(summary.get(key))
+    return facts
+
+
+def _facts_from_session(session: dict[str, Any]) -> dict[str, Any]:
+    summary = session.get("summary") or {}
+    return {
+        "step": summary.get("steps"),
+        "final_loss": _number(summary.get("final_loss")),
+        "best_val_loss": _number(summary.get("best_val_loss")),
+        "duration_s": _number(session.get("seconds")),
+        "started": _parse_time(session.get("started")),
+        "profile_path": session.get("profile"),
+        "device": session.get("device"),
+    }
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Reading pieces of files
+
+
+def _read_session(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None  # missing, or half-written by a crash: fall back to the event log
+    return data if isinstance(data, dict) else None
+
+
+def _decode_lines(lines: list[bytes]) -> list[dict[str, Any]]:
+    events = []
+    for line in lines:
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(event, dict):
+            events.append(event)
+    return events
+
+
+def _head_events(path: Path) -> list[dict[str, Any]]:
+    try:
+        with open(path, "rb") as handle:
+            lines = [handle.readline(HEAD_LINE_MAX_BYTES) for _ in range(HEAD_LINES)]
+    except OSError:
+        return []
+    return _decode_lines([line for line in lines if line.endswith(b"\n")])
+
+
+def _tail_events(path: Path) -> list[dict[str, Any]]:
+    """Events in the last SUMMARY_TAIL_BYTES of the log (the first, possibly cut, line dropped)."""
+    try:
+        with open(path, "rb") as handle:
+            size = handle.seek(0, 2)
+            start = max(0, size - SUMMARY_TAIL_BYTES)
+            handle.seek(start)
+            data = handle.read()
+    except OSError:
+        return []
+    lines = data.split(b"\n")
+    if start > 0:
+        lines = lines[1:]
+    return _decode_lines(lines)
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def _parse_time(text: Any) -> float | None:
+    if not isinstance(text, str):
+        return None
+    try:
+        return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S%z").timestamp()
+    except ValueError:
+        return None
+
+
+def _mtime(path: Path) -> float | None:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return None
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Loss curves for overlays
+
+
+def loss_curve(run_dir: Path | str, max_points: int = 500) -> tuple[list[float], list[float]]:
+    """(steps, training losses) of a run, downsampled to at most `max_points` points keeping min and max.
+
+    Reads the step events of RUN/events.jsonl line by line (bad lines skipped); ([], []) when there are none.
+    """
+    series = Series(max(4, max_points))
+    try:
+        handle = open(Path(run_dir) / rundir.EVENTS, "rb")
+    except OSError:
+        return [], []
+    with handle:
+        for line in handle:
+            if _STEP_RE.search(line):
+                _add_step_line(series, line)
+    points = series.points()
+    return [x for x, _ in points], [y for _, y in points]
+
+
+def _add_step_line(series: Series, line: bytes) -> None:
+    try:
+        event = json.loads(line)
+    except ValueError:
+        return
+    if not isinstance(event, dict) or event.get("type") != "step":
+        return
+    steps, losses = event.get("step_series") or [], event.get("loss_series") or []
+    pairs = zip(steps, losses) if steps and len(steps) == len(losses) else [(event.get("step"), event.get("loss"))]
+    for step, loss in pairs:
+        if _number(step) is not None and _number(loss) is not None:
+            series.append(step, loss)
