@@ -1,0 +1,139 @@
+"""The preflight summary: what `trainer-core train --dry-run --json` says the run will do.
+
+The panel only formats a plan dict (the trainer's JSON); it never computes anything itself. The run
+folder is shown as `<runs folder>/<name>-<start time>`: the folder is named when Start is pressed, so
+the summary holds no clock and two runs started from one preflight never share a folder.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from rich.console import RenderableType
+from rich.table import Table
+from rich.text import Text
+from textual.widgets import Static
+
+MAX_PROBLEMS_SHOWN = 3
+_STAMP = re.compile(r"-\d{8}-\d{6}(-\d+)?$")
+
+
+def format_bytes(size: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if size < 1024 or unit == "GB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} TB"
+
+
+def format_hours(hours: float) -> str:
+    if hours < 1 / 60:
+        return f"{hours * 3600:.0f} s"
+    return f"{hours * 60:.1f} min" if hours < 1 else f"{hours:.2f} h"
+
+
+def run_folder_parts(plan: dict[str, Any]) -> tuple[Path, str]:
+    """(runs folder, run name) from the plan's proposed run folder `<runs>/<name>-<YYYYmmdd-HHMMSS>`."""
+    proposed = Path(plan["run_dir"])
+    return proposed.parent, _STAMP.sub("", proposed.name)
+
+
+class PreflightPanel(Static):
+    """Shows 'computing', the plan, or the problem that blocks the run; `text` is what it shows, as plain text."""
+
+    text = ""
+
+    def show_waiting(self, message: str = "computing the plan…") -> None:
+        self.set_class(False, "-problem")
+        self.text = message
+        self.update(Text(message, style="dim italic"))
+
+    def show_problem(self, title: str, message: str) -> None:
+        self.set_class(True, "-problem")
+        body = Text()
+        body.append(f"{title}\n", style="bold red")
+        body.append(message)
+        self.text = body.plain
+        self.update(body)
+
+    def show_plan(self, plan: dict[str, Any]) -> None:
+        self.set_class(False, "-problem")
+        rows = plan_rows(plan)
+        self.text = "\n".join(f"{label} {value if isinstance(value, str) else value.plain}" for label, value in rows)
+        self.update(plan_renderable(rows))
+
+
+def plan_renderable(rows: list[tuple[str, Text | str]]) -> RenderableType:
+    table = Table.grid(padding=(0, 1))
+    table.add_column(style="bold", no_wrap=True)
+    table.add_column()
+    for label, value in rows:
+        table.add_row(label, value)
+    return table
+
+
+def plan_rows(plan: dict[str, Any]) -> list[tuple[str, Text | str]]:
+    """The summary as (label, value) rows, in reading order."""
+    from trainer_core.profile_loader import display_path  # pydantic-heavy module: not on the first frame's path
+
+    rows: list[tuple[str, Text | str]] = [("device", _device_text(plan.get("device", {})))]
+    data = plan.get("data", {})
+    rows.append(("data", _data_text(data)))
+    rows += [("skipped", Text(line, style="yellow")) for line in _problem_lines(data)]
+    rows.append(("RAM", _ram_text(plan.get("preload", {}))))
+    rows.append(("model", _model_text(plan.get("model", {}))))
+    rows.append(("plan", _schedule_text(plan.get("schedule", {}))))
+    runs, name = run_folder_parts(plan)
+    rows.append(("run", f"{display_path(runs)}/{name}-<start time>"))
+    rows += [("note", Text(str(note), style="yellow")) for note in plan.get("notes", [])]
+    return rows
+
+
+def _device_text(device: dict[str, Any]) -> Text:
+    """The device and the mode that chose it; the reason is on the compute mode row already."""
+    text = Text(str(device.get("device", "?")), style="bold")
+    text.append(f" · {device.get('mode', '?')} mode", style="dim")
+    if device.get("fallback"):
+        text.append(" · no usable accelerator, CPU instead", style="yellow")
+    return text
+
+
+def _data_text(data: dict[str, Any]) -> str:
+    usable, skipped = data.get("usable", 0), data.get("skipped", 0)
+    parts = [str(data.get("mode", "?")), f"{usable} usable, {skipped} skipped"]
+    if data.get("mode") == "voice" and data.get("hours"):
+        parts.append(format_hours(float(data["hours"])))
+    return " · ".join(parts)
+
+
+def _problem_lines(data: dict[str, Any]) -> list[str]:
+    problems = data.get("problems", [])
+    lines = [f"{Path(p.get('path', '?')).name}: {p.get('reason', '')}" for p in problems[:MAX_PROBLEMS_SHOWN]]
+    if len(problems) > MAX_PROBLEMS_SHOWN:
+        lines.append(f"… and {len(problems) - MAX_PROBLEMS_SHOWN} more (trainer-core check-data shows all)")
+    return lines
+
+
+def _ram_text(preload: dict[str, Any]) -> str:
+    size = format_bytes(float(preload.get("estimated_bytes", 0)))
+    if preload.get("where") == "disk":
+        return f"~{size}: streamed from the disk feature cache"
+    return f"~{size}, preloaded into RAM"
+
+
+def _model_text(model: dict[str, Any]) -> str:
+    return f"{model.get('kind', '?')}, hidden {model.get('hidden', '?')}"
+
+
+def _schedule_text(schedule: dict[str, Any]) -> str:
+    accum = schedule.get("grad_accum") or 1
+    batch = f"batch {schedule.get('batch_size')}" + (f" x {accum} accumulated" if accum > 1 else "")
+    per_epoch = schedule.get("steps_per_epoch", 0)
+    if schedule.get("target_hours"):
+        return f"time budget {schedule['target_hours']} h (epochs planned after a short benchmark), {batch}"
+    if schedule.get("max_steps"):
+        return f"{schedule['max_steps']} steps (~{per_epoch}/epoch), {batch}"
+    epochs = schedule.get("epochs", 0)
+    return f"{epochs} epochs x {per_epoch} steps = {epochs * per_epoch} steps, {batch}"
