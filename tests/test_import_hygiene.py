@@ -16,6 +16,11 @@ HEAVY = ("torch", "librosa", "matplotlib", "numba")
 LIGHT_MODULES = [
     "vega_tui",
     "vega_tui.__main__",
+    "vega_tui.app",
+    "vega_tui.screens.run",
+    "vega_tui.screens.launch",
+    "vega_tui.store",
+    "vega_tui.runner",
     "trainer_core",
     "trainer_core.protocol",
     "trainer_core.profile",

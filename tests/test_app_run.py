@@ -1,0 +1,655 @@
+"""The run dashboard (vega_tui/screens/run.py) driven with Textual's pilot.
+
+Recorded runs (tests/fixtures/events/*, real trainer logs copied to tmp_path) check what the dashboard shows:
+status, charts, fault markers, checkpoints, samples, the log pane, crashed and failed runs, damaged logs.
+A live tiny trainer started with `vega_tui.runner.TrainerProcess.spawn` checks the controls end to end:
+pause, resume, save, evaluate, quit-cancel, stop, resume from a checkpoint, detach and reattach, and a
+trainer killed under the dashboard. Snapshot tests pin the layout at 80x24 and 120x40 (regenerate them with
+`pytest tests/test_app_run.py --snapshot-update` after an intended change, or when the fixtures are
+re-recorded).
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+from textual.pilot import Pilot
+from textual.widgets import Input, RichLog
+
+from trainer_core.eventlog import read_all
+from trainer_core.nvml import GpuInfo
+from trainer_core.protocol import Event
+from trainer_core.resources import MachineResources
+from vega_tui import app as vega_app
+from vega_tui import runner
+from vega_tui.app import VegaApp
+from vega_tui.screens.run import RunScreen
+from vega_tui.widgets.breakdown import BreakdownBar
+from vega_tui.widgets.charts import ChartGrid, RunChart
+from vega_tui.widgets.checkpoints import CheckpointPanel
+from vega_tui.widgets.logs import LogPane
+from vega_tui.widgets.resources import ResourceLine, ResourcesPanel
+from vega_tui.widgets.samples import SamplesPanel
+from vega_tui.widgets.status import ProblemBanner, StatusLine
+
+pytestmark = pytest.mark.anyio
+
+FIXTURES = Path(__file__).parent / "fixtures" / "events"
+# Generous: trainers and other tests share two cores. Never a timed assertion, only an upper bound.
+WAIT_S = 60.0
+GIB = 1024**3
+STATUS_OF_FINISHED = {"completed": "FINISHED", "stopped": "STOPPED", "failed": "FAILED"}
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def fixed_resources() -> MachineResources:
+    """A fixed machine for layouts that must render the same everywhere (one GPU, 16 threads, 64 GiB)."""
+    gpu = GpuInfo(index=0, name="NVIDIA H100 80GB HBM3", memory_total_bytes=80 * GIB,
+                  memory_free_bytes=60 * GIB, memory_used_bytes=20 * GIB, utilization_pct=87.0,
+                  temperature_c=64.0)
+    return MachineResources(cpu_logical=16, cpu_physical=8, cpu_percent=37.0, ram_total_bytes=64 * GIB,
+                            ram_available_bytes=40 * GIB, gpus=[gpu], mps_available=False,
+                            accelerator_note="1 NVIDIA GPU")
+
+
+class DashApp(VegaApp):
+    """The real app shell attached to one run; it records notifications so tests can read them."""
+
+    CSS_PATH = str(Path(vega_app.__file__).with_name("app.tcss"))  # relative paths resolve from the subclass
+
+    def __init__(self, run_dir: Path, process: runner.TrainerProcess | None = None,
+                 probe: Callable[[], MachineResources] | None = fixed_resources) -> None:
+        super().__init__(start="attach", run_dir=run_dir)
+        self.process, self.probe = process, probe
+        self.messages: list[str] = []
+
+    def open_run(self, run_dir: Path, process: runner.TrainerProcess | None = None) -> None:
+        self.push_screen(RunScreen(run_dir, process or self.process, read_resources=self.probe))
+
+    def notify(self, message: str, **kwargs: Any) -> None:
+        self.messages.append(str(message))
+        super().notify(message, **kwargs)
+
+
+def copy_fixture(name: str, tmp_path: Path) -> Path:
+    target = tmp_path / name
+    shutil.copytree(FIXTURES / name, target)
+    return target
+
+
+def run_screen(pilot: Pilot) -> RunScreen:
+    screen = pilot.app.screen
+    assert isinstance(screen, RunScreen), f"expected the run dashboard, got {screen!r}"
+    return screen
+
+
+async def wait_until(pilot: Pilot, predicate: Callable[[], bool], what: str, timeout: float = WAIT_S) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        await pilot.pause(0.05)
+    detail = ""
+    if isinstance(pilot.app.screen, RunScreen):
+        state = pilot.app.screen.state
+        screen = pilot.app.screen
+        files = screen.query_one(CheckpointPanel).files is not None
+        detail = (f"; status {state.status}, step {state.step}, trainer alive {screen.trainer_alive}, files scanned "
+                  f"{files}, last logs {[line.message for line in list(state.logs)[-3:]]}")
+    pytest.fail(f"timed out after {timeout:g} s waiting for {what}{detail}")
+
+
+async def settled(pilot: Pilot) -> RunScreen:
+    """The whole log applied, the trainer checked, files scanned and the visible charts drawn."""
+    screen = run_screen(pilot)
+    panel = screen.query_one(CheckpointPanel)
+    await wait_until(pilot, lambda: screen.follower is not None and screen.follower.wait_caught_up(0)
+                     and screen.state.version > 0, "the event log to be read")
+    await wait_until(pilot, lambda: screen.trainer_alive is False and panel.files is not None
+                     and screen.state.status in ("finished", "stopped", "failed", "crashed"), "a settled run")
+    charts = [chart for chart in screen.query(RunChart) if chart.region.area > 0]
+    loss = screen.query_one(ChartGrid).chart("loss")
+    await wait_until(pilot, lambda: all(c.data is not None for c in charts) and loss.data.points > 0, "charts")
+    await pilot.pause(0.3)
+    return screen
+
+
+def events_of(run_dir: Path, kind: str) -> list[Event]:
+    return [event for event in read_all(run_dir / "events.jsonl") if event.type == kind]
+
+
+def status_text(screen: RunScreen) -> str:
+    return screen.query_one(StatusLine).content.plain
+
+
+def plain(widget: Any) -> str:
+    content = widget.content
+    return content.plain if hasattr(content, "plain") else str(content)
+
+
+def log_view_text(screen: RunScreen) -> str:
+    view = screen.query_one("#log-view", RichLog)
+    return "\n".join(line.text for line in view.lines)
+
+
+# ------------------------------------------------------------------------------------------------ recorded runs
+
+
+@pytest.mark.parametrize("name", ["lm_completed", "lm_stopped", "lm_faults", "lm_failed", "lm_killed"])
+async def test_status_line_shows_state_and_progress(name: str, tmp_path: Path) -> None:
+    run_dir = copy_fixture(name, tmp_path)
+    finished = events_of(run_dir, "finished")
+    steps = events_of(run_dir, "step")
+    expected_state = STATUS_OF_FINISHED[finished[-1].status] if finished else "CRASHED"
+    expected_step = finished[-1].step if finished else steps[-1].step
+    async with DashApp(run_dir).run_test(size=(80, 24)) as pilot:
+        screen = await settled(pilot)
+        text = status_text(screen)
+        assert text.startswith(name)
+        assert f"  {expected_state}  " in text
+        assert f"step {expected_step}" in text
+        assert "cpu fp32" in text and "world 1" in text and "samples/s" in text
+
+
+async def test_completed_run_charts_checkpoints_and_samples(tmp_path: Path) -> None:
+    run_dir = copy_fixture("lm_completed", tmp_path)
+    saved = {event.step for event in events_of(run_dir, "checkpoint_saved")}
+    best_step = events_of(run_dir, "best_model")[-1].step
+    samples = events_of(run_dir, "sample")
+    async with DashApp(run_dir).run_test(size=(120, 40)) as pilot:
+        screen = await settled(pilot)
+        grid = screen.query_one(ChartGrid)
+        loss = grid.chart("loss").data
+        assert {line.label for line in loss.lines} == {"loss", "smoothed", "validation"}
+        validation = next(line for line in loss.lines if line.label == "validation")
+        assert len(validation.xs) == len(events_of(run_dir, "validation"))
+        assert sorted(loss.markers["checkpoint"]) == sorted(saved)
+        for name in ("lr", "throughput"):
+            assert grid.chart(name).data.points > 0, name
+        assert "loss" in grid.chart("loss").render().plain  # the legend is drawn
+
+        await pilot.press("3")
+        table = screen.query_one(CheckpointPanel).table
+        assert screen.focused is table
+        assert table.row_count == len(saved)
+        best_row = [str(cell) for cell in table.get_row(str(best_step))]
+        assert "★ best" in best_row
+        assert best_row[4] == "missing"  # the fixture keeps the log, not the .pt files
+        others = [str(table.get_row(str(step))[3]) for step in saved - {best_step}]
+        assert all(cell == "" for cell in others)
+
+        await pilot.press("4")
+        items = screen.query_one(SamplesPanel).items()
+        assert [item.sample.step for item in items] == [event.step for event in samples]
+        first_prompt_line = samples[0].text.splitlines()[0]
+        assert first_prompt_line in plain(items[0].query_one("Static"))  # text samples are shown inline
+
+
+async def test_fault_markers_on_the_step_axis(tmp_path: Path) -> None:
+    run_dir = copy_fixture("lm_faults", tmp_path)
+    oom = events_of(run_dir, "oom_recovered")[0].step
+    nonfinite = events_of(run_dir, "nonfinite")[0].step
+    async with DashApp(run_dir).run_test(size=(80, 24)) as pilot:
+        screen = await settled(pilot)
+        chart = screen.query_one(ChartGrid).chart("loss")
+        assert chart.data.markers["oom"] == [oom]
+        assert chart.data.markers["nonfinite"] == [nonfinite]
+        drawn = chart.render().plain
+        assert "OOM" in drawn and "non-finite" in drawn and "best" in drawn  # legend entries of the markers
+        throughput = screen.query_one(ChartGrid).chart("throughput")
+        assert throughput.region.area == 0  # compact layout: one secondary chart at a time
+        await pilot.press("c")
+        assert screen.query_one(ChartGrid).current == "throughput"
+        await wait_until(pilot, lambda: throughput.data is not None and throughput.data.markers.get("oom") == [oom],
+                         "the OOM marker on the throughput chart")
+        assert throughput.region.area > 0
+
+
+async def test_log_scale_toggle_redraws_the_loss_chart(tmp_path: Path) -> None:
+    run_dir = copy_fixture("lm_completed", tmp_path)
+    async with DashApp(run_dir).run_test(size=(80, 24)) as pilot:
+        screen = await settled(pilot)
+        chart = screen.query_one(ChartGrid).chart("loss")
+        assert not chart.data.log_y
+        await pilot.press("l")
+        assert chart.data.log_y and chart.data.title == "loss (log scale)"
+        assert "log scale" in chart.render().plain
+        await pilot.press("l")
+        assert not chart.data.log_y
+
+
+async def test_charts_redraw_only_when_the_store_changes(tmp_path: Path) -> None:
+    run_dir = copy_fixture("lm_completed", tmp_path)
+    async with DashApp(run_dir).run_test(size=(80, 24)) as pilot:
+        screen = await settled(pilot)
+        chart = screen.query_one(ChartGrid).chart("loss")
+        drawn = chart.data
+        await pilot.pause(1.2)  # several timer ticks with nothing new
+        assert chart.data is drawn
+        line = {"v": 1, "seq": 10_000, "t": time.time(), "type": "log", "level": "info", "message": "appended"}
+        with open(run_dir / "events.jsonl", "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(line) + "\n")
+        await wait_until(pilot, lambda: chart.data is not drawn, "a redraw after a new event")
+
+
+async def test_log_pane_filter_and_search(tmp_path: Path) -> None:
+    run_dir = copy_fixture("lm_faults", tmp_path)
+    async with DashApp(run_dir).run_test(size=(80, 24)) as pilot:
+        screen = await settled(pilot)
+        await pilot.press("2")
+        pane = screen.query_one(LogPane)
+        assert "level ≥ info" in pane.header_text().plain
+        everything = pane.shown
+        assert everything == sum(1 for line in screen.state.logs if line.level != "debug")
+
+        await pilot.press("f")  # info -> warning
+        assert pane.min_level == "warning"
+        warnings = [line for line in screen.state.logs if line.level in ("warning", "error", "critical")]
+        assert 0 < pane.shown == len(warnings) < everything
+        await pilot.press("f", "f", "f")  # error -> debug -> info
+        assert pane.min_level == "info" and pane.shown == everything
+
+        await pilot.press("slash")
+        search = screen.query_one("#log-search", Input)
+        assert search.has_focus
+        await pilot.press(*"memory")
+        await wait_until(pilot, lambda: pane.search == "memory", "the search to apply")
+        expected = [line for line in screen.state.logs if "memory" in line.message.lower()]
+        assert 0 < pane.shown == len(expected) < everything
+        assert "search 'memory'" in pane.header_text().plain
+        await pilot.pause(0.1)
+        assert all("memory" in row.lower() for row in log_view_text(screen).splitlines() if "INFO" in row
+                   or "WARN" in row)
+        await pilot.press("escape")  # closes the box and clears the search
+        assert not search.display and pane.search == "" and pane.shown == everything
+
+
+async def test_damaged_log_still_opens_and_counts_bad_lines(tmp_path: Path) -> None:
+    """Malformed lines, a seq gap, an unknown event type from a newer trainer and a truncated last line."""
+    run_dir = copy_fixture("lm_completed", tmp_path)
+    path = run_dir / "events.jsonl"
+    lines = path.read_text(encoding="utf-8").splitlines()
+    # Line 8 and line 20 are lost (two seq gaps), line 19 is retyped as an event a newer trainer invented,
+    # and the last line (the finished event) is cut in half: a trainer killed mid-write.
+    damaged = lines[:8] + ["this is not json", '{"v": 1, "seq": "x"}'] + lines[9:20]
+    damaged[-1] = json.dumps({**json.loads(damaged[-1]), "type": "quantum_flux"})
+    damaged += lines[21:]
+    damaged[-1] = damaged[-1][: len(damaged[-1]) // 2]
+    path.write_text("\n".join(damaged), encoding="utf-8")
+    async with DashApp(run_dir).run_test(size=(80, 24)) as pilot:
+        screen = run_screen(pilot)
+        await wait_until(pilot, lambda: screen.state.malformed_lines >= 2 and screen.state.unknown_events == 1,
+                         "the damage to be counted")
+        await pilot.press("2")
+        header = screen.query_one(LogPane).header_text().plain
+        assert "bad lines 2" in header and "seq gaps 2" in header and "unknown events 1" in header
+        assert screen.state.step > 0
+        await wait_until(pilot, lambda: screen.state.status == "crashed", "no finished event: a crash")
+        await pilot.press("1")
+        assert screen.query_one(ChartGrid).chart("loss").region.area > 0
+
+
+async def test_crashed_run_shows_the_log_tail_and_stays_usable(tmp_path: Path) -> None:
+    run_dir = copy_fixture("lm_killed", tmp_path)
+    (run_dir / "trainer.log").write_text("starting\nloading data\nSegmentation fault (core dumped)\n")
+    async with DashApp(run_dir).run_test(size=(80, 24)) as pilot:
+        app = pilot.app
+        screen = await settled(pilot)
+        assert screen.state.status == "crashed"
+        banner = plain(screen.query_one(ProblemBanner))
+        assert "died without finishing" in banner and "Segmentation fault (core dumped)" in banner
+        assert screen.query_one(ProblemBanner).display
+        await pilot.press("p")  # no trainer: the reason is reported, nothing hangs
+        await wait_until(pilot, lambda: any(m.startswith("pause:") for m in app.messages), "the pause reply")
+        assert "no trainer is listening" in next(m for m in app.messages if m.startswith("pause:"))
+        await pilot.press("2")
+        assert "Segmentation fault" in log_view_text(screen)
+        await pilot.press("x")  # nothing to stop: a message, no dialog
+        await wait_until(pilot, lambda: any(m.startswith("stop:") for m in app.messages), "the stop reply")
+        assert isinstance(app.screen, RunScreen)
+
+
+async def test_stale_socket_of_a_dead_trainer_is_reported(tmp_path: Path) -> None:
+    import socket
+
+    run_dir = copy_fixture("lm_killed", tmp_path)
+    stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    stale.bind(str(run_dir / "control.sock"))  # bound, never listening, then closed: what a SIGKILL leaves
+    stale.close()
+    async with DashApp(run_dir).run_test(size=(80, 24)) as pilot:
+        await settled(pilot)
+        await pilot.press("s")
+        await wait_until(pilot, lambda: any(m.startswith("save:") for m in pilot.app.messages), "the save reply")
+        reply = next(m for m in pilot.app.messages if m.startswith("save:"))
+        assert "stale" in reply and "not running" in reply
+
+
+async def test_failed_run_shows_the_error(tmp_path: Path) -> None:
+    run_dir = copy_fixture("lm_failed", tmp_path)
+    error = events_of(run_dir, "error")[-1].message
+    async with DashApp(run_dir).run_test(size=(80, 24)) as pilot:
+        screen = await settled(pilot)
+        assert "FAILED" in status_text(screen)
+        assert f"The run failed: {error}" in plain(screen.query_one(ProblemBanner))
+        await pilot.press("p")
+        assert any("the run has failed" in message for message in pilot.app.messages)
+
+
+async def test_profiler_bar_and_live_resources(tmp_path: Path) -> None:
+    run_dir = copy_fixture("lm_completed", tmp_path)
+    breakdown = events_of(run_dir, "profile_breakdown")[-1]
+    async with DashApp(run_dir, probe=runner_free_probe()).run_test(size=(120, 40)) as pilot:
+        screen = await settled(pilot)
+        bar = screen.query_one(BreakdownBar).render().plain
+        phases = ("data_s", "transfer_s", "forward_s", "backward_s", "optimizer_s")
+        total = sum(getattr(breakdown, phase) for phase in phases)
+        assert f"fwd {breakdown.forward_s / total:.0%}" in bar and f"bwd {breakdown.backward_s / total:.0%}" in bar
+        assert "█" in bar
+        panel = screen.query_one(ResourcesPanel)
+        await wait_until(pilot, lambda: panel.resources is not None, "a probe of this machine")
+        assert panel.resources.ram_total_bytes == psutil.virtual_memory().total
+        line = plain(screen.query_one(ResourceLine))
+        total = f"/{psutil.virtual_memory().total / GIB:.1f} GiB"
+        assert line.startswith("CPU") and "RAM" in line and total in line
+
+
+def add_audio_sample(run_dir: Path) -> Path:
+    """A real 0.2 s wav in the run's samples/ folder and the `sample` event announcing it."""
+    import numpy as np
+    import soundfile
+
+    path = run_dir / "samples" / "step-00000060-0.wav"
+    path.parent.mkdir(exist_ok=True)
+    tone = 0.2 * np.sin(2 * np.pi * 440 * np.arange(4410) / 22050)
+    soundfile.write(path, tone.astype("float32"), 22050)
+    last = read_all(run_dir / "events.jsonl")[-1]
+    event = {"v": 1, "seq": last.seq + 1, "t": last.t, "type": "sample", "step": 60, "kind": "audio",
+             "path": f"/elsewhere/{path.name}", "text": "Hello from Vega."}
+    with open(run_dir / "events.jsonl", "a", encoding="utf-8") as handle:
+        handle.write(json.dumps(event) + "\n")
+    return path
+
+
+async def test_audio_sample_plays_locally_or_shows_scp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    run_dir = copy_fixture("lm_completed", tmp_path)
+    wav = add_audio_sample(run_dir)
+    bin_dir, played = tmp_path / "bin", tmp_path / "played.txt"
+    bin_dir.mkdir()
+    player = bin_dir / "paplay"  # stands in for a sound server this machine does not have
+    player.write_text(f"#!/bin/sh\nprintf '%s\\n' \"$@\" > {played}\n")
+    player.chmod(0o755)
+    monkeypatch.setenv("PATH", str(bin_dir))
+    async with DashApp(run_dir).run_test(size=(80, 24)) as pilot:
+        screen = await settled(pilot)
+        await pilot.press("4")
+        panel = screen.query_one(SamplesPanel)
+        audio = [item for item in panel.items() if item.sample.kind == "audio"]
+        assert len(audio) == 1 and audio[0].path == wav  # found in this run folder, not at the recorded path
+        shown = plain(audio[0].query_one("Static"))
+        assert str(wav) in shown and "Hello from Vega." in shown
+        panel.list_view.index = panel.items().index(audio[0])
+        await pilot.press("a")
+        await wait_until(pilot, lambda: played.is_file() and played.read_text().strip() == str(wav), "the player")
+        assert f"play: playing {wav.name} with paplay" in pilot.app.messages
+
+        monkeypatch.setenv("PATH", str(tmp_path / "nothing-here"))
+        await pilot.press("a")
+        host = events_of(run_dir, "hello")[0].host  # the machine the trainer ran on
+        scp = f"scp {getpass.getuser()}@{host}:{wav} ."
+        await wait_until(pilot, lambda: any(scp in message for message in pilot.app.messages), "the scp command")
+
+
+def runner_free_probe() -> Callable[[], MachineResources]:
+    """The real probe (psutil/NVML of this machine), as the dashboard uses it."""
+    from vega_tui.widgets.resources import read_resources
+
+    return read_resources
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 40)], ids=["80x24", "120x40"])
+async def test_layout_has_no_overlap_on_any_tab(size: tuple[int, int], tmp_path: Path) -> None:
+    run_dir = copy_fixture("lm_killed", tmp_path)  # the crash banner takes room too
+    parts = ["#status", "#problem", "#tabs", "#breakdown", "Footer"]
+    if size == (120, 40):
+        parts.insert(1, "#resource-line")
+    async with DashApp(run_dir).run_test(size=size) as pilot:
+        screen = await settled(pilot)
+        for key, tab in enumerate(("charts", "logs", "checkpoints", "samples", "resources"), start=1):
+            await pilot.press(str(key))
+            await pilot.pause(0.05)
+            regions = {selector: screen.query_one(selector).region for selector in parts}
+            assert all(region.area > 0 for region in regions.values()), (tab, regions)
+            ordered = list(regions.values())
+            for upper, lower in zip(ordered, ordered[1:]):
+                assert upper.bottom <= lower.y, (tab, upper, lower)
+            assert ordered[-1].bottom <= size[1]
+            pane = screen.query_one(f"#tab-{tab}")
+            assert pane.region.area > 0 and regions["#tabs"].contains_region(pane.region), tab
+            visible = [chart.id for chart in screen.query(RunChart) if chart.region.area > 0]
+            if tab == "charts":
+                assert len(visible) == (5 if size == (120, 40) else 2), visible
+                assert all(regions["#tabs"].contains_region(chart.region) for chart in screen.query(RunChart)
+                           if chart.region.area > 0)
+
+
+async def test_trainer_that_dies_before_its_first_event(tmp_path: Path) -> None:
+    """A spawned trainer that exits at once (an invalid profile) is shown as crashed with its error."""
+    profile = tmp_path / "bad.toml"
+    profile.write_text("[train]\nbatch_size = -1\n", encoding="utf-8")
+    run_dir = tmp_path / "run"
+    process = runner.TrainerProcess.spawn(runner.train_argv(profile, run_dir=run_dir), run_dir)
+    async with DashApp(run_dir, process).run_test(size=(80, 24)) as pilot:
+        screen = run_screen(pilot)
+        banner = screen.query_one(ProblemBanner)
+        await wait_until(pilot, lambda: "batch_size = -1: must be >= 1" in plain(banner), "the error on screen")
+        assert "  CRASHED  " in status_text(screen) and process.poll() == 2
+
+
+def test_dashboard_imports_no_heavy_modules() -> None:
+    """The run screen and its widgets load in a fresh interpreter without torch, librosa, matplotlib."""
+    code = ("import json, sys; import vega_tui.screens.run; "
+            "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('torch', 'librosa', 'matplotlib', 'numba'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout) == []
+
+
+# ------------------------------------------------------------------------------------------------ a live trainer
+
+
+TINY_PROFILE = """\
+[run]
+name = "live"
+
+[data]
+mode = "text"
+context_bytes = 32
+val_fraction = 0.1
+
+[model]
+kind = "lm"
+hidden = 32
+encoder_layers = 1
+heads = 2
+ffn_mult = 2
+
+[train]
+batch_size = 8
+warmup_steps = 5
+max_steps = 100000
+eval_every_steps = 100000
+checkpoint_every_epochs = 100000
+
+[compute]
+mode = "cpu"
+num_threads = 1
+
+[sample]
+prompts = ["The "]
+max_new_bytes = 8
+
+[logging]
+step_interval_s = 0.1
+report = false
+"""
+
+
+@pytest.fixture
+def live_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A tiny profile and corpus; no machine file, no inherited fault injection, one thread per trainer."""
+    for key in [key for key in os.environ if key.startswith("VEGA_")]:
+        monkeypatch.delenv(key)
+    monkeypatch.setenv("VEGA_CONFIG_DIR", str(tmp_path / "config"))
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    words = "a quiet fox reads the old book by the river while small dogs walk".split()
+    for n in range(4):
+        rows = [" ".join(words[(n + i + j) % len(words)] for j in range(8)) + "." for i in range(60)]
+        (corpus / f"story-{n}.txt").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    profile = tmp_path / "tiny.toml"
+    profile.write_text(TINY_PROFILE, encoding="utf-8")
+    (tmp_path / "config").mkdir()
+    return tmp_path
+
+
+def spawn_trainer(root: Path) -> runner.TrainerProcess:
+    argv = runner.train_argv(root / "tiny.toml", run_dir=root / "run", data=root / "corpus")
+    return runner.TrainerProcess.spawn(argv, root / "run")
+
+
+def acked(screen: RunScreen, cmd: str) -> bool:
+    return any(line.kind == "command_ack" and f"command {cmd} accepted" in line.message for line in screen.state.logs)
+
+
+def kinds_after(screen: RunScreen, marker: str, kind: str) -> list[str]:
+    """Messages of `kind` log lines that come after the first line containing `marker`."""
+    lines = list(screen.state.logs)
+    start = next((i for i, line in enumerate(lines) if marker in line.message), len(lines))
+    return [line.message for line in lines[start:] if line.kind == kind]
+
+
+async def test_controls_against_a_live_trainer(live_run: Path) -> None:
+    process = spawn_trainer(live_run)
+    run_dir = live_run / "run"
+    started = [process]
+    try:
+        app = DashApp(run_dir, process)
+        async with app.run_test(size=(80, 24)) as pilot:
+            screen = run_screen(pilot)
+            await wait_until(pilot, lambda: screen.state.status == "training" and screen.state.step >= 3
+                             and runner.socket_ready(run_dir), "training to start")
+            palette = {command.title for command in app.get_system_commands(screen)}
+            assert {"Pause", "Save", "Eval", "Stop", "Detach", "Quit"} <= palette
+
+            await pilot.press("p")
+            await wait_until(pilot, lambda: "  PAUSED  " in status_text(screen), "the paused state on screen")
+            assert "pause: sent; the trainer acknowledged it" in app.messages
+            await pilot.press("p")  # the same key resumes
+            await wait_until(pilot, lambda: screen.state.status == "training", "training again")
+
+            await pilot.press("s")
+            await wait_until(pilot, lambda: kinds_after(screen, "command save accepted", "checkpoint_saved"),
+                             "the requested checkpoint")
+            saved_step = max(screen.state.checkpoints)
+            await pilot.press("3")
+            table = screen.query_one(CheckpointPanel).table
+            await wait_until(pilot, lambda: str(saved_step) in {key.value for key in table.rows}, "its table row")
+            await pilot.press("1")
+
+            await pilot.press("e")
+            await wait_until(pilot, lambda: kinds_after(screen, "command evaluate accepted", "validation"),
+                             "a validation")
+            assert len(screen.state.series["val_loss"]) >= 1
+
+            await pilot.press("q")  # a live run: asks; Cancel keeps everything as it was
+            await wait_until(pilot, lambda: not isinstance(app.screen, RunScreen), "the quit question")
+            await pilot.press("c")
+            await wait_until(pilot, lambda: app.screen is screen, "back on the dashboard")
+            assert process.alive()
+
+            await pilot.press("x")
+            await wait_until(pilot, lambda: not isinstance(app.screen, RunScreen), "the stop question")
+            await pilot.press("y")
+            await wait_until(pilot, lambda: screen.state.status == "stopped", "the stopped state")
+            assert process.wait(WAIT_S) == 0
+            await wait_until(pilot, lambda: screen.trainer_alive is False, "the trainer to be seen gone")
+
+            await resume_from_checkpoint(pilot, screen, saved_step)
+            resumed = screen.process
+            assert resumed is not None and resumed.pid != process.pid
+            started.append(resumed)
+
+            await pilot.press("d")  # detach: the app closes, the trainer goes on
+            await wait_until(pilot, lambda: not app.is_running, "the app to exit")
+        assert resumed.alive()
+        await reattach_and_watch_it_crash(run_dir, resumed)
+    finally:
+        for proc in started:
+            if proc.alive():
+                proc.popen.kill()
+                proc.wait(10)
+
+
+async def resume_from_checkpoint(pilot: Pilot, screen: RunScreen, step: int) -> None:
+    """Select the checkpoint of `step` in the table and press r: a new trainer resumes in the same folder."""
+    await pilot.press("3")
+    panel = screen.query_one(CheckpointPanel)
+    await wait_until(pilot, lambda: panel.files is not None and step in panel.files.checkpoints
+                     and panel.files.checkpoints[step].exists, "the checkpoint files to be scanned")
+    panel.table.move_cursor(row=panel.table.get_row_index(str(step)))
+    assert panel.selected_step() == step
+    await pilot.press("r")
+    await wait_until(pilot, lambda: screen.state.resumed and screen.state.status == "training", "the resumed run")
+    hello = events_of(screen.run_dir, "hello")[-1]
+    assert hello.resumed and hello.pid == screen.process.pid
+    resume_at = hello.argv.index("--resume")
+    assert Path(hello.argv[resume_at + 1]).name == f"step-{step:08d}.pt"
+
+
+async def reattach_and_watch_it_crash(run_dir: Path, trainer: runner.TrainerProcess) -> None:
+    """Reattach without a process handle: the whole history shows; killing the trainer shows a crash."""
+    app = DashApp(run_dir)
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = run_screen(pilot)
+        await wait_until(pilot, lambda: screen.trainer_alive is True and screen.state.status == "training",
+                         "the reattached live run")
+        loss = screen.state.series["loss"]
+        assert loss.xs[0] <= 2  # history from the start, not just from the reattach
+        trainer.popen.send_signal(signal.SIGKILL)
+        trainer.wait(WAIT_S)
+        banner = screen.query_one(ProblemBanner)
+        await wait_until(pilot, lambda: "died without finishing" in plain(banner), "the crash to be shown")
+        assert screen.state.status == "crashed" and "  CRASHED  " in status_text(screen)
+
+
+# ------------------------------------------------------------------------------------------------ snapshots
+
+
+async def _settled_snapshot(pilot: Pilot) -> None:
+    await settled(pilot)
+    screen = run_screen(pilot)
+    await wait_until(pilot, lambda: "GPU0" in plain(screen.query_one(ResourceLine)) or pilot.app.size.width < 110,
+                     "the fixed resources")
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 40)], ids=["80x24", "120x40"])
+def test_dashboard_snapshot(size: tuple[int, int], tmp_path: Path, snap_compare: Any) -> None:
+    run_dir = copy_fixture("lm_completed", tmp_path)
+    assert snap_compare(DashApp(run_dir), terminal_size=size, run_before=_settled_snapshot)

@@ -1,0 +1,80 @@
+"""The profiler breakdown as one line: where a training step's time goes (data / transfer / forward /
+backward / optimizer), drawn as a horizontal stacked bar with a legend."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.widget import Widget
+
+# Phase key in RunState.breakdown -> (legend label, bar colour).
+PHASES: tuple[tuple[str, str, str], ...] = (
+    ("data", "data", "yellow"),
+    ("transfer", "xfer", "magenta"),
+    ("forward", "fwd", "cyan"),
+    ("backward", "bwd", "blue"),
+    ("optimizer", "opt", "green"),
+)
+PREFIX = "profiler "
+
+
+def phase_fractions(breakdown: dict[str, float]) -> list[tuple[str, str, float]]:
+    """(label, colour, fraction of the step) per phase; fractions sum to 1 (all 0 when nothing was timed)."""
+    times = [max(0.0, float(breakdown.get(key, 0.0) or 0.0)) for key, _, _ in PHASES]
+    total = sum(times)
+    return [(label, color, (t / total) if total > 0 else 0.0) for (_, label, color), t in zip(PHASES, times)]
+
+
+def bar_cells(fractions: list[float], width: int) -> list[int]:
+    """Split `width` cells among phases in proportion, largest remainders first, so they add up exactly."""
+    raw = [f * width for f in fractions]
+    cells = [int(r) for r in raw]
+    by_remainder = sorted(range(len(raw)), key=lambda i: raw[i] - cells[i], reverse=True)
+    for i in by_remainder[: max(0, width - sum(cells))]:
+        cells[i] += 1
+    return cells
+
+
+def legend(parts: list[tuple[str, str, float]]) -> Text:
+    text = Text()
+    for label, color, fraction in parts:
+        text.append(" ■", style=color)
+        text.append(f"{label} {fraction:.0%}")
+    return text
+
+
+def breakdown_text(breakdown: dict[str, float] | None, width: int) -> Text:
+    """The whole line for a widget `width` cells wide."""
+    if not breakdown:
+        return Text(PREFIX + "— waiting for the first profile_breakdown event", style="dim", no_wrap=True)
+    parts = phase_fractions(breakdown)
+    step_s = sum(max(0.0, float(breakdown.get(key, 0.0) or 0.0)) for key, _, _ in PHASES)
+    head = Text(f"{PREFIX}{step_s * 1000:.0f}ms/step ", style="bold")
+    tail = legend(parts)
+    bar_width = max(4, width - head.cell_len - tail.cell_len)
+    line = head
+    for (_, color, _), cells in zip(parts, bar_cells([p[2] for p in parts], bar_width)):
+        line.append("█" * cells, style=color)
+    line.append_text(tail)
+    line.no_wrap = True
+    line.overflow = "ellipsis"
+    return line
+
+
+class BreakdownBar(Widget):
+    """Always-visible one-line profiler bar at the bottom of the dashboard."""
+
+    DEFAULT_CSS = """
+    BreakdownBar { height: 1; padding: 0 1; }
+    """
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.breakdown: dict[str, float] | None = None
+
+    def show(self, breakdown: dict[str, float] | None) -> None:
+        if breakdown != self.breakdown:
+            self.breakdown = dict(breakdown) if breakdown else None
+            self.refresh()
+
+    def render(self) -> Text:
+        return breakdown_text(self.breakdown, self.content_size.width)

@@ -1,0 +1,310 @@
+"""Training charts: loss (raw, smoothed, validation, fault and checkpoint markers), loss parts, learning rate,
+throughput and memory, drawn with plotext.
+
+What to draw is worked out by pure functions (`loss_chart`, `lr_chart`, ...) that turn a `RunState` into a
+`ChartData`; `RunChart` only hands a `ChartData` to plotext. Keeping the two apart lets tests check what a
+chart holds without parsing terminal art, and keeps plotting cheap: the screen calls `ChartGrid.redraw` on a
+timer, only when the store changed, and only charts that are on screen are rebuilt.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from rich.text import Text
+from textual.containers import Container
+from textual.widget import Widget
+from textual_plotext import PlotextPlot
+
+if TYPE_CHECKING:
+    from textual.app import ComposeResult
+
+    from vega_tui.store import RunState, Series
+
+GIB = 1024**3
+
+# Marker kind -> (plotext marker character, colour, legend label). Faults also get a vertical line.
+MARKER_STYLES: dict[str, tuple[str, str, str]] = {
+    "checkpoint": ("c", "blue", "ckpt"),
+    "best": ("*", "green", "best"),
+    "oom": ("X", "red", "OOM"),
+    "nonfinite": ("!", "magenta", "non-finite"),
+}
+FAULT_KINDS = ("oom", "nonfinite")
+
+
+@dataclass
+class Line:
+    """One plotted series; `scatter` draws points only (validation losses are sparse)."""
+
+    label: str
+    xs: list[float]
+    ys: list[float]
+    color: str
+    scatter: bool = False
+
+
+@dataclass
+class ChartData:
+    """Everything one chart shows. `markers` maps a marker kind to the steps where it happened."""
+
+    title: str
+    lines: list[Line] = field(default_factory=list)
+    markers: dict[str, list[int]] = field(default_factory=dict)
+    log_y: bool = False
+
+    @property
+    def points(self) -> int:
+        return sum(len(line.xs) for line in self.lines)
+
+
+def finite_points(xs: Sequence[float], ys: Sequence[float], positive: bool = False) -> tuple[list[float], list[float]]:
+    """Drop NaN/inf values (a skipped step), and values <= 0 on a log axis, which plotext cannot place."""
+    keep_x, keep_y = [], []
+    for x, y in zip(xs, ys):
+        if y is None or not math.isfinite(y) or (positive and y <= 0):
+            continue
+        keep_x.append(x)
+        keep_y.append(y)
+    return keep_x, keep_y
+
+
+def series_line(
+    state: RunState, key: str, label: str, color: str, *, scale: float = 1.0, positive: bool = False,
+    scatter: bool = False,
+) -> Line | None:
+    """A `Line` from one store series (None when the series is missing or has no finite point)."""
+    series: Series | None = state.series.get(key)
+    if series is None or len(series) == 0:
+        return None
+    ys = series.ys if scale == 1.0 else [y / scale if y is not None else y for y in series.ys]
+    xs, ys = finite_points(series.xs, ys, positive)
+    return Line(label, xs, ys, color, scatter) if xs else None
+
+
+def _present(lines: Iterable[Line | None]) -> list[Line]:
+    return [line for line in lines if line is not None]
+
+
+def marker_steps(state: RunState) -> dict[str, list[int]]:
+    """Steps of every OOM, non-finite, checkpoint and best-model event, by kind."""
+    steps: dict[str, list[int]] = {}
+    for marker in state.markers:
+        if marker.kind in MARKER_STYLES:
+            steps.setdefault(marker.kind, []).append(marker.step)
+    return steps
+
+
+def loss_chart(state: RunState, log_y: bool = False) -> ChartData:
+    """Training loss (raw and smoothed) and validation loss, with markers on the step axis."""
+    lines = _present((
+        series_line(state, "loss", "loss", "gray", positive=log_y),
+        series_line(state, "loss_smooth", "smoothed", "cyan", positive=log_y),
+        series_line(state, "val_loss", "validation", "orange", positive=log_y, scatter=True),
+    ))
+    title = "loss (log scale)" if log_y else "loss"
+    return ChartData(title, lines, marker_steps(state), log_y=log_y)
+
+
+PART_COLORS = ("cyan", "orange", "green", "magenta", "blue", "red", "gray")
+
+
+def parts_chart(state: RunState) -> ChartData:
+    """Each named part of the loss (`part:<name>` series: mel, duration, ... for TTS)."""
+    keys = sorted(key for key in state.series if key.startswith("part:"))
+    lines = _present(
+        series_line(state, key, key.removeprefix("part:"), PART_COLORS[i % len(PART_COLORS)])
+        for i, key in enumerate(keys)
+    )
+    return ChartData("loss parts", lines)
+
+
+def lr_chart(state: RunState) -> ChartData:
+    return ChartData("learning rate", _present([series_line(state, "lr", "lr", "green")]))
+
+
+def throughput_chart(state: RunState) -> ChartData:
+    faults = {kind: steps for kind, steps in marker_steps(state).items() if kind in FAULT_KINDS}
+    return ChartData("samples/s", _present([series_line(state, "samples_per_s", "samples/s", "orange+")]), faults)
+
+
+def memory_chart(state: RunState) -> ChartData:
+    """Device and host memory in GiB, with OOM markers (an OOM halves the batch and changes both)."""
+    lines = _present((
+        series_line(state, "mem_device", "device", "magenta", scale=GIB),
+        series_line(state, "mem_host", "host", "blue", scale=GIB),
+    ))
+    faults = {kind: steps for kind, steps in marker_steps(state).items() if kind == "oom"}
+    return ChartData("memory (GiB)", lines, faults)
+
+
+def step_ticks(low: float, high: float, count: int = 5) -> list[int]:
+    """About `count` round step numbers between low and high (1, 2 or 5 times a power of ten apart)."""
+    if high <= low:
+        return [int(low)]
+    raw = (high - low) / max(1, count - 1)
+    magnitude = 10 ** math.floor(math.log10(raw))
+    spacing = next(m * magnitude for m in (1, 2, 5, 10) if m * magnitude >= raw)
+    spacing = max(1, int(spacing))
+    first = math.ceil(low / spacing) * spacing
+    return list(range(first, int(high) + 1, spacing))
+
+
+def _step_range(data: ChartData) -> tuple[float, float] | None:
+    xs = [x for line in data.lines for x in (line.xs[0], line.xs[-1]) if line.xs]
+    xs += [x for steps in data.markers.values() for x in steps]
+    return (min(xs), max(xs)) if xs else None
+
+
+def marker_bands(plotted: list[float]) -> dict[str, float] | None:
+    """The plotted y of each marker kind: bands just below the lowest value, so markers never hide the
+    curve nor sit under the legend (top left). Checkpoints in one band, faults in the next one down."""
+    if not plotted:
+        return None
+    low, high = min(plotted), max(plotted)
+    span = (high - low) or abs(low) * 0.1 or 1.0
+    checkpoint_y, fault_y = low - 0.06 * span, low - 0.12 * span
+    return {"checkpoint": checkpoint_y, "best": checkpoint_y, "oom": fault_y, "nonfinite": fault_y}
+
+
+def value_ticks(low: float, high: float, count: int = 6) -> tuple[list[float], list[str]]:
+    """About `count` round values between low and high, and their labels."""
+    if high <= low:
+        return [low], [f"{low:.4g}"]
+    raw = (high - low) / (count - 1)
+    magnitude = 10 ** math.floor(math.log10(raw))
+    spacing = next(m * magnitude for m in (1, 2, 2.5, 5, 10) if m * magnitude >= raw)
+    # A hair of tolerance: 3 * 0.0002 is a little above 0.0006, and the top tick must not vanish for it.
+    first, last = math.ceil(low / spacing - 1e-9), math.floor(high / spacing + 1e-9)
+    ticks = [n * spacing for n in range(first, last + 1)]
+    return ticks, [f"{tick:.4g}" for tick in ticks]
+
+
+def log_ticks(low: float, high: float, count: int = 5) -> tuple[list[float], list[str]]:
+    """Ticks for a log10-transformed axis, labelled with the real values."""
+    if high <= low:
+        return [low], [f"{10**low:.3g}"]
+    ticks = [low + (high - low) * i / (count - 1) for i in range(count)]
+    return ticks, [f"{10**tick:.3g}" for tick in ticks]
+
+
+class RunChart(PlotextPlot):
+    """A plotext chart that draws a `ChartData`; `data` keeps what was drawn last (tests read it).
+
+    A log axis is drawn by plotting log10(y) on a linear axis with relabelled ticks: plotext's own log
+    scale rewrites its data while rendering, so a second render of the same figure (any repaint) fails.
+    """
+
+    DEFAULT_CSS = """
+    RunChart { height: 1fr; min-height: 6; }
+    """
+
+    def __init__(self, build: str, *, id: str, classes: str = "") -> None:
+        super().__init__(id=id, classes=classes)
+        self.build_name = build  # which ChartData builder feeds this chart, see CHART_BUILDERS
+        self.data: ChartData | None = None
+
+    def draw(self, data: ChartData) -> None:
+        self.data = data
+        plt = self.plt
+        plt.clear_data()
+        plt.title(data.title if data.points else f"{data.title}: no data yet")
+        plotted: list[float] = []
+        for line in data.lines:
+            ys = [math.log10(y) for y in line.ys] if data.log_y else line.ys
+            plotted += ys
+            draw = plt.scatter if line.scatter else plt.plot
+            draw(line.xs, ys, label=line.label, color=line.color, marker="o" if line.scatter else "braille")
+        plotted += self._draw_markers(data, marker_bands(plotted))
+        self._set_ticks(data, plotted)
+        self.refresh()
+
+    def _draw_markers(self, data: ChartData, bands: dict[str, float] | None) -> list[float]:
+        """Draw the markers; returns the y values they use (the axis must reach them)."""
+        used: list[float] = []
+        if bands is None:
+            return used  # nothing to anchor markers against yet
+        for kind, (char, color, label) in MARKER_STYLES.items():  # best after checkpoint: drawn on top
+            steps = data.markers.get(kind)
+            if not steps:
+                continue
+            if kind in FAULT_KINDS:
+                for step in steps:
+                    self.plt.vline(step, color)
+            self.plt.scatter(steps, [bands[kind]] * len(steps), marker=char, color=color, label=label)
+            used.append(bands[kind])
+        return used
+
+    def _set_ticks(self, data: ChartData, plotted: list[float]) -> None:
+        """Explicit ticks on both axes: whole step numbers, and round values (or real values on a log axis).
+        Always set, never reset: plotext's reset to automatic ticks does not work once ticks were set."""
+        span = _step_range(data)
+        if span is not None:
+            ticks = step_ticks(*span)
+            self.plt.xticks(ticks, [str(tick) for tick in ticks])
+        if plotted:
+            low, high = min(plotted), max(plotted)
+            self.plt.yticks(*(log_ticks(low, high) if data.log_y else value_ticks(low, high)))
+
+    def render(self) -> Text:
+        try:
+            return super().render()
+        except Exception as exc:  # noqa: BLE001 - a plotting-library failure must not take the dashboard down
+            return Text(f"{self.data.title if self.data else 'chart'}: cannot draw ({exc!r})", style="red")
+
+
+CHART_BUILDERS = {
+    "loss": loss_chart,
+    "parts": parts_chart,
+    "lr": lr_chart,
+    "throughput": throughput_chart,
+    "memory": memory_chart,
+}
+# The secondary charts, in the order `c` cycles them on a small terminal.
+SECONDARY = ("lr", "throughput", "memory", "parts")
+
+
+class ChartGrid(Container):
+    """The loss chart and the secondary charts. Compact terminals show one secondary chart at a time
+    (class `-current`, cycled by `cycle()`); roomy ones show them all (see run.tcss)."""
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.log_y = False
+        self.current = SECONDARY[0]
+
+    def compose(self) -> ComposeResult:
+        yield RunChart("loss", id="chart-loss", classes="primary")
+        for name in SECONDARY:
+            classes = "secondary -current" if name == self.current else "secondary"
+            yield RunChart(name, id=f"chart-{name}", classes=classes)
+
+    def charts(self) -> list[RunChart]:
+        return list(self.query(RunChart))
+
+    def chart(self, name: str) -> RunChart:
+        return self.query_one(f"#chart-{name}", RunChart)
+
+    def redraw(self, state: RunState, only_visible: bool = True) -> None:
+        """Rebuild charts from the state; hidden charts wait until they are shown."""
+        for chart in self.charts():
+            if only_visible and not _on_screen(chart):
+                continue
+            builder = CHART_BUILDERS[chart.build_name]
+            data = builder(state, self.log_y) if chart.build_name == "loss" else builder(state)
+            chart.draw(data)
+
+    def cycle(self) -> str:
+        """Show the next secondary chart in compact layouts; returns its name."""
+        self.current = SECONDARY[(SECONDARY.index(self.current) + 1) % len(SECONDARY)]
+        for name in SECONDARY:
+            self.chart(name).set_class(name == self.current, "-current")
+        return self.current
+
+
+def _on_screen(widget: Widget) -> bool:
+    """Displayed and inside the visible part of the screen (False in a hidden tab)."""
+    return widget.display and widget.is_mounted and widget.region.area > 0

@@ -1,0 +1,158 @@
+"""The samples list: text samples shown inline, audio samples with their path, a play action that uses a
+local player when there is one, and the `scp` command that fetches the file otherwise (the usual case over
+SSH: the audio lives on the GPU box, the ears are at the laptop)."""
+
+from __future__ import annotations
+
+import getpass
+import shlex
+import shutil
+import socket
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rich.text import Text
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.widgets import ListItem, ListView, Static
+
+from vega_tui.widgets.checkpoints import locate
+from vega_tui.widgets.logs import clean
+
+if TYPE_CHECKING:
+    from textual.app import ComposeResult
+
+    from vega_tui.store import RunState, SampleRow
+
+SAMPLES_DIR = "samples"
+MAX_TEXT_LINES = 8
+# Players tried in order, with the flags that make them play once and exit without a window.
+PLAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("paplay", ()),
+    ("aplay", ("-q",)),
+    ("afplay", ()),
+    ("ffplay", ("-nodisp", "-autoexit", "-loglevel", "quiet")),
+)
+
+
+def find_player() -> list[str] | None:
+    """The command prefix of the first local audio player found on PATH, or None."""
+    for name, flags in PLAYERS:
+        exe = shutil.which(name)
+        if exe:
+            return [exe, *flags]
+    return None
+
+
+def scp_command(host: str | None, path: Path) -> str:
+    """The command to run on the laptop to fetch a file from this machine."""
+    user = getpass.getuser()
+    return f"scp {user}@{host or socket.gethostname()}:{shlex.quote(str(path))} ."
+
+
+def play(player: list[str], path: Path) -> subprocess.Popen[bytes]:
+    """Start the player on a file (argument list, own session, no pipes: it never blocks the dashboard)."""
+    return subprocess.Popen(
+        [*player, str(path)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+
+
+def sample_text(sample: SampleRow, path: Path) -> Text:
+    """One list entry: a header line, then the text itself (text samples) or the file path (audio)."""
+    text = Text()
+    icon = "♪" if sample.kind == "audio" else "¶"
+    text.append(f"{icon} step {sample.step} · {sample.kind}", style="bold")
+    if sample.kind == "audio":
+        text.append(f"\n  {path}", style="dim")
+        if sample.text:
+            text.append(f"\n  “{clean(sample.text)}”")
+        return text
+    lines = clean(sample.text or "(empty sample)").splitlines() or [""]
+    for line in lines[:MAX_TEXT_LINES]:
+        text.append(f"\n  {line}")
+    if len(lines) > MAX_TEXT_LINES:
+        text.append(f"\n  … {len(lines) - MAX_TEXT_LINES} more lines in {path}", style="dim")
+    return text
+
+
+def appended(rows: Sequence[SampleRow], last: SampleRow | None) -> list[SampleRow] | None:
+    """Rows after `last` (by identity); None when `last` was dropped from the bounded list (rebuild)."""
+    if last is None:
+        return list(rows)
+    for index in range(len(rows) - 1, -1, -1):
+        if rows[index] is last:
+            return list(rows[index + 1 :])
+    return None
+
+
+class SampleItem(ListItem):
+    def __init__(self, sample: SampleRow, path: Path) -> None:
+        super().__init__(Static(sample_text(sample, path)))
+        self.sample = sample
+        self.path = path
+
+
+class SampleList(ListView):
+    BINDINGS = [Binding("a", "screen.play_sample", "Play / fetch")]
+
+
+class SamplesPanel(Vertical):
+    """The list, newest at the bottom, and a detail line for the highlighted sample."""
+
+    DEFAULT_CSS = """
+    SamplesPanel { height: 1fr; }
+    SamplesPanel SampleList { height: 1fr; }
+    SamplesPanel #sample-detail { height: auto; max-height: 3; padding: 0 1; background: $boost; }
+    """
+
+    def __init__(self, run_dir: Path, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.run_dir = run_dir
+        self.host: str | None = None
+        self._last: SampleRow | None = None
+
+    def compose(self) -> ComposeResult:
+        yield SampleList(id="sample-list")
+        yield Static("no samples yet: the trainer writes them at each evaluation (press e to evaluate now)",
+                     id="sample-detail")
+
+    @property
+    def list_view(self) -> SampleList:
+        return self.query_one(SampleList)
+
+    def update_from(self, state: RunState, host: str | None) -> None:
+        self.host = host
+        fresh = appended(state.samples, self._last)
+        if fresh is None:
+            self.list_view.clear()
+            fresh = list(state.samples)
+        if not fresh:
+            return
+        self.list_view.extend(SampleItem(row, locate(self.run_dir, row.path, SAMPLES_DIR)) for row in fresh)
+        self._last = fresh[-1]
+        if self.list_view.index is None:
+            self.list_view.index = 0
+
+    def items(self) -> list[SampleItem]:
+        return list(self.query(SampleItem))
+
+    def selected(self) -> SampleItem | None:
+        child = self.list_view.highlighted_child
+        return child if isinstance(child, SampleItem) else None
+
+    def on_list_view_highlighted(self, event: ListView.Highlighted) -> None:
+        item = event.item
+        if isinstance(item, SampleItem):
+            self.query_one("#sample-detail", Static).update(self.detail_text(item))
+
+    def detail_text(self, item: SampleItem) -> Text:
+        """What the line under the list says about the highlighted sample (players looked up afresh)."""
+        if item.sample.kind != "audio":
+            return Text(f"text sample: {item.path}")
+        player = find_player()
+        if player:
+            return Text(f"a: play with {Path(player[0]).name} · fetch: {scp_command(self.host, item.path)}")
+        return Text(f"no local audio player; fetch it: {scp_command(self.host, item.path)}")

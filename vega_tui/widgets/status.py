@@ -1,0 +1,182 @@
+"""The run's status line, the crash/failure banner, and the small number formatters the dashboard shares.
+
+Everything here renders from a `vega_tui.store.RunState`; nothing reads files or clocks by itself (the
+caller passes `now`), so a finished run always renders the same way.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from rich.text import Text
+from textual.widgets import Static
+
+from vega_tui.store import ENDED as ENDED_STATES
+
+if TYPE_CHECKING:
+    from vega_tui.store import RunState
+
+STATE_STYLES = {
+    "starting": "bold",
+    "preloading": "bold blue",
+    "training": "bold green",
+    "paused": "bold yellow",
+    "evaluating": "bold cyan",
+    "finished": "bold green",
+    "stopped": "bold yellow",
+    "failed": "bold red",
+    "crashed": "bold red",
+}
+
+
+def format_duration(seconds: float | None) -> str:
+    """`45s`, `12m05s`, `3h07m`, `2d04h`; `—` when unknown."""
+    if seconds is None or not math.isfinite(seconds) or seconds < 0:
+        return "—"
+    whole = int(seconds)
+    if whole < 60:
+        return f"{whole}s"
+    minutes, secs = divmod(whole, 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 48:
+        return f"{hours}h{minutes:02d}m"
+    days, hours = divmod(hours, 24)
+    return f"{days}d{hours:02d}h"
+
+
+def format_bytes(n_bytes: float | None) -> str:
+    """`512 B`, `1.5 KiB`, `3.2 GiB`; `—` when unknown."""
+    if n_bytes is None or not math.isfinite(n_bytes) or n_bytes < 0:
+        return "—"
+    value = float(n_bytes)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            return f"{int(value)} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return "—"  # unreachable: the loop returns at TiB
+
+
+def format_number(value: float | None, digits: int = 4) -> str:
+    """A loss with `digits` significant digits, trailing zeros kept (`5.000`); `—` for missing/non-finite."""
+    if value is None or not math.isfinite(value):
+        return "—"
+    return f"{value:#.{digits}g}".rstrip(".")
+
+
+def format_rate(value: float | None) -> str:
+    """Throughput without exponents: `3660`, `52.3`, `4.27`."""
+    if value is None or not math.isfinite(value):
+        return "—"
+    if abs(value) >= 100:
+        return f"{value:.0f}"
+    return f"{value:.1f}" if abs(value) >= 10 else f"{value:.2f}"
+
+
+def elapsed_seconds(state: RunState, now: float | None) -> float | None:
+    """Wall time of the run: up to `now` while it lives, up to its last event once it ended."""
+    if state.status in ENDED_STATES or now is None:
+        return state.elapsed_s
+    if state.started_t is None:
+        return None
+    return max(0.0, now - state.started_t)
+
+
+def _step_text(state: RunState) -> str:
+    total = f"/{state.total_steps}" if state.total_steps else ""
+    return f"step {state.step}{total}"
+
+
+def _epoch_text(state: RunState) -> str:
+    planned = f"/{state.planned_epochs}" if state.planned_epochs else ""
+    return f"epoch {state.epoch}{planned}"
+
+
+def _preload_text(state: RunState) -> str:
+    if state.status != "preloading" or not state.preload:
+        return ""
+    done, total = state.preload
+    return f" {done}/{total}"
+
+
+def status_first_line(state: RunState, now: float | None) -> Text:
+    """`name · STATE · step 120/600 · epoch 1/5 · 3m05s · ETA 12m00s`."""
+    line = Text(no_wrap=True, overflow="ellipsis")
+    line.append(state.name or state.run_dir.name, style="bold")
+    line.append("  ")
+    line.append(f"{state.status.upper()}{_preload_text(state)}", style=STATE_STYLES.get(state.status, "bold"))
+    eta = "—" if state.status in ENDED_STATES else format_duration(state.eta_s)
+    parts = [_step_text(state), _epoch_text(state), f"elapsed {format_duration(elapsed_seconds(state, now))}"]
+    parts.append(f"ETA {eta}")
+    line.append("  " + " · ".join(parts))
+    return line
+
+
+def status_second_line(state: RunState) -> Text:
+    """`52.3 samples/s · cpu fp32 · world 1 · text · batch 16×1`."""
+    device = " ".join(part for part in (state.device, state.precision) if part) or "device —"
+    parts = [f"{format_rate(state.samples_per_s)} samples/s", device, f"world {state.world_size or 1}"]
+    if state.data_mode:
+        parts.append(state.data_mode)
+    if state.micro_batch:
+        parts.append(f"batch {state.micro_batch}×{state.grad_accum or 1}")
+    if state.data_wait_frac is not None and math.isfinite(state.data_wait_frac):
+        parts.append(f"data wait {state.data_wait_frac:.0%}")
+    return Text(" · ".join(parts), style="dim", no_wrap=True, overflow="ellipsis")
+
+
+class StatusLine(Static):
+    """Two lines at the top of the dashboard: what the run is doing, and on what."""
+
+    DEFAULT_CSS = """
+    StatusLine { height: 2; padding: 0 1; }
+    """
+
+    def show(self, state: RunState, now: float | None) -> None:
+        text = status_first_line(state, now)
+        text.append("\n")
+        text.append_text(status_second_line(state))
+        self.update(text)
+
+
+def last_error_message(state: RunState) -> str | None:
+    """The most recent error the trainer reported (an `error` event first, else an error-level log line)."""
+    if state.last_error:
+        return state.last_error
+    for line in reversed(state.logs):
+        if line.level in ("error", "critical") and line.kind == "log":
+            return line.message
+    return None
+
+
+def problem_text(state: RunState) -> Text | None:
+    """What the banner says for a crashed or failed run; None when the run is fine."""
+    if state.status == "crashed":
+        text = Text("The trainer died without finishing", style="bold red")
+        text.append(" (no 'finished' event). Last lines of trainer.log:\n", style="red")
+        tail = state.crash_log
+        text.append("\n".join(tail) if tail else "(trainer.log is empty or missing)", style="dim")
+        return text
+    if state.status == "failed":
+        message = (last_error_message(state) or "no error message was recorded").strip()
+        text = Text("The run failed: ", style="bold red")
+        text.append(message.splitlines()[0] if message else "no error message was recorded")
+        text.append("\n(the traceback is in the Logs tab and in trainer.log)", style="dim")
+        return text
+    return None
+
+
+class ProblemBanner(Static):
+    """Shown above the tabs only while the run is crashed or failed."""
+
+    DEFAULT_CSS = """
+    ProblemBanner { display: none; max-height: 8; padding: 0 1; border-left: thick $error; overflow-y: auto; }
+    ProblemBanner.-shown { display: block; }
+    """
+
+    def show(self, state: RunState) -> None:
+        text = problem_text(state)
+        self.set_class(text is not None, "-shown")
+        self.update(text or "")
