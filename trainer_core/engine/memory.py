@@ -42,6 +42,7 @@ class MemoryManager:
         self._total = self._device_total()
         self._next_host_read = 0.0
         self._host_frac = 0.0
+        self._process = psutil.Process()
 
     def _device_total(self) -> int | None:
         if self.device.type == "cuda":
@@ -60,6 +61,10 @@ class MemoryManager:
             self._host_frac = psutil.virtual_memory().percent / 100.0
             self._next_host_read = now + HOST_READ_INTERVAL_S
         return self._host_frac
+
+    def host_bytes(self) -> int:
+        """Resident memory of this process; read at telemetry rate, not per step."""
+        return self._process.memory_info().rss
 
     def device_bytes(self) -> int | None:
         if self.device.type == "cuda":

@@ -4,6 +4,10 @@ Set-up (device, task, precision) happens in `engine.setup`; this class owns the 
 objects a checkpoint holds (model, optimizer, scheduler, scaler, RNG, data position). Control commands,
 evaluation and checkpointing are its mixins (`engine.control_state`, `engine.evaluation`,
 `engine.checkpointing`).
+
+Under torchrun (`engine.distributed`) the model is wrapped in DistributedDataParallel and every rank runs this
+same loop on its slice of each global batch; one exchange per step boundary keeps their decisions (stop,
+commands, finished, schedule length) identical, and rank 0 alone writes events and checkpoints.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,7 +25,10 @@ import torch
 from trainer_core.engine.budget import TimeBudget
 from trainer_core.engine.checkpoint import CheckpointManager
 from trainer_core.engine.checkpointing import CheckpointMixin
-from trainer_core.engine.control_state import CommandsMixin, ControlState
+from trainer_core.engine.control_state import PAUSE_POLL_S, CommandsMixin, ControlState
+from trainer_core.engine.distributed import (
+    MAX_COMMANDS, SINGLE, Agreement, RankRates, StepSync, World, mean_over_ranks, wrap_model,
+)
 from trainer_core.engine.evaluation import EvaluationMixin
 from trainer_core.engine.events import EventHub
 from trainer_core.engine.faults import FaultInjector
@@ -31,7 +39,7 @@ from trainer_core.engine.profiler import StepProfiler
 from trainer_core.engine.schedule import build_lr_scheduler, set_total_steps
 from trainer_core.engine.telemetry import StepRecord, StepWindow
 from trainer_core.errors import VegaError
-from trainer_core.models.base import Task, batch_to
+from trainer_core.models.base import Task, batch_to, unwrap_model
 from trainer_core.profile import Profile
 
 log = logging.getLogger("trainer_core")
@@ -63,11 +71,14 @@ class Trainer(CommandsMixin, EvaluationMixin, CheckpointMixin):
         run_dir: Path,
         profile_toml: str,
         control: ControlState,
+        world: World = SINGLE,
     ) -> None:
         self.profile, self.task, self.device, self.precision = profile, task, device, precision
         self.events, self.run_dir, self.profile_toml, self.control = events, run_dir, profile_toml, control
+        self.world = world
         t = profile.train
-        self.model = task.model.to(device)
+        # Under torchrun, DDP: its constructor hands rank 0's initial weights to every rank.
+        self.model = wrap_model(task.model.to(device), device, world)
         self.optimizer = torch.optim.AdamW(
             self.model.parameters(), lr=t.lr, betas=t.betas, weight_decay=t.weight_decay,
             fused=device.type == "cuda",
@@ -77,7 +88,8 @@ class Trainer(CommandsMixin, EvaluationMixin, CheckpointMixin):
         self.scheduler = build_lr_scheduler(
             self.optimizer, t.schedule, t.warmup_steps, self.state.total_steps, t.restart_period, t.restart_mult
         )
-        self.checkpoints = CheckpointManager(run_dir, keep_last=t.keep_last)
+        # Rank 0 alone owns the checkpoint folder (the manager also clears half-written files on start).
+        self.checkpoints = CheckpointManager(run_dir, keep_last=t.keep_last) if world.is_main else None
         self.memory = MemoryManager(device)
         self.profiler = StepProfiler(device, profile.logging.profile_interval_s)
         self.window = StepWindow(profile.logging.step_interval_s)
@@ -89,14 +101,27 @@ class Trainer(CommandsMixin, EvaluationMixin, CheckpointMixin):
         self._last_loss: float | None = None
         self._data_s = self._step_s = 0.0
         self._saves = 0
+        self._last_save_step = -1
         self._budget_too_short_warned = False
+        self.sync = StepSync(world)
+        self.rank_rates = RankRates(world.world_size)
+        self._pending_commands: list[str] = []
         self.started = time.monotonic()
         self._first_step = 0  # where this process started counting (a resumed run starts late)
 
     # ------------------------------------------------------------------ planning
 
+    @property
+    def module(self) -> torch.nn.Module:
+        """The model without its DDP wrapper: what checkpoints, validation, samples and exports use."""
+        return unwrap_model(self.model)
+
+    def global_batch(self) -> int:
+        """Items one optimizer step consumes over all ranks."""
+        return self.state.effective_batch * self.world.world_size
+
     def steps_per_epoch(self) -> int:
-        return max(1, self.task.train_items() // self.state.effective_batch)
+        return max(1, self.task.train_items() // self.global_batch())
 
     def planned_total_steps(self) -> int:
         t = self.profile.train
@@ -123,15 +148,18 @@ class Trainer(CommandsMixin, EvaluationMixin, CheckpointMixin):
         """Train until done, stopped or early-stopped; returns the `finished` status."""
         self.model.train()
         self.started, self._first_step = time.monotonic(), self.state.step
-        while not self.finished():
+        while True:
             # Checked before each step too: a stop asked for during set-up ends the run before any work.
-            if self.handle_requests() == "stop":
+            request = self.next_request()
+            if request == "finished":
+                break
+            if request == "stop":
                 return self.stop()
             if self.state.item == 0:
                 self.events.emit("epoch_start", epoch=self.state.epoch, steps_in_epoch=self.steps_per_epoch())
             outcome = self.train_step()
             self.after_step(outcome)
-            if self.remaining_items() < self.state.effective_batch:
+            if self.remaining_items() < self.global_batch():
                 self.end_epoch()
             if self.early_stop_due():
                 log.info(
@@ -141,10 +169,58 @@ class Trainer(CommandsMixin, EvaluationMixin, CheckpointMixin):
                 break
         return self.complete()
 
+    def next_request(self) -> str | None:
+        """"finished", "stop" or None (train on), after acting on queued commands; all ranks get the same answer."""
+        if self.world.active:
+            return self._agree_on_requests()
+        if self.finished():
+            return "finished"
+        return self.handle_requests()
+
+    def _agree_on_requests(self) -> str | None:
+        """The DDP step boundary: exchange, act on rank 0's commands; while paused, every rank waits together."""
+        paused_at: float | None = None
+        while True:
+            agreed = self._exchange()
+            if agreed.finished and paused_at is None:
+                return "finished"
+            if agreed.stop:
+                return "stop"
+            self._run_commands(agreed.commands)
+            if not self.control.paused:
+                break
+            paused_at = paused_at or time.monotonic()
+            time.sleep(PAUSE_POLL_S)
+        if paused_at is not None:  # paused time is not training time: keep ETA and the budget honest
+            pause = time.monotonic() - paused_at
+            self.started += pause
+            if self.budget is not None:
+                self.budget.started += pause
+        return None
+
+    def _exchange(self) -> Agreement:
+        """One StepSync exchange: this rank's stop flag and timings, rank 0's commands and decisions."""
+        main = self.world.is_main
+        queued = [cmd for cmd in self.control.drain() if cmd != "stop"]  # stop travels as a flag
+        if main:
+            self._pending_commands += queued
+        sent, self._pending_commands = self._pending_commands[:MAX_COMMANDS], self._pending_commands[MAX_COMMANDS:]
+        agreed = self.sync.exchange(
+            stop=self.control.stop_requested.is_set(), finished=main and self.finished(),
+            total_steps=self.state.total_steps, step_s=self._step_s, data_s=self._data_s, commands=sent,
+        )
+        if agreed.total_steps != self.state.total_steps:  # rank 0's time budget re-planned the schedule
+            self.state.total_steps = agreed.total_steps
+            set_total_steps(self.scheduler, agreed.total_steps)
+        if main and agreed.step_seconds[0] > 0:
+            self.rank_rates.add(agreed.step_seconds, agreed.data_seconds, self.state.effective_batch)
+        self._step_s = self._data_s = 0.0  # each step's timings travel once
+        return agreed
+
     def stop(self) -> str:
         """Stop asked for (control socket or signal): report the last steps, save, and end."""
         self.flush_telemetry()
-        if self.state.step and not self.checkpoints.path_for(self.state.step).exists():
+        if self.state.step and not self._saved_at(self.state.step):
             self.save_checkpoint()
         return "stopped"
 
@@ -153,9 +229,15 @@ class Trainer(CommandsMixin, EvaluationMixin, CheckpointMixin):
         self.flush_telemetry()
         if self.state.step and self._last_val_step != self.state.step:
             self.validate()
-        if self.state.step and not self.checkpoints.path_for(self.state.step).exists():
+        if self.state.step and not self._saved_at(self.state.step):
             self.save_checkpoint()
         return "completed"
+
+    def _saved_at(self, step: int) -> bool:
+        """Whether `step` already has its checkpoint; under DDP from memory, so every rank answers alike."""
+        if self.world.active or self.checkpoints is None:
+            return self._last_save_step == step
+        return self.checkpoints.path_for(step).exists()
 
     def remaining_items(self) -> int:
         return self.task.train_items() - self.state.item
@@ -167,7 +249,8 @@ class Trainer(CommandsMixin, EvaluationMixin, CheckpointMixin):
         eval_each_epoch = self.profile.train.eval_every_steps is None
         if eval_each_epoch:
             self.validate()
-        if (s.epoch + 1) % self.profile.train.checkpoint_every_epochs == 0:
+        due = (s.epoch + 1) % self.profile.train.checkpoint_every_epochs == 0
+        if due and self._last_save_step != s.step:  # not again when validate() just saved a new best here
             self.save_checkpoint()
         s.epoch, s.item = s.epoch + 1, 0
 
@@ -180,8 +263,18 @@ class Trainer(CommandsMixin, EvaluationMixin, CheckpointMixin):
                 return self._attempt_step()
             except torch.OutOfMemoryError as exc:
                 message = str(exc).splitlines()[0] if str(exc) else "out of memory"
+            if self.world.active:
+                raise self._oom_under_ddp(message)
             # Recover outside the except block: the traceback pins the failed step's tensors.
             self._recover_from_oom(message)
+
+    def _oom_under_ddp(self, message: str) -> VegaError:
+        # Halving the batch on one rank alone would make the ranks' steps differ: fail with advice instead.
+        return VegaError(
+            f"out of memory on {self.world.describe()} at step {self.state.step + 1} ({message}); under DDP the "
+            f"micro-batch cannot shrink on one rank alone: lower train.batch_size (now {self.state.micro_batch}) "
+            "and raise train.grad_accum to keep the effective batch, then resume"
+        )
 
     def _attempt_step(self) -> StepOutcome:
         s, t0 = self.state, time.perf_counter()
@@ -191,19 +284,20 @@ class Trainer(CommandsMixin, EvaluationMixin, CheckpointMixin):
         total = torch.zeros((), device=self.device)
         parts: dict[str, torch.Tensor] = {}
         items = data_s = 0
-        for _ in range(s.grad_accum):
+        for micro in range(s.grad_accum):
             d0 = time.perf_counter()
             with self.profiler.phase("data"):
                 batch, n = next(batches)
             data_s += time.perf_counter() - d0
             with self.profiler.phase("transfer"):
                 batch = batch_to(batch, self.device, non_blocking=self.device.type == "cuda")
-            with self.profiler.phase("forward"), self.precision.autocast():
-                self.faults.before_forward(step_no)
-                losses = self.task.compute_losses(self.model, batch)
-                loss = self.faults.poison_loss(step_no, losses["total"]) / s.grad_accum
-            with self.profiler.phase("backward"):
-                self.precision.scaler.scale(loss).backward()
+            with self._gradient_sync(last=micro == s.grad_accum - 1):
+                with self.profiler.phase("forward"), self.precision.autocast():
+                    self.faults.before_forward(step_no)
+                    losses = self.task.compute_losses(self.model, batch)
+                    loss = self.faults.poison_loss(step_no, losses["total"]) / s.grad_accum
+                with self.profiler.phase("backward"):
+                    self.precision.scaler.scale(loss).backward()
             total += loss.detach().float()
             for name, value in losses.items():
                 parts[name] = parts.get(name, 0.0) + value.detach().float() / s.grad_accum
@@ -213,6 +307,12 @@ class Trainer(CommandsMixin, EvaluationMixin, CheckpointMixin):
         self._data_s, self._step_s = data_s, time.perf_counter() - t0
         return outcome
 
+    def _gradient_sync(self, last: bool):
+        """DDP averages gradients over ranks on the last micro-batch of a step only (no_sync on the others)."""
+        if self.world.active and not last:
+            return self.model.no_sync()
+        return nullcontext()
+
     def _optimizer_step(self, total: torch.Tensor, parts: dict, items: int) -> StepOutcome:
         scaler = self.precision.scaler
         lr = self.optimizer.param_groups[0]["lr"]
@@ -220,8 +320,10 @@ class Trainer(CommandsMixin, EvaluationMixin, CheckpointMixin):
             scaler.unscale_(self.optimizer)
             clip = self.profile.train.grad_clip or float("inf")
             grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip)
+            # Every rank reports (and judges finiteness by) the mean loss over ranks, so their decisions agree.
+            losses = mean_over_ranks(torch.stack([total, *[p.float() for p in parts.values()]]), self.world)
             # The one sync point per step: loss and grad norm come to the host together.
-            values = torch.stack([total, grad_norm.float(), *[p.float() for p in parts.values()]]).tolist()
+            values = torch.cat([losses[:1], grad_norm.float().reshape(1), losses[1:]]).tolist()
             loss, norm = values[0], values[1]
             finite = math.isfinite(loss) and math.isfinite(norm)
             if finite or scaler.is_enabled():
@@ -286,7 +388,10 @@ class Trainer(CommandsMixin, EvaluationMixin, CheckpointMixin):
         if fields is None:
             return
         fields["mem_device_bytes"] = self.memory.device_bytes()
+        fields["mem_host_bytes"] = self.memory.host_bytes()
         fields["eta_s"] = self.eta_s()
+        if self.world.active:
+            fields.update(world_size=self.world.world_size, **self.rank_rates.flush())
         self.events.emit("step", **fields)
 
     def eta_s(self) -> float | None:
@@ -327,7 +432,8 @@ class Trainer(CommandsMixin, EvaluationMixin, CheckpointMixin):
         return f"; falling back from {old} to {safer.name}"
 
     def _observe_budget(self, items: int) -> None:
-        if self.budget is None:
+        # Under DDP rank 0 alone measures and plans; the step boundary exchange hands its plan to the others.
+        if self.budget is None or not self.world.is_main:
             return
         plan = self.budget.observe(self.state.step, items)
         if plan is None:
@@ -357,14 +463,15 @@ class Trainer(CommandsMixin, EvaluationMixin, CheckpointMixin):
         t = self.profile.train
         if t.eval_every_steps and step % t.eval_every_steps == 0:
             self.validate()
-        if t.checkpoint_every_steps and step % t.checkpoint_every_steps == 0:
+        # A new best at this step was saved by validate(): the same file twice would be wasted I/O.
+        if t.checkpoint_every_steps and step % t.checkpoint_every_steps == 0 and self._last_save_step != step:
             self.save_checkpoint()
 
     # ------------------------------------------------------------------ the end
 
     def summary(self) -> dict:
         """Final figures for the `finished` event and session.json."""
-        best = self.checkpoints.best()
+        best = self.checkpoints.best() if self.checkpoints is not None else None
         return {
             "steps": self.state.step,
             "epochs": self.state.epoch,
@@ -375,4 +482,5 @@ class Trainer(CommandsMixin, EvaluationMixin, CheckpointMixin):
             "micro_batch": self.state.micro_batch,
             "grad_accum": self.state.grad_accum,
             "precision": self.precision.name,
+            "world_size": self.world.world_size,
         }
