@@ -2,6 +2,11 @@
 
 `trainer-core train --dry-run` prints it; a real run starts from the same object, so what the
 dashboard previews is exactly what the trainer will do. Torch is not imported here.
+
+Data-parallel runs: `plan_launch` decides, before torchrun starts, how many processes the compute mode
+allows on this machine (gpu mode with fewer GPUs than asked is an error; mixed falls back to fewer ranks,
+or to CPU ranks, with a warning). Under torchrun each rank's plan carries its `World`, and
+`select_rank_device` gives it cuda:LOCAL_RANK or the CPU, the same kind on every rank.
 """
 
 from __future__ import annotations
@@ -13,10 +18,11 @@ from typing import Any
 
 from trainer_core import rundir
 from trainer_core.data.scan import DataReport, estimate_preload_bytes, scan_data
-from trainer_core.errors import DataError, VegaError
+from trainer_core.engine.distributed import SINGLE, World, launch_notes
+from trainer_core.errors import DataError, DeviceError, VegaError
 from trainer_core.profile import Profile
 from trainer_core.profile_loader import find_profile, load_profile
-from trainer_core.resources import DeviceChoice, MachineResources, probe, select_device
+from trainer_core.resources import DeviceChoice, GpuInfo, MachineResources, probe, select_device
 
 # Preload into RAM only when the estimate leaves this share of available memory free.
 RAM_MARGIN = 0.5
@@ -37,6 +43,11 @@ class TrainPlan:
     preload_reason: str
     steps_per_epoch: int
     notes: list[str] = field(default_factory=list)
+    world: World = SINGLE
+    backend: str | None = None
+    """The torch.distributed backend once this rank joined the process group."""
+    launch: LaunchPlan | None = None
+    """Set by `trainer-core train --nproc-per-node N` before torchrun starts (what --dry-run shows)."""
 
     @property
     def data_mode(self) -> str:
@@ -80,8 +91,18 @@ class TrainPlan:
                 "max_steps": p.train.max_steps,
                 "target_hours": p.train.target_hours,
             },
+            "distributed": self._distributed_dict(),
             "notes": self.notes,
         }
+
+    def _distributed_dict(self) -> dict[str, Any] | None:
+        if self.launch is not None:
+            return {"nproc_per_node": self.launch.nproc, "device_kind": self.launch.device_kind,
+                    "requested": self.launch.requested}
+        if self.world.active:
+            return {"rank": self.world.rank, "world_size": self.world.world_size,
+                    "local_rank": self.world.local_rank, "local_world_size": self.world.local_world_size}
+        return None
 
 
 def model_kind(profile: Profile, data_mode: str) -> str:
@@ -100,14 +121,93 @@ def choose_preload(profile: Profile, need: int, available: int) -> tuple[str, st
     return "disk", f"needs ~{need / gib:.2f} GiB, more than half of the {available / gib:.1f} GiB available"
 
 
-def estimate_steps_per_epoch(profile: Profile, report: DataReport) -> int:
-    """Optimizer steps per epoch, from the usable items after the validation split."""
+def estimate_steps_per_epoch(profile: Profile, report: DataReport, world_size: int = 1) -> int:
+    """Optimizer steps per epoch, from the usable items after the validation split (all ranks together)."""
     if report.mode == "text":
         items = max(1, report.text.text_bytes // profile.data.context_bytes)
     else:
         items = report.usable_count
     train_items = max(1, int(items * (1.0 - profile.data.val_fraction)))
-    return max(1, train_items // (profile.train.batch_size * profile.train.grad_accum))
+    return max(1, train_items // (profile.train.batch_size * profile.train.grad_accum * world_size))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Data-parallel: how many processes, on which devices
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """What `--nproc-per-node N` becomes on this machine: processes, their device kind, and why."""
+
+    requested: int
+    nproc: int
+    device_kind: str
+    notes: tuple[str, ...] = ()
+
+
+def _cuda_gpus(resources: MachineResources) -> list[GpuInfo]:
+    """CUDA GPUs torch can use (unknown counts as usable), by index."""
+    return sorted((g for g in resources.gpus if g.torch_usable is not False), key=lambda g: g.index)
+
+
+def _wants_cpu(profile: Profile) -> bool:
+    device = (profile.compute.device or "").strip().lower()
+    return profile.compute.mode == "cpu" or device == "cpu"
+
+
+def _refuse_single_device(profile: Profile) -> None:
+    device = (profile.compute.device or "").strip().lower()
+    if device and device != "cpu":
+        raise DeviceError(
+            f"compute.device / --device {profile.compute.device!r} names one device, but every data-parallel "
+            "process uses its own GPU (cuda:LOCAL_RANK); drop --device and choose GPUs with CUDA_VISIBLE_DEVICES"
+        )
+
+
+def plan_launch(profile: Profile, requested: int, resources: MachineResources) -> LaunchPlan:
+    """Processes per node for `--nproc-per-node requested`, following the compute mode (see the module docstring)."""
+    if requested < 1:
+        raise VegaError(f"--nproc-per-node must be at least 1, got {requested}")
+    _refuse_single_device(profile)
+    if _wants_cpu(profile):
+        return LaunchPlan(requested, requested, "cpu")
+    have = len(_cuda_gpus(resources))
+    if have >= requested:
+        return LaunchPlan(requested, requested, "cuda")
+    if profile.compute.mode == "gpu":
+        raise DeviceError(
+            f"compute mode gpu: --nproc-per-node {requested} needs {requested} CUDA GPUs, this machine has {have} "
+            f"({resources.accelerator_note}); use --nproc-per-node {max(1, have)}"
+            + (" or --mode mixed" if have else ", or --mode cpu / mixed to train on the CPU")
+        )
+    if have:
+        note = (f"compute mode mixed: {requested} processes asked for but {have} usable CUDA GPU(s): "
+                f"training with {have} process(es), one per GPU")
+        return LaunchPlan(requested, have, "cuda", (note,))
+    note = (f"compute mode mixed: no usable CUDA GPU ({resources.accelerator_note}): "
+            f"the {requested} processes train on the CPU (gloo)")
+    return LaunchPlan(requested, requested, "cpu", (note,))
+
+
+def select_rank_device(profile: Profile, world: World, resources: MachineResources) -> DeviceChoice:
+    """This rank's device under torchrun: cuda:LOCAL_RANK when every local rank gets a GPU, else the CPU."""
+    _refuse_single_device(profile)
+    mode, who = profile.compute.mode, world.describe()
+    if _wants_cpu(profile):
+        return DeviceChoice(mode=mode, device="cpu", kind="cpu", reason=f"{who} on the CPU (gloo): compute mode {mode}")
+    gpus = _cuda_gpus(resources)
+    if len(gpus) >= world.local_world_size:
+        gpu = next((g for g in gpus if g.index == world.local_rank), None)
+        reason = f"{who} on cuda:{world.local_rank} (NCCL)" + (f": {gpu.label}" if gpu else "")
+        return DeviceChoice(mode=mode, device=f"cuda:{world.local_rank}", kind="cuda", reason=reason, gpu=gpu)
+    if mode == "gpu":
+        raise DeviceError(
+            f"compute mode gpu: {world.local_world_size} processes on this node need as many CUDA GPUs, "
+            f"found {len(gpus)} ({resources.accelerator_note}); start fewer processes per node"
+        )
+    reason = (f"compute mode mixed: {world.local_world_size} processes on this node but {len(gpus)} usable CUDA "
+              f"GPU(s): every rank trains on the CPU (gloo); {who}")
+    return DeviceChoice(mode=mode, device="cpu", kind="cpu", reason=reason, fallback=True, warnings=[reason])
 
 
 def check_resume_request(resume: str | None, run_dir: Path | None) -> None:
@@ -127,14 +227,20 @@ def make_plan(
     run_dir: Path | None = None,
     resume: str | None = None,
     use_machine_file: bool = True,
+    world: World = SINGLE,
 ) -> TrainPlan:
+    """The plan; `world` is this process's place under torchrun (its device is then cuda:LOCAL_RANK or the CPU)."""
     check_resume_request(resume, run_dir)
     path = find_profile(profile_ref)
     profile = load_profile(path, overrides, machine_file="default" if use_machine_file else None)
     if profile.data.path is None:
         raise DataError(f"{path}: no data folder: set data.path in the profile or pass --data DIR")
     resources = probe(check_torch=profile.compute.mode != "cpu")
-    device = select_device(profile.compute.mode, profile.compute.min_gpu_memory_gb, profile.compute.device, resources)
+    if world.active:
+        device = select_rank_device(profile, world, resources)
+    else:
+        c = profile.compute
+        device = select_device(c.mode, c.min_gpu_memory_gb, c.device, resources)
     report = scan_data(
         profile.data.path,
         mode=profile.data.mode,
@@ -161,9 +267,12 @@ def make_plan(
         preload_bytes=need,
         preload_where=where,
         preload_reason=why,
-        steps_per_epoch=estimate_steps_per_epoch(profile, report),
+        steps_per_epoch=estimate_steps_per_epoch(profile, report, world.world_size),
+        world=world,
     )
     plan.notes.extend(w for w in device.warnings if w != device.reason)
+    if world.active and world.is_main:
+        plan.notes.extend(launch_notes())
     return plan
 
 
@@ -189,6 +298,11 @@ def render_plan(plan: TrainPlan) -> None:
         length = f"time budget {s['target_hours']} h (epochs planned after calibration)"
     table.add_row("schedule", f"batch {s['batch_size']} x accum {s['grad_accum']}, ~{s['steps_per_epoch']} steps/epoch, {length}")
     table.add_row("run folder", d["run_dir"] + (f"  (resume {plan.resume})" if plan.resume else ""))
+    if plan.launch is not None:
+        launch = plan.launch
+        table.add_row("processes", f"{launch.nproc} per node on {launch.device_kind} (asked for {launch.requested})")
+        for note in launch.notes:
+            table.add_row("note", note)
     for note in plan.notes:
         table.add_row("note", note)
     console = Console()

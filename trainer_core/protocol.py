@@ -159,6 +159,7 @@ class HelloEvent(Event):
     torch: str | None = None
     world_size: Count = 1
     rank: Count = 0
+    backend: str | None = Field(None, description="torch.distributed backend under torchrun (gloo, nccl), else null")
     profile_path: PathText | None = None
     resumed: bool = False
 
@@ -264,6 +265,13 @@ class StepEvent(Event):
     step_series: list[Count] = Field(default_factory=list, description="every step number in the window")
     loss_series: list[Real | None] = Field(default_factory=list, description="total loss of each step in the window")
     lr_series: list[Real] = Field(default_factory=list, description="learning rate of each step in the window")
+    world_size: Count = Field(1, description="training processes (DDP ranks); samples_per_s counts all of them")
+    rank_samples_per_s: list[Real] = Field(
+        default_factory=list, description="DDP: each rank's own samples/s over the window, in rank order"
+    )
+    rank_data_wait_frac: list[Real] = Field(
+        default_factory=list, description="DDP: each rank's fraction of step time spent waiting for data"
+    )
 
 
 class ProfileBreakdownEvent(Event):

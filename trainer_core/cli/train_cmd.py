@@ -1,9 +1,16 @@
-"""`trainer-core train`: the one command line the dashboard, scripts and users share."""
+"""`trainer-core train`: the one command line the dashboard, scripts and users share.
+
+Data-parallel: `--nproc-per-node N` plans the processes for the compute mode, then re-executes this command
+under `python -m torch.distributed.run --standalone` (same arguments, the run folder fixed); `torchrun -m
+trainer_core train ...` (multi-node too) lands here directly, and each rank joins the process group before
+it agrees with rank 0 on the run folder.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from trainer_core.cli.common import add_set_option, print_json
@@ -25,6 +32,11 @@ def register(sub) -> None:
     p.add_argument("--events", choices=["-"], help="'-' also prints events as JSON lines on stdout")
     p.add_argument("--dry-run", action="store_true", help="resolve profile, device and data, print the plan, stop")
     p.add_argument("--json", action="store_true", help="with --dry-run: print the plan as JSON")
+    p.add_argument(
+        "--nproc-per-node", type=int, metavar="N",
+        help="data-parallel training with N processes on this machine (one per GPU, or CPU processes), "
+        "started through torchrun",
+    )
     add_set_option(p)
     p.set_defaults(handler=run)
 
@@ -44,18 +56,53 @@ def flag_overrides(args: argparse.Namespace) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from trainer_core.plan import make_plan, render_plan
+    from trainer_core.engine.distributed import World
+    from trainer_core.plan import make_plan, plan_launch, render_plan
 
+    world = World.from_env()
     overrides = [*args.overrides, *flag_overrides(args)]
     plan = make_plan(
-        args.profile, overrides, run_dir=args.run_dir, resume=args.resume, use_machine_file=not args.no_machine_file
+        args.profile, overrides, run_dir=args.run_dir, resume=args.resume, use_machine_file=not args.no_machine_file,
+        world=world,
     )
+    if args.nproc_per_node is not None and not world.active:
+        plan.launch = plan_launch(plan.profile, args.nproc_per_node, plan.resources)
+    elif args.nproc_per_node is not None and world.is_main:
+        plan.notes.append(f"--nproc-per-node is ignored under torchrun, which started {world.world_size} process(es)")
     if args.dry_run:
         if args.json:
             print_json(plan.to_dict())
         else:
             render_plan(plan)
         return 0
+    if plan.launch is not None:
+        _relaunch_under_torchrun(args, plan)
+    if world.active:
+        return _run_rank(plan, events_to_stdout=args.events == "-")
     from trainer_core.engine.run import run_training
 
     return run_training(plan, events_to_stdout=args.events == "-")
+
+
+def _relaunch_under_torchrun(args: argparse.Namespace, plan) -> None:
+    """Become torchrun with the planned number of processes; the run folder is fixed here for every rank."""
+    from trainer_core.engine.distributed import relaunch
+
+    cli_args = sys.argv[1:]
+    if args.run_dir is None:
+        cli_args = [*cli_args, "--run-dir", str(plan.run_dir.absolute())]
+    relaunch(plan.launch.nproc, cli_args, plan.launch.notes)
+
+
+def _run_rank(plan, events_to_stdout: bool) -> int:
+    """One torchrun rank: join the process group, agree on the run folder, train, leave the group."""
+    from trainer_core.engine.distributed import broadcast_text, connect, disconnect
+    from trainer_core.engine.run import run_training
+
+    plan.backend = connect(plan.world, plan.device.kind)
+    try:
+        # Without --run-dir each rank would propose its own time-stamped folder: rank 0's wins.
+        plan.run_dir = Path(broadcast_text(plan.world, str(plan.run_dir.absolute())))
+        return run_training(plan, events_to_stdout=events_to_stdout and plan.world.is_main)
+    finally:
+        disconnect()

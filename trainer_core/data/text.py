@@ -15,6 +15,12 @@ stride of `context_bytes` over the concatenated training documents. Each epoch s
 a random offset and visits the windows in a random order, both drawn from a torch.Generator seeded
 by (run seed, epoch): the same seed and epoch always give the same items in the same order.
 Everything lives in RAM as uint8 tensors; batches are int64 (B, T) "input" and "target".
+
+Data-parallel training (`shard(rank, world)`): every rank walks the same epoch order in global batches of
+`batch_size * world` items and takes items rank, rank + world, ... of each, so the ranks' batches are disjoint
+and together make the global batch. The item count yielded with each batch is the global batch's, so
+`start_item` keeps counting positions in the one epoch order whatever the number of ranks. Validation
+batches are dealt out round-robin: rank r takes batches r, r + world, ...
 """
 
 from __future__ import annotations
@@ -214,6 +220,7 @@ class TextCorpus:
         self.stats = stats
         self.root = root
         self.pin_memory = False  # Set by the task on CUDA so that non-blocking copies overlap.
+        self.rank, self.world = 0, 1
         self._items = self._count_train_items()
         self._plan_cache: tuple[int, int, torch.Tensor] | None = None
 
@@ -249,6 +256,12 @@ class TextCorpus:
             )
         return max(1, fits - 1)
 
+    def shard(self, rank: int, world: int) -> None:
+        """Yield only rank `rank`'s slice of every batch from now on (see the module docstring)."""
+        if world < 1 or not 0 <= rank < world:
+            raise ValueError(f"rank must be within 0..{world - 1} for a world of {world}, got {rank}")
+        self.rank, self.world = rank, world
+
     def train_items(self) -> int:
         return self._items
 
@@ -277,15 +290,19 @@ class TextCorpus:
     def train_batches(
         self, epoch: int, batch_size: int, start_item: int = 0
     ) -> Iterator[tuple[dict[str, torch.Tensor], int]]:
-        """Yield (batch, items) for `epoch` from item `start_item` of its order; the last batch may be short."""
+        """Yield (batch, items) for `epoch` from item `start_item` of its order; the last batch may be short.
+
+        Sharded, `batch_size` is this rank's share and `items` counts the whole global batch.
+        """
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
         if not 0 <= start_item <= self._items:
             raise ValueError(f"start_item must be within 0..{self._items}, got {start_item}")
         offset, order = self.epoch_plan(epoch)
-        for first in range(start_item, self._items, batch_size):
-            picked = order[first : first + batch_size]
-            starts = offset + picked * self.context_bytes
+        width = batch_size * self.world
+        for first in range(start_item, self._items, width):
+            picked = order[first : first + width]
+            starts = offset + picked[self.rank :: self.world] * self.context_bytes
             yield windows_batch(self.train, starts, self.context_bytes, self.pin_memory), len(picked)
 
     def val_batches(self, batch_size: int) -> Iterator[dict[str, torch.Tensor]]:
@@ -293,7 +310,8 @@ class TextCorpus:
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
         starts = torch.arange(self.val_items()) * self.context_bytes
-        for first in range(0, len(starts), batch_size):
+        firsts = range(0, len(starts), batch_size)
+        for first in firsts[self.rank :: self.world]:
             yield windows_batch(self.val, starts[first : first + batch_size], self.context_bytes, self.pin_memory)
 
     def describe(self) -> dict[str, object]:

@@ -15,6 +15,11 @@ item where it stopped, skipping and repeating nothing.
 Batches: "text" (B, Lt) int64 token ids padded with 0 (so `encode` must not use 0 for a symbol),
 "text_lens" (B,), "mel" (B, n_mels, Tm) float32 padded with log(log_floor) (the log-mel of silence),
 "mel_lens" (B,).
+
+Data-parallel training (`shard(rank, world)`): every rank walks the same epoch order in global batches of
+`batch_size * world` items and collates items rank, rank + world, ... of each (neighbours in the bucketed
+order, so each rank's batch stays length-homogeneous). The item count yielded is the global batch's, so
+`start_item` keeps its meaning whatever the number of ranks. Validation batches go round-robin to the ranks.
 """
 
 from __future__ import annotations
@@ -86,6 +91,7 @@ class VoiceDataset:
         self.seed = seed
         self.bucket_size = bucket_size
         self.pin_memory = False  # Set by the task on CUDA so that non-blocking copies overlap.
+        self.rank, self.world = 0, 1
         self.tokens = [torch.tensor(encode(text), dtype=torch.int64) for text in features.texts]
         self.empty_text_ids = [features.item_ids[i] for i, t in enumerate(self.tokens) if t.numel() == 0]
         usable = [i for i, t in enumerate(self.tokens) if t.numel() > 0]
@@ -95,6 +101,12 @@ class VoiceDataset:
         self.train_ids = [usable[i] for i in train]
         self.val_ids = [usable[i] for i in val]
         self._order_cache: tuple[int, list[int]] | None = None
+
+    def shard(self, rank: int, world: int) -> None:
+        """Collate only rank `rank`'s slice of every batch from now on (see the module docstring)."""
+        if world < 1 or not 0 <= rank < world:
+            raise ValueError(f"rank must be within 0..{world - 1} for a world of {world}, got {rank}")
+        self.rank, self.world = rank, world
 
     def train_items(self) -> int:
         return len(self.train_ids)
@@ -136,15 +148,19 @@ class VoiceDataset:
         return {name: t.pin_memory() for name, t in batch.items()} if self.pin_memory else batch
 
     def train_batches(self, epoch: int, batch_size: int, start_item: int = 0) -> Iterator[tuple[Batch, int]]:
-        """Yield (batch, items) of `epoch` from item `start_item` of its order; the last batch may be short."""
+        """Yield (batch, items) of `epoch` from item `start_item` of its order; the last batch may be short.
+
+        Sharded, `batch_size` is this rank's share and `items` counts the whole global batch.
+        """
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
         if not 0 <= start_item <= self.train_items():
             raise ValueError(f"start_item must be within 0..{self.train_items()}, got {start_item}")
         order = self.epoch_order(epoch)
-        for first in range(start_item, len(order), batch_size):
-            picked = order[first : first + batch_size]
-            yield self.collate(picked), len(picked)
+        width = batch_size * self.world
+        for first in range(start_item, len(order), width):
+            picked = order[first : first + width]
+            yield self.collate(picked[self.rank :: self.world]), len(picked)
 
     def val_order(self) -> list[int]:
         """Validation feature indices, shortest first (ties by index): a fixed order with little padding."""
@@ -155,7 +171,8 @@ class VoiceDataset:
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
         order = self.val_order()
-        for first in range(0, len(order), batch_size):
+        firsts = range(0, len(order), batch_size)
+        for first in firsts[self.rank :: self.world]:
             yield self.collate(order[first : first + batch_size])
 
     def padding_fraction(self, batch_size: int, epoch: int = 0) -> float:

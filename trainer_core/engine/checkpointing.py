@@ -3,6 +3,10 @@
 A mixin rather than a separate object because a checkpoint is the loop's own state (model, optimizer,
 scheduler, scaler, RNG, counters, data position); the Trainer provides the attributes listed on the class.
 The file format and the atomic write live in `engine.checkpoint`.
+
+Under DDP every rank enters `save_checkpoint` at the same step (the loop's decisions agree), because the
+checkpoint gathers each rank's random streams; rank 0 alone writes the file, holding the unwrapped model's
+weights. On resume every rank reads the same file and takes its own streams back.
 """
 
 from __future__ import annotations
@@ -14,12 +18,14 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from trainer_core.engine.checkpoint import CheckpointError, check_model_compatible, new_checkpoint_state
+from trainer_core.engine.distributed import gather_rank_rng, restore_rank_rng
 from trainer_core.engine.rng import capture_rng_state, restore_rng_state
 from trainer_core.engine.schedule import set_total_steps
 
 if TYPE_CHECKING:
     from trainer_core.engine.budget import TimeBudget
     from trainer_core.engine.checkpoint import CheckpointManager
+    from trainer_core.engine.distributed import World
     from trainer_core.engine.events import EventHub
     from trainer_core.engine.faults import FaultInjector
     from trainer_core.engine.loop_state import LoopState
@@ -30,32 +36,39 @@ log = logging.getLogger("trainer_core")
 
 
 class CheckpointMixin:
-    """Needs: profile, profile_toml, model, optimizer, scheduler, precision, state, nonfinite, budget,
-    checkpoints, faults, events, last_val_loss and planned_total_steps()."""
+    """Needs: profile, profile_toml, model, module, device, world, optimizer, scheduler, precision, state,
+    nonfinite, budget, checkpoints (None on ranks other than 0), faults, events, last_val_loss and
+    planned_total_steps()."""
 
     profile: Profile
     profile_toml: str
     model: torch.nn.Module
+    module: torch.nn.Module
+    device: torch.device
+    world: World
     optimizer: torch.optim.Optimizer
     scheduler: Any
     precision: PrecisionPolicy
     state: LoopState
     nonfinite: NonfiniteTracker
     budget: TimeBudget | None
-    checkpoints: CheckpointManager
+    checkpoints: CheckpointManager | None
     faults: FaultInjector
     events: EventHub
     last_val_loss: float | None
     _saves: int
+    _last_save_step: int
 
-    def checkpoint_state(self) -> dict:
+    def checkpoint_state(self, rank_rng: list | None = None) -> dict:
         s = self.state
         scaler = self.precision.scaler
         extra: dict[str, Any] = {"loop": s.state_dict(), "nonfinite": self.nonfinite.state_dict()}
         if self.budget is not None:
             extra["budget_elapsed_s"] = self.budget.elapsed()
+        if self.world.active:
+            extra.update(world_size=self.world.world_size, rank_rng=rank_rng)
         return new_checkpoint_state(
-            model=self.model.state_dict(), step=s.step, epoch=s.epoch, rng=capture_rng_state(),
+            model=self.module.state_dict(), step=s.step, epoch=s.epoch, rng=capture_rng_state(),
             optimizer=self.optimizer.state_dict(), scheduler=self.scheduler.state_dict(),
             scaler=scaler.state_dict() if scaler.is_enabled() else None,
             data_position={"epoch": s.epoch, "item": s.item}, profile_toml=self.profile_toml,
@@ -68,9 +81,14 @@ class CheckpointMixin:
         if self.state.step == 0:
             return None
         self._saves += 1
+        self._last_save_step = self.state.step
+        # A collective: every rank is here at this step, each handing rank 0 its random streams.
+        rank_rng = gather_rank_rng(self.world, self.device) if self.world.active else None
+        if self.checkpoints is None:
+            return None  # ranks other than 0 write nothing
         try:
             saved = self.checkpoints.save(
-                self.checkpoint_state(), self.state.step, val_loss=self.last_val_loss, is_best=is_best,
+                self.checkpoint_state(rank_rng), self.state.step, val_loss=self.last_val_loss, is_best=is_best,
                 hold_s=self.faults.checkpoint_hold_s(self._saves),
             )
         except CheckpointError as exc:
@@ -86,8 +104,8 @@ class CheckpointMixin:
 
     def restore(self, state: dict) -> dict:
         """Load a checkpoint's states so the next step is exactly the one after it was saved."""
-        check_model_compatible(self.model, state["model"])
-        self.model.load_state_dict(state["model"])
+        check_model_compatible(self.module, state["model"])
+        self.module.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self._adopt_saved_precision(state.get("precision"))
@@ -101,11 +119,26 @@ class CheckpointMixin:
         self.last_val_loss = state.get("val_loss")
         for note in restore_rng_state(state["rng"]):
             self.events.warn(note, code="rng_not_restored")
+        if self.world.active:
+            self._restore_rank_streams(extra)
         return {
             "step": self.state.step, "epoch": self.state.epoch, "item": self.state.item,
             "lr": self.optimizer.param_groups[0]["lr"],
             "loss_scale": self.precision.scaler.get_scale() if self.precision.scaler.is_enabled() else None,
         }
+
+    def _restore_rank_streams(self, extra: dict) -> None:
+        """Each rank's own dropout stream back; a different world size changes the effective batch."""
+        saved_world = extra.get("world_size", 1)
+        if saved_world != self.world.world_size:
+            log.warning(
+                "the checkpoint was written by %d process(es), this run has %d: the effective batch changes "
+                "from %d to %d items per step", saved_world, self.world.world_size,
+                self.state.effective_batch * saved_world, self.state.effective_batch * self.world.world_size,
+            )
+        note = restore_rank_rng(extra.get("rank_rng"), self.world, self.device, self.profile.run.seed, self.state.step)
+        if note:
+            log.warning("%s", note)
 
     def _adopt_saved_precision(self, saved: str | None) -> None:
         """Keep a precision fallback the saved run had made, instead of repeating the failures."""

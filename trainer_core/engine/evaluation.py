@@ -3,6 +3,10 @@
 A mixin rather than a separate object because evaluation reads and writes the same loop state the
 train loop owns (step, best validation loss, the model's train/eval mode); the Trainer provides the
 attributes listed on the class.
+
+Under DDP each rank evaluates its round-robin share of the validation batches and the sums are added over
+ranks, so every rank sees the same validation loss and takes the same best-model and early-stopping
+decisions; rank 0 alone writes samples.
 """
 
 from __future__ import annotations
@@ -13,9 +17,11 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from trainer_core.engine.distributed import reduce_sums
 from trainer_core.models.base import batch_to
 
 if TYPE_CHECKING:
+    from trainer_core.engine.distributed import World
     from trainer_core.engine.events import EventHub
     from trainer_core.engine.loop_state import LoopState
     from trainer_core.engine.precision import PrecisionPolicy
@@ -26,12 +32,14 @@ log = logging.getLogger("trainer_core")
 
 
 class EvaluationMixin:
-    """Needs: profile, task, model, device, precision, events, state, run_dir, last_val_loss,
-    flush_telemetry() and save_checkpoint(is_best=...)."""
+    """Needs: profile, task, model, module (the model without a DDP wrapper), world, device, precision, events,
+    state, run_dir, last_val_loss, flush_telemetry() and save_checkpoint(is_best=...)."""
 
     profile: Profile
     task: Task
     model: torch.nn.Module
+    module: torch.nn.Module
+    world: World
     device: torch.device
     precision: PrecisionPolicy
     events: EventHub
@@ -46,7 +54,8 @@ class EvaluationMixin:
         self.flush_telemetry()
         self._last_val_step = self.state.step
         means = self._mean_val_losses()
-        self.make_samples()
+        if self.world.is_main:
+            self.make_samples()
         if means is None:
             return None
         metrics = self.task.val_metrics(means)
@@ -61,7 +70,8 @@ class EvaluationMixin:
 
     def _mean_val_losses(self) -> dict[str, float] | None:
         """Item-weighted mean of each loss over the validation set; None when nothing is held out."""
-        self.model.eval()
+        model = self.module  # no DDP forward: evaluation needs no gradient sync
+        model.eval()
         sums: dict[str, float] = {}
         items = 0
         try:
@@ -70,12 +80,13 @@ class EvaluationMixin:
                 n = next(iter(batch.values())).shape[0]
                 batch = batch_to(batch, self.device, non_blocking=self.device.type == "cuda")
                 with self.precision.autocast():
-                    losses = self.task.compute_losses(self.model, batch)
+                    losses = self.task.compute_losses(model, batch)
                 for name, value in losses.items():
                     sums[name] = sums.get(name, 0.0) + float(value) * n
                 items += n
         finally:
-            self.model.train()
+            model.train()
+        sums, items = reduce_sums(self.world, sums, items)
         return {k: v / items for k, v in sums.items()} if items else None
 
     def _track_best(self, val_loss: float) -> None:
@@ -94,12 +105,13 @@ class EvaluationMixin:
 
     def make_samples(self) -> None:
         out_dir = self.run_dir / "samples"
-        self.model.eval()
+        model = self.module
+        model.eval()
         try:
-            for sample in self.task.make_samples(self.model, out_dir, self.state.step):
+            for sample in self.task.make_samples(model, out_dir, self.state.step):
                 self.events.emit(
                     "sample", step=self.state.step, kind=sample.kind, path=str(sample.path), text=sample.text
                 )
         finally:
-            self.model.train()
+            model.train()
 

@@ -1,6 +1,8 @@
 """The trainer's single way out for telemetry: validated events to the log, plus local listeners.
 
 Also bridges Python logging: records become `log` events and lines in trainer.log.
+Under DDP only rank 0 writes events: the other ranks' hubs hold a `NullEventWriter`, and their log records
+go to `trainer-rank<N>.log` (errors also to stderr, which torchrun passes on to the launching terminal or log).
 """
 
 from __future__ import annotations
@@ -19,10 +21,20 @@ NO_EVENT = "vega_no_event"
 log = logging.getLogger("trainer_core")
 
 
+class NullEventWriter:
+    """The event writer of ranks other than 0: events are still built and validated, but written nowhere."""
+
+    def emit(self, event: Event) -> Event:
+        return event
+
+    def close(self, timeout: float = 1.0) -> None:
+        pass
+
+
 class EventHub:
     """Builds typed events, appends them to events.jsonl and tells local listeners (console)."""
 
-    def __init__(self, writer: EventWriter, listeners: list[Listener] | None = None) -> None:
+    def __init__(self, writer: EventWriter | NullEventWriter, listeners: list[Listener] | None = None) -> None:
         self.writer = writer
         self.listeners = list(listeners or [])
 
@@ -79,17 +91,24 @@ class CurrentStderrHandler(logging.StreamHandler):
         pass
 
 
-def setup_logging(log_path, hub: EventHub, level: str, to_stderr: bool) -> None:
-    """trainer.log always; stderr only when it is not already redirected into trainer.log."""
+def setup_logging(log_path, hub: EventHub, level: str, to_stderr: bool, rank: int | None = None) -> None:
+    """trainer.log always; stderr only when it is not already redirected into trainer.log.
+
+    `rank` (DDP ranks other than 0): lines carry "[rank N]", and errors reach stderr even when `to_stderr`
+    is off, so that a failing rank is seen where torchrun's output goes.
+    """
     log.handlers.clear()
     log.setLevel(level.upper())
     log.propagate = False
-    fmt = logging.Formatter("%(asctime)s %(levelname)-7s %(message)s")
+    tag = f"[rank {rank}] " if rank is not None else ""
+    fmt = logging.Formatter(f"%(asctime)s %(levelname)-7s {tag}%(message)s")
     file_handler = logging.FileHandler(log_path, encoding="utf-8")
     file_handler.setFormatter(fmt)
     log.addHandler(file_handler)
-    if to_stderr:
+    if to_stderr or rank is not None:
         console = CurrentStderrHandler()
         console.setFormatter(fmt)
+        if not to_stderr:
+            console.setLevel(logging.ERROR)
         log.addHandler(console)
     log.addHandler(EventLogHandler(hub))

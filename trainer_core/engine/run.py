@@ -2,6 +2,10 @@
 
 `run_training` is the trainer's main(): short, with the clean-up in `finally` so that every run
 ends with a `finished` event, a session.json and a closed log, even when it fails.
+
+Under torchrun every rank runs this too, but only rank 0 touches the run folder's shared files: events,
+session.json, profile.toml, the control socket, TensorBoard, exports. The other ranks log to
+trainer-rank<N>.log and follow rank 0's decisions through the loop's step-boundary exchange.
 """
 
 from __future__ import annotations
@@ -18,7 +22,8 @@ from typing import Iterator
 
 from trainer_core import __version__, rundir
 from trainer_core.engine.control_state import ControlState
-from trainer_core.engine.events import EventHub, setup_logging
+from trainer_core.engine.distributed import rank_log_name
+from trainer_core.engine.events import EventHub, NullEventWriter, setup_logging
 from trainer_core.errors import VegaError
 from trainer_core.eventlog import EventWriter
 from trainer_core.plan import TrainPlan
@@ -28,18 +33,21 @@ log = logging.getLogger("trainer_core")
 
 
 def run_training(plan: TrainPlan, events_to_stdout: bool = False) -> int:
-    run_dir = rundir.create_run_dir(plan.run_dir)
-    _refuse_a_live_run(run_dir)
-    writer = EventWriter.resume(run_dir / rundir.EVENTS, stdout=events_to_stdout)
-    console = _console_for(events_to_stdout, plan)
+    main = plan.world.is_main
+    run_dir = rundir.create_run_dir(plan.run_dir) if main else _rank_folder(plan.run_dir)
+    if main:
+        _refuse_a_live_run(run_dir)
+    writer = EventWriter.resume(run_dir / rundir.EVENTS, stdout=events_to_stdout) if main else NullEventWriter()
+    console = _console_for(events_to_stdout, plan) if main else None
     hub = EventHub(writer, [console.on_event] if console else [])
-    setup_logging(run_dir / rundir.LOG, hub, plan.profile.logging.level, to_stderr=_stderr_is_free(run_dir))
+    _setup_rank_logging(plan, hub, run_dir)
     control = ControlState()
     outcome = RunOutcome(started=time.time())
     try:
         # Signals are caught from the start: a stop during set-up still ends with a `finished` event.
         with console or _nothing(), _stop_on_signals(control):
-            _announce(plan, hub, run_dir)
+            if main:
+                _announce(plan, hub, run_dir)
             outcome.status = _train(plan, hub, control, run_dir, outcome)
     except VegaError as exc:
         outcome.fail(exc, hub, exit_code=2)
@@ -53,8 +61,27 @@ def run_training(plan: TrainPlan, events_to_stdout: bool = False) -> int:
     if isinstance(outcome.error, VegaError):
         raise outcome.error
     if outcome.exit_code == 1:
-        print(f"trainer failed: {outcome.error!r} (traceback in {run_dir / rundir.LOG})", file=sys.stderr)
+        log_name = rundir.LOG if main else rank_log_name(plan.world.rank)
+        print(f"trainer failed: {outcome.error!r} (traceback in {run_dir / log_name})", file=sys.stderr)
     return outcome.exit_code
+
+
+def _rank_folder(path: Path) -> Path:
+    """Ranks other than 0 only need the folder to exist for their own log (rank 0 lays out the rest)."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise VegaError(f"cannot create run folder {path}: {exc.strerror or exc}; choose another --run-dir") from exc
+    return path
+
+
+def _setup_rank_logging(plan: TrainPlan, hub: EventHub, run_dir: Path) -> None:
+    """trainer.log for rank 0 (and single runs); trainer-rank<N>.log for the other ranks."""
+    level, world = plan.profile.logging.level, plan.world
+    if world.is_main:
+        setup_logging(run_dir / rundir.LOG, hub, level, to_stderr=_stderr_is_free(run_dir))
+    else:
+        setup_logging(run_dir / rank_log_name(world.rank), hub, level, to_stderr=False, rank=world.rank)
 
 
 class RunOutcome:
@@ -75,9 +102,11 @@ class RunOutcome:
         hub.error(str(exc) or type(exc).__name__, tb=tb)
 
     def finish(self, hub: EventHub, run_dir: Path, plan: TrainPlan) -> None:
-        """session.json, then the `finished` event: always the log's last line."""
+        """session.json, then the `finished` event: always the log's last line (rank 0 only)."""
         from trainer_core.engine.session import write_session
 
+        if not plan.world.is_main:
+            return
         t = self.trainer
         seconds = time.time() - self.started
         summary = t.summary() if t is not None else {}
@@ -93,15 +122,21 @@ class RunOutcome:
 
 
 def _train(plan: TrainPlan, hub: EventHub, control: ControlState, run_dir: Path, outcome: RunOutcome) -> str:
-    from trainer_core.engine.setup import build_trainer, finalize, resume_into
+    from trainer_core.engine.setup import build_trainer, check_ranks_agree, finalize, resume_into
 
     trainer = build_trainer(plan, hub, control, run_dir)
     outcome.trainer = trainer
     if plan.resume is not None:
         resume_into(trainer, plan, hub)
-    with _tensorboard(plan, hub, run_dir), _control_socket(run_dir, control, hub):
+    main = plan.world.is_main
+    board = _tensorboard(plan, hub, run_dir) if main else _nothing()
+    commands = _control_socket(run_dir, control, hub) if main else _nothing()
+    with board, commands:
         status = trainer.fit()
-    outcome.summary.update(finalize(trainer, plan, hub, run_dir))
+    if plan.world.active:
+        check_ranks_agree(trainer, hub)
+    if main:
+        outcome.summary.update(finalize(trainer, plan, hub, run_dir))
     return status
 
 
@@ -191,6 +226,7 @@ def _announce(plan: TrainPlan, hub: EventHub, run_dir: Path) -> None:
         "hello", trainer_version=__version__, pid=os.getpid(), host=os.uname().nodename,
         profile_hash=_profile_hash(p), run_dir=str(run_dir), argv=sys.argv, python=sys.version.split()[0],
         profile_path=str(plan.profile_path), resumed=plan.resume is not None, torch=_torch_version(),
+        world_size=plan.world.world_size, rank=plan.world.rank, backend=plan.backend,
     )
     r = plan.resources
     hub.emit(

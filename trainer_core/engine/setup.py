@@ -1,4 +1,8 @@
-"""Set-up and clean-up stages around the loop: build the trainer, resume it, export at the end."""
+"""Set-up and clean-up stages around the loop: build the trainer, resume it, export at the end.
+
+Under torchrun every rank builds the same trainer (same seed, so the same initial weights), shards the data,
+resumes from the same checkpoint and checks that it agrees with the other ranks; rank 0 alone exports.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +16,9 @@ import torch
 
 from trainer_core.engine.checkpoint import find_resume, load_checkpoint
 from trainer_core.engine.control_state import ControlState
+from trainer_core.engine.distributed import (
+    DistributedError, gather_digests, gather_ints, parameter_digest, seed_rank_stream, shard_task_data,
+)
 from trainer_core.engine.events import EventHub
 from trainer_core.engine.precision import PrecisionPolicy, cuda_bf16_supported
 from trainer_core.engine.trainer import Trainer
@@ -50,19 +57,32 @@ def build_trainer(plan: TrainPlan, hub: EventHub, control: ControlState, run_dir
     preload = task.preload_done_event(plan.preload_reason)
     if preload is not None:
         hub.emit("preload_done", **preload)
-    effective = p.train.batch_size * p.train.grad_accum
-    if task.train_items() < effective:
-        raise VegaError(
-            f"the training split has {task.train_items()} items, fewer than one batch "
-            f"(train.batch_size {p.train.batch_size} x train.grad_accum {p.train.grad_accum} = {effective}); "
-            "lower train.batch_size or add data"
-        )
+    _check_one_batch_fits(plan, task.train_items())
     for warning in task.describe().get("warnings", []):
         hub.warn(warning, code="data")
-    trainer = Trainer(p, task, device, precision, hub, run_dir, profile_to_toml(p), control)
-    params = sum(x.numel() for x in trainer.model.parameters())
+    world = plan.world
+    shard_task_data(task, world)
+    trainer = Trainer(p, task, device, precision, hub, run_dir, profile_to_toml(p), control, world=world)
+    # After the model is built, so every rank starts from the same weights but draws its own dropout masks.
+    seed_rank_stream(p.run.seed, world)
+    params = sum(x.numel() for x in trainer.module.parameters())
     log.info("model: %s with %.2fM parameters; %d training items", type(task.model).__name__, params / 1e6, task.train_items())
+    if world.active:
+        log.info("data-parallel: %s on %s; global batch %d", world.describe(), device, trainer.global_batch())
     return trainer
+
+
+def _check_one_batch_fits(plan: TrainPlan, train_items: int) -> None:
+    t, world = plan.profile.train, plan.world.world_size
+    effective = t.batch_size * t.grad_accum * world
+    if train_items >= effective:
+        return
+    ranks = f" x {world} processes" if world > 1 else ""
+    raise VegaError(
+        f"the training split has {train_items} items, fewer than one batch "
+        f"(train.batch_size {t.batch_size} x train.grad_accum {t.grad_accum}{ranks} = {effective}); "
+        "lower train.batch_size or add data"
+    )
 
 
 def resume_into(trainer: Trainer, plan: TrainPlan, hub: EventHub) -> None:
@@ -79,6 +99,7 @@ def resume_into(trainer: Trainer, plan: TrainPlan, hub: EventHub) -> None:
         path = Path(plan.resume).expanduser()
         state = load_checkpoint(path)
     restored = trainer.restore(state)
+    _check_ranks_resumed_alike(trainer, path)
     scale = restored["loss_scale"]
     log.info(
         "resumed from %s: step %d, epoch %d (item %d), lr %.6g%s", path, restored["step"], restored["epoch"],
@@ -86,6 +107,28 @@ def resume_into(trainer: Trainer, plan: TrainPlan, hub: EventHub) -> None:
     )
     for difference in profile_differences(state.get("profile_toml", ""), trainer.profile_toml):
         log.warning("profile differs from the checkpoint's: %s", difference)
+
+
+def _check_ranks_resumed_alike(trainer: Trainer, path: Path) -> None:
+    """Under DDP every rank must have read the same checkpoint (the run folder must be on shared storage)."""
+    s = trainer.state
+    rows = gather_ints(trainer.world, [s.step, s.epoch, s.item])
+    if any(row != rows[0] for row in rows):
+        raise DistributedError(
+            f"the ranks resumed from different places (step, epoch, item per rank: {rows}); every rank reads "
+            f"{path}: put the run folder on storage all nodes share, or resume on one node"
+        )
+
+
+def check_ranks_agree(trainer: Trainer, hub: EventHub) -> list[str]:
+    """Each rank's parameter digest at the end of training, logged by every rank; rank 0 warns if they differ."""
+    digest = parameter_digest(trainer.module.state_dict())
+    log.info("parameter digest of %s: %s", trainer.world.describe(), digest)
+    digests = gather_digests(trainer.world, digest)
+    if trainer.world.is_main and len(set(digests)) > 1:
+        listing = ", ".join(f"rank {r}: {d[:12]}" for r, d in enumerate(digests))
+        hub.warn(f"the ranks ended with different parameters ({listing}); report this as a bug", code="ddp_diverged")
+    return digests
 
 
 def _flatten(toml_text: str) -> dict[str, object]:
@@ -111,7 +154,7 @@ def finalize(trainer: Trainer, plan: TrainPlan, hub: EventHub, run_dir: Path) ->
     if trainer.state.step > 0:
         config = {**trainer.task.model_config(), "step": trainer.state.step, "profile": trainer.profile_toml}
         try:
-            weights, _ = export_model(trainer.model, config, run_dir / "export")
+            weights, _ = export_model(trainer.module, config, run_dir / "export")
         except ExportError as exc:  # the checkpoints hold the trained model; say so rather than fail the run
             hub.error(f"{exc}; the trained weights are in {trainer.checkpoints.folder}")
         else:
