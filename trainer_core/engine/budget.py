@@ -15,6 +15,8 @@ from typing import Callable
 WARMUP_STEPS = 2
 # A measurement needs this many steps and this much time (capped at a share of the budget).
 MIN_STEPS, MIN_SECONDS, MAX_BUDGET_SHARE = 5, 3.0, 0.05
+# Export, report and session.json after the last step: small, but not free.
+END_MARGIN_S = 2.0
 # After the first plan, re-measure over windows of this share of the budget to follow drift.
 REPLAN_SHARE = 0.1
 
@@ -42,10 +44,16 @@ class TimeBudget:
         self.steps_per_epoch = max(1, steps_per_epoch)
         self.clock = clock
         self.started = clock() - elapsed_s
-        self.reserve_s = 0.0
+        self.reserve_s = END_MARGIN_S
+        self._end_costs: dict[str, float] = {}
         self.plan: BudgetPlan | None = None
         self._mark: tuple[int, float, int] | None = None  # (step, time, items) where measuring began
         self._items = 0
+
+    def note_end_cost(self, name: str, seconds: float) -> None:
+        """Remember what the final validation or checkpoint costs, so the run stops early enough for it."""
+        self._end_costs[name] = seconds
+        self.reserve_s = END_MARGIN_S + sum(self._end_costs.values())
 
     def elapsed(self) -> float:
         return self.clock() - self.started

@@ -94,6 +94,8 @@ class CheckpointMixin:
         except CheckpointError as exc:
             self.events.error(str(exc))
             return None
+        if self.budget is not None:
+            self.budget.note_end_cost("checkpoint", saved.seconds)
         self.events.emit(
             "checkpoint_saved", step=self.state.step, epoch=self.state.epoch, path=str(saved.path),
             bytes=saved.bytes, val_loss=self.last_val_loss, seconds=saved.seconds,

@@ -11,6 +11,8 @@ decisions; rank 0 alone writes samples.
 
 from __future__ import annotations
 
+import time
+
 import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -21,6 +23,7 @@ from trainer_core.engine.distributed import reduce_sums
 from trainer_core.models.base import batch_to
 
 if TYPE_CHECKING:
+    from trainer_core.engine.budget import TimeBudget
     from trainer_core.engine.distributed import World
     from trainer_core.engine.events import EventHub
     from trainer_core.engine.loop_state import LoopState
@@ -33,7 +36,7 @@ log = logging.getLogger("trainer_core")
 
 class EvaluationMixin:
     """Needs: profile, task, model, module (the model without a DDP wrapper), world, device, precision, events,
-    state, run_dir, last_val_loss, flush_telemetry() and save_checkpoint(is_best=...)."""
+    state, run_dir, last_val_loss, budget, flush_telemetry() and save_checkpoint(is_best=...)."""
 
     profile: Profile
     task: Task
@@ -46,11 +49,20 @@ class EvaluationMixin:
     state: LoopState
     run_dir: Path
     last_val_loss: float | None
+    budget: TimeBudget | None
     _last_val_step: int
 
-    @torch.no_grad()
     def validate(self) -> float | None:
         """Mean validation losses, metrics, samples; saves a best checkpoint on improvement."""
+        started = time.perf_counter()
+        try:
+            return self._validate()
+        finally:
+            if self.budget is not None:
+                self.budget.note_end_cost("validate", time.perf_counter() - started)
+
+    @torch.no_grad()
+    def _validate(self) -> float | None:
         self.flush_telemetry()
         self._last_val_step = self.state.step
         means = self._mean_val_losses()

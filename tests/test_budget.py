@@ -1,0 +1,46 @@
+"""TimeBudget with a fake clock: plans from measured throughput and keeps time for the final save."""
+
+from __future__ import annotations
+
+from trainer_core.engine.budget import END_MARGIN_S, TimeBudget
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def first_plan(budget: TimeBudget, clock: FakeClock, seconds_per_step: float, steps: int = 60):
+    """Step until the budget makes its first plan; returns (plan, step, time) at that moment."""
+    for step in range(1, steps):
+        clock.now += seconds_per_step
+        plan = budget.observe(step, items=8)
+        if plan is not None:
+            return plan, step, clock.now
+    raise AssertionError("no plan was made")
+
+
+def test_plan_fills_the_remaining_budget_at_the_measured_rate() -> None:
+    clock = FakeClock()
+    budget = TimeBudget(target_hours=0.1, steps_per_epoch=50, clock=clock)  # 360 s
+    plan, step, now = first_plan(budget, clock, seconds_per_step=0.5)
+    assert plan.steps_per_s == 2.0 and plan.samples_per_s == 16.0
+    assert plan.total_steps == step + int((360 - now - END_MARGIN_S) * 2.0)
+    assert plan.planned_epochs == -(-plan.total_steps // 50)
+    assert budget.eta_s(step) == (plan.total_steps - step) / 2.0
+
+
+def test_final_costs_move_the_stop_earlier() -> None:
+    clock = FakeClock()
+    budget = TimeBudget(target_hours=0.01, steps_per_epoch=10, clock=clock)  # 36 s
+    clock.now = 30.0
+    assert not budget.out_of_time()
+    budget.note_end_cost("validate", 3.0)
+    budget.note_end_cost("checkpoint", 1.5)
+    assert budget.reserve_s == END_MARGIN_S + 4.5
+    assert budget.out_of_time()  # 30 s + 6.5 s reserve passes the 36 s target
+    budget.note_end_cost("validate", 1.0)  # the latest measurement replaces the older one
+    assert budget.reserve_s == END_MARGIN_S + 2.5
