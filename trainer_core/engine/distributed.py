@@ -273,16 +273,8 @@ def reduce_sums(world: World, sums: dict[str, float], items: int) -> tuple[dict[
 
 def shard_task_data(task: Any, world: World) -> None:
     """Make the task's dataset yield this rank's disjoint slice of every global batch."""
-    if not world.active or world.world_size == 1:
-        return
-    source = getattr(task, "corpus", None) or getattr(task, "dataset", None)
-    shard = getattr(source, "shard", None)
-    if shard is None:
-        raise DistributedError(
-            f"{type(task).__name__} cannot split its data between ranks (its dataset has no shard()); "
-            "train it in one process, without --nproc-per-node"
-        )
-    shard(world.rank, world.world_size)
+    if world.active and world.world_size > 1:
+        task.shard(world.rank, world.world_size)
 
 
 # ---------------------------------------------------------------------------------------------------------------

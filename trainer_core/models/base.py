@@ -84,6 +84,10 @@ class Task(ABC):
     def describe(self) -> dict[str, Any]:
         """JSON-ready summary for events and the dry-run plan: items, vocabulary, parameter count, warnings."""
 
+    @abstractmethod
+    def shard(self, rank: int, world_size: int) -> None:
+        """Make train batches yield this rank's disjoint slice of every global batch (DDP)."""
+
     def preload_done_event(self, reason: str = "") -> dict[str, Any] | None:
         """Fields of a `preload_done` event, for tasks that preload features; None when nothing was preloaded."""
         return None

@@ -235,6 +235,9 @@ class LmTask(Task):
         path.write_text(text, encoding="utf-8", newline="")
         return [SampleResult(kind="text", path=path, text=text)]
 
+    def shard(self, rank: int, world_size: int) -> None:
+        self.corpus.shard(rank, world_size)
+
     def model_config(self) -> dict[str, Any]:
         return {"kind": "lm", "architecture": "byte-transformer", "tied_embeddings": True, **asdict(self.config)}
 

@@ -158,6 +158,9 @@ class VoiceTask(Task):
 
     # ------------------------------------------------------------------ descriptions
 
+    def shard(self, rank: int, world_size: int) -> None:
+        self.dataset.shard(rank, world_size)
+
     def model_config(self) -> dict[str, Any]:
         """Architecture, text encoder and audio parameters: enough for `trainer-core synth --export`."""
         return {
