@@ -88,6 +88,9 @@ class TrainSection(Section):
         "auto", description="auto: bf16/fp16 mixed precision on accelerators, fp32 on CPU."
     )
     eval_every_steps: int | None = Field(None, ge=1, description="Validate every N steps (default: each epoch).")
+    validate_at_start: bool = Field(
+        False, description="Validate once before the first step: a baseline for the validation curve."
+    )
     checkpoint_every_epochs: int = Field(1, ge=1, description="Save a checkpoint every N epochs.")
     checkpoint_every_steps: int | None = Field(None, ge=1, description="Also save every N steps.")
     keep_last: int = Field(3, ge=1, le=1000, description="Checkpoints kept besides the best one.")

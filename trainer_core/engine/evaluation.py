@@ -77,7 +77,8 @@ class EvaluationMixin:
             "validation", step=self.state.step, epoch=self.state.epoch, loss=means["total"], losses=means,
             metrics=metrics, metric_name=metric_name, metric_value=metric_value,
         )
-        self._track_best(means["total"])
+        if self.state.step > 0:  # the untrained baseline is a reference point, not a model worth keeping
+            self._track_best(means["total"])
         return means["total"]
 
     def _mean_val_losses(self) -> dict[str, float] | None:

@@ -147,6 +147,8 @@ class Trainer(CommandsMixin, EvaluationMixin, CheckpointMixin):
     def fit(self) -> str:
         """Train until done, stopped or early-stopped; returns the `finished` status."""
         self.model.train()
+        if self.profile.train.validate_at_start and self.state.step == 0:
+            self.validate()  # the untrained model's validation loss: where the curve starts
         self.started, self._first_step = time.monotonic(), self.state.step
         while True:
             # Checked before each step too: a stop asked for during set-up ends the run before any work.
