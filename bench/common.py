@@ -1,0 +1,513 @@
+"""Shared helpers for the benchmark scripts in bench/: results, machine facts, timing, Vega runs, data.
+
+Every benchmark script builds a `Result` (figures with their targets), writes it as JSON under
+`--out` (default bench/.data/results) and prints it; `bench/run_all` runs the scripts and renders
+docs/benchmarks.md from those JSON files. Figures are ratios measured side by side in one process,
+repeated and reduced with the median, because this kind of machine is shared and noisy.
+
+Scripts import this module as `common` (it sits beside them, so running `python bench/x.py` finds it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import math
+import os
+import platform
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from trainer_core.engine.control_state import ControlState
+    from trainer_core.engine.events import EventHub
+    from trainer_core.engine.trainer import Trainer
+    from trainer_core.eventlog import EventWriter
+    from trainer_core.plan import TrainPlan
+
+REPO = Path(__file__).resolve().parents[1]
+BENCH = REPO / "bench"
+# Generated data, scratch folders and results; VEGA_BENCH_DATA moves them (the tests use a temporary folder).
+DATA = Path(os.environ.get("VEGA_BENCH_DATA") or BENCH / ".data")
+RESULTS = DATA / "results"
+# Text the espeak-ng voice corpus is read from: the bundled demo text (public domain novel).
+CORPUS_TEXT = REPO / "trainer_core" / "demo" / "text" / "corpus"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Results
+
+
+@dataclass
+class Figure:
+    """One measured figure: its value, what it should reach, and whether it did (None: no target)."""
+
+    name: str
+    value: float | None
+    unit: str = ""
+    target: str = ""
+    met: bool | None = None
+    detail: str = ""
+
+
+@dataclass
+class Result:
+    """Everything one benchmark script measured, with the facts needed to reproduce it."""
+
+    key: str
+    title: str
+    command: str
+    figures: list[Figure] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    settings: dict[str, Any] = field(default_factory=dict)
+    machine: dict[str, Any] = field(default_factory=dict)
+    started: str = ""
+    seconds: float = 0.0
+    load_before: list[float] = field(default_factory=list)
+    load_after: list[float] = field(default_factory=list)
+    skipped: str | None = None
+
+    def add(self, name: str, value: float | None, unit: str = "", target: str = "", met: bool | None = None,
+            detail: str = "") -> Figure:
+        figure = Figure(name, None if value is None else float(value), unit, target, met, detail)
+        self.figures.append(figure)
+        return figure
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def start_result(key: str, title: str, settings: dict[str, Any]) -> Result:
+    """A Result stamped with the command line, the machine, the date and the load average now."""
+    return Result(
+        key=key, title=title, command=this_command(), settings=settings, machine=machine_info(),
+        started=dt.datetime.now().astimezone().isoformat(timespec="seconds"), load_before=load_average(),
+    )
+
+
+def finish_result(result: Result, started_at: float, out_dir: Path) -> Path:
+    """Stamp the duration and final load, write `<out_dir>/<key>.json` and print a short summary."""
+    result.seconds = time.monotonic() - started_at
+    result.load_after = load_average()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"{result.key}.json"
+    path.write_text(json.dumps(result.to_dict(), indent=2) + "\n", encoding="utf-8")
+    print(summary_text(result))
+    return path
+
+
+def summary_text(result: Result) -> str:
+    lines = [f"== {result.title} ({result.seconds:.0f} s)"]
+    if result.skipped:
+        lines.append(f"   skipped: {result.skipped}")
+    for f in result.figures:
+        mark = {True: "met", False: "MISSED", None: ""}[f.met]
+        lines.append(f"   {f.name}: {format_value(f.value, f.unit)}  {f.target}  {mark}".rstrip())
+    lines.extend(f"   note: {note}" for note in result.notes)
+    return "\n".join(lines)
+
+
+def format_value(value: float | None, unit: str = "") -> str:
+    """A figure as people read it: 3 significant digits, no exponent for everyday magnitudes."""
+    if value is None:
+        return "—"
+    if not math.isfinite(value):
+        return f"{value} {unit}".rstrip()  # a timed-out figure reads "inf s"
+    magnitude = abs(value)
+    if magnitude >= 1000 or value == int(value) and magnitude >= 10:
+        text = f"{value:,.0f}"
+    elif magnitude >= 100:
+        text = f"{value:.1f}"
+    elif magnitude >= 0.01 or value == 0:
+        text = f"{value:.3g}" if magnitude < 10 else f"{value:.2f}"
+    else:
+        text = f"{value:.2e}"
+    return f"{text} {unit}".rstrip()
+
+
+def scratch_dir(prefix: str) -> Path:
+    """A fresh folder under DATA for one measurement (the caller removes it)."""
+    import tempfile
+
+    DATA.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=prefix, dir=DATA))
+
+
+def load_result(path: Path) -> Result:
+    data = json.loads(path.read_text(encoding="utf-8"))
+    data["figures"] = [Figure(**f) for f in data.get("figures", [])]
+    return Result(**data)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Machine and command
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def package_version(name: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return None
+
+
+def machine_info() -> dict[str, Any]:
+    """CPU model, cores, RAM and the versions that decide the figures (torch read from metadata: no import)."""
+    import psutil
+
+    return {
+        "cpu": cpu_model(),
+        "cores": os.cpu_count(),
+        "ram_gib": round(psutil.virtual_memory().total / 2**30, 1),
+        "torch": package_version("torch"),
+        "lightning": package_version("lightning"),
+        "textual": package_version("textual"),
+        "python": platform.python_version(),
+        "os": f"{platform.system()} {platform.release()}",
+    }
+
+
+def load_average() -> list[float]:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return []
+
+
+def this_command() -> str:
+    """The command that ran this script, relative to the repository (what docs/benchmarks.md prints)."""
+    python = Path(sys.executable)
+    shown_python = os.path.relpath(python, REPO) if python.is_relative_to(REPO) else python.name
+    script = Path(sys.argv[0]).resolve()
+    shown_script = os.path.relpath(script, REPO) if script.is_relative_to(REPO) else str(script)
+    return shlex.join([shown_python, shown_script, *sys.argv[1:]])
+
+
+def base_parser(description: str) -> argparse.ArgumentParser:
+    """Options every benchmark has: --tiny (seconds-long smoke settings for the tests) and --out."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--tiny", action="store_true", help="smallest settings: checks the script runs, measures nothing")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="folder for the JSON result (default: bench/.data/results)")
+    parser.add_argument("--repeats", type=int, default=None, help="interleaved repetitions (default depends on --tiny)")
+    return parser
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Statistics and timing
+
+
+def median(values: Iterable[float]) -> float:
+    items = list(values)
+    return statistics.median(items) if items else float("nan")
+
+
+def spread(values: Sequence[float]) -> str:
+    """`min..max (n)`, to show how noisy a median is."""
+    if not values:
+        return "no samples"
+    return f"{min(values):.4g}..{max(values):.4g} over {len(values)}"
+
+
+def rotations(names: Sequence[str], repeats: int) -> list[list[str]]:
+    """The order of each repetition: rotated each time, so that slow drift of the machine hits every side."""
+    return [[names[(r + i) % len(names)] for i in range(len(names))] for r in range(repeats)]
+
+
+def timed(fn: Callable[..., Any], totals: dict[str, float], key: str) -> Callable[..., Any]:
+    """`fn` wrapped so that its run time adds to `totals[key]` (and a call count to `totals[key + '#']`)."""
+    clock = time.perf_counter
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        t0 = clock()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            totals[key] = totals.get(key, 0.0) + clock() - t0
+            totals[key + "#"] = totals.get(key + "#", 0) + 1
+
+    return wrapper
+
+
+def steady_step_s(stamps: Sequence[float], warmup: int) -> float:
+    """Mean seconds per step after `warmup` steps, from the end-of-step timestamps of every step."""
+    measured = len(stamps) - warmup
+    if warmup < 1 or measured < 1:
+        raise ValueError(f"need at least one warm-up step and one measured step, got {len(stamps)} stamps")
+    return (stamps[-1] - stamps[warmup - 1]) / measured
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Vega in-process
+
+
+@dataclass
+class VegaRun:
+    """A Trainer built through the engine API exactly as `trainer-core train` builds it."""
+
+    plan: TrainPlan
+    trainer: Trainer
+    hub: EventHub
+    writer: EventWriter
+    control: ControlState
+    run_dir: Path
+    stamps: list[float] = field(default_factory=list)
+
+
+def vega_plan(profile: str, overrides: Sequence[str], run_dir: Path) -> TrainPlan:
+    """The plan for a profile on the CPU, ignoring any per-user machine file (reproducible settings)."""
+    from trainer_core.plan import make_plan
+
+    return make_plan(profile, ["compute.mode=cpu", *overrides], run_dir=run_dir, use_machine_file=False)
+
+
+def build_vega(plan: TrainPlan, run_dir: Path) -> VegaRun:
+    """A trainer writing real events to `run_dir/events.jsonl`, with profiler and memory manager on."""
+    from trainer_core import rundir
+    from trainer_core.engine.control_state import ControlState
+    from trainer_core.engine.events import EventHub
+    from trainer_core.engine.setup import build_trainer
+    from trainer_core.eventlog import EventWriter
+
+    rundir.create_run_dir(run_dir)
+    writer = EventWriter(run_dir / rundir.EVENTS)
+    hub = EventHub(writer)
+    control = ControlState()
+    trainer = build_trainer(plan, hub, control, run_dir)
+    return VegaRun(plan, trainer, hub, writer, control, run_dir)
+
+
+def fit_steps(run: VegaRun, steps: int, hook: Callable[[], None] | None = None) -> list[float]:
+    """Run `Trainer.fit()` for `steps` optimizer steps, then stop it the way the control socket does.
+
+    Returns the perf_counter time at the end of each step (after its events and monitoring), measured
+    from outside by wrapping the instance's `after_step`: the engine's code is not changed. `hook()` is
+    called right after each step's time is taken (a `Paired` reference step, a counter snapshot).
+    """
+    trainer, stamps = run.trainer, run.stamps
+    inner = trainer.after_step
+
+    def after_step(outcome: Any) -> None:
+        inner(outcome)
+        stamps.append(time.perf_counter())
+        if hook is not None:
+            hook()
+        if len(stamps) >= steps:
+            run.control.request("stop")
+
+    trainer.after_step = after_step  # type: ignore[method-assign]
+    try:
+        trainer.fit()
+    finally:
+        run.writer.close()
+    return list(stamps)
+
+
+def read_events(run_dir: Path) -> list[Any]:
+    from trainer_core.eventlog import read_all
+
+    return read_all(run_dir / "events.jsonl")
+
+
+def data_wait_from_events(events: Sequence[Any], first_step: int) -> dict[str, float | None]:
+    """Data-wait fraction from `step` events (weighted by steps) and from `profile_breakdown` events,
+    counting only windows that end after `first_step` (the warm-up is left out)."""
+    steps = [e for e in events if e.type == "step" and e.step > first_step]
+    weights = sum(e.steps_in_window for e in steps)
+    from_steps = sum(e.data_wait_frac * e.steps_in_window for e in steps) / weights if weights else None
+    breakdowns = [e for e in events if e.type == "profile_breakdown"]
+    phases = ("data_s", "transfer_s", "forward_s", "backward_s", "optimizer_s")
+    total = sum(getattr(e, p) * e.steps for e in breakdowns for p in phases)
+    data = sum(e.data_s * e.steps for e in breakdowns)
+    return {"step_events": from_steps, "profile_breakdown": data / total if total else None,
+            "breakdowns": float(len(breakdowns))}
+
+
+class RawLoop:
+    """A plain hand-written PyTorch loop, one step per `step()`: zero_grad, forward, backward, clip, step.
+
+    `batches` is any iterator of batches (resident ones, or the corpus iterator); `scheduler` is stepped
+    after the optimizer when given. The loss is read back once per step, as a loop that logs it does.
+    """
+
+    def __init__(self, model: Any, compute_loss: Callable[[Any, Any], Any], batches: Iterable[Any], optimizer: Any,
+                 clip: float, scheduler: Any = None) -> None:
+        self.model, self.compute_loss, self.optimizer = model, compute_loss, optimizer
+        self.batches, self.clip, self.scheduler = iter(batches), clip, scheduler
+        model.train()
+
+    def step(self) -> None:
+        import torch
+
+        batch = next(self.batches)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss = self.compute_loss(self.model, batch)
+        loss.backward()
+        if self.clip:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip)
+        self.optimizer.step()
+        if self.scheduler is not None:
+            self.scheduler.step()
+        loss.item()
+
+
+class Paired:
+    """Per-step pairing on a noisy machine: right after each step of a framework's loop, one step of the
+    reference loop runs and is timed on its own. Neighbouring steps see the same load, so the ratio of
+    each pair is far steadier than the ratio of two runs measured one after the other.
+
+    Call the instance after every framework step (it is the hook). The framework's step i lasts from the
+    end of the reference step after step i-1 to the end of step i: one whole loop iteration.
+    """
+
+    def __init__(self, reference_step: Callable[[], None]) -> None:
+        self.reference_step = reference_step
+        self.ends: list[float] = []
+        self.resumes: list[float] = []
+        self.reference: list[float] = []
+
+    def __call__(self, *_: Any) -> None:
+        t0 = time.perf_counter()
+        self.ends.append(t0)
+        self.reference_step()
+        t1 = time.perf_counter()
+        self.reference.append(t1 - t0)
+        self.resumes.append(t1)
+
+    def framework_s(self, warmup: int) -> list[float]:
+        """Seconds of each framework step after `warmup` steps (at least 1: the first has no start mark)."""
+        return [self.ends[i] - self.resumes[i - 1] for i in range(max(1, warmup), len(self.ends))]
+
+    def reference_s(self, warmup: int) -> list[float]:
+        return self.reference[max(1, warmup):]
+
+    def ratios(self, warmup: int) -> list[float]:
+        """framework / reference seconds, one per measured pair."""
+        return [f / r for f, r in zip(self.framework_s(warmup), self.reference_s(warmup))]
+
+
+def adamw_like_vega(model: Any, profile: Any) -> Any:
+    """The optimizer Vega builds for a profile on the CPU: AdamW with its hyper-parameters and torch's default
+    implementation there (Vega asks for `fused` only on CUDA)."""
+    import torch
+
+    t = profile.train
+    return torch.optim.AdamW(model.parameters(), lr=t.lr, betas=t.betas, weight_decay=t.weight_decay)
+
+
+def scheduler_like_vega(optimizer: Any, profile: Any, total_steps: int) -> Any:
+    from trainer_core.engine.schedule import build_lr_scheduler
+
+    t = profile.train
+    return build_lr_scheduler(optimizer, t.schedule, t.warmup_steps, total_steps, t.restart_period, t.restart_mult)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Data: a voice corpus made with espeak-ng
+
+
+def espeak_path() -> str | None:
+    return shutil.which("espeak-ng")
+
+
+def corpus_sentences(count: int, min_chars: int = 40, max_chars: int = 140) -> list[str]:
+    """`count` distinct sentences from the bundled demo text, in file order (deterministic)."""
+    import re
+
+    found: list[str] = []
+    seen: set[str] = set()
+    for path in sorted(CORPUS_TEXT.glob("*.txt")):
+        text = " ".join(path.read_text(encoding="utf-8").split())
+        for sentence in re.split(r"(?<=[.!?])\s+", text):
+            clean = sentence.replace("|", " ").replace('"', "").replace("_", "").strip()
+            if min_chars <= len(clean) <= max_chars and clean not in seen and clean[0].isalpha():
+                seen.add(clean)
+                found.append(clean)
+                if len(found) == count:
+                    return found
+    raise RuntimeError(f"the demo text holds only {len(found)} usable sentences, {count} were asked for")
+
+
+def espeak_voice_corpus(folder: Path, count: int, sample_rate: int = 44100) -> Path:
+    """A voice folder of `count` espeak-ng recordings (16-bit WAV at `sample_rate`) with metadata.csv.
+
+    Reused when it already holds `count` files (generation is deterministic). espeak-ng speaks at
+    22050 Hz; the files are resampled to `sample_rate` so that loading them needs a resample, as real
+    44.1 kHz recordings do. RuntimeError when espeak-ng is not installed.
+    """
+    done = folder / "metadata.csv"
+    if done.is_file() and len(done.read_text(encoding="utf-8").splitlines()) == count:
+        return folder
+    exe = espeak_path()
+    if exe is None:
+        raise RuntimeError("espeak-ng is not installed (apt-get install espeak-ng): cannot generate the voice corpus")
+    wavs = folder / "wavs"
+    wavs.mkdir(parents=True, exist_ok=True)
+    lines = []
+    for number, sentence in enumerate(corpus_sentences(count)):
+        item = f"bench{number:04d}"
+        _speak(exe, sentence, wavs / f"{item}.wav", voice="en-us" if number % 2 == 0 else "en-gb",
+               speed=150 + 5 * (number % 6), sample_rate=sample_rate)
+        lines.append(f"{item}|{sentence}")
+    done.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return folder
+
+
+def _speak(exe: str, text: str, path: Path, voice: str, speed: int, sample_rate: int) -> None:
+    import numpy as np
+    import soundfile as sf
+    import soxr
+
+    raw = path.with_suffix(".espeak.wav")
+    subprocess.run([exe, "-v", voice, "-s", str(speed), "-w", str(raw), text], check=True, capture_output=True)
+    wave, rate = sf.read(str(raw), dtype="float32")
+    raw.unlink()
+    if rate != sample_rate:
+        wave = soxr.resample(wave, rate, sample_rate, quality="HQ")
+    sf.write(str(path), np.clip(wave, -1.0, 1.0), sample_rate, subtype="PCM_16")
+
+
+def audio_seconds(paths: Iterable[Path]) -> float:
+    import soundfile as sf
+
+    return sum(sf.info(str(p)).duration for p in paths)
+
+
+DEMO_VOICE = REPO / "trainer_core" / "demo" / "voice"
+FEATURE_CACHE = DATA / "cache"
+
+
+def voice_data(files: int, tiny: bool, notes: list[str]) -> Path:
+    """The voice folder TTS benchmarks train on: the bundled demo voice for --tiny, else `files` espeak-ng
+    recordings (the demo voice, with a note saying so, when espeak-ng is missing)."""
+    if tiny:
+        return DEMO_VOICE
+    try:
+        return espeak_voice_corpus(DATA / f"voice-{files}", files)
+    except RuntimeError as exc:
+        notes.append(f"{exc}; trained on the 40-file demo voice instead")
+        return DEMO_VOICE
+
+
+def voice_overrides(folder: Path) -> list[str]:
+    """Profile overrides that point a TTS profile at `folder`, with the benchmarks' own feature cache."""
+    return [f"data.path={folder}", f"data.cache_dir={FEATURE_CACHE}"]

@@ -1,0 +1,215 @@
+"""Benchmark 2: framework overhead of Vega against a plain PyTorch loop and PyTorch Lightning.
+
+The same model (lm-small's byte transformer; and the same architecture shrunk to a tiny one, where the
+per-step cost of a framework is not lost in the compute), the same batches from the same corpus
+iterator, the same AdamW, LR schedule, gradient clipping and fp32 precision, interleaved in one process
+and repeated:
+
+(a) raw: a hand-written loop (zero_grad, forward, backward, clip, step, scheduler step, loss.item());
+(b) Lightning: `lightning.Trainer` with progress bar, logger, checkpointing and model summary off (its
+    parity-test settings), gradient_clip_val set, the scheduler stepped every step;
+(c) Vega: a real run through the engine API, events, profiler and memory manager on.
+
+Every framework step is paired with one raw step run right after it (`common.Paired`; hooks: Lightning's
+`on_train_batch_end` callback, a wrapper around Vega's instance `after_step`), so each pair sees the same
+machine load. Figures: median framework / raw ratio over the step pairs after W warm-up steps, and the
+overhead in ms per step it means; raw paired with raw is the control that shows the method's own bias.
+Targets: Vega within 2 % of raw; faster than Lightning.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import shutil
+import time
+import warnings
+from typing import Any
+
+import common
+
+SIZES = {
+    "lm-small": [],
+    "lm-tiny": ["model.hidden=64", "model.encoder_layers=2", "model.heads=2", "data.context_bytes=64",
+                "train.batch_size=8"],
+}
+SMOKE = ["model.hidden=32", "model.encoder_layers=1", "data.context_bytes=32", "train.batch_size=4"]
+SIDES = ("vega", "lightning", "raw")
+
+
+class Baselines:
+    """The raw and Lightning sides of one model size: the task's initial model and its batch iterator."""
+
+    def __init__(self, plan: Any, total_steps: int) -> None:
+        from trainer_core.models.base import build_task
+
+        self.profile = plan.profile
+        self.task = build_task(plan.profile, plan.data, "cpu")
+        self.initial = copy.deepcopy(self.task.model)
+        self.total_steps = total_steps
+
+    def batches(self, steps: int):
+        """Epoch 0's batches from item 0, cut by the same corpus code Vega uses (the same data cost)."""
+        for number, (batch, _) in enumerate(self.task.train_batches(0, self.profile.train.batch_size)):
+            if number == steps:
+                return
+            yield batch
+
+    def raw_loop(self, steps: int) -> common.RawLoop:
+        """A hand-written loop on a fresh copy of the initial model, with Vega's optimizer and schedule."""
+        model = copy.deepcopy(self.initial)
+        optimizer = common.adamw_like_vega(model, self.profile)
+        scheduler = common.scheduler_like_vega(optimizer, self.profile, self.total_steps)
+        loss = lambda m, batch: self.task.compute_losses(m, batch)["total"]  # noqa: E731
+        return common.RawLoop(model, loss, self.batches(steps), optimizer, self.profile.train.grad_clip, scheduler)
+
+    def run_raw(self, steps: int, hook: Any) -> None:
+        """The raw loop as a framework of its own (the A/A control: raw paired with raw)."""
+        loop = self.raw_loop(steps)
+        for _ in range(steps):
+            loop.step()
+            hook()
+
+    def run_lightning(self, steps: int, hook: Any) -> None:
+        import lightning as L
+
+        module = lightning_module(self, copy.deepcopy(self.initial))
+        trainer = L.Trainer(
+            accelerator="cpu", devices=1, max_steps=steps, max_epochs=1, enable_progress_bar=False, logger=False,
+            enable_checkpointing=False, enable_model_summary=False, num_sanity_val_steps=0, limit_val_batches=0,
+            gradient_clip_val=self.profile.train.grad_clip or None, gradient_clip_algorithm="norm",
+            callbacks=[HookCallback(hook)], deterministic=False, benchmark=False,
+        )
+        trainer.fit(module, train_dataloaders=BatchIterable(self, steps))
+
+
+class BatchIterable:
+    """An iterable Lightning accepts as its train loader: the corpus batches, `steps` of them."""
+
+    def __init__(self, owner: Baselines, steps: int) -> None:
+        self.owner, self.steps = owner, steps
+
+    def __iter__(self):
+        return self.owner.batches(self.steps)
+
+    def __len__(self) -> int:
+        return self.steps
+
+
+def lightning_module(owner: Baselines, model: Any) -> Any:
+    import lightning as L
+
+    class ByteLmModule(L.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+
+        def training_step(self, batch: Any, batch_idx: int) -> Any:
+            loss = owner.task.compute_losses(self.model, batch)["total"]
+            loss.item()  # the same one host sync per step as the other two sides
+            return loss
+
+        def configure_optimizers(self) -> Any:
+            optimizer = common.adamw_like_vega(self.model, owner.profile)
+            scheduler = common.scheduler_like_vega(optimizer, owner.profile, owner.total_steps)
+            return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    return ByteLmModule()
+
+
+def hook_callback_class() -> type:
+    import lightning as L
+
+    class _Hook(L.Callback):
+        def __init__(self, hook: Any) -> None:
+            self.hook = hook
+
+        def on_train_batch_end(self, *args: Any, **kwargs: Any) -> None:
+            self.hook()
+
+    return _Hook
+
+
+def HookCallback(hook: Any) -> Any:  # noqa: N802 - reads like the class it builds
+    """A Lightning callback calling `hook()` at the end of every training batch."""
+    return hook_callback_class()(hook)
+
+
+def quiet_lightning() -> None:
+    """Lightning's advice (workers, GPU available, ...) is noise here; errors still show."""
+    import lightning  # noqa: F401 - importing sets its loggers' levels, which are lowered after it
+
+    for name in ("lightning", "lightning.pytorch", "lightning.fabric", "pytorch_lightning"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    warnings.filterwarnings("ignore", module="lightning")
+    warnings.filterwarnings("ignore", message=".*does not have many workers.*")
+
+
+def measure_size(overrides: list[str], warmup: int, steps: int, repeats: int) -> dict[str, list[float]]:
+    """Per-pair (framework / raw) ratios and step seconds of each side; sides rotated each repetition."""
+    scratch = common.scratch_dir("overhead-")
+    try:
+        plan = common.vega_plan("lm-small", overrides, scratch / "plan")
+        total = warmup + steps
+        if total >= plan.steps_per_epoch:
+            raise SystemExit(f"{total} steps do not fit in one epoch of {plan.steps_per_epoch} steps; use fewer")
+        base = Baselines(plan, plan.profile.train.epochs * plan.steps_per_epoch)
+        out: dict[str, list[float]] = {}
+        for rep, order in enumerate(common.rotations(SIDES, repeats)):
+            for side in order:
+                paired = common.Paired(base.raw_loop(total).step)
+                if side == "raw":
+                    base.run_raw(total, paired)
+                elif side == "lightning":
+                    base.run_lightning(total, paired)
+                else:
+                    common.fit_steps(common.build_vega(plan, scratch / f"run-{rep}"), total, paired)
+                out.setdefault(f"{side}/raw", []).extend(paired.ratios(warmup))
+                out.setdefault(side, []).extend(paired.framework_s(warmup))
+                out.setdefault(f"raw beside {side}", []).extend(paired.reference_s(warmup))
+        return out
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def report_size(result: common.Result, label: str, m: dict[str, list[float]]) -> None:
+    raw = common.median(m["raw beside vega"] + m["raw beside lightning"])
+    vega_ratio, lit_ratio = common.median(m["vega/raw"]), common.median(m["lightning/raw"])
+    control = common.median(m["raw/raw"])
+    result.add(f"{label}: raw step time", raw * 1e3, "ms", detail=f"{len(m['vega/raw'])} step pairs per side")
+    result.add(f"{label}: Vega / raw", vega_ratio, "", "<= 1.02", vega_ratio <= 1.02,
+               f"{(vega_ratio - 1) * raw * 1e3:+.2f} ms/step; pairs {common.spread(m['vega/raw'])}")
+    result.add(f"{label}: Lightning / raw", lit_ratio, "",
+               detail=f"{(lit_ratio - 1) * raw * 1e3:+.2f} ms/step; pairs {common.spread(m['lightning/raw'])}")
+    result.add(f"{label}: Vega / Lightning", vega_ratio / lit_ratio, "", "< 1 (faster)", vega_ratio < lit_ratio,
+               "ratio of the two medians against raw")
+    result.add(f"{label}: control, raw / raw", control, "", detail="the method's own bias and noise: ideally 1.000; "
+               f"pairs {common.spread(m['raw/raw'])}")
+
+
+def main() -> int:
+    parser = common.base_parser(__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="lm-small,lm-tiny", help="comma-separated: lm-small, lm-tiny")
+    parser.add_argument("--steps", default=None, help="measured steps per size, e.g. lm-small=10,lm-tiny=200")
+    parser.add_argument("--warmup", type=int, default=None, help="warm-up steps per segment (default 3)")
+    args = parser.parse_args()
+    steps = {"lm-small": 10, "lm-tiny": 150} if not args.tiny else {"lm-small": 2, "lm-tiny": 3}
+    if args.steps:
+        steps.update({k: int(v) for k, v in (item.split("=") for item in args.steps.split(","))})
+    warmup, repeats = args.warmup or (1 if args.tiny else 3), args.repeats or (1 if args.tiny else 3)
+    started = time.monotonic()
+    result = common.start_result("overhead", "2. Framework overhead",
+                                 {"measured_steps": steps, "warmup_steps": warmup, "repeats": repeats})
+    quiet_lightning()
+    for label in args.sizes.split(","):
+        overrides = SMOKE if args.tiny else SIZES[label]
+        report_size(result, label, measure_size(overrides, warmup, steps[label], repeats))
+    result.notes.append("lm-tiny = lm-small with hidden 64, 2 layers, 2 heads, context 64, batch 8")
+    if args.tiny:
+        result.notes.append("--tiny: every size shrunk to hidden 32, one layer")
+    common.finish_result(result, started, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,110 @@
+"""Every benchmark in bench/ runs once on its smoke settings (--tiny), so none of them rots.
+
+Each script runs as a real subprocess with VEGA_BENCH_DATA pointing at a temporary folder, and must
+write a result whose figures are all there and numeric. The numbers themselves are not judged: a smoke
+run on a shared machine measures nothing, and the figures are published by `bench/run_all`, not here.
+`bench/run_all --render-only` then turns results into the document, keeping hand-written text.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+BENCH = REPO / "bench"
+
+# script -> figure names every smoke run must report (prefixes: the names carry sizes and rates).
+EXPECTED = {
+    "pipeline_efficiency.py": ("lm-small: pipeline efficiency", "tts-small: pipeline efficiency",
+                               "lm-small: data-wait fraction (step events)"),
+    "framework_overhead.py": ("lm-small: Vega / raw", "lm-small: Lightning / raw", "lm-tiny: Vega / Lightning",
+                              "lm-tiny: control, raw / raw"),
+    "preload_speed.py": ("Vega cold vs naive librosa loop", "cache hit vs cold", "Vega cold: real-time factor"),
+    "event_cost.py": ("demo (TTS): EventHub.emit", "lm-small: MemoryManager.observe", "event log at 1000 steps/s"),
+    "dashboard_speed.py": ("first frame of vega-tui", "open a 20,000-line events.jsonl", "peak RSS of vega-tui",
+                           "key-press latency while following", "vega-tui CPU while following a live"),
+    "time_budget.py": ("whole job (spawn to exit) against the target", "trainer's own run time"),
+}
+KEYS = {"pipeline_efficiency.py": "pipeline", "framework_overhead.py": "overhead", "preload_speed.py": "preload",
+        "event_cost.py": "event_cost", "dashboard_speed.py": "dashboard", "time_budget.py": "budget"}
+
+
+def bench_env(data: Path) -> dict[str, str]:
+    return {**os.environ, "VEGA_BENCH_DATA": str(data), "VEGA_CONFIG_DIR": str(data / "config"),
+            "NUMBA_CACHE_DIR": os.environ.get("NUMBA_CACHE_DIR", str(REPO / ".cache" / "numba"))}
+
+
+def run_script(script: str, data: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    argv = [sys.executable, str(BENCH / script), *args]
+    return subprocess.run(argv, cwd=REPO, env=bench_env(data), capture_output=True, text=True, timeout=240)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("script", sorted(EXPECTED))
+def test_benchmark_runs_on_smoke_settings(script: str, tmp_path: Path) -> None:
+    done = run_script(script, tmp_path, "--tiny")
+    assert done.returncode == 0, f"{script} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    result = json.loads((tmp_path / "results" / f"{KEYS[script]}.json").read_text(encoding="utf-8"))
+    assert result["command"].endswith(f"bench/{script} --tiny")
+    assert result["machine"]["cores"] >= 1 and result["machine"]["torch"]
+    if result["skipped"]:
+        pytest.skip(f"{script}: {result['skipped']}")
+    names = [f["name"] for f in result["figures"]]
+    for wanted in EXPECTED[script]:
+        assert any(name.startswith(wanted) for name in names), f"{script} did not report {wanted!r}: {names}"
+    for figure in result["figures"]:
+        value = figure["value"]
+        if figure["target"]:
+            assert isinstance(figure["met"], bool), figure
+            assert value is not None and math.isfinite(value), figure
+    failed = [note for note in result["notes"] if "measurement failed" in note]
+    assert not failed, failed
+    # Scratch folders are cleaned up; only data worth keeping (generated corpora, logs) and results remain.
+    leftovers = [p.name for p in tmp_path.iterdir() if p.name.split("-")[0] in
+                 {"pipeline", "overhead", "preload", "events", "growth", "dashboard", "budget"}]
+    assert not leftovers, leftovers
+
+
+def sample_result(key: str, title: str, value: float, met: bool) -> dict:
+    return {
+        "key": key, "title": title, "command": f".venv/bin/python bench/{key}.py --x 1",
+        "figures": [{"name": f"{key} ratio", "value": value, "unit": "x", "target": ">= 5x", "met": met,
+                     "detail": "a | b"}],
+        "notes": [f"{key} note"], "settings": {}, "machine": {"cpu": "Test CPU", "cores": 2, "ram_gib": 8.0,
+                                                              "torch": "2.13.0", "lightning": None},
+        "started": "2026-01-01T00:00:00+00:00", "seconds": 1.0, "load_before": [1.0, 1.0, 1.0],
+        "load_after": [2.0, 2.0, 2.0], "skipped": None,
+    }
+
+
+def test_render_rewrites_only_the_generated_part(tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "a.json").write_text(json.dumps(sample_result("a", "1. First", 6.0, True)))
+    (results / "b.json").write_text(json.dumps(sample_result("b", "2. Second", 1.5, False)))
+    doc = tmp_path / "benchmarks.md"
+    doc.write_text("# Benchmarks\n\nIntro by hand.\n\n<!-- bench:results:start -->\nold figures\n"
+                   "<!-- bench:results:end -->\n\n## Analysis\n\nKept by hand.\n")
+    argv = [str(BENCH / "run_all"), "--render-only", "--out", str(results), "--doc", str(doc)]
+    done = subprocess.run(argv, cwd=REPO, env=bench_env(tmp_path), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    text = doc.read_text()
+    assert "Intro by hand." in text and "Kept by hand." in text and "old figures" not in text
+    assert "| 1. First | a ratio | 6 x | >= 5x | yes |" in text
+    assert "| 2. Second | b ratio | 1.5 x | >= 5x | **no** |" in text
+    assert "`.venv/bin/python bench/b.py --x 1`" in text and "Test CPU, 2 cores" in text
+    assert "a / b" in text, "a | inside a cell must not split the table"
+
+
+def test_run_all_rejects_an_unknown_benchmark(tmp_path: Path) -> None:
+    argv = [str(BENCH / "run_all"), "--only", "nonsense", "--out", str(tmp_path), "--doc", str(tmp_path / "d.md")]
+    done = subprocess.run(argv, cwd=REPO, env=bench_env(tmp_path), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert "unknown benchmark name" in done.stderr and "preload" in done.stderr
