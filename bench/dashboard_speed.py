@@ -92,6 +92,9 @@ class Terminal:
 
     def close(self) -> None:
         self.tmux("kill-server", check=False)
+        # tmux can leave the socket file of a killed server behind; it is ours, remove it.
+        folder = Path(os.environ.get("TMUX_TMPDIR", "/tmp")) / f"tmux-{os.getuid()}"
+        (folder / self.socket).unlink(missing_ok=True)
 
 
 def wait_screen(term: Terminal, done: Callable[[str], bool], timeout: float,
