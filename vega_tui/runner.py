@@ -171,22 +171,42 @@ def last_lifecycle_event(run_dir: Path | str) -> dict[str, Any] | None:
     return _newest_event(Path(run_dir) / rundir.EVENTS, ("hello", "finished"))
 
 
+# events.jsonl -> (device, inode, bytes already scanned, newest hello): liveness checks run every second,
+# and a long run's only hello is on line 1, so each check must read only what was appended since.
+_hello_cache: dict[Path, tuple[int, int, int, dict[str, Any] | None]] = {}
+
+
 def _last_hello(run_dir: Path | str) -> dict[str, Any] | None:
     """The newest hello (the current or last trainer of the run), even when a finished event follows it."""
-    return _newest_event(Path(run_dir) / rundir.EVENTS, ("hello",))
+    path = (Path(run_dir) / rundir.EVENTS).absolute()
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    cached = _hello_cache.get(path)
+    if cached is not None and cached[:2] == (st.st_dev, st.st_ino) and st.st_size >= cached[2]:
+        # Start a chunk early so a hello that was half-written at the last scan is read whole now.
+        newer = _newest_event(path, ("hello",), stop_at=max(0, cached[2] - TAIL_CHUNK), end=st.st_size)
+        hello = newer if newer is not None else cached[3]
+    else:
+        hello = _newest_event(path, ("hello",), end=st.st_size)
+    _hello_cache[path] = (st.st_dev, st.st_ino, st.st_size, hello)
+    return hello
 
 
-def _newest_event(path: Path, types: tuple[str, ...]) -> dict[str, Any] | None:
-    """The newest event of one of `types`, reading the file backwards in chunks: the tail alone usually does."""
+def _newest_event(
+    path: Path, types: tuple[str, ...], stop_at: int = 0, end: int | None = None
+) -> dict[str, Any] | None:
+    """The newest event of one of `types` between `stop_at` and `end`, reading backwards in chunks."""
     try:
         handle = open(path, "rb")
     except (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError):
         return None
     with handle:
-        end = handle.seek(0, os.SEEK_END)
+        end = handle.seek(0, os.SEEK_END) if end is None else end
         head = b""  # the start of a line cut by the chunk boundary, completed by the chunk before it
-        while end > 0:
-            start = max(0, end - TAIL_CHUNK)
+        while end > stop_at:
+            start = max(stop_at, end - TAIL_CHUNK)
             handle.seek(start)
             pieces = (handle.read(end - start) + head).split(b"\n")
             head = pieces.pop(0) if start > 0 else b""
