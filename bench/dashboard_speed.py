@@ -443,6 +443,8 @@ def main() -> int:
     parser.add_argument("--rate", type=int, default=1000, help="lines/s of the followed stream")
     parser.add_argument("--open-repeats", type=int, default=None, help="opens of the big log (default 2)")
     parser.add_argument("--profile-open", action="store_true", help="profile the open once more under py-spy")
+    parser.add_argument("--parts", default="first,open,follow,live",
+                        help="comma-separated measurements to take: first, open, follow, live")
     args = parser.parse_args()
     tiny = args.tiny
     lines = args.lines or (20_000 if tiny else 1_000_000)
@@ -478,7 +480,10 @@ def measure_all(result: common.Result, term: Terminal, scratch: Path, env: dict[
     ]
     if args.profile_open:
         steps.append(("profile", lambda: result.notes.extend(profile_open(term, *big_log(lines), 300))))
+    wanted = {part.strip() for part in args.parts.split(",")} | {"profile"}
     for name, measure in steps:
+        if name.split()[0] not in wanted:
+            continue
         try:
             measure()
         except Exception as exc:  # noqa: BLE001 - keep the other figures; say what broke
