@@ -352,11 +352,13 @@ class EventReader:
         *,
         max_bytes_per_poll: int = DEFAULT_MAX_BYTES_PER_POLL,
         max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+        start_offset: int = 0,
+        identity: tuple[int, int] | None = None,
     ) -> None:
         self.path = Path(path)
         self.max_bytes_per_poll = max(1, max_bytes_per_poll)
         self.max_line_bytes = max_line_bytes
-        self.offset = 0
+        self.offset = max(0, start_offset)
         self.pending_bytes = 0
         self.malformed = 0
         self.last_error: str | None = None
@@ -366,7 +368,7 @@ class EventReader:
         self.last_seq: int | None = None
         self._partial = b""
         self._skipping_long_line = False
-        self._identity: tuple[int, int] | None = None
+        self._identity = identity if self.offset > 0 else None
 
     def poll(self) -> list[Event]:
         """Events from the bytes appended since the last call (at most `max_bytes_per_poll` of them).
@@ -464,6 +466,26 @@ class EventReader:
             self.missing += seq - self.last_seq - 1
         # A seq at or below the last one means a new writer numbering afresh: follow it without a gap.
         self.last_seq = seq
+
+
+def follow_from(path: Path | str, offset: int, identity: tuple[int, int] | None = None, **options: Any) -> EventReader:
+    """A reader whose first poll starts at byte `offset`, the end of a complete line already read another way
+    (a preview of a big log). `identity` (st_dev, st_ino) of the file read then lets it notice a replaced file."""
+    return EventReader(path, start_offset=offset, identity=identity, **options)
+
+
+def parse_lines(lines: list[bytes]) -> tuple[list[Event], int]:
+    """(events, malformed count) from complete lines that need not be consecutive: no seq gap tracking."""
+    events: list[Event] = []
+    malformed = 0
+    for line in lines:
+        if not line.strip():
+            continue
+        try:
+            events.append(parse_event(line))
+        except ProtocolError:
+            malformed += 1
+    return events, malformed
 
 
 def read_all(path: Path | str) -> list[Event]:

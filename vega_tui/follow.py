@@ -5,18 +5,31 @@ poll and keeps a partial last line until its newline arrives) and calls `on_batc
 gaps_total)` with up to `max_batch` events at a time — never once per event. A big log that already exists is
 delivered in back-to-back batches; afterwards the thread sleeps `poll_interval` between polls. It knows no
 widgets: the callback is where a screen posts a message to its app.
+
+With `on_store` and `make_store` given, a log of at least `preview.min_bytes` is opened in two stages, so a
+long run shows its latest state at once: a preview store (vega_tui/preview.py: head, sampled middle, tail) is
+handed over first, then the exact history is read from byte 0 into a fresh store in this thread and handed
+over when it reaches the end of the file (`on_progress(fraction)` reports how far it got). Lines appended
+meanwhile go to `on_batch` for the preview store; after the exact store, following goes on from where it
+stopped reading, so no line is lost or applied twice to the store in use.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
-from trainer_core.eventlog import EventReader
+from trainer_core.eventlog import EventReader, follow_from
 from trainer_core.protocol import Event
+from vega_tui.preview import DEFAULT_PLAN, PreviewPlan, read_preview, wants_preview
+from vega_tui.store import RunStore
 
 BatchCallback = Callable[[list[Event], int, int], None]
+# (store, exact): a preview store (exact False) first, then the store of the whole history (exact True).
+StoreCallback = Callable[[RunStore, bool], None]
+ProgressCallback = Callable[[float], None]
 
 
 class EventFollower:
@@ -31,17 +44,25 @@ class EventFollower:
         *,
         max_bytes_per_poll: int = 1024 * 1024,
         autostart: bool = True,
+        on_store: StoreCallback | None = None,
+        make_store: Callable[[], RunStore] | None = None,
+        on_progress: ProgressCallback | None = None,
+        preview: PreviewPlan | None = DEFAULT_PLAN,
     ) -> None:
         self.path = Path(path)
         self.on_batch = on_batch
         self.poll_interval = poll_interval
         self.max_batch = max(1, max_batch)
         self.reader = EventReader(self.path, max_bytes_per_poll=max_bytes_per_poll)
+        self.on_store, self.make_store, self.on_progress = on_store, make_store, on_progress
+        self.preview = preview if on_store is not None and make_store is not None else None
+        self.history_seconds: float | None = None  # how long the exact history took, when there was a preview
         self.batches = 0
         self.events = 0
         self.error: BaseException | None = None
         self._stop = threading.Event()
         self._caught_up = threading.Event()
+        self._history_done = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"vega-follow-{self.path.parent.name}", daemon=True)
         self._started = False
         if autostart:
@@ -74,8 +95,15 @@ class EventFollower:
         """Block until the follower has delivered everything the file held at some moment (tests, replay)."""
         return self._caught_up.wait(timeout)
 
+    def wait_history(self, timeout: float | None = None) -> bool:
+        """Block until the store handed over reflects every line (at once for a log that needed no preview)."""
+        return self._history_done.wait(timeout)
+
     def _run(self) -> None:
         try:
+            if wants_preview(self.path, self.preview):
+                self._open_with_preview()
+            self._history_done.set()
             while not self._stop.is_set():
                 self._poll_once()
                 if self.reader.pending_bytes == 0:
@@ -83,6 +111,50 @@ class EventFollower:
                     self._stop.wait(self.poll_interval)
         except Exception as exc:  # noqa: BLE001 - a failing callback ends following; keep why for the owner
             self.error = exc
+
+    def _open_with_preview(self) -> None:
+        """Hand over a preview store, then read the exact history into a fresh one and hand that over."""
+        assert self.on_store is not None and self.make_store is not None and self.preview is not None
+        started = time.monotonic()
+        preview = read_preview(self.path, self.preview)
+        if preview is None:
+            return
+        store = self.make_store()
+        store.apply(preview.events)
+        store.state.history_progress = 0.0
+        self.on_store(store, False)
+        self._caught_up.set()  # the preview reflects the end of the file: a dead trainer can be judged now
+        live = follow_from(self.path, preview.end, preview.identity, max_bytes_per_poll=self.reader.max_bytes_per_poll)
+        exact = self._read_history(live, preview.size)
+        if exact is not None:
+            self.history_seconds = time.monotonic() - started
+            self.on_store(exact, True)
+
+    def _read_history(self, live: EventReader, size: int) -> RunStore | None:
+        """Every line from byte 0 into a fresh store (None when stopped first); between slices, lines
+        appended after the preview go to `on_batch` so a live run keeps moving on screen."""
+        assert self.make_store is not None
+        store, reader = self.make_store(), self.reader
+        next_report = time.monotonic() + self.poll_interval
+        while not self._stop.is_set():
+            events = reader.poll()
+            for start in range(0, len(events), self.max_batch):
+                store.apply(events[start : start + self.max_batch])
+            if reader.pending_bytes == 0:
+                store.note_reader(reader.malformed, reader.gaps)
+                return store
+            if time.monotonic() >= next_report:
+                next_report = time.monotonic() + self.poll_interval
+                self._deliver_new(live)
+                if self.on_progress is not None:
+                    self.on_progress(min(1.0, reader.offset / max(1, size, reader.offset + reader.pending_bytes)))
+        return None
+
+    def _deliver_new(self, reader: EventReader) -> None:
+        """Whatever `reader` finds appended, in one or more batches (the preview store's live lines)."""
+        events = reader.poll()
+        for start in range(0, len(events), self.max_batch):
+            self.on_batch(events[start : start + self.max_batch], reader.malformed, reader.gaps)
 
     def _poll_once(self) -> None:
         """Read what is new (several slices while catching up) and deliver it in batches of `max_batch`."""

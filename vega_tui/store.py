@@ -284,6 +284,9 @@ class RunState:
     bad_events: int = 0
     events_seen: int = 0
     paused_s: float = 0.0
+    # Set while this state is a preview of a big log (head, sample, tail): how much of the exact history the
+    # follower has read so far (0..1). None once the state reflects every line.
+    history_progress: float | None = None
 
 
 # ---------------------------------------------------------------------------------------------------------------

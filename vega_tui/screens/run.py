@@ -30,6 +30,7 @@ from trainer_core.errors import VegaError
 from trainer_core.rundir import EVENTS, PROFILE
 from vega_tui import runner
 from vega_tui.follow import EventFollower
+from vega_tui.preview import DEFAULT_PLAN, PreviewPlan
 from vega_tui.screens.confirm import ConfirmScreen
 from vega_tui.store import ENDED, RunState, RunStore
 from vega_tui.widgets.breakdown import BreakdownBar
@@ -72,6 +73,20 @@ class EventsArrived(Message):
     def __init__(self, events: list[Event], malformed: int, gaps: int) -> None:
         super().__init__()
         self.events, self.malformed, self.gaps = events, malformed, gaps
+
+
+class StoreReady(Message):
+    """A store built by the follower thread: a preview of a big log (exact False), then its whole history."""
+
+    def __init__(self, store: RunStore, exact: bool) -> None:
+        super().__init__()
+        self.store, self.exact = store, exact
+
+
+class HistoryProgress(Message):
+    def __init__(self, fraction: float) -> None:
+        super().__init__()
+        self.fraction = fraction
 
 
 class ResourcesRead(Message):
@@ -143,6 +158,7 @@ class RunScreen(Screen[None]):
         process: TrainerProcess | None = None,
         *,
         read_resources: Callable[[], MachineResources] | None = read_resources,
+        preview: PreviewPlan | None = DEFAULT_PLAN,
     ) -> None:
         super().__init__()
         self.run_dir = Path(run_dir)
@@ -151,6 +167,7 @@ class RunScreen(Screen[None]):
         self.follower: EventFollower | None = None
         self.trainer_alive: bool | None = None if process is None else True
         self._probe = read_resources
+        self._preview = preview
         self._drawn_version = -1
         self._charts_version = -1
         self._charts_drawn_at = 0.0
@@ -182,7 +199,12 @@ class RunScreen(Screen[None]):
         yield Footer(compact=True)
 
     def on_mount(self) -> None:
-        self.follower = EventFollower(self.run_dir / EVENTS, self._on_follower_batch, max_batch=FOLLOW_BATCH)
+        self.follower = EventFollower(
+            self.run_dir / EVENTS, self._on_follower_batch, max_batch=FOLLOW_BATCH, preview=self._preview,
+            on_store=lambda store, exact: self.post_message(StoreReady(store, exact)),
+            on_progress=lambda fraction: self.post_message(HistoryProgress(fraction)),
+            make_store=lambda: RunStore(run_dir=self.run_dir),
+        )
         self.set_interval(REFRESH_INTERVAL_S, self.refresh_widgets)
         self.set_interval(LIVENESS_INTERVAL_S, self._check_trainer_if_running)
         self._check_trainer()
@@ -213,6 +235,19 @@ class RunScreen(Screen[None]):
     def on_events_arrived(self, message: EventsArrived) -> None:
         self.store.apply(message.events)
         self.store.note_reader(message.malformed, message.gaps)
+
+    def on_store_ready(self, message: StoreReady) -> None:
+        """Show the follower's store from now on; every widget redraws from it on this tick."""
+        old, self.store = self.store, message.store
+        if old.state.status == "crashed" and self.state.finished is None:
+            self.store.mark_crashed(old.state.crash_log)  # the liveness verdict was given on the preview
+        self._drawn_version = self._charts_version = -1
+        self._charts_drawn_at = 0.0
+        self.refresh_widgets()
+
+    def on_history_progress(self, message: HistoryProgress) -> None:
+        if self.state.history_progress is not None:
+            self.state.history_progress = message.fraction
 
     # -- periodic refresh ----------------------------------------------------------------------------------
 

@@ -110,6 +110,8 @@ def status_first_line(state: RunState, now: float | None) -> Text:
     eta = "—" if state.status in ENDED_STATES else format_duration(state.eta_s)
     parts = [_step_text(state), _epoch_text(state), f"elapsed {format_duration(elapsed_seconds(state, now))}"]
     parts.append(f"ETA {eta}")
+    if state.history_progress is not None:
+        parts.append(f"history {state.history_progress * 100:.0f} %")  # a preview: the exact history is still loading
     line.append("  " + " · ".join(parts))
     return line
 
