@@ -93,3 +93,24 @@ def test_default_runs_root_prefers_the_current_folder(tmp_path: Path, monkeypatc
     (tmp_path / "runs").mkdir()
     assert runs.default_runs_root() == tmp_path / "runs"
     assert os.getcwd() == str(tmp_path)
+
+
+def test_loss_curve_reads_only_what_was_appended(tmp_path: Path) -> None:
+    run = tmp_path / "grow"
+    shutil.copytree(FIXTURES / "lm_completed", run)
+    log = run / "events.jsonl"
+    lines = log.read_bytes().splitlines(keepends=True)
+    steps = [line for line in lines if b'"type":"step"' in line]
+    log.write_bytes(b"".join(lines[: len(lines) // 2]))
+    first_xs, _ = runs.loss_curve(run)
+    read_before = runs._curve_cache[(log.absolute(), 500)][2]
+    assert read_before == log.stat().st_size and first_xs
+    with open(log, "ab") as handle:
+        handle.write(b"".join(lines[len(lines) // 2 :]))
+    xs, ys = runs.loss_curve(run)
+    assert (xs, ys) == runs.loss_curve(FIXTURES / "lm_completed")  # the same curve as one full read
+    assert xs[: len(first_xs)] == first_xs and len(xs) > len(first_xs)
+    log.write_bytes(b"".join(steps[:3]))  # rewritten in place, shorter: read again from the start
+    (tmp_path / "fresh").mkdir()
+    (tmp_path / "fresh" / "events.jsonl").write_bytes(b"".join(steps[:3]))
+    assert runs.loss_curve(run) == runs.loss_curve(tmp_path / "fresh") != ([], [])

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from trainer_core import rundir
 from vega_tui.runner import run_status
@@ -24,6 +25,7 @@ from vega_tui.store import Series
 SUMMARY_TAIL_BYTES = 256 * 1024
 HEAD_LINES = 20
 HEAD_LINE_MAX_BYTES = 64 * 1024  # a longer line at the head is cut, fails to parse and is skipped
+CURVE_READ_BYTES = 8 * 1024 * 1024
 _STEP_RE = re.compile(rb'"type"\s*:\s*"step"')
 
 
@@ -226,22 +228,54 @@ def _mtime(path: Path) -> float | None:
 # Loss curves for overlays
 
 
+# (events.jsonl, max_points) -> (device, inode, bytes read, curve so far, cut last line): the runs screen
+# asks again on every refresh, and a long run's log must be read once, then only what was appended since.
+_curve_cache: dict[tuple[Path, int], tuple[int, int, int, Series, bytes]] = {}
+
+
 def loss_curve(run_dir: Path | str, max_points: int = 500) -> tuple[list[float], list[float]]:
     """(steps, training losses) of a run, downsampled to at most `max_points` points keeping min and max.
 
-    Reads the step events of RUN/events.jsonl line by line (bad lines skipped); ([], []) when there are none.
+    Reads the step events of RUN/events.jsonl (bad lines skipped) in windows of CURVE_READ_BYTES, the first
+    time whole, later only the bytes appended since; ([], []) when there are none.
     """
-    series = Series(max(4, max_points))
+    path = (Path(run_dir) / rundir.EVENTS).absolute()
+    key = (path, max(4, max_points))
     try:
-        handle = open(Path(run_dir) / rundir.EVENTS, "rb")
+        handle = open(path, "rb")
     except OSError:
+        _curve_cache.pop(key, None)
         return [], []
     with handle:
-        for line in handle:
-            if _STEP_RE.search(line):
-                _add_step_line(series, line)
+        info = os.fstat(handle.fileno())
+        cached = _curve_cache.get(key)
+        if cached is None or not _same_log(handle, info, cached[:3], cached[4]):
+            cached = (info.st_dev, info.st_ino, 0, Series(key[1]), b"")  # new, replaced or truncated: from 0
+        _, _, offset, series, partial = cached
+        handle.seek(offset)
+        while chunk := handle.read(CURVE_READ_BYTES):
+            offset += len(chunk)
+            lines = (partial + chunk).split(b"\n")
+            partial = lines.pop()
+            for line in lines:
+                if _STEP_RE.search(line):
+                    _add_step_line(series, line)
+    _curve_cache[key] = (info.st_dev, info.st_ino, offset, series, partial)
     points = series.points()
     return [x for x, _ in points], [y for _, y in points]
+
+
+def _same_log(handle: BinaryIO, info: os.stat_result, read: tuple[int, int, int], partial: bytes) -> bool:
+    """Whether the file is the one read before, only longer: same identity, not shorter, and the last line
+    read whole still ends where it did (a file rewritten in place fails this)."""
+    dev, ino, offset = read
+    if (info.st_dev, info.st_ino) != (dev, ino) or info.st_size < offset:
+        return False
+    newline_at = offset - len(partial) - 1
+    if newline_at < 0:
+        return True
+    handle.seek(newline_at)
+    return handle.read(1) == b"\n"
 
 
 def _add_step_line(series: Series, line: bytes) -> None:
