@@ -34,3 +34,36 @@ def test_newest_hello_follows_a_growing_log_and_a_replaced_one(tmp_path: Path) -
     replacement.write_text(hello(3))
     replacement.replace(events)  # a different file at the same path: scanned from scratch
     assert runner._last_hello(tmp_path)["pid"] == 3
+
+
+def naive_newest(path: Path, types: tuple[str, ...]) -> dict | None:
+    """The reference: every line parsed, the last one of `types` wins."""
+    found = None
+    for line in path.read_bytes().split(b"\n"):
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(event, dict) and event.get("type") in types:
+            found = event
+    return found
+
+
+def test_backward_search_in_small_windows_finds_the_same_events(tmp_path: Path, monkeypatch) -> None:
+    """Windows far smaller than a line, or holding many: lines cut at every boundary, decoys in messages."""
+    decoy = json.dumps({"v": 1, "seq": 5, "t": 1.0, "type": "log", "message": 'said "hello" and "finished"'})
+    finished = json.dumps({"v": 1, "seq": 9, "t": 2.0, "type": "finished", "status": "completed", "step": 3})
+    lines = [hello(1), *(step(n) for n in range(40)), hello(2), decoy + "\n", *(step(n) for n in range(30)),
+             finished + "\n", decoy + "\n", step(99)]
+    events = tmp_path / "events.jsonl"
+    events.write_text("".join(lines))
+    for window in (7, 100, 250, 1000, 4096, 1 << 20):
+        monkeypatch.setattr(runner, "SCAN_WINDOW", window)
+        for types in (("hello",), ("hello", "finished"), ("finished",), ("calibration",)):
+            assert runner._newest_event(events, types) == naive_newest(events, types), (window, types)
+    monkeypatch.setattr(runner, "SCAN_WINDOW", 100)
+    runner._scan_cache.clear()
+    assert runner.last_lifecycle_event(tmp_path)["type"] == "finished"
+    with events.open("a") as f:
+        f.write(hello(3))  # a resume after the end: found by reading only the appended bytes
+    assert runner.last_lifecycle_event(tmp_path)["pid"] == 3 and runner._last_hello(tmp_path)["pid"] == 3

@@ -35,6 +35,8 @@ REMOTE_STALE_AFTER_S = 120.0
 TAIL_CHUNK = 64 * 1024
 # Bytes read at a time when searching events.jsonl backwards for the newest hello/finished event.
 SCAN_WINDOW = 8 * 1024 * 1024
+# A longer line is not a hello or finished event: it is not carried from window to window.
+MAX_LIFECYCLE_LINE = 1024 * 1024
 # The event types run_status cares about, matched on raw bytes before any JSON parsing.
 _TYPE_RE = re.compile(rb'"type"\s*:\s*"(hello|finished)"')
 _TRAINER_MARKERS = ("trainer_core", "trainer-core")
@@ -221,7 +223,7 @@ def _newest_event(
             window = handle.read(end - start)  # searched in place: copying 8 MiB costs more than the search
             first, last = window.find(b"\n"), window.rfind(b"\n")
             if last < 0:  # no line ends here: all of it belongs to one (giant) line
-                carry = window + carry if len(window) + len(carry) <= SCAN_WINDOW else b""
+                carry = window + carry if len(window) + len(carry) <= MAX_LIFECYCLE_LINE else b""
                 end = start
                 continue
             found = _event_of(window[last + 1 :] + carry, types) if carry or last + 1 < len(window) else None
