@@ -17,7 +17,7 @@ from vega_tui.screens import run as run_screen_module
 from vega_tui.screens.run import RunScreen, StoreReady
 from vega_tui.widgets.charts import ChartGrid
 from vega_tui.widgets.logs import LogPane
-from vega_tui.widgets.status import StatusLine
+from vega_tui.widgets.status import ProblemBanner, StatusLine
 
 pytestmark = pytest.mark.anyio
 WAIT_S = 60.0
@@ -33,23 +33,30 @@ class RecordingRunScreen(RunScreen):
 
     CSS_PATH = str(Path(run_screen_module.__file__).with_name("run.tcss"))  # relative paths resolve from here
 
-    def __init__(self, run_dir: Path) -> None:
+    def __init__(self, run_dir: Path, hold_until_crashed: bool = False) -> None:
         super().__init__(run_dir, read_resources=None, preview=PLAN)
-        self.swaps: list[tuple[bool, str]] = []
+        self.hold_until_crashed = hold_until_crashed
+        self.swaps: list[tuple[bool, str, str]] = []
 
     def on_store_ready(self, message: StoreReady) -> None:
+        message.prevent_default()  # Textual would call RunScreen's handler again after this one
+        if message.exact and self.hold_until_crashed and self.state.status != "crashed":
+            # Keep the preview on screen until the liveness check has judged the run from it.
+            self.set_timer(0.05, lambda: self.post_message(StoreReady(message.store, True)))
+            return
         super().on_store_ready(message)
-        self.swaps.append((message.exact, self.query_one(StatusLine).content.plain))
+        self.swaps.append((message.exact, self.query_one(StatusLine).content.plain, self.state.status))
 
 
 class PreviewApp(VegaApp):
     CSS_PATH = str(Path(vega_app.__file__).with_name("app.tcss"))
 
-    def __init__(self, run_dir: Path) -> None:
+    def __init__(self, run_dir: Path, hold_until_crashed: bool = False) -> None:
         super().__init__(start="attach", run_dir=run_dir)
+        self.hold_until_crashed = hold_until_crashed
 
     def open_run(self, run_dir: Path, process: object = None) -> None:
-        self.push_screen(RecordingRunScreen(run_dir))
+        self.push_screen(RecordingRunScreen(run_dir, self.hold_until_crashed))
 
 
 async def wait_until(pilot: Pilot, predicate: Callable[[], bool], what: str) -> None:
@@ -69,7 +76,7 @@ async def test_big_log_shows_its_latest_step_first_then_the_exact_history(tmp_pa
         screen = pilot.app.screen
         assert isinstance(screen, RecordingRunScreen)
         await wait_until(pilot, lambda: len(screen.swaps) == 2, "the preview and then the exact history")
-        (first_exact, first_status), (second_exact, second_status) = screen.swaps
+        (first_exact, first_status, _), (second_exact, second_status, _) = screen.swaps
         assert not first_exact and f"step {STEPS}/{STEPS}" in first_status and "history 0 %" in first_status
         assert "FINISHED" in first_status
         assert second_exact and f"step {STEPS}/{STEPS}" in second_status and "history" not in second_status
@@ -85,3 +92,23 @@ async def test_big_log_shows_its_latest_step_first_then_the_exact_history(tmp_pa
         await pilot.press("3")
         rows = screen.query_one("#ckpt-table").row_count
         assert rows == len(screen.state.checkpoints) == STEPS // 500
+
+
+async def test_a_crash_judged_on_the_preview_survives_the_swap(tmp_path: Path) -> None:
+    """No finished event and no trainer: the verdict given while the preview shows stays on the exact store."""
+    run_dir = tmp_path / "crashed-run"
+    run_dir.mkdir()
+    path = run_dir / "events.jsonl"
+    write_run(path)
+    lines = path.read_bytes().splitlines(keepends=True)
+    path.write_bytes(b"".join(lines[:-1]))  # the trainer died before its finished event
+    (run_dir / "trainer.log").write_text("step 4000\nKilled\n")
+    async with PreviewApp(run_dir, hold_until_crashed=True).run_test(size=(120, 40)) as pilot:
+        screen = pilot.app.screen
+        assert isinstance(screen, RecordingRunScreen)
+        await wait_until(pilot, lambda: len(screen.swaps) == 2, "the exact history of a crashed run")
+        assert [status for _, _, status in screen.swaps] == ["training", "crashed"]  # judged on the preview
+        assert "CRASHED" in screen.swaps[1][1] and screen.state.crash_log == ["step 4000", "Killed"]
+        await pilot.pause(0.3)
+        banner = screen.query_one(ProblemBanner)
+        assert banner.display and "died without finishing" in banner.content.plain

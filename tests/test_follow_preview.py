@@ -5,6 +5,7 @@ The logs are written by the real `EventWriter`; the preview plan is shrunk so th
 
 from __future__ import annotations
 
+import os
 import queue
 from collections.abc import Callable
 from pathlib import Path
@@ -45,7 +46,7 @@ def write_run(path: Path, steps: int = STEPS) -> None:
     """A finished run as the trainer writes it: start-up events, steps with periodic evaluation, the end."""
     run_dir = path.parent
     with EventWriter(path) as writer:
-        writer.emit({"type": "hello", "trainer_version": "test", "pid": 4_000_000, "host": "preview-test-host",
+        writer.emit({"type": "hello", "trainer_version": "test", "pid": 4_000_000, "host": os.uname().nodename,
                      "profile_hash": "h", "run_dir": str(run_dir), "python": "3.11"})
         writer.emit({"type": "resources", "cpu_cores": 2, "ram_total_bytes": 2**34, "ram_available_bytes": 2**33})
         writer.emit({"type": "device_selected", "mode": "cpu", "device": "cpu", "reason": "test", "precision": "fp32"})

@@ -83,7 +83,7 @@ def read_preview(path: Path | str, plan: PreviewPlan = DEFAULT_PLAN) -> Preview 
     sampled = [event for event in middle_events if event.type in SAMPLE_TYPES]
     return Preview(
         events=head_events + sampled + tail_events,
-        end=tail_end if tail_start < size else head_end,
+        end=tail_end,
         size=size,
         identity=(info.st_dev, info.st_ino),
         malformed=bad_head + bad_middle + bad_tail,
