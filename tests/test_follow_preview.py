@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import queue
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -181,6 +182,7 @@ class Screen:
 
 
 def test_follower_hands_over_a_preview_then_the_exact_history(big_log: Path) -> None:
+    switch = sys.getswitchinterval()
     screen = Screen(big_log)
     try:
         assert screen.follower.wait_history(30)
@@ -188,6 +190,7 @@ def test_follower_hands_over_a_preview_then_the_exact_history(big_log: Path) -> 
     finally:
         screen.follower.close()
     assert screen.follower.error is None
+    assert sys.getswitchinterval() == switch  # the short GIL slices last only while the history is read
     (first_exact, preview), (last_exact, exact) = screen.stores[0], screen.stores[-1]
     assert (first_exact, last_exact, len(screen.stores)) == (False, True, 2)
     assert preview.state.history_progress == 0.0 and exact.state.history_progress is None

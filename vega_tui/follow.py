@@ -16,9 +16,11 @@ stopped reading, so no line is lost or applied twice to the store in use.
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from trainer_core.eventlog import EventReader, follow_from
@@ -30,6 +32,32 @@ BatchCallback = Callable[[list[Event], int, int], None]
 # (store, exact): a preview store (exact False) first, then the store of the whole history (exact True).
 StoreCallback = Callable[[RunStore, bool], None]
 ProgressCallback = Callable[[float], None]
+HISTORY_SWITCH_INTERVAL_S = 0.0005
+
+
+_slices_lock = threading.Lock()
+_slices_users = 0
+_slices_saved = 0.005
+
+
+@contextmanager
+def _short_gil_slices() -> Iterator[None]:
+    """While a history is read (many seconds of computing), use a short GIL switch interval: each event-loop
+    turn of the UI thread then waits a fraction of a millisecond for the GIL instead of up to 5 ms (a key press
+    that takes ~20 turns answered ~3x sooner in a measurement). Nested and concurrent users share one setting."""
+    global _slices_users, _slices_saved
+    with _slices_lock:
+        if _slices_users == 0:
+            _slices_saved = sys.getswitchinterval()
+            sys.setswitchinterval(HISTORY_SWITCH_INTERVAL_S)
+        _slices_users += 1
+    try:
+        yield
+    finally:
+        with _slices_lock:
+            _slices_users -= 1
+            if _slices_users == 0:
+                sys.setswitchinterval(_slices_saved)
 
 
 class EventFollower:
@@ -125,7 +153,8 @@ class EventFollower:
         self.on_store(store, False)
         self._caught_up.set()  # the preview reflects the end of the file: a dead trainer can be judged now
         live = follow_from(self.path, preview.end, preview.identity, max_bytes_per_poll=self.reader.max_bytes_per_poll)
-        exact = self._read_history(live, preview.size)
+        with _short_gil_slices():
+            exact = self._read_history(live, preview.size)
         if exact is not None:
             self.history_seconds = time.monotonic() - started
             self.on_store(exact, True)
