@@ -84,7 +84,7 @@ class EventFollower:
         self.reader = EventReader(self.path, max_bytes_per_poll=max_bytes_per_poll)
         self.on_store, self.make_store, self.on_progress = on_store, make_store, on_progress
         self.preview = preview if on_store is not None and make_store is not None else None
-        self.history_seconds: float | None = None  # how long the exact history took, when there was a preview
+        self.history_seconds: float | None = None  # from opening a previewed log to handing over its exact store
         self.batches = 0
         self.events = 0
         self.error: BaseException | None = None
@@ -120,7 +120,8 @@ class EventFollower:
         return self._thread.is_alive()
 
     def wait_caught_up(self, timeout: float | None = None) -> bool:
-        """Block until the follower has delivered everything the file held at some moment (tests, replay)."""
+        """Block until the follower has delivered everything the file held at some moment (tests, replay); for
+        a previewed log, once the preview (which covers the end of the file) was handed over."""
         return self._caught_up.wait(timeout)
 
     def wait_history(self, timeout: float | None = None) -> bool:
