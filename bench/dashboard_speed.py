@@ -376,9 +376,7 @@ def ingest_costs(run_dir: Path, sample: int) -> dict[str, float]:
 
 def history_costs(run_dir: Path) -> dict[str, float]:
     """What the run screen's follower does with a big log, timed in-process (no UI sharing the core): seconds
-    to its preview store (head, sampled middle, tail) and to the store of the exact history, and peak RSS."""
-    import resource
-
+    to its preview store (head, sampled middle, tail) and to the store of the exact history."""
     from vega_tui.follow import EventFollower
     from vega_tui.store import RunStore
 
@@ -391,8 +389,7 @@ def history_costs(run_dir: Path) -> dict[str, float]:
         follower.wait_history(600)
     finally:
         follower.close()
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
-    return {"preview_s": handed.get(False, float("nan")), "exact_s": handed.get(True, float("nan")), "rss_mib": rss}
+    return {"preview_s": handed.get(False, float("nan")), "exact_s": handed.get(True, float("nan"))}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -561,7 +558,7 @@ def report_open(result: common.Result, term: Terminal, lines: int, repeats: int,
     history = history_costs(run_dir)
     result.add("diagnosis: exact history of that log, read by the follower after its preview", history["exact_s"],
                "s", detail=f"preview store (head, sampled middle, tail) after {history['preview_s']:.2f} s; "
-               f"in-process without the UI; peak RSS of the process {history['rss_mib']:.0f} MiB")
+               "timed in-process, without the UI sharing the interpreter")
     result.add("diagnosis: protocol.parse_event per line", costs["parse_us"], "µs",
                detail=f"{costs['parse_us'] * lines / 1e6:.1f} s for {lines:,} lines; json.loads alone "
                f"{costs['json_us']:.1f} µs ({costs['json_us'] * lines / 1e6:.1f} s)")
