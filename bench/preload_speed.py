@@ -26,9 +26,8 @@ from __future__ import annotations
 
 import os
 
-# Before numpy is imported anywhere: see the module docstring.
-for _var in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS"):
-    os.environ.setdefault(_var, "1")
+# Before numpy is imported anywhere: see the module docstring. (Not MKL_NUM_THREADS: torch reads that one.)
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import shutil  # noqa: E402
 import time  # noqa: E402

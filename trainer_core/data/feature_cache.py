@@ -133,8 +133,8 @@ class FeatureCache:
         """Load the index and map its data file; a damaged pair is a warning and an empty cache."""
         try:
             text = self.index_path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            return
+        except (FileNotFoundError, NotADirectoryError):
+            return  # Nothing cached yet (or an unusable folder, which the first write reports).
         except (OSError, UnicodeDecodeError) as exc:
             return self._damaged(f"cannot read {self.index_path}: {exc}")
         try:

@@ -11,8 +11,8 @@ parity tests use it).
 
 Banded projection: each mel filter is non-zero only over a few FFT bins, so the filterbank is cut into
 groups of neighbouring filters, each multiplied only with the bins its group covers (about a sixth of
-the dense multiply-adds); power is formed with one
-temporary and clamp + log run in place on the projection's output.
+the dense multiply-adds); power is formed with one temporary, and clamp + log run in place on the
+projection's output.
 
 Batching: each wave is reflect-padded on its own first, then the batch is zero-padded to its longest
 member and transformed with center=False. Padding the batch before the reflection would make a short

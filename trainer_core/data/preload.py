@@ -126,7 +126,7 @@ class VoiceFeatures:
         return mel
 
     def _recompute(self, i: int) -> torch.Tensor:
-        """Features of item `i` computed again on the CPU (its cache entry vanished or was damaged mid-run)."""
+        """Features of item `i` computed again on the CPU (its recording changed since the preload)."""
         if self._fallback_extractor is None:
             self._fallback_extractor = MelExtractor(self.audio, torch.device("cpu"))
         path, audio = self.paths[i], self.audio
