@@ -9,7 +9,15 @@ import pytest
 import soundfile as sf
 
 import trainer_core
-from trainer_core.data.audio import AudioDecodeError, decode_calls, load_audio, trim_bounds
+from trainer_core.data.audio import (
+    AudioDecodeError,
+    running_frame_energies,
+    decode_calls,
+    frame_energies,
+    load_audio,
+    read_samples,
+    trim_bounds,
+)
 from trainer_core.errors import VegaError
 
 DEMO_WAVS = Path(trainer_core.__file__).parent / "demo" / "voice" / "wavs"
@@ -113,3 +121,24 @@ def test_each_decode_is_counted() -> None:
     before = decode_calls()
     load_audio(DEMO_WAVS / "demo_002.wav", 22050)
     assert decode_calls() == before + 1
+
+
+@pytest.mark.parametrize("channels", [1, 2])
+def test_16_bit_pcm_read_as_int16_gives_libsndfile_float_samples(tmp_path: Path, channels: int) -> None:
+    path = tmp_path / "pcm16.wav"
+    wave = np.repeat(tone(0.3, 16000, amplitude=0.9)[:, None], channels, axis=1)
+    wave[:5] = [[-1.0] * channels, [1.0] * channels, [0.0] * channels, [-0.5] * channels, [3e-5] * channels]
+    sf.write(path, wave, 16000, subtype="PCM_16")
+    ours, rate = read_samples(path)
+    reference, _ = sf.read(path, dtype="float32", always_2d=True)
+    assert rate == 16000 and ours.dtype == np.float32
+    np.testing.assert_array_equal(ours, reference)
+
+
+@pytest.mark.parametrize("length", [1, 511, 512, 513, 2048, 2049, 30001])
+def test_block_frame_energies_equal_the_running_sum_ones(length: int) -> None:
+    wave = np.random.default_rng(length).standard_normal(length).astype(np.float32)
+    fast = frame_energies(wave, 2048, 512)
+    np.testing.assert_allclose(fast, running_frame_energies(wave, 2048, 512), rtol=1e-5, atol=1e-12)
+    # Frame and hop lengths that do not tile fall back to the running sum.
+    assert len(frame_energies(wave, 1000, 300)) == 1 + (length + 1000 - 1000) // 300

@@ -14,7 +14,6 @@ import torch
 
 import trainer_core
 from trainer_core.data.audio import decode_calls, load_audio
-from trainer_core.data.feature_cache import FeatureCache, feature_params
 from trainer_core.data.mel import MelExtractor
 from trainer_core.data.preload import ProgressReporter, VoiceFeatures, preload_voice
 from trainer_core.data.scan import scan_data
@@ -64,10 +63,10 @@ def small_corpus(folder: Path) -> Path:
     return folder
 
 
-def assert_same_mels(a: VoiceFeatures, b: VoiceFeatures) -> None:
+def assert_same_mels(a: VoiceFeatures, b: VoiceFeatures, atol: float = 0.0) -> None:
     assert a.frames == b.frames
     for i in range(len(a)):
-        torch.testing.assert_close(a.get_mel(i), b.get_mel(i), rtol=0, atol=0)
+        torch.testing.assert_close(a.get_mel(i), b.get_mel(i), rtol=0, atol=atol)
 
 
 def test_first_run_decodes_and_reports_progress_second_run_is_all_cache_hits(
@@ -84,7 +83,8 @@ def test_first_run_decodes_and_reports_progress_second_run_is_all_cache_hits(
     assert first.bytes_in_ram == first.feature_bytes == sum(first.frames) * 80 * 4
     assert events[-1] == {"done": 40, "total": 40, "bytes": first.feature_bytes, "stage": "decode"}
     assert [e["done"] for e in events] == sorted(e["done"] for e in events)
-    torch.testing.assert_close(first.get_mel(5), expected_mel(first.paths[5], profile), rtol=0, atol=0)
+    # Last-bit float32 differences only: the workers run torch on fewer intra-op threads than this test.
+    torch.testing.assert_close(first.get_mel(5), expected_mel(first.paths[5], profile), rtol=0, atol=1e-5)
 
     events.clear()
     before = decode_calls()
@@ -96,23 +96,20 @@ def test_first_run_decodes_and_reports_progress_second_run_is_all_cache_hits(
 
 
 @pytest.mark.parametrize("where", ["ram", "disk"])
-def test_damaged_cache_entries_are_misses_and_are_rewritten(
-    demo_report: DataReport, tmp_path: Path, where: str
-) -> None:
+def test_a_damaged_cache_is_rebuilt_with_a_warning(demo_report: DataReport, tmp_path: Path, where: str) -> None:
     profile = make_profile(tmp_path / "cache")
     first = preload_voice(demo_report, profile, "cpu", "ram")
-    cache = FeatureCache(tmp_path / "cache", feature_params(profile.audio))
-    garbage, truncated, wrong_shape = (cache.entry_path(first.paths[i]) for i in (0, 7, 9))
-    garbage.write_bytes(b"this is not an npy file")
-    truncated.write_bytes(truncated.read_bytes()[:200])
-    np.save(wrong_shape, np.zeros((3, 4), np.float32))
+    cache = first.cache
+    assert cache is not None and cache.data_path is not None
+    cache.data_path.write_bytes(cache.data_path.read_bytes()[:1000])  # truncated
     before = decode_calls()
     second = preload_voice(demo_report, profile, "cpu", where)
-    assert decode_calls() - before == 3
-    assert (second.cache_hits, second.decoded, second.describe()["cache_entries_rewritten"]) == (37, 3, 3)
-    assert_same_mels(first, second)
-    for index in (0, 7, 9):
-        torch.testing.assert_close(cache.get(first.paths[index]), first.get_mel(index), rtol=0, atol=0)
+    assert decode_calls() - before == 40 and (second.cache_hits, second.decoded) == (0, 40)
+    assert "computed again" in second.describe()["cache_warnings"][0]
+    assert_same_mels(first, second, atol=1e-5)
+    third = preload_voice(demo_report, profile, "cpu", where)
+    assert (third.cache_hits, third.describe()["cache_warnings"]) == (40, [])
+    assert_same_mels(second, third)
 
 
 def test_disk_mode_reads_each_mel_from_the_cache_per_batch(demo_report: DataReport, tmp_path: Path) -> None:
@@ -135,13 +132,20 @@ def test_disk_mode_reads_each_mel_from_the_cache_per_batch(demo_report: DataRepo
     assert on_disk.disk_reads == disk_data.train_items() == 36
 
 
-def test_disk_mode_recomputes_an_entry_removed_mid_run(demo_report: DataReport, tmp_path: Path) -> None:
+def test_disk_mode_survives_the_cache_file_going_and_recomputes_a_changed_recording(tmp_path: Path) -> None:
+    voice = tmp_path / "voice"
+    shutil.copytree(DEMO_VOICE, voice)
     profile = make_profile(tmp_path / "cache")
-    on_disk = preload_voice(demo_report, profile, "cpu", "disk")
-    entry = on_disk.cache.entry_path(on_disk.paths[4])
-    entry.unlink()
-    torch.testing.assert_close(on_disk.get_mel(4), expected_mel(on_disk.paths[4], profile), rtol=0, atol=0)
-    assert entry.is_file()
+    on_disk = preload_voice(scan_data(voice, "voice"), profile, "cpu", "disk")
+    expected = [on_disk.get_mel(i).clone() for i in (3, 4)]
+    assert on_disk.cache is not None and on_disk.cache.data_path is not None
+    on_disk.cache.data_path.unlink()  # the mapping outlives the file
+    torch.testing.assert_close(on_disk.get_mel(3), expected[0], rtol=0, atol=0)
+    stat = on_disk.paths[4].stat()
+    os.utime(on_disk.paths[4], ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+    before = decode_calls()
+    torch.testing.assert_close(on_disk.get_mel(4), expected[1], rtol=0, atol=1e-5)
+    assert decode_calls() - before == 1
 
 
 def test_cache_misses_when_parameters_or_the_file_change(tmp_path: Path) -> None:

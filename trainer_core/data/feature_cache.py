@@ -1,31 +1,50 @@
-"""On-disk cache of log-mel features, keyed by file identity and feature parameters.
+"""On-disk cache of log-mel features: one packed, memory-mapped file per corpus and parameter set.
 
-Layout: `<folder>/<params digest>/<file key>.npy`, one float32 (n_mels, frames) array per recording.
-The file key is a sha256 of the recording's absolute path, size and mtime_ns, so an edited or replaced
-recording misses; the params digest covers every setting that changes the numbers (and the cache
-format version), so a profile with other features never reads these. Entries are written to a
-temporary file and renamed into place, so readers never see half an entry; an entry that cannot be
-read or has the wrong shape counts as a miss and is rewritten, never as an error. Arrays are read
-with `allow_pickle=False`: a cache file can never run code.
+Layout: `<folder>/<params digest>/<corpus digest>.index.json` plus the float32 data file it names,
+`<corpus digest>.<token>.f32`. The index lists, per recording (absolute path), its size and mtime_ns
+when the features were made and where its (n_mels, frames) block starts in the data file. A recording
+whose size or mtime changed misses; one that disappeared is dropped at the next write; new ones are
+added. The params digest covers every setting that changes the numbers and the format version, so
+another profile (or the old one-.npy-per-recording format, version 1, which is left alone) never reads
+these.
+
+Reading a hit is one json parse and one stat per recording; the data file is mapped copy-on-write, so
+the tensors handed out are views of the page cache (writing to one never reaches the file).
+
+Writing: a new data file under a fresh name, then the index, each to a temporary file renamed into
+place, so a reader sees the old pair or the new pair, never half of one; the replaced data file is
+removed afterwards (a process that still maps it keeps its pages). Files are never rewritten in place,
+so a mapping never shrinks under a reader. A damaged index or a data file shorter than its index says
+is a warning and a rebuild, never an error; audio is never touched.
 """
 
 from __future__ import annotations
 
 import hashlib
-import io
 import json
+import logging
 import os
+import secrets
 import tempfile
 import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 import torch
 
 from trainer_core.profile import AudioSection
 
-CACHE_FORMAT_VERSION = 1
+log = logging.getLogger("trainer_core")
+
+CACHE_FORMAT_VERSION = 2
+# Leftover data or temporary files older than this are removed at the next write (younger ones may
+# belong to another process writing right now).
+ORPHAN_AGE_S = 3600.0
 
 
 def feature_params(audio: AudioSection) -> dict[str, Any]:
@@ -58,102 +77,252 @@ def params_digest(params: dict[str, Any]) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:20]
 
 
-def file_key(path: Path) -> str | None:
-    """sha256 of (absolute path, size, mtime_ns), or None when the file cannot be stat'ed."""
-    absolute = path.resolve()
+def corpus_digest(corpus: Path) -> str:
+    """Short digest of the corpus folder's absolute path: one packed file per corpus."""
+    text = os.path.abspath(corpus)
+    return hashlib.sha256(text.encode("utf-8", errors="surrogateescape")).hexdigest()[:16]
+
+
+def file_identity(key: str) -> tuple[int, int] | None:
+    """(size, mtime_ns) of a recording, or None when it cannot be stat'ed."""
     try:
-        stat = absolute.stat()
+        stat = os.stat(key)
     except OSError:
         return None
-    identity = f"{absolute}\0{stat.st_size}\0{stat.st_mtime_ns}"
-    return hashlib.sha256(identity.encode("utf-8", errors="surrogateescape")).hexdigest()
+    return stat.st_size, stat.st_mtime_ns
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One recording's block in the data file (offset and size in float32 values)."""
+
+    size: int
+    mtime_ns: int
+    offset: int
+    frames: int
+
+
+class CacheDamaged(ValueError):
+    """The index or data file cannot be trusted; the message says what is wrong."""
 
 
 class FeatureCache:
-    """Get and put (n_mels, frames) float32 mel tensors for recordings."""
+    """Get and put (n_mels, frames) float32 mel tensors for the recordings of one corpus."""
 
-    def __init__(self, folder: Path | None, params: dict[str, Any]) -> None:
+    def __init__(self, folder: Path | None, params: dict[str, Any], corpus: Path) -> None:
         self.folder = Path(folder) if folder is not None else default_cache_folder()
         self.params = dict(params)
         self.n_mels = int(params["n_mels"])
         # One subfolder per parameter set: other profiles' features never collide, and can be removed alone.
         self.entries_dir = self.folder / params_digest(self.params)
+        self.name = corpus_digest(corpus)
+        self.index_path = self.entries_dir / f"{self.name}.index.json"
         self.corrupt_entries = 0
-        self._count_lock = threading.Lock()  # Lookups run in a thread pool.
+        self.warnings: list[str] = []
+        self.data_path: Path | None = None
+        self._entries: dict[str, Entry] = {}
+        self._data: np.ndarray | None = None
+        self._pending: dict[str, tuple[tuple[int, int], np.ndarray]] = {}
+        self._dirty = False  # Entries to drop (changed, removed or damaged): the next flush rewrites.
+        self._lock = threading.Lock()  # Workers put while the main thread reads.
+        self._open()
 
-    def entry_path(self, path: Path) -> Path | None:
-        """Where the features of `path` live (whether or not they exist yet); None if it cannot be stat'ed."""
-        key = file_key(Path(path))
-        return None if key is None else self.entries_dir / f"{key}.npy"
+    # Reading
 
-    def _valid(self, array: np.ndarray) -> bool:
-        return array.dtype == np.float32 and array.ndim == 2 and array.shape[0] == self.n_mels and array.shape[1] > 0
+    def _open(self) -> None:
+        """Load the index and map its data file; a damaged pair is a warning and an empty cache."""
+        try:
+            text = self.index_path.read_text(encoding="utf-8")
+        except (FileNotFoundError, NotADirectoryError):
+            return  # Nothing cached yet (or an unusable folder, which the first write reports).
+        except (OSError, UnicodeDecodeError) as exc:
+            return self._damaged(f"cannot read {self.index_path}: {exc}")
+        try:
+            self._entries, self.data_path, self._data = self._parse(text)
+        except CacheDamaged as exc:
+            return self._damaged(str(exc))
 
-    def _count_corrupt(self) -> None:
-        """Count an unreadable entry (it will be rewritten by the caller); returns None, a miss."""
-        with self._count_lock:
-            self.corrupt_entries += 1
+    def _damaged(self, reason: str) -> None:
+        message = f"feature cache {reason}; its features will be computed again and the cache rewritten"
+        log.warning(message)
+        self.warnings.append(message)
+        self.corrupt_entries += len(self._entries)
+        self._entries, self.data_path, self._data, self._dirty = {}, None, None, True
+
+    def _parse(self, text: str) -> tuple[dict[str, Entry], Path | None, np.ndarray | None]:
+        try:
+            index = json.loads(text)
+            version, data_name, data_bytes = index["format_version"], index["data_file"], index["data_bytes"]
+            rows = index["entries"]
+        except (ValueError, TypeError, KeyError) as exc:
+            raise CacheDamaged(f"index {self.index_path} is damaged ({exc!r})") from exc
+        if version != CACHE_FORMAT_VERSION or index.get("params") != self.params:
+            raise CacheDamaged(f"index {self.index_path} is format {version!r} or other parameters")
+        if not isinstance(data_name, str) or Path(data_name).name != data_name or not isinstance(data_bytes, int):
+            raise CacheDamaged(f"index {self.index_path} names no valid data file")
+        data_path = self.entries_dir / data_name
+        data = self._map(data_path, data_bytes)
+        entries = self._entries_from(rows, 0 if data is None else len(data))
+        return entries, data_path, data
+
+    def _map(self, data_path: Path, data_bytes: int) -> np.ndarray | None:
+        """The data file mapped copy-on-write, after checking its length against the index."""
+        try:
+            actual = data_path.stat().st_size
+        except OSError as exc:
+            raise CacheDamaged(f"data file {data_path} is missing ({exc.strerror})") from exc
+        if actual != data_bytes or data_bytes % 4:
+            raise CacheDamaged(f"data file {data_path} holds {actual} bytes, its index says {data_bytes}")
+        if data_bytes == 0:
+            return None
+        try:
+            return np.memmap(data_path, dtype=np.float32, mode="c")
+        except (OSError, ValueError) as exc:
+            raise CacheDamaged(f"data file {data_path} cannot be mapped ({exc})") from exc
+
+    def _entries_from(self, rows: Any, values: int) -> dict[str, Entry]:
+        if not isinstance(rows, dict):
+            raise CacheDamaged(f"index {self.index_path} has no entry table")
+        entries: dict[str, Entry] = {}
+        for key, row in rows.items():
+            entry = self._entry(row, values)
+            if entry is None:
+                self.corrupt_entries += 1
+                self._dirty = True
+                continue
+            entries[key] = entry
+        return entries
+
+    def _entry(self, row: Any, values: int) -> Entry | None:
+        """The index row as an Entry, or None when it is malformed or points outside the data file."""
+        if not (isinstance(row, list) and len(row) == 4 and all(type(v) is int and v >= 0 for v in row)):
+            return None
+        entry = Entry(*row)
+        end = entry.offset + self.n_mels * entry.frames
+        return entry if entry.frames > 0 and end <= values else None
+
+    def _hit(self, key: str) -> Entry | None:
+        entry = self._entries.get(key)
+        if entry is None:
+            return None
+        if file_identity(key) != (entry.size, entry.mtime_ns):
+            self._dirty = True  # Changed or removed since: drop it at the next write.
+            return None
+        return entry
+
+    def frames(self, path: Path) -> int | None:
+        """The frame count of the cached features of `path`, or None on a miss (nothing read but the index)."""
+        key = os.path.abspath(path)
+        with self._lock:
+            pending = self._pending.get(key)
+        if pending is not None:
+            return int(pending[1].shape[1])
+        entry = self._hit(key)
+        return None if entry is None else entry.frames
 
     def get(self, path: Path) -> torch.Tensor | None:
-        """The cached features of `path`, or None on a miss (absent, unreadable or malformed entry)."""
-        entry = self.entry_path(path)
-        if entry is None or not entry.is_file():
+        """The cached features of `path` (a view of the mapped file), or None on a miss."""
+        key = os.path.abspath(path)
+        with self._lock:
+            pending = self._pending.get(key)
+        if pending is not None:
+            return torch.from_numpy(pending[1])
+        entry = self._hit(key)
+        if entry is None or self._data is None:
             return None
-        try:
-            array = np.load(entry, allow_pickle=False)
-        except (OSError, ValueError, EOFError):
-            return self._count_corrupt()
-        if not self._valid(array):
-            return self._count_corrupt()
-        return torch.from_numpy(array)
+        block = self._data[entry.offset : entry.offset + self.n_mels * entry.frames]
+        return torch.from_numpy(block.reshape(self.n_mels, entry.frames))
 
-    def peek_frames(self, path: Path) -> int | None:
-        """The frame count of a cached entry from its header alone (no data read), or None on a miss."""
-        entry = self.entry_path(path)
-        if entry is None or not entry.is_file():
-            return None
-        try:
-            # Memory-mapping checks the header and that the file is long enough, without reading the data.
-            array = np.load(entry, mmap_mode="r", allow_pickle=False)
-        except (OSError, ValueError, EOFError):
-            return self._count_corrupt()
-        if not self._valid(array):
-            return self._count_corrupt()
-        return int(array.shape[1])
+    # Writing
 
-    def _write_params_note(self) -> None:
-        # A human-readable note of what this folder holds; written once, atomically like the entries.
-        note = self.entries_dir / "params.json"
-        if not note.exists():
-            self._atomic_write(note, json.dumps(self.params, indent=2, sort_keys=True).encode("utf-8"))
-
-    def _atomic_write(self, target: Path, data: bytes) -> None:
-        fd, temp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.stem}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(data)
-            os.replace(temp, target)
-        except BaseException:
-            Path(temp).unlink(missing_ok=True)
-            raise
-
-    def put(self, path: Path, mel: torch.Tensor) -> bool:
-        """Store the features of `path`; False (and nothing written) when the cache folder is not writable."""
-        entry = self.entry_path(path)
-        if entry is None:
-            return False
+    def put(self, path: Path, mel: torch.Tensor) -> None:
+        """Queue the features of `path` for the next `flush` (they are served from memory until then)."""
+        key = os.path.abspath(path)
+        identity = file_identity(key)
+        if identity is None:
+            return
         array = np.ascontiguousarray(mel.detach().cpu().numpy(), dtype=np.float32)
+        with self._lock:
+            self._pending[key] = (identity, array)
+
+    def flush(self) -> bool:
+        """Write the packed pair if anything changed; False (nothing replaced) when the folder is not writable."""
+        with self._lock:
+            if not self._pending and not self._dirty:
+                return True
+            blocks = self._blocks_to_keep()
         try:
             self.entries_dir.mkdir(parents=True, exist_ok=True)
-            self._write_params_note()
-            self._atomic_write(entry, _npy_bytes(array))
-        except OSError:
+            entries, data_path = self._write_pair(blocks)
+        except OSError as exc:
+            log.warning("cannot write the feature cache in %s: %s", self.entries_dir, exc)
             return False
+        old_path = self.data_path
+        self._entries, self.data_path = entries, data_path
+        self._data = self._map(data_path, data_path.stat().st_size)
+        self._pending.clear()
+        self._dirty = False
+        self._remove_replaced(old_path)
         return True
 
+    def _blocks_to_keep(self) -> list[tuple[str, tuple[int, int], np.ndarray]]:
+        """Old entries whose recording is unchanged, then the queued ones (which win over old ones)."""
+        blocks = []
+        for key, entry in self._entries.items():
+            if key in self._pending or self._data is None:
+                continue
+            if file_identity(key) == (entry.size, entry.mtime_ns):
+                block = self._data[entry.offset : entry.offset + self.n_mels * entry.frames]
+                blocks.append((key, (entry.size, entry.mtime_ns), block))
+        blocks.extend((key, identity, array.reshape(-1)) for key, (identity, array) in self._pending.items())
+        return blocks
 
-def _npy_bytes(array: np.ndarray) -> bytes:
-    """`array` serialised in .npy format (header + raw data)."""
-    buffer = io.BytesIO()
-    np.save(buffer, array, allow_pickle=False)
-    return buffer.getvalue()
+    def _write_pair(self, blocks: list[tuple[str, tuple[int, int], np.ndarray]]) -> tuple[dict[str, Entry], Path]:
+        data_path = self.entries_dir / f"{self.name}.{secrets.token_hex(6)}.f32"
+        entries: dict[str, Entry] = {}
+        offset = 0
+        with _atomic_file(data_path) as handle:
+            for key, (size, mtime_ns), block in blocks:
+                handle.write(memoryview(np.ascontiguousarray(block, dtype=np.float32)).cast("B"))
+                entries[key] = Entry(size, mtime_ns, offset, len(block) // self.n_mels)
+                offset += len(block)
+        index = {
+            "format_version": CACHE_FORMAT_VERSION,
+            "params": self.params,
+            "data_file": data_path.name,
+            "data_bytes": 4 * offset,
+            "entries": {key: [e.size, e.mtime_ns, e.offset, e.frames] for key, e in entries.items()},
+        }
+        try:
+            with _atomic_file(self.index_path) as handle:
+                handle.write(json.dumps(index, separators=(",", ":")).encode("utf-8"))
+        except BaseException:
+            data_path.unlink(missing_ok=True)  # Nothing refers to it: the old pair stays in force.
+            raise
+        return entries, data_path
+
+    def _remove_replaced(self, old_path: Path | None) -> None:
+        """Remove the data file just replaced, and leftovers of interrupted writes."""
+        if old_path is not None and old_path != self.data_path:
+            old_path.unlink(missing_ok=True)
+        cutoff = time.time() - ORPHAN_AGE_S
+        for pattern in (f"{self.name}.*.f32", f".{self.name}*.tmp"):
+            for path in self.entries_dir.glob(pattern):
+                try:
+                    if path != self.data_path and path.stat().st_mtime < cutoff:
+                        path.unlink()
+                except OSError:
+                    continue
+
+
+@contextmanager
+def _atomic_file(target: Path) -> Iterator[BinaryIO]:
+    """A binary file written under a temporary name and renamed onto `target` only if the block succeeds."""
+    fd, temp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            yield handle
+        os.replace(temp, target)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise

@@ -1,14 +1,17 @@
 """Preload voice features: every usable recording's log-mel, from the feature cache or computed now.
 
-First each item is looked up in the feature cache (stage "cache"). The misses are decoded in a thread
-pool (soundfile and soxr release the GIL), longest first in chunks of MEL_BATCH so that each chunk's
-mels are computed as one similar-length batch on the training device, and written to the cache
-(stage "decode"); the next chunks decode while the current one is transformed. A second run with the
-same files and parameters is therefore all cache hits and decodes nothing.
+First each item is looked up in the feature cache (stage "cache"): one index read and a stat per
+recording, the features themselves being views of the cache's memory-mapped data file. The misses are
+computed by whole-file workers (stage "decode"): each thread decodes, resamples, trims and transforms
+one recording at a time, longest first, with torch's intra-op threads cut to cores / workers for the
+duration so the workers and torch's own pool do not fight over the same cores (soundfile, soxr, numpy
+and torch all release the GIL). The new features are then written to the cache in one packed write,
+so a second run with the same files and parameters is all cache hits and decodes nothing.
 
-where="ram": every mel is kept in RAM as a float32 tensor (exact, and no disk access per step).
-where="disk": only frame counts are kept; `get_mel` reads the cache entry each time it is asked, and
-recomputes (and rewrites) an entry that has vanished or been damaged since.
+where="ram": every mel is kept as a float32 tensor (computed ones in process memory, cached ones as
+views of the mapped cache file, i.e. the page cache: no read per step).
+where="disk": only frame counts are kept; `get_mel` asks the cache each time, and recomputes (and
+queues for the cache) an entry whose recording changed since.
 
 A recording that fails to decode here is skipped and listed in `VoiceFeatures.skipped`; only when
 nothing is left is that an error.
@@ -16,16 +19,16 @@ nothing is left is that an error.
 
 from __future__ import annotations
 
+import os
 import time
-from collections import deque
-from contextlib import closing
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from functools import partial
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import numpy as np
 import torch
 
 from trainer_core.data.audio import AudioDecodeError, load_audio
@@ -38,10 +41,6 @@ from trainer_core.profile import AudioSection, Profile
 PreloadWhere = Literal["ram", "disk"]
 ProgressCallback = Callable[[dict[str, Any]], None]
 
-# Waves per mel batch: large enough to keep a GPU busy, small enough that 16 long clips fit anywhere.
-MEL_BATCH = 16
-# Chunks decoded ahead of the one being transformed: keeps the decoders busy, bounds the waves in RAM.
-DECODE_LOOKAHEAD = 2
 PROGRESS_INTERVAL_S = 0.25
 
 
@@ -127,7 +126,7 @@ class VoiceFeatures:
         return mel
 
     def _recompute(self, i: int) -> torch.Tensor:
-        """Features of item `i` computed again on the CPU (its cache entry vanished or was damaged mid-run)."""
+        """Features of item `i` computed again on the CPU (its recording changed since the preload)."""
         if self._fallback_extractor is None:
             self._fallback_extractor = MelExtractor(self.audio, torch.device("cpu"))
         path, audio = self.paths[i], self.audio
@@ -152,6 +151,7 @@ class VoiceFeatures:
             "decoded": self.decoded,
             "skipped": len(self.skipped),
             "cache_entries_rewritten": self.cache.corrupt_entries if self.cache is not None else 0,
+            "cache_warnings": list(self.cache.warnings) if self.cache is not None else [],
             "cache_folder": str(self.cache.entries_dir) if self.cache is not None else None,
         }
 
@@ -182,92 +182,85 @@ def voice_items(report: DataReport) -> list[VoiceItem]:
     return items
 
 
-def _lookup(cache: FeatureCache, item: VoiceItem, where: PreloadWhere) -> tuple[torch.Tensor | None, int | None]:
-    """(mel, frames) from the cache: ram mode reads the whole entry, disk mode only its header."""
-    if where == "ram":
-        mel = cache.get(item.path)
-        return mel, None if mel is None else int(mel.shape[1])
-    return None, cache.peek_frames(item.path)
-
-
-def _load_hits(
-    items: list[VoiceItem], cache: FeatureCache, slots: _Slots, reporter: ProgressReporter, workers: int
-) -> list[int]:
-    """Fill `slots` from the cache, reading entries in a thread pool; return the indices of the misses."""
+def _load_hits(items: list[VoiceItem], cache: FeatureCache, slots: _Slots, reporter: ProgressReporter) -> list[int]:
+    """Fill `slots` from the cache (ram mode keeps views of it, disk mode frame counts); return the misses."""
     misses: list[int] = []
-    with ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="vega-cache") as pool:
-        found = pool.map(lambda item: _lookup(cache, item, slots.where), items)
-        for index, (mel, frames) in enumerate(found):
-            if frames is None:
-                misses.append(index)
-                continue
-            if mel is not None:
-                slots.keep(index, mel)
-            else:
-                slots.frames[index] = frames
-            reporter.advance("cache", 1, mel_bytes(cache.n_mels, frames))
+    for index, item in enumerate(items):
+        mel = cache.get(item.path) if slots.where == "ram" else None
+        frames = int(mel.shape[1]) if mel is not None else cache.frames(item.path)
+        if frames is None:
+            misses.append(index)
+            continue
+        if mel is not None:
+            slots.keep(index, mel)
+        else:
+            slots.frames[index] = frames
+        reporter.advance("cache", 1, mel_bytes(cache.n_mels, frames))
     return misses
 
 
-def _decode_one(item: VoiceItem, audio: AudioSection) -> np.ndarray | str:
-    """The decoded wave, or the reason it could not be decoded."""
+def usable_cores() -> int:
+    """CPU cores this process may run on."""
     try:
-        return load_audio(item.path, audio.sample_rate, audio.trim_silence, audio.trim_top_db, audio.normalize)
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS and Windows have no affinity call
+        return os.cpu_count() or 1
+
+
+def torch_threads_for(workers: int, device: torch.device) -> int:
+    """torch intra-op threads per worker: the cores shared out, so workers x threads never exceeds them."""
+    if device.type != "cpu":
+        return torch.get_num_threads()
+    return max(1, usable_cores() // workers)
+
+
+@contextmanager
+def intra_op_threads(count: int) -> Iterator[None]:
+    """torch.set_num_threads(count) for the block, then back to what it was (the setting is process-wide)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def features_of(item: VoiceItem, audio: AudioSection, extractor: MelExtractor) -> torch.Tensor | str:
+    """One recording decoded, resampled, trimmed and transformed; or the reason it could not be decoded."""
+    try:
+        wave = load_audio(item.path, audio.sample_rate, audio.trim_silence, audio.trim_top_db, audio.normalize)
     except AudioDecodeError as exc:
         return str(exc)
-
-
-def _decoded_chunks(
-    items: list[VoiceItem], misses: list[int], audio: AudioSection, workers: int
-) -> Iterator[list[tuple[int, np.ndarray | str]]]:
-    """Decode the misses in the pool; yield chunks of (index, wave or reason) in submission order."""
-    order = sorted(misses, key=lambda i: -items[i].duration_s)
-    chunks = [order[start : start + MEL_BATCH] for start in range(0, len(order), MEL_BATCH)]
-    with ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="vega-decode") as pool:
-        pending: deque[list[tuple[int, Future[np.ndarray | str]]]] = deque()
-        for chunk in chunks:
-            pending.append([(i, pool.submit(_decode_one, items[i], audio)) for i in chunk])
-            if len(pending) > DECODE_LOOKAHEAD:
-                yield [(i, future.result()) for i, future in pending.popleft()]
-        while pending:
-            yield [(i, future.result()) for i, future in pending.popleft()]
-
-
-def _store_mels(
-    items: list[VoiceItem], decoded: list[tuple[int, np.ndarray]], mels: list[torch.Tensor], cache: FeatureCache,
-    slots: _Slots,
-) -> None:
-    for (index, _), mel in zip(decoded, mels, strict=True):
-        if not cache.put(items[index].path, mel) and slots.where == "disk":
-            raise DataError(
-                f"cannot write the feature cache in {cache.entries_dir}: streaming from disk needs a writable "
-                "cache; set data.cache_dir to a writable folder, or data.preload = \"ram\""
-            )
-        slots.keep(index, mel)
+    return extractor([wave])[0]
 
 
 def _compute_misses(
     items: list[VoiceItem], misses: list[int], profile: Profile, extractor: MelExtractor, cache: FeatureCache,
     slots: _Slots, reporter: ProgressReporter,
 ) -> None:
-    """Decode, transform and cache the misses chunk by chunk."""
-    decoded = _decoded_chunks(items, misses, profile.audio, profile.data.num_workers)
-    # closing(): an error mid-way shuts the decode pool down now, not whenever the generator is collected.
-    with closing(decoded) as chunks:
-        for chunk in chunks:
-            _transform_chunk(items, chunk, extractor, cache, slots, reporter)
+    """Whole-file workers compute the misses, longest first; the features are queued for the cache."""
+    workers = max(1, profile.data.num_workers)
+    order = sorted(misses, key=lambda i: -items[i].duration_s)
+    compute = partial(features_of, audio=profile.audio, extractor=extractor)
+    with intra_op_threads(torch_threads_for(workers, extractor.device)):
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="vega-preload") as pool:
+            for index, result in zip(order, pool.map(compute, (items[i] for i in order)), strict=True):
+                if isinstance(result, str):
+                    slots.skipped[index] = result
+                    reporter.advance("decode")
+                    continue
+                cache.put(items[index].path, result)
+                slots.keep(index, result)
+                reporter.advance("decode", 1, result.numel() * 4)
 
 
-def _transform_chunk(
-    items: list[VoiceItem], chunk: list[tuple[int, np.ndarray | str]], extractor: MelExtractor,
-    cache: FeatureCache, slots: _Slots, reporter: ProgressReporter,
-) -> None:
-    """Mels of one decoded chunk, cached and kept; decode failures go to `slots.skipped`."""
-    waves = [(i, result) for i, result in chunk if not isinstance(result, str)]
-    slots.skipped.update((i, result) for i, result in chunk if isinstance(result, str))
-    mels = extractor([wave for _, wave in waves])
-    _store_mels(items, waves, mels, cache, slots)
-    reporter.advance("decode", len(chunk), sum(mel.numel() * 4 for mel in mels))
+def _write_cache(cache: FeatureCache, where: PreloadWhere) -> None:
+    """Write the new features in one packed write; only disk mode cannot do without it."""
+    if not cache.flush() and where == "disk":
+        raise DataError(
+            f"cannot write the feature cache in {cache.entries_dir}: streaming from disk needs a writable "
+            "cache; set data.cache_dir to a writable folder, or data.preload = \"ram\""
+        )
 
 
 def _no_features_left(items: list[VoiceItem], skipped: dict[int, str]) -> DataError:
@@ -307,13 +300,14 @@ def preload_voice(
         raise ValueError(f"where must be \"ram\" or \"disk\", got {where!r}")
     started = time.perf_counter()
     items = voice_items(report)
-    cache = FeatureCache(profile.data.cache_dir, feature_params(profile.audio))
+    cache = FeatureCache(profile.data.cache_dir, feature_params(profile.audio), report.path)
     reporter = ProgressReporter(len(items), progress)
     slots = _Slots(where)
-    misses = _load_hits(items, cache, slots, reporter, profile.data.num_workers)
+    misses = _load_hits(items, cache, slots, reporter)
     if misses:
         extractor = MelExtractor(profile.audio, torch.device(device))
         _compute_misses(items, misses, profile, extractor, cache, slots, reporter)
+    _write_cache(cache, where)
     reporter.finish("decode" if misses else "cache")
     features = _assemble(items, slots, cache, profile.audio)
     features.cache_hits = len(items) - len(misses)
