@@ -26,7 +26,7 @@ from typing import Any
 import psutil
 import pytest
 from textual.pilot import Pilot
-from textual.widgets import Input, RichLog
+from textual.widgets import Input
 
 from trainer_core.eventlog import read_all
 from trainer_core.nvml import GpuInfo
@@ -144,8 +144,7 @@ def plain(widget: Any) -> str:
 
 
 def log_view_text(screen: RunScreen) -> str:
-    view = screen.query_one("#log-view", RichLog)
-    return "\n".join(line.text for line in view.lines)
+    return screen.query_one(LogPane).view.plain_text()
 
 
 # ------------------------------------------------------------------------------------------------ recorded runs
