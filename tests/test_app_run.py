@@ -37,7 +37,7 @@ from vega_tui import runner
 from vega_tui.app import VegaApp
 from vega_tui.screens.run import RunScreen
 from vega_tui.widgets.breakdown import BreakdownBar
-from vega_tui.widgets.charts import ChartGrid, RunChart
+from vega_tui.widgets.charts import ChartGrid, RunChart, loss_chart
 from vega_tui.widgets.checkpoints import CheckpointPanel
 from vega_tui.widgets.logs import LogPane
 from vega_tui.widgets.resources import ResourceLine, ResourcesPanel
@@ -237,14 +237,28 @@ async def test_charts_redraw_only_when_the_store_changes(tmp_path: Path) -> None
     run_dir = copy_fixture("lm_completed", tmp_path)
     async with DashApp(run_dir).run_test(size=(80, 24)) as pilot:
         screen = await settled(pilot)
-        chart = screen.query_one(ChartGrid).chart("loss")
-        drawn = chart.data
+        grid = screen.query_one(ChartGrid)
+        chart = grid.chart("loss")
+        # Wait for the chart to show the whole store (the last batches may land after the first draw).
+        await wait_until(pilot, lambda: chart.data == loss_chart(screen.state, grid.log_y), "the whole log drawn")
+        draws = chart.draws
         await pilot.pause(1.2)  # several timer ticks with nothing new
-        assert chart.data is drawn
-        line = {"v": 1, "seq": 10_000, "t": time.time(), "type": "log", "level": "info", "message": "appended"}
+        assert chart.draws == draws
+        events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text(encoding="utf-8").splitlines()]
+        steps = [event for event in events if event.get("type") == "step"]
+        seq = events[-1]["seq"] + 1  # no gap: a gap would add a warning line of its own
+        log = {"v": 1, "seq": seq, "t": time.time(), "type": "log", "level": "info", "message": "appended"}
+        step = {**steps[-1], "seq": seq + 1, "step": 61, "loss": 9.5, "steps_in_window": 1, "step_series": [61],
+                "loss_series": [9.5], "lr_series": [0.0]}
         with open(run_dir / "events.jsonl", "a", encoding="utf-8") as handle:
-            handle.write(json.dumps(line) + "\n")
-        await wait_until(pilot, lambda: chart.data is not drawn, "a redraw after a new event")
+            handle.write(json.dumps(log) + "\n")
+        await wait_until(pilot, lambda: any(line.message == "appended" for line in screen.state.logs),
+                         "the log line read")
+        await pilot.pause(0.8)
+        assert chart.draws == draws  # the store moved, but nothing the loss chart shows
+        with open(run_dir / "events.jsonl", "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(step) + "\n")
+        await wait_until(pilot, lambda: chart.draws > draws and 61 in chart.data.lines[0].xs, "a redraw for a step")
 
 
 async def test_log_pane_filter_and_search(tmp_path: Path) -> None:

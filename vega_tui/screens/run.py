@@ -366,7 +366,7 @@ class RunScreen(Screen[None]):
 
     def _redraw_charts_now(self) -> None:
         self._charts_version, self._charts_drawn_at = self.state.version, time.time()
-        self.query_one(ChartGrid).redraw(self.state)
+        self.query_one(ChartGrid).draw_all_now(self.state)
 
     def action_log_filter(self) -> None:
         level = self.query_one(LogPane).cycle_level()
