@@ -115,9 +115,20 @@ class LogView(ScrollView, Generic[Entry], can_focus=True):
 
     def _resize(self) -> None:
         self.virtual_size = Size(self._width, self.row_count)
-        if self.following:
-            self.scroll_end(animate=False, immediate=True, x_axis=False)
+        self._stick_to_end()
         self.refresh()
+
+    def _stick_to_end(self) -> None:
+        """While following, show the last rows: now, and again once the layout is known (a view that just
+        became visible, or whose horizontal scrollbar just appeared, learns its height only then)."""
+        if not self.following:
+            return
+        self.scroll_end(animate=False, immediate=True, x_axis=False)
+        self.call_after_refresh(self._end_after_layout)
+
+    def _end_after_layout(self) -> None:
+        if self.following and self.scroll_y != self.max_scroll_y:
+            self.scroll_end(animate=False, immediate=True, x_axis=False)
 
     # -- scrolling -----------------------------------------------------------------------------------------
 
@@ -127,11 +138,10 @@ class LogView(ScrollView, Generic[Entry], can_focus=True):
             self.following = new_value >= self.max_scroll_y
 
     def on_resize(self) -> None:
-        if self.following:
-            self.scroll_end(animate=False, immediate=True, x_axis=False)
+        self._stick_to_end()
 
     def on_show(self) -> None:
-        self.on_resize()
+        self._stick_to_end()
 
     # -- drawing -------------------------------------------------------------------------------------------
 
