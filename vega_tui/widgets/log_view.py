@@ -147,6 +147,8 @@ class LogView(ScrollView, Generic[Entry], can_focus=True):
 
     def render_line(self, y: int) -> Strip:
         scroll_x, scroll_y = self.scroll_offset
+        if self.following:
+            scroll_y = self.max_scroll_y  # the scroll position may lag a frame behind a burst or a resize
         width = self.size.width
         style = self.rich_style
         row = self._base_row + scroll_y + y
@@ -182,8 +184,8 @@ class LogView(ScrollView, Generic[Entry], can_focus=True):
 
 
 def text_measure(text: str, prefix_cells: int) -> tuple[int, int]:
-    """(rows, widest row in cells) of a message shown after a prefix of `prefix_cells` cells."""
+    """(rows, widest row in cells) of a message shown after a prefix of `prefix_cells` cells (first row only)."""
     if "\n" not in text:
         return 1, prefix_cells + cell_len(text)
-    parts = text.split("\n")
-    return len(parts), prefix_cells + max(cell_len(part) for part in parts)
+    first, *rest = text.split("\n")
+    return 1 + len(rest), max(prefix_cells + cell_len(first), *(cell_len(part) for part in rest))
