@@ -75,3 +75,24 @@ async def test_a_chart_is_drawn_again_only_when_its_data_changed() -> None:
         await pilot.pause()
         assert loss.draws == draws + 1 and loss.renders > renders
         assert 9.0 in loss.data.lines[0].ys
+
+
+async def test_secondary_charts_redraw_at_most_once_a_second_and_catch_up() -> None:
+    store = RunStore()
+    store.apply([step_event(i, i, 5.0) for i in range(100)])
+    async with GridApp().run_test(size=(100, 40)) as pilot:
+        grid = pilot.app.query_one(ChartGrid)
+        lr = grid.chart("lr")
+        assert lr.region.area > 0
+        grid.draw_all_now(store.state)
+        await pilot.pause()
+        draws = lr.draws
+        store.apply([step_event(100, 100, 5.0)])
+        grid.redraw(store.state)
+        await pilot.pause()
+        assert lr.draws == draws  # too soon after the last draw
+        for _ in range(100):  # then a catch-up draws it, with nothing else calling redraw
+            if lr.draws > draws:
+                break
+            await pilot.pause(0.05)
+        assert lr.draws == draws + 1 and lr.data.lines[0].xs[-1] == 100

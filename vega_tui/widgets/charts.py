@@ -12,6 +12,7 @@ per frame, never while a key press waits; each series is cut down to two points 
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -23,6 +24,7 @@ from textual_plotext import PlotextPlot
 
 if TYPE_CHECKING:
     from textual.app import App, ComposeResult
+    from textual.timer import Timer
 
     from vega_tui.store import RunState, Series
 
@@ -239,6 +241,7 @@ class RunChart(PlotextPlot):
         super().__init__(id=id, classes=classes)
         self.build_name = build  # which ChartData builder feeds this chart, see CHART_BUILDERS
         self.data: ChartData | None = None
+        self.drawn_at = -math.inf  # time.monotonic() of the last draw
         self.draws = 0  # figures built so far (tests check that unchanged data is not drawn again)
         self.renders = 0  # pictures built by plotext so far
         self._columns = 0  # the width the figure was downsampled for
@@ -251,6 +254,7 @@ class RunChart(PlotextPlot):
     def draw(self, data: ChartData) -> None:
         self.data, self._columns = data, self.size.width
         self.draws += 1
+        self.drawn_at = time.monotonic()
         plt = self.plt
         plt.clear_data()
         plt.title(data.title if data.points else f"{data.title}: no data yet")
@@ -329,6 +333,8 @@ class ChartGrid(Container):
         self._pending: dict[str, tuple[RunChart, ChartData]] = {}  # charts to draw, one per frame
         self._draw_scheduled = False
         self._deferred = 0  # redraws put off in a row for queued input
+        self._state: RunState | None = None  # the state of the last redraw (a catch-up draws it)
+        self._catch_up: Timer | None = None
 
     def compose(self) -> ComposeResult:
         yield RunChart("loss", id="chart-loss", classes="primary")
@@ -342,11 +348,17 @@ class ChartGrid(Container):
     def chart(self, name: str) -> RunChart:
         return self.query_one(f"#chart-{name}", RunChart)
 
-    def redraw(self, state: RunState, only_visible: bool = True) -> None:
-        """Rebuild the charts whose data changed; hidden charts wait until they are shown. The first one
-        is drawn now, the others one per frame after it (see `_draw_next`)."""
+    def redraw(self, state: RunState, only_visible: bool = True, force: bool = False) -> None:
+        """Rebuild the charts whose data changed; hidden charts wait until they are shown, secondary ones
+        until SECONDARY_INTERVAL_S passed since their last draw (unless `force`). The first one is drawn
+        now, the others one per frame after it (see `_draw_next`)."""
+        now, self._state = time.monotonic(), state
         for chart in self.charts():
             if only_visible and not _on_screen(chart):
+                continue
+            wait = 0.0 if force or chart.build_name == "loss" else chart.drawn_at + SECONDARY_INTERVAL_S - now
+            if wait > 0:
+                self._catch_up_in(wait)  # so the last change is drawn even if the run then goes quiet
                 continue
             builder = CHART_BUILDERS[chart.build_name]
             data = builder(state, self.log_y) if chart.build_name == "loss" else builder(state)
@@ -354,6 +366,15 @@ class ChartGrid(Container):
                 self._pending[chart.build_name] = (chart, data)
         if self._pending and not self._draw_scheduled:
             self._draw_next()
+
+    def _catch_up_in(self, delay: float) -> None:
+        if self._catch_up is None:
+            self._catch_up = self.set_timer(delay, self._catch_up_now)
+
+    def _catch_up_now(self) -> None:
+        self._catch_up = None
+        if self._state is not None:
+            self.redraw(self._state)
 
     def _draw_next(self) -> None:
         """Draw one pending chart; the rest wait for the next frame, and all wait while a key is queued:
@@ -376,7 +397,7 @@ class ChartGrid(Container):
 
     def draw_all_now(self, state: RunState) -> None:
         """Draw every visible chart at once (a user asked for a change: log scale, next chart)."""
-        self.redraw(state)
+        self.redraw(state, force=True)
         while self._pending:
             chart, data = self._pending.pop(next(iter(self._pending)))
             chart.draw(data)
@@ -390,6 +411,7 @@ class ChartGrid(Container):
 
 
 INPUT_BACKOFF_S = 0.05  # how long a chart redraw steps aside for queued input
+SECONDARY_INTERVAL_S = 1.0  # learning rate, throughput, memory, parts: 1 Hz is plenty, and saves CPU
 MAX_DEFERRALS = 4  # then draw anyway: a stream of input must not freeze the charts
 
 
