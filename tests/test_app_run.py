@@ -37,7 +37,7 @@ from vega_tui import runner
 from vega_tui.app import VegaApp
 from vega_tui.screens.run import RunScreen
 from vega_tui.widgets.breakdown import BreakdownBar
-from vega_tui.widgets.charts import ChartGrid, RunChart, loss_chart
+from vega_tui.widgets.charts import CHART_BUILDERS, ChartData, ChartGrid, RunChart, loss_chart
 from vega_tui.widgets.checkpoints import CheckpointPanel
 from vega_tui.widgets.logs import LogPane
 from vega_tui.widgets.resources import ResourceLine, ResourcesPanel
@@ -115,6 +115,12 @@ async def wait_until(pilot: Pilot, predicate: Callable[[], bool], what: str, tim
     pytest.fail(f"timed out after {timeout:g} s waiting for {what}{detail}")
 
 
+def current_chart_data(screen: RunScreen, chart: RunChart) -> ChartData:
+    """What `chart` shows once it caught up with the store."""
+    builder, grid = CHART_BUILDERS[chart.build_name], screen.query_one(ChartGrid)
+    return builder(screen.state, grid.log_y) if chart.build_name == "loss" else builder(screen.state)
+
+
 async def settled(pilot: Pilot) -> RunScreen:
     """The whole log applied, the trainer checked, files scanned and the visible charts drawn."""
     screen = run_screen(pilot)
@@ -126,6 +132,8 @@ async def settled(pilot: Pilot) -> RunScreen:
     charts = [chart for chart in screen.query(RunChart) if chart.region.area > 0]
     loss = screen.query_one(ChartGrid).chart("loss")
     await wait_until(pilot, lambda: all(c.data is not None for c in charts) and loss.data.points > 0, "charts")
+    # Secondary charts redraw at most once a second: wait until every visible chart shows the whole store.
+    await wait_until(pilot, lambda: all(c.data == current_chart_data(screen, c) for c in charts), "charts up to date")
     await pilot.pause(0.3)
     return screen
 
