@@ -26,7 +26,7 @@ from typing import Any
 import psutil
 import pytest
 from textual.pilot import Pilot
-from textual.widgets import Input, RichLog
+from textual.widgets import Input
 
 from trainer_core.eventlog import read_all
 from trainer_core.nvml import GpuInfo
@@ -37,7 +37,7 @@ from vega_tui import runner
 from vega_tui.app import VegaApp
 from vega_tui.screens.run import RunScreen
 from vega_tui.widgets.breakdown import BreakdownBar
-from vega_tui.widgets.charts import ChartGrid, RunChart
+from vega_tui.widgets.charts import CHART_BUILDERS, ChartData, ChartGrid, RunChart, loss_chart
 from vega_tui.widgets.checkpoints import CheckpointPanel
 from vega_tui.widgets.logs import LogPane
 from vega_tui.widgets.resources import ResourceLine, ResourcesPanel
@@ -115,6 +115,12 @@ async def wait_until(pilot: Pilot, predicate: Callable[[], bool], what: str, tim
     pytest.fail(f"timed out after {timeout:g} s waiting for {what}{detail}")
 
 
+def current_chart_data(screen: RunScreen, chart: RunChart) -> ChartData:
+    """What `chart` shows once it caught up with the store."""
+    builder, grid = CHART_BUILDERS[chart.build_name], screen.query_one(ChartGrid)
+    return builder(screen.state, grid.log_y) if chart.build_name == "loss" else builder(screen.state)
+
+
 async def settled(pilot: Pilot) -> RunScreen:
     """The whole log applied, the trainer checked, files scanned and the visible charts drawn."""
     screen = run_screen(pilot)
@@ -126,6 +132,8 @@ async def settled(pilot: Pilot) -> RunScreen:
     charts = [chart for chart in screen.query(RunChart) if chart.region.area > 0]
     loss = screen.query_one(ChartGrid).chart("loss")
     await wait_until(pilot, lambda: all(c.data is not None for c in charts) and loss.data.points > 0, "charts")
+    # Secondary charts redraw at most once a second: wait until every visible chart shows the whole store.
+    await wait_until(pilot, lambda: all(c.data == current_chart_data(screen, c) for c in charts), "charts up to date")
     await pilot.pause(0.3)
     return screen
 
@@ -144,8 +152,7 @@ def plain(widget: Any) -> str:
 
 
 def log_view_text(screen: RunScreen) -> str:
-    view = screen.query_one("#log-view", RichLog)
-    return "\n".join(line.text for line in view.lines)
+    return screen.query_one(LogPane).view.plain_text()
 
 
 # ------------------------------------------------------------------------------------------------ recorded runs
@@ -238,14 +245,28 @@ async def test_charts_redraw_only_when_the_store_changes(tmp_path: Path) -> None
     run_dir = copy_fixture("lm_completed", tmp_path)
     async with DashApp(run_dir).run_test(size=(80, 24)) as pilot:
         screen = await settled(pilot)
-        chart = screen.query_one(ChartGrid).chart("loss")
-        drawn = chart.data
+        grid = screen.query_one(ChartGrid)
+        chart = grid.chart("loss")
+        # Wait for the chart to show the whole store (the last batches may land after the first draw).
+        await wait_until(pilot, lambda: chart.data == loss_chart(screen.state, grid.log_y), "the whole log drawn")
+        draws = chart.draws
         await pilot.pause(1.2)  # several timer ticks with nothing new
-        assert chart.data is drawn
-        line = {"v": 1, "seq": 10_000, "t": time.time(), "type": "log", "level": "info", "message": "appended"}
+        assert chart.draws == draws
+        events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text(encoding="utf-8").splitlines()]
+        steps = [event for event in events if event.get("type") == "step"]
+        seq = events[-1]["seq"] + 1  # no gap: a gap would add a warning line of its own
+        log = {"v": 1, "seq": seq, "t": time.time(), "type": "log", "level": "info", "message": "appended"}
+        step = {**steps[-1], "seq": seq + 1, "step": 61, "loss": 9.5, "steps_in_window": 1, "step_series": [61],
+                "loss_series": [9.5], "lr_series": [0.0]}
         with open(run_dir / "events.jsonl", "a", encoding="utf-8") as handle:
-            handle.write(json.dumps(line) + "\n")
-        await wait_until(pilot, lambda: chart.data is not drawn, "a redraw after a new event")
+            handle.write(json.dumps(log) + "\n")
+        await wait_until(pilot, lambda: any(line.message == "appended" for line in screen.state.logs),
+                         "the log line read")
+        await pilot.pause(0.8)
+        assert chart.draws == draws  # the store moved, but nothing the loss chart shows
+        with open(run_dir / "events.jsonl", "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(step) + "\n")
+        await wait_until(pilot, lambda: chart.draws > draws and 61 in chart.data.lines[0].xs, "a redraw for a step")
 
 
 async def test_log_pane_filter_and_search(tmp_path: Path) -> None:

@@ -53,6 +53,7 @@ if TYPE_CHECKING:
 REFRESH_INTERVAL_S = 0.25  # widgets: 4 Hz, only when the store changed
 CHART_INTERVAL_S = 0.5  # charts: at most 2 Hz (plotext rebuilds are the costly part)
 LIVENESS_INTERVAL_S = 1.0
+BINDINGS_SETTLE_S = 0.05  # footer refreshes asked for within this time become one
 # Events per message while catching up on a long log: small enough that one batch never stalls the UI.
 FOLLOW_BATCH = 1000
 # Width and height from which every chart and the resources line fit at once.
@@ -134,6 +135,7 @@ class RunScreen(Screen[None]):
     """
 
     CSS_PATH = "run.tcss"
+    _bindings_refresh_queued = False  # see refresh_bindings
 
     BINDINGS = [
         Binding("p", "pause", "Pause", tooltip="Pause training (the trainer keeps its state)"),
@@ -373,6 +375,17 @@ class RunScreen(Screen[None]):
             self._charts_version = -1
             self.call_after_refresh(self._refresh_charts, self.state, time.time() + CHART_INTERVAL_S)
 
+    def refresh_bindings(self) -> None:
+        """Gather binding refreshes for a moment: each one makes the footer remount all its keys, and a tab
+        switch asks for two or three (the tab's own keys, the focus that moves with it) a frame or two apart."""
+        if not self._bindings_refresh_queued:
+            self._bindings_refresh_queued = True
+            self.set_timer(BINDINGS_SETTLE_S, self._publish_bindings)
+
+    def _publish_bindings(self) -> None:
+        self._bindings_refresh_queued = False
+        super().refresh_bindings()
+
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """Show tab-specific keys on their tab only, and Pause or Resume as the trainer's state asks."""
         tab_actions = {"toggle_log_scale": "charts", "next_chart": "charts", "log_filter": "logs",
@@ -402,7 +415,7 @@ class RunScreen(Screen[None]):
 
     def _redraw_charts_now(self) -> None:
         self._charts_version, self._charts_drawn_at = self.state.version, time.time()
-        self.query_one(ChartGrid).redraw(self.state)
+        self.query_one(ChartGrid).draw_all_now(self.state)
 
     def action_log_filter(self) -> None:
         level = self.query_one(LogPane).cycle_level()

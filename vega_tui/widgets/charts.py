@@ -4,12 +4,15 @@ throughput and memory, drawn with plotext.
 What to draw is worked out by pure functions (`loss_chart`, `lr_chart`, ...) that turn a `RunState` into a
 `ChartData`; `RunChart` only hands a `ChartData` to plotext. Keeping the two apart lets tests check what a
 chart holds without parsing terminal art, and keeps plotting cheap: the screen calls `ChartGrid.redraw` on a
-timer, only when the store changed, and only charts that are on screen are rebuilt.
+timer, only when the store changed; only charts that are on screen and whose data changed are rebuilt, one
+per frame, never while a key press waits; each series is cut down to two points per column of the chart
+(the lowest and highest, so spikes survive) before plotext sees it; a repaint reuses the last picture.
 """
 
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -20,7 +23,8 @@ from textual.widget import Widget
 from textual_plotext import PlotextPlot
 
 if TYPE_CHECKING:
-    from textual.app import ComposeResult
+    from textual.app import App, ComposeResult
+    from textual.timer import Timer
 
     from vega_tui.store import RunState, Series
 
@@ -70,6 +74,37 @@ def finite_points(xs: Sequence[float], ys: Sequence[float], positive: bool = Fal
         keep_x.append(x)
         keep_y.append(y)
     return keep_x, keep_y
+
+
+def downsample_minmax(xs: Sequence[float], ys: Sequence[float], columns: int) -> tuple[list[float], list[float]]:
+    """At most two points per column: the lowest and the highest y of the x range that column covers, in x
+    order. A plot one cell wide cannot show more, and a lone spike (a loss blow-up) is kept, not averaged."""
+    if columns < 1 or len(xs) <= 2 * columns:
+        return list(xs), list(ys)
+    first, last = xs[0], xs[-1]
+    scale = columns / ((last - first) or 1.0)
+    out_x: list[float] = []
+    out_y: list[float] = []
+    column, low_i, high_i = None, 0, 0
+    for i, x in enumerate(xs):
+        c = min(columns - 1, int((x - first) * scale))
+        if c != column:
+            if column is not None:
+                _emit_extremes(xs, ys, low_i, high_i, out_x, out_y)
+            column, low_i, high_i = c, i, i
+        elif ys[i] < ys[low_i]:
+            low_i = i
+        elif ys[i] > ys[high_i]:
+            high_i = i
+    _emit_extremes(xs, ys, low_i, high_i, out_x, out_y)
+    return out_x, out_y
+
+
+def _emit_extremes(xs: Sequence[float], ys: Sequence[float], low_i: int, high_i: int,
+                   out_x: list[float], out_y: list[float]) -> None:
+    for i in sorted({low_i, high_i}):
+        out_x.append(xs[i])
+        out_y.append(ys[i])
 
 
 def series_line(
@@ -206,20 +241,33 @@ class RunChart(PlotextPlot):
         super().__init__(id=id, classes=classes)
         self.build_name = build  # which ChartData builder feeds this chart, see CHART_BUILDERS
         self.data: ChartData | None = None
+        self.drawn_at = -math.inf  # time.monotonic() of the last draw
+        self.draws = 0  # figures built so far (tests check that unchanged data is not drawn again)
+        self.renders = 0  # pictures built by plotext so far
+        self._columns = 0  # the width the figure was downsampled for
+        self._picture: tuple[tuple, Text] | None = None  # (what it shows, the picture): repaints reuse it
+
+    def needs_draw(self, data: ChartData) -> bool:
+        """Whether `data` differs from what is drawn, or the chart was resized since."""
+        return data != self.data or self.size.width != self._columns
 
     def draw(self, data: ChartData) -> None:
-        self.data = data
+        self.data, self._columns = data, self.size.width
+        self.draws += 1
+        self.drawn_at = time.monotonic()
         plt = self.plt
         plt.clear_data()
         plt.title(data.title if data.points else f"{data.title}: no data yet")
         plotted: list[float] = []
         for line in data.lines:
-            ys = [math.log10(y) for y in line.ys] if data.log_y else line.ys
+            xs, ys = downsample_minmax(line.xs, line.ys, self._columns)
+            ys = [math.log10(y) for y in ys] if data.log_y else ys
             plotted += ys
             draw = plt.scatter if line.scatter else plt.plot
-            draw(line.xs, ys, label=line.label, color=line.color, marker="o" if line.scatter else "braille")
+            draw(xs, ys, label=line.label, color=line.color, marker="o" if line.scatter else "braille")
         plotted += self._draw_markers(data, marker_bands(plotted))
         self._set_ticks(data, plotted)
+        self._picture = None
         self.refresh()
 
     def _draw_markers(self, data: ChartData, bands: dict[str, float] | None) -> list[float]:
@@ -250,8 +298,15 @@ class RunChart(PlotextPlot):
             self.plt.yticks(*(log_ticks(low, high) if data.log_y else value_ticks(low, high)))
 
     def render(self) -> Text:
+        key = (self.size, self.app.theme, self.theme)
+        if self._picture is not None and self._picture[0] == key:
+            return self._picture[1]  # a repaint (another widget moved, a tab came back): same picture
         try:
-            return super().render()
+            picture = super().render()
+            assert isinstance(picture, Text)
+            self.renders += 1
+            self._picture = (key, picture)
+            return picture
         except Exception as exc:  # noqa: BLE001 - a plotting-library failure must not take the dashboard down
             return Text(f"{self.data.title if self.data else 'chart'}: cannot draw ({exc!r})", style="red")
 
@@ -275,6 +330,11 @@ class ChartGrid(Container):
         super().__init__(id=id)
         self.log_y = False
         self.current = SECONDARY[0]
+        self._pending: dict[str, tuple[RunChart, ChartData]] = {}  # charts to draw, one per frame
+        self._draw_scheduled = False
+        self._deferred = 0  # redraws put off in a row for queued input
+        self._state: RunState | None = None  # the state of the last redraw (a catch-up draws it)
+        self._catch_up: Timer | None = None
 
     def compose(self) -> ComposeResult:
         yield RunChart("loss", id="chart-loss", classes="primary")
@@ -288,13 +348,58 @@ class ChartGrid(Container):
     def chart(self, name: str) -> RunChart:
         return self.query_one(f"#chart-{name}", RunChart)
 
-    def redraw(self, state: RunState, only_visible: bool = True) -> None:
-        """Rebuild charts from the state; hidden charts wait until they are shown."""
+    def redraw(self, state: RunState, only_visible: bool = True, force: bool = False) -> None:
+        """Rebuild the charts whose data changed; hidden charts wait until they are shown, secondary ones
+        until SECONDARY_INTERVAL_S passed since their last draw (unless `force`). The first one is drawn
+        now, the others one per frame after it (see `_draw_next`)."""
+        now, self._state = time.monotonic(), state
         for chart in self.charts():
             if only_visible and not _on_screen(chart):
                 continue
+            wait = 0.0 if force or chart.build_name == "loss" else chart.drawn_at + SECONDARY_INTERVAL_S - now
+            if wait > 0:
+                self._catch_up_in(wait)  # so the last change is drawn even if the run then goes quiet
+                continue
             builder = CHART_BUILDERS[chart.build_name]
             data = builder(state, self.log_y) if chart.build_name == "loss" else builder(state)
+            if chart.needs_draw(data):
+                self._pending[chart.build_name] = (chart, data)
+        if self._pending and not self._draw_scheduled:
+            self._draw_next()
+
+    def _catch_up_in(self, delay: float) -> None:
+        if self._catch_up is None:
+            self._catch_up = self.set_timer(delay, self._catch_up_now)
+
+    def _catch_up_now(self) -> None:
+        self._catch_up = None
+        if self._state is not None:
+            self.redraw(self._state)
+
+    def _draw_next(self) -> None:
+        """Draw one pending chart; the rest wait for the next frame, and all wait while a key is queued:
+        a plotext build takes tens of milliseconds, and a key must not queue behind several of them."""
+        self._draw_scheduled = False
+        if not self._pending:
+            return
+        if input_pending(self.app) and self._deferred < MAX_DEFERRALS:
+            self._deferred += 1
+            self._draw_scheduled = True
+            self.set_timer(INPUT_BACKOFF_S, self._draw_next)
+            return
+        self._deferred = 0
+        name = next(iter(self._pending))
+        chart, data = self._pending.pop(name)
+        chart.draw(data)
+        if self._pending:
+            self._draw_scheduled = True
+            self.call_after_refresh(self._draw_next)
+
+    def draw_all_now(self, state: RunState) -> None:
+        """Draw every visible chart at once (a user asked for a change: log scale, next chart)."""
+        self.redraw(state, force=True)
+        while self._pending:
+            chart, data = self._pending.pop(next(iter(self._pending)))
             chart.draw(data)
 
     def cycle(self) -> str:
@@ -303,6 +408,17 @@ class ChartGrid(Container):
         for name in SECONDARY:
             self.chart(name).set_class(name == self.current, "-current")
         return self.current
+
+
+INPUT_BACKOFF_S = 0.05  # how long a chart redraw steps aside for queued input
+SECONDARY_INTERVAL_S = 1.0  # learning rate, throughput, memory, parts: 1 Hz is plenty, and saves CPU
+MAX_DEFERRALS = 4  # then draw anyway: a stream of input must not freeze the charts
+
+
+def input_pending(app: App) -> bool:
+    """Whether the app has events queued (key presses arrive there from the terminal driver)."""
+    queue = getattr(app, "_message_queue", None)  # Textual keeps it private; no queue reads as "none waiting"
+    return queue is not None and not queue.empty()
 
 
 def _on_screen(widget: Widget) -> bool:

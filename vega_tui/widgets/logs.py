@@ -1,8 +1,10 @@
 """The log pane: the run's log lines with a level filter, a search box and the reader's health counters
 (malformed lines, seq gaps, unknown event types).
 
-Lines come from the store's bounded ring (`RunState.logs`); the pane shows them in a bounded `RichLog`.
-New lines are appended incrementally; changing the filter or the search rewrites the view from the ring.
+Lines come from the store's bounded ring (`RunState.logs`); the pane keeps the matching ones in a virtual
+`LogView`, which formats and renders only the rows on screen, so catching up on lines that arrived while the
+tab was hidden, or a filter change, costs O(lines) of cheap bookkeeping and O(screen) of drawing.
+New lines are appended incrementally; changing the filter or the search, or a new store, rebuilds the view.
 """
 
 from __future__ import annotations
@@ -14,7 +16,9 @@ from typing import TYPE_CHECKING
 from rich.text import Text
 from textual.binding import Binding
 from textual.containers import Vertical
-from textual.widgets import Input, RichLog, Static
+from textual.widgets import Input, Static
+
+from vega_tui.widgets.log_view import LogView, text_measure
 
 if TYPE_CHECKING:
     from textual.app import ComposeResult
@@ -25,6 +29,7 @@ LEVELS = ("debug", "info", "warning", "error")
 LEVEL_RANK = {"debug": 0, "info": 1, "warning": 2, "error": 3, "critical": 4}
 LEVEL_STYLES = {"debug": "dim", "info": "", "warning": "yellow", "error": "bold red", "critical": "bold red"}
 MAX_VIEW_LINES = 5000
+PREFIX_CELLS = len("00:00:00 INFO ")  # stamp and level before every message
 
 
 def line_matches(line: LogLine, min_level: str, search: str) -> bool:
@@ -39,7 +44,9 @@ def line_matches(line: LogLine, min_level: str, search: str) -> bool:
 
 def clean(text: str) -> str:
     """Replace control characters (a sample of random bytes, a stray escape) that would corrupt the screen."""
-    return "".join(ch if ch.isprintable() or ch in "\n\t" else "·" for ch in text)
+    if text.isprintable():
+        return text  # the common case, checked in C
+    return "".join(ch if ch.isprintable() or ch == "\n" else " " * 4 if ch == "\t" else "·" for ch in text)
 
 
 def format_line(line: LogLine) -> Text:
@@ -51,6 +58,12 @@ def format_line(line: LogLine) -> Text:
         text.append(f"[{line.kind}] ", style="cyan")
     text.append(clean(line.message), style=LEVEL_STYLES.get(line.level, "") if line.level != "info" else "")
     return text
+
+
+def measure_line(line: LogLine) -> tuple[int, int]:
+    """(rows, widest row in cells) of a formatted line, without formatting it (see `format_line`)."""
+    kind = len(line.kind) + 3 if line.kind and line.kind != "log" else 0
+    return text_measure(line.message, PREFIX_CELLS + kind)
 
 
 def new_lines(logs: Iterable[LogLine], last: LogLine | None) -> list[LogLine] | None:
@@ -80,7 +93,7 @@ class LogPane(Vertical):
     DEFAULT_CSS = """
     LogPane { height: 1fr; }
     LogPane #log-header { height: 1; padding: 0 1; background: $boost; }
-    LogPane RichLog { height: 1fr; }
+    LogPane LogView { height: 1fr; }
     LogPane SearchInput { display: none; height: 3; }
     LogPane.-searching SearchInput { display: block; }
     """
@@ -92,19 +105,23 @@ class LogPane(Vertical):
         self.shown = 0  # lines currently in the view
         self._last: LogLine | None = None
         self._state: RunState | None = None
+        self._logs: object = None  # the ring the view was filled from: a new store means a rebuild
 
     def compose(self) -> ComposeResult:
         yield Static(id="log-header")
-        yield RichLog(id="log-view", max_lines=MAX_VIEW_LINES, wrap=True, markup=False, highlight=False)
+        yield LogView(format_line, measure_line, max_entries=MAX_VIEW_LINES, id="log-view")
         yield SearchInput(placeholder="search the log (Enter keeps it, Escape closes)", id="log-search")
 
     @property
-    def view(self) -> RichLog:
-        return self.query_one("#log-view", RichLog)
+    def view(self) -> LogView[LogLine]:
+        return self.query_one("#log-view", LogView)
 
     def update_from(self, state: RunState) -> None:
         """Append the lines that arrived since the last call; rewrite when the ring moved past our last line."""
-        self._state = state
+        if state is not self._state or state.logs is not self._logs:  # first call, or the store was replaced
+            self._state, self._logs = state, state.logs
+            self.rewrite()
+            return
         fresh = new_lines(state.logs, self._last)
         if fresh is None:
             self.rewrite()
@@ -120,17 +137,15 @@ class LogPane(Vertical):
         if self._state is not None:
             lines = list(self._state.logs)
             matching = [line for line in lines if line_matches(line, self.min_level, self.search)]
-            for line in matching[-MAX_VIEW_LINES:]:
-                self.view.write(format_line(line))
+            self.view.extend(matching[-MAX_VIEW_LINES:])
             self.shown = len(matching)
             self._last = lines[-1] if lines else None
         self._update_header()
 
     def _append(self, lines: list[LogLine]) -> None:
-        for line in lines:
-            if line_matches(line, self.min_level, self.search):
-                self.view.write(format_line(line))
-                self.shown += 1
+        matching = [line for line in lines if line_matches(line, self.min_level, self.search)]
+        self.view.extend(matching)
+        self.shown += len(matching)
         if lines:
             self._last = lines[-1]
 
