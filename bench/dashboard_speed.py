@@ -11,7 +11,11 @@ reads the screen with `capture-pane`, as a person would see it:
   100 ms; the run's hello names another host, so the dashboard treats it as a remote live run): CPU of
   vega-tui, and key-press latency, pressing 2 (Logs tab: the heartbeat log line appears) and 1 (Charts:
   it disappears) and timing each until the screen shows it (target < 100 ms);
-- live run: CPU of vega-tui attached to a real `trainer-core train` run (target < 10 % of one core).
+- live run: CPU of vega-tui attached to a real `trainer-core train` run (target < 10 % of one core);
+- history: key-press latency while the exact history of the big log is read after its preview (2: Logs
+  tab, 1: Charts tab, as soon as the preview shows), and how long the app takes to swap in the exact
+  history; side by side with the history read in a child process (the default) and in the follower
+  thread (`VEGA_HISTORY_WORKER=0`).
 
 When py-spy is installed (pip install py-spy) and --profile-open is given, the open is profiled once
 more under py-spy and the functions that take the time are listed in the result's notes.
@@ -40,6 +44,9 @@ SIZE = (120, 40)
 POLL_S = 0.01
 HEARTBEAT = "bench heartbeat"
 OTHER_HOST = "bench-remote-writer"
+HISTORY_WORKER = "vega_tui.history_worker"
+LOGS_TAB = "level ≥"  # the log pane's header: on screen only while the Logs tab shows
+CHARTS_TAB = "learning rate"  # a chart title: on screen only while the Charts tab shows
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -87,7 +94,8 @@ class Terminal:
         except (ValueError, psutil.NoSuchProcess):
             return None
         candidates = [pane, *pane.children(recursive=True)]
-        pythons = [p for p in candidates if "python" in p.name() or "vega" in " ".join(p.cmdline())]
+        pythons = [p for p in candidates if ("python" in p.name() or "vega" in " ".join(p.cmdline()))
+                   and HISTORY_WORKER not in " ".join(p.cmdline())]
         return pythons[-1] if pythons else pane
 
     def close(self) -> None:
@@ -281,6 +289,35 @@ def key_latencies(term: Terminal, presses: int) -> list[float]:
     return latencies
 
 
+def keys_during_history(term: Terminal, run_dir: Path, final_step: int, presses: int, in_thread: bool,
+                        timeout: float) -> dict[str, object]:
+    """Open the big log; as soon as its preview shows, press 2 and 1 in turn (each timed until the screen shows
+    the other tab), then wait for the exact history: latencies (s) of presses sent while the status line still
+    said "history", and the seconds from spawn until the exact history replaced the preview."""
+    env = ["env", "VEGA_HISTORY_WORKER=0"] if in_thread else []
+    shown = re.compile(rf"\bstep {final_step}\b.*history \d+ %")
+    t0 = term.open([*env, *VEGA_TUI, "attach", str(run_dir)], run_dir.parent)
+    try:
+        seen, screen = wait_screen(term, lambda s: bool(shown.search(s)), timeout)
+        if seen is None:
+            raise RuntimeError(f"the preview of the big log never showed; screen:\n{screen}")
+        latencies: list[float] = []
+        for number in range(presses):
+            to_logs = number % 2 == 0
+            sent = term.press("2" if to_logs else "1")
+            marker = LOGS_TAB if to_logs else CHARTS_TAB
+            answered, screen = wait_screen(term, lambda s, m=marker: m in s, 10)
+            if "history" not in screen.splitlines()[0]:
+                break  # the exact history arrived: later presses would not be measured under its load
+            latencies.append(float("inf") if answered is None else answered - sent)
+            time.sleep(0.05)
+        done, _ = wait_screen(term, lambda s: "history" not in s.split("\n", 1)[0] and f"step {final_step}" in s,
+                              timeout)
+    finally:
+        term.close()
+    return {"latencies": latencies, "history_s": None if done is None else done - t0}
+
+
 def follow_stream(term: Terminal, scratch: Path, rate: int, cpu_s: float, presses: int) -> dict[str, object]:
     """vega-tui attached to a log written at `rate` lines/s: its CPU share and key-press latencies."""
     run_dir = scratch / "stream-run"
@@ -461,8 +498,9 @@ def main() -> int:
     parser.add_argument("--rate", type=int, default=1000, help="lines/s of the followed stream")
     parser.add_argument("--open-repeats", type=int, default=None, help="opens of the big log (default 2)")
     parser.add_argument("--profile-open", action="store_true", help="profile the open once more under py-spy")
-    parser.add_argument("--parts", default="first,open,follow,live",
-                        help="comma-separated measurements to take: first, open, follow, live")
+    parser.add_argument("--parts", default="first,open,follow,live,history",
+                        help="comma-separated measurements to take: first, open, follow, live, history")
+    parser.add_argument("--history-presses", type=int, default=None, help="key presses while the history is read")
     args = parser.parse_args()
     tiny = args.tiny
     lines = args.lines or (20_000 if tiny else 1_000_000)
@@ -495,6 +533,8 @@ def measure_all(result: common.Result, term: Terminal, scratch: Path, env: dict[
         ("open", lambda: report_open(result, term, lines, args.open_repeats or (1 if tiny else 2), 60 if tiny else 180)),
         ("follow", lambda: report_follow(result, term, scratch, args.rate, tiny)),
         ("live run", lambda: report_live(result, term, scratch, env, tiny)),
+        ("history", lambda: report_history(result, term, lines, args.history_presses or (6 if tiny else 20),
+                                           60 if tiny else 240)),
     ]
     if args.profile_open:
         steps.append(("profile", lambda: result.notes.extend(profile_open(term, *big_log(lines), 300))))
@@ -524,6 +564,24 @@ def report_follow(result: common.Result, term: Terminal, scratch: Path, rate: in
                "< 100 ms", worst < 0.1, f"median {1e3 * key:.0f} ms; key 2 (to Logs) {ms_list(to_logs)}; "
                f"key 1 (to Charts) {ms_list(to_charts)}")
     result.add(f"vega-tui CPU while following {rate} lines/s", 100 * follow["cpu"], "% of one core")
+
+
+def report_history(result: common.Result, term: Terminal, lines: int, presses: int, timeout: float) -> None:
+    """Key presses while the big log's exact history is read: in a child process (default), then in the thread."""
+    run_dir, final = big_log(lines)
+    label = f"{lines:,}-line events.jsonl"
+    for in_thread, where in ((False, "in a child process"), (True, "in the follower thread (VEGA_HISTORY_WORKER=0)")):
+        keys = keys_during_history(term, run_dir, final, presses, in_thread, timeout)
+        latencies, history_s = keys["latencies"], keys["history_s"]
+        if not latencies:
+            result.notes.append(f"history read {where}: it was done before the first key press")
+            continue
+        worst, median = max(latencies), common.median(latencies)
+        result.add(f"key-press latency while the exact history of the {label} is read {where}, worst of "
+                   f"{len(latencies)}", 1e3 * worst, "ms", "< 100 ms", worst < 0.1,
+                   f"median {1e3 * median:.0f} ms; {ms_list(latencies)}")
+        result.add(f"exact history of the {label} swapped in, read {where}", history_s, "s",
+                   detail="from spawning vega-tui until the status line stops saying 'history'")
 
 
 def ms_list(seconds: list[float]) -> str:

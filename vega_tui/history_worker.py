@@ -105,9 +105,10 @@ def write_frame(out: BinaryIO, kind: bytes, payload: object) -> None:
     out.flush()
 
 
-def _exit_when_parent_goes(stdin: BinaryIO) -> None:
-    """The parent never writes after the request: EOF on stdin means it closed the pipe or died."""
-    while stdin.read(4096):
+def _exit_when_parent_goes(fd: int) -> None:
+    """The parent never writes after the request: EOF on stdin means it closed the pipe or died. (Raw reads:
+    a daemon thread inside sys.stdin's buffered reader would abort the interpreter's shutdown.)"""
+    while os.read(fd, 4096):
         pass
     os._exit(EXIT_PARENT_GONE)
 
@@ -115,7 +116,7 @@ def _exit_when_parent_goes(stdin: BinaryIO) -> None:
 def main() -> int:
     stdin, out = sys.stdin.buffer, sys.stdout.buffer
     request = pickle.load(stdin)
-    threading.Thread(target=_exit_when_parent_goes, args=(stdin,), daemon=True).start()
+    threading.Thread(target=_exit_when_parent_goes, args=(stdin.fileno(),), daemon=True).start()
     try:
         result = read_history(request, lambda fraction: write_frame(out, PROGRESS, fraction))
     except (HistoryFailed, OSError) as exc:
