@@ -363,3 +363,19 @@ def test_the_child_exits_when_its_parent_goes(long_log: Path) -> None:
                 child.poll(1)
     finally:
         child.close()
+
+
+def test_a_worker_that_cannot_start_falls_back_to_the_thread(big_log: Path, tmp_path: Path) -> None:
+    stores: list[tuple[RunStore, bool]] = []
+    follower = EventFollower(big_log, lambda events, bad, gaps: None, preview=PLAN,
+                             on_store=lambda store, exact: stores.append((store, exact)),
+                             make_store=lambda: RunStore(run_dir=big_log.parent),
+                             history_worker=(str(tmp_path / "no-such-python"), "-m", "vega_tui.history_worker"))
+    try:
+        assert follower.wait_history(30)
+    finally:
+        follower.close()
+    assert follower.error is None and follower.history_pid is None
+    assert follower.history_error is not None and "could not start" in follower.history_error
+    assert [exact for _, exact in stores] == [False, True]
+    assert stores[-1][0].state.events_seen == exact_store(big_log).state.events_seen

@@ -190,7 +190,7 @@ class EventFollower:
                                  self.reader.max_bytes_per_poll, self.poll_interval)
         try:
             child = HistoryChild(request, tuple(self.history_worker))
-        except OSError as exc:
+        except (OSError, HistoryFailed) as exc:
             self.history_error = f"history worker {self.history_worker[0]} could not start: {exc}"
             return None
         self._child, self.history_pid = child, child.pid

@@ -134,6 +134,10 @@ class HistoryChild:
     """A running `python -m vega_tui.history_worker` (or `argv`) with `request` sent; `poll()` its frames."""
 
     def __init__(self, request: HistoryRequest, argv: tuple[str, ...] | list[str] = WORKER_ARGV) -> None:
+        try:
+            data = pickle.dumps(request, protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception as exc:  # noqa: BLE001 - e.g. a store factory whose class a child cannot import
+            raise HistoryFailed(f"the history request cannot be sent to a worker: {exc}") from exc
         self._errors = tempfile.TemporaryFile()  # a file, not a pipe: a long traceback cannot block the child
         self.process = subprocess.Popen(
             list(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._errors, close_fds=True,
@@ -143,7 +147,7 @@ class HistoryChild:
         self._eof = False
         assert self.process.stdin is not None and self.process.stdout is not None
         try:
-            self.process.stdin.write(pickle.dumps(request, protocol=pickle.HIGHEST_PROTOCOL))
+            self.process.stdin.write(data)
             self.process.stdin.flush()
         except OSError:
             pass  # the child is already gone: poll() reports why
