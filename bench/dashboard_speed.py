@@ -11,7 +11,11 @@ reads the screen with `capture-pane`, as a person would see it:
   100 ms; the run's hello names another host, so the dashboard treats it as a remote live run): CPU of
   vega-tui, and key-press latency, pressing 2 (Logs tab: the heartbeat log line appears) and 1 (Charts:
   it disappears) and timing each until the screen shows it (target < 100 ms);
-- live run: CPU of vega-tui attached to a real `trainer-core train` run (target < 10 % of one core).
+- live run: CPU of vega-tui attached to a real `trainer-core train` run (target < 10 % of one core);
+- history: key-press latency while the exact history of the big log is read after its preview (2: Logs
+  tab, 1: Charts tab, as soon as the preview shows), and how long the app takes to swap in the exact
+  history; side by side with the history read in a child process (the default) and in the follower
+  thread (`VEGA_HISTORY_WORKER=0`).
 
 When py-spy is installed (pip install py-spy) and --profile-open is given, the open is profiled once
 more under py-spy and the functions that take the time are listed in the result's notes.
@@ -40,6 +44,9 @@ SIZE = (120, 40)
 POLL_S = 0.01
 HEARTBEAT = "bench heartbeat"
 OTHER_HOST = "bench-remote-writer"
+HISTORY_WORKER = "vega_tui.history_worker"
+LOGS_TAB = "level ≥"  # the log pane's header: on screen only while the Logs tab shows
+CHARTS_TAB = "learning rate"  # a chart title: on screen only while the Charts tab shows
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -87,7 +94,8 @@ class Terminal:
         except (ValueError, psutil.NoSuchProcess):
             return None
         candidates = [pane, *pane.children(recursive=True)]
-        pythons = [p for p in candidates if "python" in p.name() or "vega" in " ".join(p.cmdline())]
+        pythons = [p for p in candidates if ("python" in p.name() or "vega" in " ".join(p.cmdline()))
+                   and HISTORY_WORKER not in " ".join(p.cmdline())]
         return pythons[-1] if pythons else pane
 
     def close(self) -> None:
@@ -281,6 +289,48 @@ def key_latencies(term: Terminal, presses: int) -> list[float]:
     return latencies
 
 
+def keys_during_history(term: Terminal, run_dir: Path, final_step: int, presses: int, in_thread: bool,
+                        timeout: float) -> dict[str, object]:
+    """Open the big log; as soon as its preview shows, press 2 and 1 in turn (each timed until the screen shows
+    the other tab), then wait for the exact history: latencies (s) of presses sent while the status line still
+    said "history", and the seconds from spawn until the exact history replaced the preview."""
+    env = ["env", "VEGA_HISTORY_WORKER=0"] if in_thread else []
+    shown = re.compile(rf"\bstep {final_step}\b")
+    t0 = term.open([*env, *VEGA_TUI, "attach", str(run_dir)], run_dir.parent)
+    try:
+        seen, screen = wait_screen(term, lambda s: bool(shown.search(s)), timeout)
+        if seen is None:
+            raise RuntimeError(f"the big log's final step never showed; screen:\n{screen}")
+        latencies: list[float] = []
+        for number in range(presses if "history" in screen.splitlines()[0] else 0):
+            to_logs = number % 2 == 0
+            sent = term.press("2" if to_logs else "1")
+            marker = LOGS_TAB if to_logs else CHARTS_TAB
+            answered, screen = wait_screen(term, lambda s, m=marker: m in s, 10)
+            if "history" not in screen.splitlines()[0]:
+                break  # the exact history arrived: later presses would not be measured under its load
+            latencies.append(float("inf") if answered is None else answered - sent)
+            time.sleep(0.05)
+        done, _ = wait_screen(term, lambda s: "history" not in s.split("\n", 1)[0] and f"step {final_step}" in s,
+                              timeout)
+        after = key_presses(term, presses // 2) if done is not None else []
+    finally:
+        term.close()
+    return {"latencies": latencies, "history_s": None if done is None else done - t0, "after": after}
+
+
+def key_presses(term: Terminal, presses: int) -> list[float]:
+    """Seconds from each press of 2 and 1 in turn until the screen shows the Logs or Charts tab."""
+    latencies = []
+    for number in range(presses):
+        marker = LOGS_TAB if number % 2 == 0 else CHARTS_TAB
+        sent = term.press("2" if number % 2 == 0 else "1")
+        answered, _ = wait_screen(term, lambda s, m=marker: m in s, 10)
+        latencies.append(float("inf") if answered is None else answered - sent)
+        time.sleep(0.05)
+    return latencies
+
+
 def follow_stream(term: Terminal, scratch: Path, rate: int, cpu_s: float, presses: int) -> dict[str, object]:
     """vega-tui attached to a log written at `rate` lines/s: its CPU share and key-press latencies."""
     run_dir = scratch / "stream-run"
@@ -461,8 +511,9 @@ def main() -> int:
     parser.add_argument("--rate", type=int, default=1000, help="lines/s of the followed stream")
     parser.add_argument("--open-repeats", type=int, default=None, help="opens of the big log (default 2)")
     parser.add_argument("--profile-open", action="store_true", help="profile the open once more under py-spy")
-    parser.add_argument("--parts", default="first,open,follow,live",
-                        help="comma-separated measurements to take: first, open, follow, live")
+    parser.add_argument("--parts", default="first,open,follow,live,history",
+                        help="comma-separated measurements to take: first, open, follow, live, history")
+    parser.add_argument("--history-presses", type=int, default=None, help="key presses while the history is read")
     args = parser.parse_args()
     tiny = args.tiny
     lines = args.lines or (20_000 if tiny else 1_000_000)
@@ -495,6 +546,8 @@ def measure_all(result: common.Result, term: Terminal, scratch: Path, env: dict[
         ("open", lambda: report_open(result, term, lines, args.open_repeats or (1 if tiny else 2), 60 if tiny else 180)),
         ("follow", lambda: report_follow(result, term, scratch, args.rate, tiny)),
         ("live run", lambda: report_live(result, term, scratch, env, tiny)),
+        ("history", lambda: report_history(result, term, lines, args.history_presses or (6 if tiny else 20),
+                                           60 if tiny else 240)),
     ]
     if args.profile_open:
         steps.append(("profile", lambda: result.notes.extend(profile_open(term, *big_log(lines), 300))))
@@ -524,6 +577,25 @@ def report_follow(result: common.Result, term: Terminal, scratch: Path, rate: in
                "< 100 ms", worst < 0.1, f"median {1e3 * key:.0f} ms; key 2 (to Logs) {ms_list(to_logs)}; "
                f"key 1 (to Charts) {ms_list(to_charts)}")
     result.add(f"vega-tui CPU while following {rate} lines/s", 100 * follow["cpu"], "% of one core")
+
+
+def report_history(result: common.Result, term: Terminal, lines: int, presses: int, timeout: float) -> None:
+    """Key presses while the big log's exact history is read: in a child process (default), then in the thread."""
+    run_dir, final = big_log(lines)
+    label = f"{lines:,}-line events.jsonl"
+    for in_thread, where in ((False, "in a child process"), (True, "in the follower thread (VEGA_HISTORY_WORKER=0)")):
+        keys = keys_during_history(term, run_dir, final, presses, in_thread, timeout)
+        latencies, history_s = keys["latencies"], keys["history_s"]
+        if not latencies:
+            result.notes.append(f"history read {where}: it was done before the first key press")
+            continue
+        worst, median, after = max(latencies), common.median(latencies), keys["after"]
+        result.add(f"key-press latency while the exact history of the {label} is read {where}, worst of "
+                   f"{len(latencies)}", 1e3 * worst, "ms", "< 100 ms", worst < 0.1,
+                   f"median {1e3 * median:.0f} ms; {ms_list(latencies)}; the same keys after the history: median "
+                   f"{1e3 * common.median(after):.0f} ms, {ms_list(after)}")
+        result.add(f"exact history of the {label} swapped in, read {where}", history_s, "s",
+                   detail="from spawning vega-tui until the status line stops saying 'history'")
 
 
 def ms_list(seconds: list[float]) -> str:
@@ -558,7 +630,7 @@ def report_open(result: common.Result, term: Terminal, lines: int, repeats: int,
     history = history_costs(run_dir)
     result.add("diagnosis: exact history of that log, read by the follower after its preview", history["exact_s"],
                "s", detail=f"preview store (head, sampled middle, tail) after {history['preview_s']:.2f} s; "
-               "timed in-process, without the UI sharing the interpreter")
+               "the history read by the follower's child process (vega_tui.history_worker), no UI running")
     result.add("diagnosis: protocol.parse_event per line", costs["parse_us"], "µs",
                detail=f"{costs['parse_us'] * lines / 1e6:.1f} s for {lines:,} lines; json.loads alone "
                f"{costs['json_us']:.1f} µs ({costs['json_us'] * lines / 1e6:.1f} s)")

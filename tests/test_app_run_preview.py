@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from textual.pilot import Pilot
 
-from test_follow_preview import MIDDLE_MARKER, PLAN, STEPS, write_run
+from test_follow_preview import MIDDLE_MARKER, PLAN, STEPS, gone, write_long_run, write_run
 from vega_tui import app as vega_app
 from vega_tui.app import VegaApp
 from vega_tui.screens import run as run_screen_module
@@ -112,3 +112,21 @@ async def test_a_crash_judged_on_the_preview_survives_the_swap(tmp_path: Path) -
         await pilot.pause(0.3)
         banner = screen.query_one(ProblemBanner)
         assert banner.display and "died without finishing" in banner.content.plain
+
+
+async def test_closing_the_screen_ends_the_child_reading_the_history(tmp_path: Path) -> None:
+    run_dir = tmp_path / "long-run"
+    run_dir.mkdir()
+    write_long_run(run_dir / "events.jsonl", 40_000)  # the child needs about a second: the screen closes first
+    async with PreviewApp(run_dir).run_test(size=(120, 40)) as pilot:
+        screen = pilot.app.screen
+        assert isinstance(screen, RecordingRunScreen)
+        follower = screen.follower
+        assert follower is not None
+        await wait_until(pilot, lambda: bool(screen.swaps) and follower.history_pid is not None, "the history child")
+        pid = follower.history_pid
+        assert pid is not None and len(screen.swaps) == 1 and not gone(pid)  # the preview shows, the child reads
+        await pilot.app.pop_screen()
+        await pilot.pause(0.1)
+        follower.join(10)
+        assert not follower.alive and gone(pid) and follower.history_error is None

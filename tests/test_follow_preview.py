@@ -1,13 +1,17 @@
-"""Opening a big event log in two stages: a preview (head, sampled middle, tail), then the exact history.
+"""Opening a big event log in two stages: a preview (head, sampled middle, tail), then the exact history,
+read by a child process (vega_tui/history_worker.py) or, when that fails, in the follower thread.
 
 The logs are written by the real `EventWriter`; the preview plan is shrunk so that a ~2 MB log counts as big.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import queue
+import signal
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,6 +21,7 @@ import pytest
 from trainer_core.eventlog import EventWriter, follow_from, parse_lines, read_all
 from trainer_core.protocol import Event
 from vega_tui.follow import EventFollower
+from vega_tui.history_worker import EXIT_PARENT_GONE, PROGRESS, HistoryChild, HistoryFailed, HistoryRequest
 from vega_tui.preview import PreviewPlan, read_preview, wants_preview
 from vega_tui.store import RunState, RunStore
 
@@ -78,6 +83,32 @@ def big_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
     write_run(path)
     assert path.stat().st_size > 4 * PLAN.min_bytes
     return path
+
+
+def write_long_run(path: Path, steps: int) -> None:
+    """A finished run with many step lines, written fast (plain json.dumps): the child takes ~1 s to read it."""
+    write_run(path, steps=1)
+    seq, t = len(path.read_bytes().splitlines()), time.time()
+    with open(path, "a", encoding="utf-8") as handle:
+        for step in range(2, steps + 1):
+            handle.write(json.dumps({"v": 1, "seq": seq, "t": t + step, **step_event(step)}) + "\n")
+            seq += 1
+
+
+@pytest.fixture(scope="module")
+def long_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("long") / "run" / "events.jsonl"
+    path.parent.mkdir()
+    write_long_run(path, 40_000)
+    return path
+
+
+def gone(pid: int) -> bool:
+    """True when no process (zombies aside) has `pid`."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1].startswith("Z")
+    except (FileNotFoundError, IndexError):
+        return True
 
 
 def exact_store(path: Path) -> RunStore:
@@ -150,7 +181,8 @@ def test_follow_from_and_parse_lines(tmp_path: Path) -> None:
 class Screen:
     """What a screen does with the follower's callbacks, applied in their order on one thread."""
 
-    def __init__(self, path: Path, on_preview: Callable[[], None] = lambda: None) -> None:
+    def __init__(self, path: Path, on_preview: Callable[[], None] = lambda: None, *, in_child: bool = True,
+                 on_progress: Callable[[EventFollower], None] = lambda follower: None) -> None:
         self.on_preview = on_preview
         self.inbox: queue.Queue[tuple[str, Any]] = queue.Queue()
         self.store: RunStore | None = None
@@ -159,8 +191,9 @@ class Screen:
         self.follower = EventFollower(
             path, lambda events, bad, gaps: self.inbox.put(("batch", events)), poll_interval=0.02, preview=PLAN,
             on_store=self._on_store,
-            on_progress=lambda fraction: self.inbox.put(("progress", fraction)),
+            on_progress=lambda fraction: (self.inbox.put(("progress", fraction)), on_progress(self.follower)),
             make_store=lambda: RunStore(run_dir=path.parent), max_bytes_per_poll=64 * 1024,
+            **({} if in_child else {"history_worker": None}),
         )
 
     def _on_store(self, store: RunStore, exact: bool) -> None:
@@ -248,3 +281,101 @@ def test_no_preview_without_a_store_factory(big_log: Path) -> None:
     finally:
         follower.close()
     assert sum(len(batch) for batch in batches) == len(read_all(big_log))
+
+
+# ------------------------------------------------------------------------------------------------ the child process
+
+
+def read_with(path: Path, in_child: bool, **options: Any) -> Screen:
+    screen = Screen(path, in_child=in_child, **options)
+    try:
+        assert screen.follower.wait_history(60)
+        screen.drain()
+    finally:
+        screen.follower.close()
+    assert screen.follower.error is None
+    return screen
+
+
+def test_the_child_gives_the_same_exact_store_as_the_thread(big_log: Path) -> None:
+    child, thread = read_with(big_log, True), read_with(big_log, False)
+    assert child.follower.history_pid is not None and child.follower.history_error is None
+    assert thread.follower.history_pid is None
+    assert gone(child.follower.history_pid)  # reaped once it delivered
+    (_, from_child), (_, from_thread) = child.stores[-1], thread.stores[-1]
+    assert from_child is child.store and child.stores[-1][0] is True
+    a, b = from_child.state, from_thread.state
+    assert latest(a) == latest(b)
+    assert (a.events_seen, a.malformed_lines, a.seq_gaps) == (b.events_seen, b.malformed_lines, b.seq_gaps)
+    assert {name: s.points() for name, s in a.series.items()} == {name: s.points() for name, s in b.series.items()}
+    assert list(a.logs) == list(b.logs) and a.checkpoints == b.checkpoints and a.markers == b.markers
+    assert child.progress and all(0.0 <= p <= 1.0 for p in child.progress)
+
+
+def test_a_killed_child_falls_back_to_reading_in_the_thread(long_log: Path) -> None:
+    """A real crash (SIGKILL, as from the OOM killer) mid-read: the thread reads the history, the preview stays."""
+    killed: list[int] = []
+
+    def kill_child(follower: EventFollower) -> None:  # on the first progress, from the follower thread
+        if not killed and follower.history_pid is not None:
+            killed.append(follower.history_pid)
+            os.kill(follower.history_pid, signal.SIGKILL)
+
+    screen = read_with(long_log, True, on_progress=kill_child)
+    assert killed and gone(killed[0])
+    error = screen.follower.history_error
+    assert error is not None and "killed by signal 9" in error and f"pid {killed[0]}" in error
+    assert [exact for exact, _ in screen.stores] == [False, True]
+    state = screen.store.state
+    assert state.events_seen == len(read_all(long_log)) and state.step == 40_000 and state.status == "finished"
+    warnings = [line.message for line in state.logs if line.kind == "dashboard"]
+    assert warnings == [f"{error}; the history was read in the dashboard"]
+
+
+def test_a_log_replaced_after_its_preview_fails_the_child_and_the_thread_reads_the_new_one(tmp_path: Path) -> None:
+    path = tmp_path / "run" / "events.jsonl"
+    path.parent.mkdir()
+    write_run(path)
+    replacement = tmp_path / "run" / "new.jsonl"
+    write_run(replacement, steps=STEPS // 2)
+    screen = read_with(path, True, on_preview=lambda: os.replace(replacement, path))
+    error = screen.follower.history_error
+    assert error is not None and "exit status 2" in error and "was replaced after its preview" in error
+    exact = screen.stores[-1][1].state
+    assert exact.step == STEPS // 2 and exact.events_seen == len(read_all(path))
+
+
+def test_the_child_exits_when_its_parent_goes(long_log: Path) -> None:
+    """The kernel closes the pipe of a dashboard that is killed; the child notices the EOF and exits at once."""
+    preview = read_preview(long_log, PLAN)
+    assert preview is not None
+    request = HistoryRequest(str(long_log), preview.end, preview.identity, RunStore(), 64 * 1024, 0.02)
+    child = HistoryChild(request)
+    try:
+        deadline = time.monotonic() + 30
+        while not any(kind == PROGRESS for kind, _ in child.poll(0.1)):
+            assert time.monotonic() < deadline, "no progress from the history worker"
+        assert child.process.stdin is not None
+        child.process.stdin.close()  # what the kernel does when the parent dies
+        assert child.process.wait(10) == EXIT_PARENT_GONE  # not 0: it did not read on to the end
+        with pytest.raises(HistoryFailed, match="exit status 3"):
+            while True:
+                child.poll(1)
+    finally:
+        child.close()
+
+
+def test_a_worker_that_cannot_start_falls_back_to_the_thread(big_log: Path, tmp_path: Path) -> None:
+    stores: list[tuple[RunStore, bool]] = []
+    follower = EventFollower(big_log, lambda events, bad, gaps: None, preview=PLAN,
+                             on_store=lambda store, exact: stores.append((store, exact)),
+                             make_store=lambda: RunStore(run_dir=big_log.parent),
+                             history_worker=(str(tmp_path / "no-such-python"), "-m", "vega_tui.history_worker"))
+    try:
+        assert follower.wait_history(30)
+    finally:
+        follower.close()
+    assert follower.error is None and follower.history_pid is None
+    assert follower.history_error is not None and "could not start" in follower.history_error
+    assert [exact for _, exact in stores] == [False, True]
+    assert stores[-1][0].state.events_seen == exact_store(big_log).state.events_seen

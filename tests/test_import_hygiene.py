@@ -20,6 +20,8 @@ LIGHT_MODULES = [
     "vega_tui.screens.run",
     "vega_tui.screens.launch",
     "vega_tui.store",
+    "vega_tui.follow",
+    "vega_tui.history_worker",
     "vega_tui.runner",
     "trainer_core",
     "trainer_core.protocol",

@@ -344,6 +344,8 @@ class EventReader:
     `gaps` (places where `seq` jumped) and `missing` (how many seq numbers those jumps skipped),
     `restarts` (times the file was truncated or replaced and reading began again from byte 0),
     `pending_bytes` (bytes already in the file that a further poll will read: 0 means caught up).
+    With `stop_offset`, bytes from there on are treated as not written yet (reading a history up to a known
+    line end while the file grows).
     """
 
     def __init__(
@@ -354,8 +356,10 @@ class EventReader:
         max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
         start_offset: int = 0,
         identity: tuple[int, int] | None = None,
+        stop_offset: int | None = None,
     ) -> None:
         self.path = Path(path)
+        self.stop_offset = stop_offset
         self.max_bytes_per_poll = max(1, max_bytes_per_poll)
         self.max_line_bytes = max_line_bytes
         self.offset = max(0, start_offset)
@@ -398,7 +402,7 @@ class EventReader:
             if self._was_replaced(handle, info):
                 self._restart()
             self._identity = (info.st_dev, info.st_ino)
-            size = info.st_size
+            size = info.st_size if self.stop_offset is None else min(info.st_size, self.stop_offset)
             if size <= self.offset:
                 self.pending_bytes = 0
                 return b""

@@ -12,20 +12,27 @@ handed over first, then the exact history is read from byte 0 into a fresh store
 over when it reaches the end of the file (`on_progress(fraction)` reports how far it got). Lines appended
 meanwhile go to `on_batch` for the preview store; after the exact store, following goes on from where it
 stopped reading, so no line is lost or applied twice to the store in use.
+
+The exact history is read by a child process (vega_tui/history_worker.py) up to the preview's end, so this
+process's GIL stays free for the UI; this thread only relays its progress and the preview's live lines. If
+the child fails, the history is read in this thread instead (`history_error` says why, and the exact store
+gets a warning line). `VEGA_HISTORY_WORKER=0` in the environment, or `history_worker=None`, reads it here.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
 from trainer_core.eventlog import EventReader, follow_from
 from trainer_core.protocol import Event
-from vega_tui.preview import DEFAULT_PLAN, PreviewPlan, read_preview, wants_preview
+from vega_tui.history_worker import RESULT, WORKER_ARGV, HistoryChild, HistoryFailed, HistoryRequest, HistoryResult
+from vega_tui.preview import DEFAULT_PLAN, Preview, PreviewPlan, read_preview, wants_preview
 from vega_tui.store import RunStore
 
 BatchCallback = Callable[[list[Event], int, int], None]
@@ -33,6 +40,8 @@ BatchCallback = Callable[[list[Event], int, int], None]
 StoreCallback = Callable[[RunStore, bool], None]
 ProgressCallback = Callable[[float], None]
 HISTORY_SWITCH_INTERVAL_S = 0.0005
+# The child that reads a previewed log's exact history; "0" in the environment reads it in the follower thread.
+DEFAULT_HISTORY_WORKER: tuple[str, ...] | None = None if os.environ.get("VEGA_HISTORY_WORKER") == "0" else WORKER_ARGV
 
 
 _slices_lock = threading.Lock()
@@ -76,6 +85,7 @@ class EventFollower:
         make_store: Callable[[], RunStore] | None = None,
         on_progress: ProgressCallback | None = None,
         preview: PreviewPlan | None = DEFAULT_PLAN,
+        history_worker: Sequence[str] | None = DEFAULT_HISTORY_WORKER,
     ) -> None:
         self.path = Path(path)
         self.on_batch = on_batch
@@ -85,6 +95,10 @@ class EventFollower:
         self.on_store, self.make_store, self.on_progress = on_store, make_store, on_progress
         self.preview = preview if on_store is not None and make_store is not None else None
         self.history_seconds: float | None = None  # from opening a previewed log to handing over its exact store
+        self.history_worker = history_worker
+        self.history_pid: int | None = None  # the child reading the exact history, once started
+        self.history_error: str | None = None  # why the child gave no history (then this thread read it)
+        self._child: HistoryChild | None = None
         self.batches = 0
         self.events = 0
         self.error: BaseException | None = None
@@ -103,8 +117,12 @@ class EventFollower:
             self._thread.start()
 
     def stop(self) -> None:
-        """Ask the thread to end; it does so within one poll interval (or after the callback it is in)."""
+        """Ask the thread to end; it does so within one poll interval (or after the callback it is in). A child
+        reading the history is killed now; the thread reaps it."""
         self._stop.set()
+        child = self._child
+        if child is not None:
+            child.kill()
 
     def join(self, timeout: float | None = None) -> None:
         if self._started:
@@ -154,11 +172,61 @@ class EventFollower:
         self.on_store(store, False)
         self._caught_up.set()  # the preview reflects the end of the file: a dead trainer can be judged now
         live = follow_from(self.path, preview.end, preview.identity, max_bytes_per_poll=self.reader.max_bytes_per_poll)
-        with _short_gil_slices():
-            exact = self._read_history(live, preview.size)
+        exact = self._history_in_child(live, preview) if self.history_worker is not None else None
+        if exact is None:  # no child, a failed one, or stopped (then this returns at once)
+            with _short_gil_slices():
+                exact = self._read_history(live, preview.size)
+            if exact is not None and self.history_error is not None:
+                exact.note_dashboard("warning", f"{self.history_error}; the history was read in the dashboard")
         if exact is not None:
             self.history_seconds = time.monotonic() - started
             self.on_store(exact, True)
+
+    def _history_in_child(self, live: EventReader, preview: Preview) -> RunStore | None:
+        """The exact store of the lines before the preview's end, read by a child process; following goes on
+        from there. None when stopped first, or when the child failed (`history_error` says why)."""
+        assert self.make_store is not None and self.history_worker is not None
+        request = HistoryRequest(str(self.path), preview.end, preview.identity, self.make_store(),
+                                 self.reader.max_bytes_per_poll, self.poll_interval)
+        try:
+            child = HistoryChild(request, tuple(self.history_worker))
+        except (OSError, HistoryFailed) as exc:
+            self.history_error = f"history worker {self.history_worker[0]} could not start: {exc}"
+            return None
+        self._child, self.history_pid = child, child.pid
+        try:
+            result = self._wait_for_child(child, live)
+        except HistoryFailed as exc:
+            if not self._stop.is_set():
+                self.history_error = str(exc)
+            return None
+        finally:
+            self._child = None
+            child.close()
+        if result is None:
+            return None
+        self.reader = self._reader_after(result)
+        return result.store
+
+    def _wait_for_child(self, child: HistoryChild, live: EventReader) -> HistoryResult | None:
+        """Relay the child's progress, and the preview's live lines, until its result (None when stopped)."""
+        while not self._stop.is_set():
+            progress = None
+            for kind, payload in child.poll(self.poll_interval):
+                if kind == RESULT:
+                    return payload
+                progress = payload
+            self._deliver_new(live)
+            if progress is not None and self.on_progress is not None:
+                self.on_progress(min(1.0, progress))
+        return None
+
+    def _reader_after(self, result: HistoryResult) -> EventReader:
+        """A reader that goes on from where the child stopped, with its counters (no false seq gap)."""
+        reader = follow_from(self.path, result.end, result.identity, max_bytes_per_poll=self.reader.max_bytes_per_poll)
+        reader.malformed, reader.gaps, reader.missing = result.malformed, result.gaps, result.missing
+        reader.last_seq, reader.last_error = result.last_seq, result.last_error
+        return reader
 
     def _read_history(self, live: EventReader, size: int) -> RunStore | None:
         """Every line from byte 0 into a fresh store (None when stopped first); between slices, lines

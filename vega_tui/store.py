@@ -382,6 +382,10 @@ class RunStore:
         state.malformed_lines, state.seq_gaps = malformed, gaps
         state.version += 1
 
+    def note_dashboard(self, level: str, message: str) -> None:
+        """A line of the dashboard's own (not the trainer's) in the Logs tab, e.g. how the history was read."""
+        self._log(level, "dashboard", message)
+
     def mark_crashed(self, log_tail: list[str]) -> None:
         """The trainer died without a `finished` event: show it as crashed with the end of its trainer.log."""
         state = self.state
