@@ -34,6 +34,8 @@ class ControlState:
 
     def drain(self) -> list[str]:
         """Pending requests in arrival order."""
+        if self._requests.empty():  # the usual case, every step: no exception raised and caught
+            return []
         out: list[str] = []
         while True:
             try:

@@ -29,6 +29,8 @@ SCALING_NAMES = {
     "torch": "loss scaling by torch.amp.GradScaler",
     "vega": "loss scaling by VegaGradScaler",
 }
+# One shared no-op context for fp32 (nullcontext is stateless and re-entrant): none built per step.
+NO_AUTOCAST = contextlib.nullcontext()
 
 
 @functools.lru_cache(maxsize=None)
@@ -111,9 +113,9 @@ class PrecisionPolicy:
         return DTYPES.get(self.name, torch.float32)
 
     def autocast(self) -> AbstractContextManager[Any]:
-        """A fresh context for the forward pass (and loss); a no-op context at fp32."""
+        """The context for the forward pass (and loss): a fresh autocast, or the shared no-op one at fp32."""
         if self.name == "fp32":
-            return contextlib.nullcontext()
+            return NO_AUTOCAST
         return torch.autocast(self.device_type, dtype=self.dtype)
 
     @functools.cached_property

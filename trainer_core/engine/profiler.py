@@ -7,14 +7,50 @@ bracketed with CUDA events and read back only when a breakdown is emitted, so st
 from __future__ import annotations
 
 import time
-from contextlib import contextmanager
-from typing import Iterator
+from typing import Any
 
 import torch
 
 PHASES = ("data", "transfer", "forward", "backward", "optimizer")
 # Bound on CUDA event pairs kept between two breakdowns.
 MAX_PENDING = 4096
+
+
+class HostPhase:
+    """Times one phase with the host clock. Built once and re-entered every step: on a step of a few
+    milliseconds, a fresh context manager per phase is a measurable part of the framework's cost."""
+
+    __slots__ = ("name", "profiler", "_t0")
+
+    def __init__(self, name: str, profiler: StepProfiler) -> None:
+        self.name, self.profiler, self._t0 = name, profiler, 0.0
+
+    def __enter__(self) -> None:
+        self._t0 = time.perf_counter()
+
+    def __exit__(self, exc_type: Any, *_: Any) -> None:
+        if exc_type is None:  # a failed phase (OOM, fault) is not a timing
+            self.profiler.add(self.name, time.perf_counter() - self._t0)
+
+
+class CudaPhase:
+    """Times one phase with a pair of CUDA events, read back only at the next breakdown."""
+
+    __slots__ = ("name", "profiler", "_start")
+
+    def __init__(self, name: str, profiler: StepProfiler) -> None:
+        self.name, self.profiler, self._start = name, profiler, None
+
+    def __enter__(self) -> None:
+        self._start = torch.cuda.Event(enable_timing=True)
+        self._start.record()
+
+    def __exit__(self, exc_type: Any, *_: Any) -> None:
+        if exc_type is None:
+            end = torch.cuda.Event(enable_timing=True)
+            end.record()
+            self.profiler.add_events(self.name, self._start, end)
+        self._start = None
 
 
 class StepProfiler:
@@ -25,21 +61,22 @@ class StepProfiler:
         self._pending: list[tuple[str, torch.cuda.Event, torch.cuda.Event]] = []
         self._steps = 0
         self._last_emit = time.monotonic()
-
-    @contextmanager
-    def phase(self, name: str) -> Iterator[None]:
         # Waiting for data is host time even on a GPU: the device is idle meanwhile.
-        if self.use_cuda_events and name != "data":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            yield
-            end.record()
-            if len(self._pending) < MAX_PENDING:
-                self._pending.append((name, start, end))
-            return
-        t0 = time.perf_counter()
-        yield
-        self._totals[name] += time.perf_counter() - t0
+        cuda = self.use_cuda_events
+        self._phases = {
+            name: CudaPhase(name, self) if cuda and name != "data" else HostPhase(name, self) for name in PHASES
+        }
+
+    def phase(self, name: str) -> HostPhase | CudaPhase:
+        """The context that times phase `name` (one of PHASES); the same object every call."""
+        return self._phases[name]
+
+    def add(self, name: str, seconds: float) -> None:
+        self._totals[name] += seconds
+
+    def add_events(self, name: str, start: torch.cuda.Event, end: torch.cuda.Event) -> None:
+        if len(self._pending) < MAX_PENDING:
+            self._pending.append((name, start, end))
 
     def step_done(self) -> None:
         self._steps += 1

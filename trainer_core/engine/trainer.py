@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Iterator
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,12 +40,14 @@ from trainer_core.engine.profiler import StepProfiler
 from trainer_core.engine.schedule import build_lr_scheduler, set_total_steps
 from trainer_core.engine.telemetry import StepRecord, StepWindow
 from trainer_core.errors import VegaError
-from trainer_core.models.base import Task, batch_to, unwrap_model
+from trainer_core.models.base import Batch, Task, batch_to, unwrap_model
 from trainer_core.profile import Profile
 
 log = logging.getLogger("trainer_core")
 # Non-finite steps in a row, in multiples of train.nonfinite_patience, after which fp32 gives up.
 HOPELESS_PATIENCES = 10
+# The gradient-sync context of a step that averages over ranks as usual (or has no ranks): shared, stateless.
+SYNC_AS_USUAL = nullcontext()
 
 
 @dataclass
@@ -79,6 +82,8 @@ class Trainer(CommandsMixin, EvaluationMixin, CheckpointMixin):
         t = profile.train
         # Under torchrun, DDP: its constructor hands rank 0's initial weights to every rank.
         self.model = wrap_model(task.model.to(device), device, world)
+        # Listed once for clipping: load_state_dict copies into these same Parameter objects, never replaces them.
+        self._params = list(self.model.parameters())
         self.optimizer = torch.optim.AdamW(
             self.model.parameters(), lr=t.lr, betas=t.betas, weight_decay=t.weight_decay,
             fused=device.type == "cuda",
@@ -108,6 +113,8 @@ class Trainer(CommandsMixin, EvaluationMixin, CheckpointMixin):
         self._pending_commands: list[str] = []
         self.started = time.monotonic()
         self._first_step = 0  # where this process started counting (a resumed run starts late)
+        self._batches: Iterator[tuple[Batch, int]] | None = None
+        self._batches_at: tuple[int, int, int] | None = None  # (epoch, micro_batch, item) _batches is at
 
     # ------------------------------------------------------------------ planning
 
@@ -280,53 +287,58 @@ class Trainer(CommandsMixin, EvaluationMixin, CheckpointMixin):
 
     def _attempt_step(self) -> StepOutcome:
         s, t0 = self.state, time.perf_counter()
-        step_no = s.step + 1
+        step_no, accum, profiler = s.step + 1, s.grad_accum, self.profiler
         self.optimizer.zero_grad(set_to_none=True)
-        batches = iter(self.task.train_batches(s.epoch, s.micro_batch, start_item=s.item))
-        total = torch.zeros((), device=self.device)
-        parts: dict[str, torch.Tensor] = {}
+        batches = self._train_batches()
+        rows: list[list[torch.Tensor]] = []  # per micro-batch: the loss as stepped, then the task's loss parts
         items = data_s = 0
-        for micro in range(s.grad_accum):
+        for micro in range(accum):
             d0 = time.perf_counter()
-            with self.profiler.phase("data"):
+            with profiler.phase("data"):
                 batch, n = next(batches)
             data_s += time.perf_counter() - d0
-            with self.profiler.phase("transfer"):
+            with profiler.phase("transfer"):
                 batch = batch_to(batch, self.device, non_blocking=self.device.type == "cuda")
-            with self._gradient_sync(last=micro == s.grad_accum - 1):
-                with self.profiler.phase("forward"), self.precision.autocast():
+            with self._gradient_sync(last=micro == accum - 1):
+                with profiler.phase("forward"), self.precision.autocast():
                     self.faults.before_forward(step_no)
                     losses = self.task.compute_losses(self.model, batch)
-                    loss = self.faults.poison_loss(step_no, losses["total"]) / s.grad_accum
-                with self.profiler.phase("backward"):
-                    self.precision.scaler.scale(loss).backward()
-            total += loss.detach().float()
-            for name, value in losses.items():
-                parts[name] = parts.get(name, 0.0) + value.detach().float() / s.grad_accum
+                    loss = self.faults.poison_loss(step_no, losses["total"])
+                    # Gradients average over the micro-batches; a division by 1 would only add a graph node.
+                    scaled = loss / accum if accum > 1 else loss
+                with profiler.phase("backward"):
+                    self.precision.scaler.scale(scaled).backward()
+            rows.append([loss, *losses.values()])
             items += n
-        outcome = self._optimizer_step(total, parts, items)
+        outcome = self._optimizer_step(rows, list(losses), items)
         s.item += items
+        self._batches_at = (s.epoch, s.micro_batch, s.item)
         self._data_s, self._step_s = data_s, time.perf_counter() - t0
         return outcome
+
+    def _train_batches(self) -> Iterator[tuple[Batch, int]]:
+        """The batch iterator, kept from step to step while the loop's position is where it left off; a new one
+        after a new epoch, a resume, a halved micro-batch or a step that failed half-way."""
+        s = self.state
+        if self._batches is None or self._batches_at != (s.epoch, s.micro_batch, s.item):
+            self._batches = iter(self.task.train_batches(s.epoch, s.micro_batch, start_item=s.item))
+        self._batches_at = None  # until this step completes, the iterator is ahead of the loop's position
+        return self._batches
 
     def _gradient_sync(self, last: bool):
         """DDP averages gradients over ranks on the last micro-batch of a step only (no_sync on the others)."""
         if self.world.active and not last:
             return self.model.no_sync()
-        return nullcontext()
+        return SYNC_AS_USUAL
 
-    def _optimizer_step(self, total: torch.Tensor, parts: dict, items: int) -> StepOutcome:
+    def _optimizer_step(self, rows: list[list[torch.Tensor]], names: list[str], items: int) -> StepOutcome:
         scaler = self.precision.scaler
         lr = self.optimizer.param_groups[0]["lr"]
         with self.profiler.phase("optimizer"):
             scaler.unscale_(self.optimizer)
             clip = self.profile.train.grad_clip or float("inf")
-            grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip)
-            # Every rank reports (and judges finiteness by) the mean loss over ranks, so their decisions agree.
-            losses = mean_over_ranks(torch.stack([total, *[p.float() for p in parts.values()]]), self.world)
-            # The one sync point per step: loss and grad norm come to the host together.
-            values = torch.cat([losses[:1], grad_norm.float().reshape(1), losses[1:]]).tolist()
-            loss, norm = values[0], values[1]
+            grad_norm = torch.nn.utils.clip_grad_norm_(self._params, clip)
+            loss, norm, parts = self._read_step_values(rows, grad_norm)
             finite = math.isfinite(loss) and math.isfinite(norm)
             if finite or scaler.is_enabled():
                 scaler.step(self.optimizer)  # a scaler skips the step itself on inf/NaN gradients
@@ -335,7 +347,25 @@ class Trainer(CommandsMixin, EvaluationMixin, CheckpointMixin):
                 self.scheduler.step()
                 self.state.step += 1
         self.profiler.step_done()
-        return StepOutcome(finite, loss, dict(zip(parts, values[2:])), norm, items, lr)
+        return StepOutcome(finite, loss, dict(zip(names, parts)), norm, items, lr)
+
+    def _read_step_values(self, rows: list[list[torch.Tensor]], grad_norm: torch.Tensor) -> tuple[float, float, list[float]]:
+        """(loss, grad norm, loss parts) of the step, each loss the mean over its micro-batches.
+
+        The step's one sync point: every micro-batch's losses and the gradient norm reach the host in a single
+        `tolist()` and are averaged there, so the loss parts cost no tensor ops of their own on the device.
+        """
+        flat = [value for row in rows for value in row]
+        with torch.no_grad():
+            if self.world.active:
+                # Every rank reports (and judges finiteness by) the mean loss over ranks, so their decisions agree.
+                losses = mean_over_ranks(torch.stack(flat).float(), self.world)
+                values = torch.cat([losses, grad_norm.float().reshape(1)]).tolist()
+            else:
+                values = torch.stack([*flat, grad_norm]).float().tolist()
+        norm, width = values.pop(), len(rows[0])
+        means = [sum(values[i::width]) / len(rows) for i in range(width)]
+        return means[0], norm, means[1:]
 
     def _recover_from_oom(self, message: str) -> None:
         s = self.state
