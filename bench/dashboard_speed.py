@@ -590,8 +590,10 @@ def report_history(result: common.Result, term: Terminal, lines: int, presses: i
             result.notes.append(f"history read {where}: it was done before the first key press")
             continue
         worst, median, after = max(latencies), common.median(latencies), keys["after"]
+        # The thread path is the fallback, shown for comparison: only the default path carries the target.
+        target, met = ("", None) if in_thread else ("< 100 ms", worst < 0.1)
         result.add(f"key-press latency while the exact history of the {label} is read {where}, worst of "
-                   f"{len(latencies)}", 1e3 * worst, "ms", "< 100 ms", worst < 0.1,
+                   f"{len(latencies)}", 1e3 * worst, "ms", target, met,
                    f"median {1e3 * median:.0f} ms; {ms_list(latencies)}; the same keys after the history: median "
                    f"{1e3 * common.median(after):.0f} ms, {ms_list(after)}")
         result.add(f"exact history of the {label} swapped in, read {where}", history_s, "s",

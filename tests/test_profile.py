@@ -401,3 +401,11 @@ def test_every_field_has_a_description() -> None:
 def test_path_fields_exist_in_the_schema() -> None:
     for section, key in PATH_FIELDS:
         assert key in Profile.model_fields[section].annotation.model_fields
+
+
+def test_tf32_is_on_by_default_and_a_non_bool_names_the_field() -> None:
+    write("p.toml", "[train]\nbatch_size = 4\n")
+    assert load_profile("p.toml").train.tf32 is True
+    assert load_profile("p.toml", ["train.tf32=false"]).train.tf32 is False
+    write("bad.toml", "[train]\ntf32 = \"maybe\"\n")
+    assert "train.tf32" in error_of("bad.toml")

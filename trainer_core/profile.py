@@ -87,6 +87,9 @@ class TrainSection(Section):
     precision: Literal["auto", "fp32", "fp16", "bf16"] = Field(
         "auto", description="auto: bf16/fp16 mixed precision on accelerators, fp32 on CPU."
     )
+    tf32: bool = Field(
+        True, description="CUDA (Ampere and newer): fp32 matmuls use TF32 tensor cores; off for bit-exact fp32."
+    )
     eval_every_steps: int | None = Field(None, ge=1, description="Validate every N steps (default: each epoch).")
     validate_at_start: bool = Field(
         False, description="Validate once before the first step: a baseline for the validation curve."

@@ -49,7 +49,11 @@ def build_trainer(plan: TrainPlan, hub: EventHub, control: ControlState, run_dir
         "device_selected", mode=p.compute.mode, device=d.device, reason=d.reason, fallback=d.fallback,
         precision=precision.name,
     )
-    log.info("precision: %s; torch %s", precision.describe(), torch.__version__)
+    if device.type == "cuda":
+        # TF32 only changes fp32 matmuls/convolutions; mixed-precision steps are unaffected.
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = p.train.tf32
+    log.info("precision: %s%s; torch %s", precision.describe(),
+             f"; TF32 {'on' if p.train.tf32 else 'off'}" if device.type == "cuda" else "", torch.__version__)
     task = build_task(
         p, plan.data, device, preload_where=plan.preload_where,
         progress=lambda fields: hub.emit("preload_progress", **fields),
