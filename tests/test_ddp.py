@@ -228,7 +228,8 @@ def wait_for_control(run_dir: Path, timeout: float = 60.0) -> None:
 def test_two_gloo_ranks_train_stop_resume_and_end_identical(trainers: TrainerLauncher) -> None:
     runs_root = trainers.root / "runs"
     whole = start_plain_torchrun(trainers, runs_root)
-    split = trainers.start("split", DDP_SETTINGS, *MIXED, env={**NO_GPU, "VEGA_FAULT_STEP_SLEEP_S": "0.05"})
+    # Slow steps give the stop room to land before the last step, even on a loaded machine.
+    split = trainers.start("split", DDP_SETTINGS, *MIXED, env={**NO_GPU, "VEGA_FAULT_STEP_SLEEP_S": "0.25"})
     split.wait_for_step(8)
     wait_for_control(split.run_dir)
     assert runner.send(split.run_dir, "stop").ok
