@@ -253,7 +253,8 @@ def test_a_process_younger_than_the_hello_is_not_the_trainer(tmp_path: Path, wor
         write_hello(tmp_path / "old", probe.pid, time.time() - 3600)
         assert runner.trainer_pid(tmp_path / "old") is None
         write_hello(tmp_path / "new", probe.pid, time.time())  # the same process, hello after its start
-        assert runner.trainer_pid(tmp_path / "new") == probe.pid
+        assert runner.trainer_pid(tmp_path / "new") == probe.pid, (  # says why, should it ever fail again
+            f"probe alive: {probe.alive()}; its log: {runner.log_tail(probe.run_dir, lines=5)}")
     finally:
         probe.popen.kill()
         probe.wait(30)
