@@ -2,7 +2,7 @@
 
     bench/run_all                 every benchmark with its documented settings (under 30 minutes)
     bench/run_all --tiny          every benchmark once on smoke settings (what tests/test_bench.py runs)
-    bench/run_all --only preload,dashboard
+    bench/run_all --only preload,dashboard   rerun those; the other sections of the document are kept
     bench/run_all --render-only   rewrite the document from the JSON results already in --out
 
 Each benchmark runs as its own process (`python bench/<script>.py ...`), one after the other, the
@@ -77,7 +77,7 @@ def main() -> int:
     run_info = {"tiny": args.tiny, "ran": ran, "seconds": time.monotonic() - started, "load_start": load,
                 "load_end": common.load_average(), "date": dt.datetime.now().astimezone().isoformat(timespec="seconds"),
                 "command": " ".join(["bench/run_all", *sys.argv[1:]]), "out": args.out}
-    write_doc(args.doc, render(args.out, run_info))
+    write_doc(args.doc, render(args.out, run_info, generated_part(args.doc)))
     print(f"[run_all] wrote {args.doc}" + (f"; failed: {', '.join(failures)}" if failures else ""))
     return 1 if failures else 0
 
@@ -96,6 +96,12 @@ def parse_args() -> argparse.Namespace:
 # The document
 
 
+def generated_part(path: Path) -> str:
+    """The text between the markers of an existing document ("" when there is none)."""
+    text = path.read_text(encoding="utf-8") if path.is_file() else ""
+    return text.partition(START)[2].partition(END)[0] if START in text and END in text else ""
+
+
 def write_doc(path: Path, generated: str) -> None:
     """Replace the part between the markers (or create the document around it), keeping everything else."""
     block = f"{START}\n{generated.rstrip()}\n{END}"
@@ -110,12 +116,48 @@ def write_doc(path: Path, generated: str) -> None:
     path.write_text(text, encoding="utf-8")
 
 
-def render(out: Path, run_info: dict) -> str:
-    results = sorted((common.load_result(p) for p in out.glob("*.json")), key=lambda r: r.title)
-    lines = [*render_header(results, run_info), *render_summary(results)]
-    for result in results:
-        lines += render_section(result)
+def render(out: Path, run_info: dict, earlier: str = "") -> str:
+    """The generated part: sections of the results in `out`, plus the sections of `earlier` (the document's
+    previous generated part) whose benchmark has no result file now, so `--only X` rewrites X alone."""
+    results = sorted((common.load_result(p) for p in out.glob("*.json")), key=lambda r: title_order(r.title))
+    kept_sections, kept_rows = earlier_sections(earlier, {r.title for r in results})
+    rows = [(r.title, row) for r in results for row in summary_rows(r)] + kept_rows
+    sections = [(r.title, render_section(r)) for r in results] + list(kept_sections.items())
+    lines = render_header(results, run_info)
+    if kept_sections:
+        lines += ["Kept from earlier runs (no result file this time): " + ", ".join(kept_sections) + ".", ""]
+    lines += [*SUMMARY_HEAD, *(row for _, row in sorted(rows, key=lambda x: title_order(x[0]))), ""]
+    for _, section in sorted(sections, key=lambda x: title_order(x[0])):
+        lines += section
     return "\n".join(lines) + "\n"
+
+
+def title_order(title: str) -> tuple[int, str]:
+    """Sections sort by their leading number ("10. X" after "9. Y"), then by name."""
+    number, _, _ = title.partition(".")
+    return (int(number), title) if number.isdigit() else (10**6, title)
+
+
+def earlier_sections(block: str, fresh: set[str]) -> tuple[dict[str, list[str]], list[tuple[str, str]]]:
+    """From a previous generated part: its sections (title -> lines) and summary rows (title, row), leaving out
+    the titles in `fresh` and the per-run header, which are rendered anew."""
+    sections: dict[str, list[str]] = {}
+    rows: list[tuple[str, str]] = []
+    title = ""
+    for line in block.splitlines():
+        if line.startswith("### "):
+            title = line[4:].strip()
+            if title != SUMMARY_TITLE and title not in fresh:
+                sections[title] = []
+        elif line.startswith("## "):
+            title = ""
+        if title == SUMMARY_TITLE:
+            cell = line.split("|")[1].strip() if line.startswith("| ") else ""
+            if cell and cell != "section" and cell not in fresh:
+                rows.append((cell, line))
+        elif title in sections:
+            sections[title].append(line)
+    return sections, rows
 
 
 def render_header(results: list[common.Result], run_info: dict) -> list[str]:
@@ -158,14 +200,13 @@ def met_text(met: bool | None) -> str:
     return {True: "yes", False: "**no**", None: ""}[met]
 
 
-def render_summary(results: list[common.Result]) -> list[str]:
-    lines = ["### Targets at a glance", "", "| section | figure | value | target | met? |", "|---|---|---|---|---|"]
-    for result in results:
-        for f in result.figures:
-            if f.target:
-                lines.append(f"| {result.title} | {f.name} | {common.format_value(f.value, f.unit)} | {f.target} | "
-                             f"{met_text(f.met)} |")
-    return [*lines, ""]
+SUMMARY_TITLE = "Targets at a glance"
+SUMMARY_HEAD = [f"### {SUMMARY_TITLE}", "", "| section | figure | value | target | met? |", "|---|---|---|---|---|"]
+
+
+def summary_rows(result: common.Result) -> list[str]:
+    return [f"| {result.title} | {f.name} | {common.format_value(f.value, f.unit)} | {f.target} | {met_text(f.met)} |"
+            for f in result.figures if f.target]
 
 
 def render_section(result: common.Result) -> list[str]:

@@ -108,3 +108,27 @@ def test_run_all_rejects_an_unknown_benchmark(tmp_path: Path) -> None:
     done = subprocess.run(argv, cwd=REPO, env=bench_env(tmp_path), capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
     assert "unknown benchmark name" in done.stderr and "preload" in done.stderr
+
+
+def test_render_keeps_sections_whose_results_are_absent(tmp_path: Path) -> None:
+    """`--only X` on a fresh clone has X's result alone: the other sections and their summary rows stay."""
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "a.json").write_text(json.dumps(sample_result("a", "1. First", 6.0, True)))
+    (results / "b.json").write_text(json.dumps(sample_result("b", "2. Second", 1.5, False)))
+    doc = tmp_path / "benchmarks.md"
+    argv = [str(BENCH / "run_all"), "--render-only", "--out", str(results), "--doc", str(doc)]
+    env = bench_env(tmp_path)
+    assert subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=60).returncode == 0
+    (results / "b.json").unlink()
+    (results / "a.json").write_text(json.dumps(sample_result("a", "1. First", 7.0, True)))
+    (results / "c.json").write_text(json.dumps(sample_result("c", "10. Tenth", 9.0, True)))
+    done = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    text = doc.read_text()
+    assert "| 1. First | a ratio | 7 x | >= 5x | yes |" in text and "| 1. First | a ratio | 6 x" not in text
+    assert "| 2. Second | b ratio | 1.5 x | >= 5x | **no** |" in text, "the absent benchmark's summary row is kept"
+    assert "`.venv/bin/python bench/b.py --x 1`" in text, "the absent benchmark's section is kept"
+    assert "Kept from earlier runs (no result file this time): 2. Second." in text
+    order = [text.index(f"### {title}") for title in ("1. First", "2. Second", "10. Tenth")]
+    assert order == sorted(order), "sections sort by their number, 10 after 2"
