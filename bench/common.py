@@ -21,6 +21,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -429,6 +430,33 @@ def espeak_path() -> str | None:
     return shutil.which("espeak-ng")
 
 
+def espeak_speaker() -> Callable[[str, str, int], tuple[Any, int]] | None:
+    """speak(text, voice, words per minute) -> (float32 wave, rate) from espeak-ng's library (the wheel), else
+    from the espeak-ng program; None when neither is there."""
+    import numpy as np
+
+    from trainer_core.models.espeak_library import library_or_reason
+
+    library, _ = library_or_reason()
+    if library is not None:
+        def speak_library(text: str, voice: str, wpm: int) -> tuple[Any, int]:
+            pcm = np.frombuffer(library.speak(text, voice, wpm), dtype=np.int16)
+            return pcm.astype(np.float32) / 32768.0, library.sample_rate
+        return speak_library
+    exe = espeak_path()
+    if exe is None:
+        return None
+
+    def speak_program(text: str, voice: str, wpm: int) -> tuple[Any, int]:
+        import soundfile as sf
+
+        with tempfile.TemporaryDirectory() as folder:
+            raw = Path(folder) / "speech.wav"
+            subprocess.run([exe, "-v", voice, "-s", str(wpm), "-w", str(raw), text], check=True, capture_output=True)
+            return sf.read(str(raw), dtype="float32")
+    return speak_program
+
+
 def corpus_sentences(count: int, min_chars: int = 40, max_chars: int = 140) -> list[str]:
     """`count` distinct sentences from the bundled demo text, in file order (deterministic)."""
     import re
@@ -457,30 +485,29 @@ def espeak_voice_corpus(folder: Path, count: int, sample_rate: int = 44100) -> P
     done = folder / "metadata.csv"
     if done.is_file() and len(done.read_text(encoding="utf-8").splitlines()) == count:
         return folder
-    exe = espeak_path()
-    if exe is None:
-        raise RuntimeError("espeak-ng is not installed (apt-get install espeak-ng): cannot generate the voice corpus")
+    speak = espeak_speaker()
+    if speak is None:
+        raise RuntimeError("espeak-ng is not available (pip install espeakng-loader, or apt-get install espeak-ng): "
+                           "cannot generate the voice corpus")
     wavs = folder / "wavs"
     wavs.mkdir(parents=True, exist_ok=True)
     lines = []
     for number, sentence in enumerate(corpus_sentences(count)):
         item = f"bench{number:04d}"
-        _speak(exe, sentence, wavs / f"{item}.wav", voice="en-us" if number % 2 == 0 else "en-gb",
+        _save_speech(speak, sentence, wavs / f"{item}.wav", voice="en-us" if number % 2 == 0 else "en-gb",
                speed=150 + 5 * (number % 6), sample_rate=sample_rate)
         lines.append(f"{item}|{sentence}")
     done.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return folder
 
 
-def _speak(exe: str, text: str, path: Path, voice: str, speed: int, sample_rate: int) -> None:
+def _save_speech(speak: Callable[[str, str, int], tuple[Any, int]], text: str, path: Path, voice: str, speed: int,
+                 sample_rate: int) -> None:
     import numpy as np
     import soundfile as sf
     import soxr
 
-    raw = path.with_suffix(".espeak.wav")
-    subprocess.run([exe, "-v", voice, "-s", str(speed), "-w", str(raw), text], check=True, capture_output=True)
-    wave, rate = sf.read(str(raw), dtype="float32")
-    raw.unlink()
+    wave, rate = speak(text, voice, speed)
     if rate != sample_rate:
         wave = soxr.resample(wave, rate, sample_rate, quality="HQ")
     sf.write(str(path), np.clip(wave, -1.0, 1.0), sample_rate, subtype="PCM_16")

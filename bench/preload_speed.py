@@ -161,8 +161,9 @@ def main() -> int:
     repeats = args.repeats or (1 if args.tiny else 3)
     started = time.monotonic()
     result = common.start_result("preload", "3. Preloading", {"files": files, "repeats": repeats, "profile": PROFILE})
-    if common.espeak_path() is None:
-        result.skipped = "espeak-ng is not installed (apt-get install espeak-ng); the voice folder cannot be generated"
+    if common.espeak_speaker() is None:
+        result.skipped = ("espeak-ng is not available (pip install espeakng-loader, or apt-get install espeak-ng); "
+                          "the voice folder cannot be generated")
         common.finish_result(result, started, args.out)
         return 0
     voice = common.espeak_voice_corpus(common.DATA / f"voice-{files}", files)

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 
 import numpy as np
 import pytest
 import soundfile
 import torch
 
-from trainer_core.models.text_frontend import PAD_ID, UNK_ID, EspeakError, TextEncoder, normalize_text
+from trainer_core.models.text_frontend import PAD_ID, UNK_ID, TextEncoder, normalize_text
 from trainer_core.models.tts import AcousticModel, TtsConfig, build_tts_model
 from trainer_core.profile import AudioSection
 from trainer_core.vocoder import mel_to_audio, write_wav
@@ -194,27 +193,7 @@ def test_damaged_encoder_state_is_a_clear_error() -> None:
         TextEncoder.from_symbol_codes([5, 6, 7], "chars", True, "en-us")
 
 
-@pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng is not installed")
-def test_phonemes_come_from_espeak_and_any_text_is_safe() -> None:
-    encoder = TextEncoder.build(["Hello world.", "-v de"], units="phonemes", espeak_voice="en-us")
-    assert encoder.units == "phonemes"
-    ipa = encoder.decode(encoder.encode("Hello world."))
-    assert "h" in ipa and "ˈ" in ipa, ipa
-    assert encoder.encode("-v de"), "text that looks like an option is spoken, not parsed"
-    assert encoder.encode("hello"), "unseen text is phonemized on demand"
-
-
-@pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng is not installed")
-def test_an_unknown_espeak_voice_is_a_clear_error() -> None:
-    with pytest.raises(EspeakError, match="tts.espeak_voice"):
-        TextEncoder.build(["hello"], units="phonemes", espeak_voice="qqq")
-
-
-def test_phonemes_without_espeak_say_how_to_install_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("PATH", "/nonexistent")
-    with pytest.raises(EspeakError, match="apt install espeak-ng"):
-        TextEncoder.build(["hello"], units="phonemes")
-    assert TextEncoder.build(["hello"], units="auto").units == "chars", "auto falls back to characters"
+# Phoneme tests (library and program backends): tests/test_text_frontend.py.
 
 
 # ------------------------------------------------------------------------------------------------ vocoder

@@ -160,8 +160,13 @@ class SampleSection(Section):
 class TtsSection(Section):
     text_units: Literal["chars", "phonemes", "auto"] = Field(
         "chars",
-        description="TTS input: chars, phonemes (IPA from espeak-ng, which must be installed), "
-        "or auto (phonemes when espeak-ng is installed, else chars).",
+        description="TTS input: chars, phonemes (IPA from espeak-ng), or auto (phonemes when an espeak-ng "
+        "backend works, else chars).",
+    )
+    espeak_backend: Literal["auto", "library", "binary"] = Field(
+        "auto",
+        description="Where phonemes come from: library (espeak-ng from the espeakng-loader wheel, in-process), "
+        "binary (the espeak-ng program on PATH), or auto (the library when it loads, else the program).",
     )
     lowercase: bool = Field(True, description="Lowercase transcripts before encoding them (characters only).")
     espeak_voice: str = Field(

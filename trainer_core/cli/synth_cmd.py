@@ -117,7 +117,8 @@ def load_from_checkpoint(path: Path, device: str = "cpu") -> Synthesiser:
     codes = [int(c) for c in weights["text_symbols"].tolist()]
     phonemes = "text_phonemes" in weights and int(weights["text_phonemes"]) == 1
     t = profile.tts
-    encoder = TextEncoder.from_symbol_codes(codes, "phonemes" if phonemes else "chars", t.lowercase, t.espeak_voice)
+    units = "phonemes" if phonemes else "chars"
+    encoder = TextEncoder.from_symbol_codes(codes, units, t.lowercase, t.espeak_voice, t.espeak_backend)
     model = AcousticModel(TtsConfig.from_profile(profile, len(codes)), codes, phonemes)
     check_model_compatible(model, weights)
     model.load_state_dict(weights)

@@ -6,12 +6,18 @@ optionally lowercased, and whitespace runs become one space. The vocabulary is a
 so a Cyrillic or Japanese corpus gets its own letters. Id 0 is padding, id 1 stands for any
 symbol the vocabulary does not hold (an unseen character at inference).
 
-`tts.text_units = "auto"` picks phonemes when espeak-ng is installed, else characters; the choice is
+`tts.text_units = "auto"` picks phonemes when an espeak-ng backend works, else characters; the choice is
 recorded in the encoder state (and in the model's `text_phonemes` buffer), never re-decided later.
 
-Phonemes: `espeak-ng -q --ipa -v <voice>` turns text into IPA (one symbol per code point: stress
-marks and length marks are symbols of their own). The text goes to espeak-ng on stdin, never
-through a shell or the argument list, so no transcript can be read as an option.
+Phonemes come from espeak-ng, through one of two backends (`tts.espeak_backend`):
+- "library": libespeak-ng and its voice data from the `espeakng-loader` wheel, called in-process
+  (`trainer_core.models.espeak_library`). A plain `pip install` provides it, so it is the default.
+- "binary": the `espeak-ng` program (`-q --ipa -v <voice>`), for platforms the wheel does not cover. The text
+  goes to it on stdin, never through a shell or the argument list, so no transcript can be read as an option.
+"auto" takes the library when it loads, else the binary. Both print IPA one clause at a time (stress and
+length marks are symbols of their own); clauses are joined by one space. With the same voice data both
+give the same phonemes (tested); espeak-ng releases differ in a few dictionary words, so the encoder state
+records the backend and espeak-ng version that made a voice's vocabulary.
 
 `state_dict()` holds only plain types; it goes into checkpoints (via the model) and config.json.
 """
@@ -28,6 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal
 
 from trainer_core.errors import ProfileError, VegaError
+from trainer_core.models.espeak_library import EspeakLibraryError, library_or_reason
 
 TextUnits = Literal["chars", "phonemes"]
 
@@ -53,33 +60,93 @@ def normalize_text(text: str, lowercase: bool) -> str:
     return _WHITESPACE.sub(" ", text).strip()
 
 
+EspeakBackend = Literal["library", "binary"]
+INSTALL_HINT = (
+    "pip install espeakng-loader (the library and voice data as a wheel), or the espeak-ng program "
+    "(Debian/Ubuntu: apt install espeak-ng; macOS: brew install espeak-ng)"
+)
+
+
 def espeak_path() -> str:
     """The espeak-ng executable, or a clear error saying how to get it."""
     path = shutil.which("espeak-ng")
     if path is None:
         raise EspeakError(
-            "tts.text_units = \"phonemes\" needs espeak-ng, which is not installed "
+            "tts.espeak_backend = \"binary\" needs the espeak-ng program, which is not on PATH "
             "(Debian/Ubuntu: apt install espeak-ng; macOS: brew install espeak-ng), "
-            "or set tts.text_units = \"chars\""
+            "or use tts.espeak_backend = \"library\" (pip install espeakng-loader)"
         )
     return path
 
 
-def resolve_units(requested: str) -> TextUnits:
-    """The units to use for a `tts.text_units` setting: "auto" is phonemes when espeak-ng is installed."""
+def espeak_backend(preference: str = "auto") -> EspeakBackend:
+    """The backend to phonemize with for a `tts.espeak_backend` setting, or EspeakError saying what to install."""
+    if preference not in ("auto", "library", "binary"):
+        raise ProfileError(f"tts.espeak_backend = {preference!r}: expected \"auto\", \"library\" or \"binary\"")
+    if preference in ("auto", "library"):
+        library, why_not = library_or_reason()
+        if library is not None:
+            return "library"
+        if preference == "library":
+            raise EspeakError(f"tts.espeak_backend = \"library\": {why_not}")
+    if preference == "binary" or shutil.which("espeak-ng"):
+        espeak_path()
+        return "binary"
+    raise EspeakError(
+        f"tts.text_units = \"phonemes\" needs espeak-ng: {INSTALL_HINT}; or set tts.text_units = \"chars\""
+    )
+
+
+def espeak_version(backend: EspeakBackend) -> str:
+    """The espeak-ng release behind `backend` ("unknown" when the program does not say)."""
+    if backend == "library":
+        library, _ = library_or_reason()
+        return library.version if library is not None else "unknown"
+    try:
+        out = subprocess.run([espeak_path(), "--version"], capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+    found = re.search(r"(\d+\.\d+(?:\.\d+)?)", out.stdout)
+    return found.group(1) if found else "unknown"
+
+
+def resolve_units(requested: str, backend: str = "auto") -> TextUnits:
+    """The units for a `tts.text_units` setting: "auto" is phonemes when an espeak-ng backend works."""
     if requested == "auto":
-        return "phonemes" if shutil.which("espeak-ng") else "chars"
+        try:
+            espeak_backend(backend)
+        except EspeakError:
+            return "chars"
+        return "phonemes"
     if requested not in ("chars", "phonemes"):
         raise ProfileError(f"tts.text_units = {requested!r}: expected \"chars\", \"phonemes\" or \"auto\"")
     return requested  # type: ignore[return-value]
 
 
-def phonemize(text: str, voice: str) -> str:
-    """IPA for `text` from espeak-ng; clauses (one output line each) are joined by a space."""
+def phonemize(text: str, voice: str, backend: EspeakBackend = "library", data_path: str | None = None) -> str:
+    """IPA for `text` in `voice`; clauses joined by a space. `data_path` points the binary at other voice data."""
+    if backend == "library":
+        clauses = _library_clauses(text, voice)
+    else:
+        clauses = _binary_clauses(text, voice, data_path)
+    return _WHITESPACE.sub(" ", " ".join(clauses)).strip()
+
+
+def _library_clauses(text: str, voice: str) -> list[str]:
+    library, why_not = library_or_reason()
+    if library is None:
+        raise EspeakError(f"the espeak-ng library is not available: {why_not}")
+    try:
+        return library.phonemize(text, voice)
+    except EspeakLibraryError as exc:
+        raise EspeakError(f"espeak-ng failed with voice {voice!r} (tts.espeak_voice) on {text[:60]!r}: {exc}") from exc
+
+
+def _binary_clauses(text: str, voice: str, data_path: str | None) -> list[str]:
+    argv = [espeak_path(), "-q", "--ipa", "-v", voice, *([f"--path={data_path}"] if data_path else [])]
     try:
         result = subprocess.run(
-            [espeak_path(), "-q", "--ipa", "-v", voice],
-            input=text, capture_output=True, text=True, encoding="utf-8", timeout=ESPEAK_TIMEOUT_S, check=False,
+            argv, input=text, capture_output=True, text=True, encoding="utf-8", timeout=ESPEAK_TIMEOUT_S, check=False,
         )
     except subprocess.TimeoutExpired as exc:
         raise EspeakError(f"espeak-ng took longer than {ESPEAK_TIMEOUT_S:.0f} s on {text[:60]!r}") from exc
@@ -88,14 +155,19 @@ def phonemize(text: str, voice: str) -> str:
     if result.returncode != 0:
         detail = result.stderr.strip() or f"exit status {result.returncode}"
         raise EspeakError(f"espeak-ng failed with voice {voice!r} (tts.espeak_voice) on {text[:60]!r}: {detail}")
-    return _WHITESPACE.sub(" ", result.stdout).strip()
+    return result.stdout.splitlines()
 
 
 class TextEncoder:
     """Transcript -> ids and back, with a vocabulary fixed when the encoder is built."""
 
     def __init__(
-        self, symbols: Iterable[str], units: TextUnits = "chars", lowercase: bool = True, espeak_voice: str = "en-us"
+        self,
+        symbols: Iterable[str],
+        units: TextUnits = "chars",
+        lowercase: bool = True,
+        espeak_voice: str = "en-us",
+        espeak_backend_choice: str = "auto",
     ) -> None:
         if units not in ("chars", "phonemes"):
             raise ValueError(f"units must be \"chars\" or \"phonemes\" (resolve \"auto\" first), got {units!r}")
@@ -106,29 +178,38 @@ class TextEncoder:
         self.symbols: list[str] = [*SPECIAL_SYMBOLS, *ordinary]
         self._ids = {symbol: index for index, symbol in enumerate(self.symbols)}
         self._phoneme_cache: dict[str, str] = {}
+        self.backend: EspeakBackend | None = None
+        self.espeak_version = ""
         if units == "phonemes":
-            espeak_path()  # fail now, with the install hint, rather than at the first sample
+            # Decided now, with the install hint on failure, rather than at the first sample.
+            self.backend = espeak_backend(espeak_backend_choice)
+            self.espeak_version = espeak_version(self.backend)
 
     @classmethod
     def build(
-        cls, transcripts: Iterable[str], units: str = "chars", lowercase: bool = True, espeak_voice: str = "en-us"
+        cls,
+        transcripts: Iterable[str],
+        units: str = "chars",
+        lowercase: bool = True,
+        espeak_voice: str = "en-us",
+        espeak_backend_choice: str = "auto",
     ) -> TextEncoder:
         """An encoder whose vocabulary is the base set plus every symbol of `transcripts` ("auto" units allowed)."""
-        units = resolve_units(units)
-        encoder = cls([], units, lowercase, espeak_voice)
+        units = resolve_units(units, espeak_backend_choice)
+        encoder = cls([], units, lowercase, espeak_voice, espeak_backend_choice)
         transcripts = list(transcripts)
         encoder.prepare(transcripts)
         seen = {symbol for text in transcripts for symbol in encoder.units_of(text)}
         base = BASE_SYMBOLS if units == "chars" else " "
         extra = sorted(seen - set(base))
-        built = cls([*base, *extra], units, lowercase, espeak_voice)
+        built = cls([*base, *extra], units, lowercase, espeak_voice, encoder.backend or "auto")
         built._phoneme_cache = encoder._phoneme_cache  # phonemized once, reused by the dataset's encode calls
         return built
 
     @classmethod
     def from_profile(cls, transcripts: Iterable[str], tts: Any) -> TextEncoder:
         """`build` with the profile's `[tts]` settings."""
-        return cls.build(transcripts, tts.text_units, tts.lowercase, tts.espeak_voice)
+        return cls.build(transcripts, tts.text_units, tts.lowercase, tts.espeak_voice, tts.espeak_backend)
 
     @property
     def vocab_size(self) -> int:
@@ -139,13 +220,15 @@ class TextEncoder:
         if self.units != "phonemes":
             return
         todo = [t for t in dict.fromkeys(texts) if t not in self._phoneme_cache]
-        with ThreadPoolExecutor(max_workers=ESPEAK_PARALLEL) as pool:
+        # The library is in-process and serialised by its lock; only the binary gains from parallel processes.
+        workers = ESPEAK_PARALLEL if self.backend == "binary" else 1
+        with ThreadPoolExecutor(max_workers=workers) as pool:
             for text, ipa in zip(todo, pool.map(self._phonemize_normalized, todo)):
                 self._phoneme_cache[text] = ipa
 
     def _phonemize_normalized(self, text: str) -> str:
         # espeak-ng does its own casing; only Unicode and whitespace are normalised first.
-        return phonemize(normalize_text(text, lowercase=False), self.espeak_voice)
+        return phonemize(normalize_text(text, lowercase=False), self.espeak_voice, self.backend or "library")
 
     def units_of(self, text: str) -> list[str]:
         """The symbols `text` is made of, before lookup in the vocabulary."""
@@ -176,6 +259,9 @@ class TextEncoder:
             "lowercase": self.lowercase,
             "espeak_voice": self.espeak_voice,
             "symbols": list(self.symbols),
+            # What made the phonemes (empty for characters): releases differ in a few dictionary words.
+            "espeak_backend": self.backend or "",
+            "espeak_version": self.espeak_version,
         }
 
     @classmethod
@@ -188,7 +274,7 @@ class TextEncoder:
             raise ProfileError(f"text encoder state is incomplete (missing {exc}); re-export the model") from exc
         if units not in ("chars", "phonemes") or symbols[: len(SPECIAL_SYMBOLS)] != list(SPECIAL_SYMBOLS):
             raise ProfileError(f"text encoder state is not one Vega writes (units {units!r}); re-export the model")
-        return cls(symbols, units, lowercase, voice)
+        return cls(symbols, units, lowercase, voice, _usable_backend(state.get("espeak_backend") or "auto"))
 
     # -------------------------------------------------------------- vocabulary as code points
 
@@ -198,10 +284,20 @@ class TextEncoder:
 
     @classmethod
     def from_symbol_codes(
-        cls, codes: Iterable[int], units: TextUnits, lowercase: bool, espeak_voice: str
+        cls, codes: Iterable[int], units: TextUnits, lowercase: bool, espeak_voice: str, espeak_backend_choice: str = "auto"
     ) -> TextEncoder:
         """Inverse of `symbol_codes`, with the settings from the profile."""
         codes = [int(c) for c in codes]
         if codes[: len(SPECIAL_SYMBOLS)] != [-1] * len(SPECIAL_SYMBOLS) or min(codes[2:], default=0) < 0:
             raise ProfileError("the checkpoint's text vocabulary is damaged (bad special symbols); use another one")
-        return cls([chr(c) for c in codes[len(SPECIAL_SYMBOLS) :]], units, lowercase, espeak_voice)
+        return cls([chr(c) for c in codes[len(SPECIAL_SYMBOLS) :]], units, lowercase, espeak_voice, espeak_backend_choice)
+
+
+def _usable_backend(recorded: str) -> str:
+    """The backend a saved voice was made with when it works here, else whichever does (older states: "auto")."""
+    if recorded in ("library", "binary"):
+        try:
+            return espeak_backend(recorded)
+        except EspeakError:
+            pass
+    return "auto"
