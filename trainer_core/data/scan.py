@@ -33,6 +33,7 @@ from trainer_core.data.scan_report import (
     VoiceItem,
     VoiceSummary,
 )
+from trainer_core.data.scan_cache import ScanCache
 from trainer_core.data.text_probe import TEXT_SUFFIXES, TextProbe, probe_text
 from trainer_core.data.transcripts import (
     METADATA_NAME,
@@ -221,13 +222,34 @@ def _transcript_index(inventory: Inventory) -> TranscriptIndex:
     return index
 
 
-def scan_voice(inventory: Inventory, limits: DurationLimits, workers: int) -> VoiceScan:
-    """Probe every audio file in parallel and pair usable ones with their transcripts."""
+def _probe_with_cache(
+    path: Path, transcript: Transcript | None, limits: DurationLimits, cache: ScanCache | None
+) -> AudioProbe:
+    """Probe one file, reading only what the scan cache does not already know about it."""
+    if cache is None:
+        return probe_audio(path, transcript, limits)
+    identity, known = cache.lookup(path)
+    probe = probe_audio(path, transcript, limits, known)
+    cache.record(path, identity, probe.facts)
+    return probe
+
+
+def scan_voice(
+    inventory: Inventory, limits: DurationLimits, workers: int, cache_folder: Path | None = None
+) -> VoiceScan:
+    """Probe every audio file in parallel and pair usable ones with their transcripts.
+
+    `cache_folder`: where the data-scan cache lives (data.scan_cache); None probes every file afresh.
+    """
     index = _transcript_index(inventory)
     transcripts = [index.lookup(audio) for audio in inventory.audio]
+    cache = ScanCache(cache_folder, inventory.root) if cache_folder is not None and inventory.audio else None
     probes = _parallel_map(
-        lambda pair: probe_audio(pair[0], pair[1], limits), list(zip(inventory.audio, transcripts)), workers
+        lambda pair: _probe_with_cache(pair[0], pair[1], limits, cache), list(zip(inventory.audio, transcripts)),
+        workers,
     )
+    if cache is not None:
+        cache.save()
     items, file_problems = _select_items(probes, transcripts)
     problems = (
         index.table_problems()
@@ -395,9 +417,11 @@ def scan_data(
     min_duration_s: float = 0.3,
     max_duration_s: float = 20.0,
     workers: int = 2,
+    cache_folder: Path | None = None,
 ) -> DataReport:
     """Scan a data folder and decide its mode (auto: voice if usable audio with transcripts, else text).
 
+    `cache_folder`: the data-scan cache's folder (data.scan_cache.scan_cache_folder); None reads every file.
     Raises DataError when the folder is missing or empty, or when nothing usable is found for the mode.
     """
     _check_arguments(mode, min_duration_s, max_duration_s)
@@ -410,7 +434,7 @@ def scan_data(
         )
     voice: VoiceScan | None = None
     if mode != "text":
-        voice = scan_voice(inventory, DurationLimits(min_duration_s, max_duration_s), workers)
+        voice = scan_voice(inventory, DurationLimits(min_duration_s, max_duration_s), workers, cache_folder)
         if voice.items:
             return _voice_report(root, mode, inventory, voice)
         if mode == "voice":
