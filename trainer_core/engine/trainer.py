@@ -157,7 +157,6 @@ class Trainer(CommandsMixin, EvaluationMixin, CheckpointMixin):
         self.state.warmup_steps = fitted_warmup(self.profile.train.warmup_steps, planned_steps)
         if self.state.warmup_steps != self.scheduler.lr_lambdas[0].warmup_steps:
             set_warmup_steps(self.scheduler, self.state.warmup_steps)
-            self._announce_warmup(planned_steps)
 
     def _announce_warmup(self, planned_steps: int) -> None:
         """A `warning` event (code warmup_fitted) when the warmup in use is not train.warmup_steps."""
@@ -505,7 +504,8 @@ class Trainer(CommandsMixin, EvaluationMixin, CheckpointMixin):
         plan = self.budget.observe(self.state.step, items)
         if plan is None:
             return
-        if self.state.warmup_steps is None:
+        first_plan = self.state.warmup_steps is None
+        if first_plan:
             self._fit_warmup_to(plan.total_steps)
         self.state.total_steps = self._schedulable_length(plan.total_steps)
         set_total_steps(self.scheduler, self.state.total_steps)
@@ -513,6 +513,8 @@ class Trainer(CommandsMixin, EvaluationMixin, CheckpointMixin):
             "calibration", samples_per_s=plan.samples_per_s, planned_epochs=plan.planned_epochs,
             planned_steps=plan.total_steps, target_hours=self.profile.train.target_hours,
         )
+        if first_plan:
+            self._announce_warmup(plan.total_steps)
 
     def _schedulable_length(self, planned: int) -> int:
         """The schedule needs more steps than its warmup: a re-plan far below the first keeps warmup + 1 steps.
