@@ -33,8 +33,10 @@ EXPECTED = {
     "time_budget.py": ("whole job (spawn to exit) against the target", "trainer's own run time"),
     "scale.py": ("scan, cold", "scan, warm", "preload, cold", "preload, cache hit", "peak RSS of a trainer",
                  "demo: spawn to first step, cold", "demo: spawn to first step, warm",
-                 "tts-small: spawn to first step, warm", "demo: share of wall time validating",
-                 "tts-small: share of wall time validating", "demo, no cap (negative control)"),
+                 "tts-small: spawn to first step, warm", "demo: share of wall time in validation passes",
+                 "demo: share of wall time validating, samples included",
+                 "tts-small: share of wall time in validation passes",
+                 "demo, no cap (negative control): share of wall time in validation passes"),
 }
 KEYS = {"pipeline_efficiency.py": "pipeline", "framework_overhead.py": "overhead", "preload_speed.py": "preload",
         "event_cost.py": "event_cost", "dashboard_speed.py": "dashboard", "time_budget.py": "budget",

@@ -3,10 +3,12 @@ and a real time-budget run whose warmup is fitted at calibration."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 from conftest import TrainerLauncher, finished, of_type, step_rows, write_corpus
+from test_validation_cap import dry_run
 
 from trainer_core.engine.schedule import lr_factor
 from trainer_core.engine.warmup import WARMUP_FITTED_SHARE, WARMUP_MAX_SHARE, fitted_warmup
@@ -77,3 +79,17 @@ def test_time_budget_fits_the_warmup_at_calibration(trainers: TrainerLauncher) -
     # ...and trained near the peak LR (a 100,000-step warmup would have kept it under 1 % of the peak). A budget
     # this short calibrates after about as many steps as the fitted warmup, so the peak itself may be passed.
     assert max(lr for [(_, lr)] in rows.values()) > 0.5 * PEAK_LR
+
+
+def test_dry_run_shows_the_fitted_warmup_and_says_why(tmp_path: Path) -> None:
+    cache = f"data.cache_dir={json.dumps(str(tmp_path / 'cache'))}"
+    plan = dry_run("train.epochs=2", "train.warmup_steps=500", cache, config=tmp_path)
+    planned = 2 * plan["schedule"]["steps_per_epoch"]
+    assert plan["schedule"]["warmup_steps"] == 500
+    assert plan["schedule"]["warmup_effective"] == fitted_warmup(500, planned) < 500
+    assert any(f"over {fitted_warmup(500, planned)} steps" in note for note in plan["notes"])
+    kept = dry_run("train.epochs=2", "train.warmup_steps=1", cache, config=tmp_path)
+    assert kept["schedule"]["warmup_effective"] == 1 and not any("warmup" in n for n in kept["notes"])
+    budget = dry_run("train.target_hours=0.2", "train.warmup_steps=500", cache, config=tmp_path)
+    assert budget["schedule"]["warmup_effective"] is None  # known after calibration, and the plan says so
+    assert any("after calibration" in note for note in budget["notes"])

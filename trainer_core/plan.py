@@ -360,7 +360,10 @@ def render_plan(plan: TrainPlan) -> None:
     length = f"{s['max_steps']} steps" if s["max_steps"] else f"{s['epochs']} epochs"
     if s["target_hours"]:
         length = f"time budget {s['target_hours']} h (epochs planned after calibration)"
-    table.add_row("schedule", f"batch {s['batch_size']} x accum {s['grad_accum']}, ~{s['steps_per_epoch']} steps/epoch, {length}")
+    warmup = s["warmup_effective"]
+    warmup_text = f"warmup {warmup}" if warmup is not None else f"warmup {s['warmup_steps']} (fitted at calibration)"
+    table.add_row("schedule", f"batch {s['batch_size']} x accum {s['grad_accum']}, ~{s['steps_per_epoch']} steps/epoch, "
+                  f"{length}, {warmup_text}")
     if plan.validation is not None:
         table.add_row("validation", validation_text(plan.validation))
     table.add_row("run folder", d["run_dir"] + (f"  (resume {plan.resume})" if plan.resume else ""))

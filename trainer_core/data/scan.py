@@ -222,16 +222,35 @@ def _transcript_index(inventory: Inventory) -> TranscriptIndex:
     return index
 
 
-def _probe_with_cache(
-    path: Path, transcript: Transcript | None, limits: DurationLimits, cache: ScanCache | None
-) -> AudioProbe:
-    """Probe one file, reading only what the scan cache does not already know about it."""
+def _probe_all(
+    pairs: list[tuple[Path, Transcript | None]], limits: DurationLimits, workers: int, cache: ScanCache | None
+) -> list[AudioProbe]:
+    """Probes in file order: files the cache knows are judged inline (a stat each), the rest read in parallel.
+
+    Handing tens of thousands of cache hits to a thread pool would cost more than judging them.
+    """
     if cache is None:
-        return probe_audio(path, transcript, limits)
-    identity, known = cache.lookup(path)
-    probe = probe_audio(path, transcript, limits, known)
-    cache.record(path, identity, probe.facts)
-    return probe
+        return _parallel_map(lambda pair: probe_audio(pair[0], pair[1], limits), pairs, workers)
+    probes: list[AudioProbe | None] = [None] * len(pairs)
+    missing: list[tuple[int, tuple[int, int] | None]] = []
+    for index, (path, transcript) in enumerate(pairs):
+        identity, known = cache.lookup(path)
+        if known is None:
+            missing.append((index, identity))
+        else:
+            probe = probes[index] = probe_audio(path, transcript, limits, known)
+            cache.record(path, identity, probe.facts)
+
+    def read(entry: tuple[int, tuple[int, int] | None]) -> AudioProbe:
+        path, transcript = pairs[entry[0]]
+        probe = probe_audio(path, transcript, limits)
+        cache.record(path, entry[1], probe.facts)
+        return probe
+
+    for (index, _), probe in zip(missing, _parallel_map(read, missing, workers)):
+        probes[index] = probe
+    cache.save()
+    return [probe for probe in probes if probe is not None]
 
 
 def scan_voice(
@@ -244,12 +263,7 @@ def scan_voice(
     index = _transcript_index(inventory)
     transcripts = [index.lookup(audio) for audio in inventory.audio]
     cache = ScanCache(cache_folder, inventory.root) if cache_folder is not None and inventory.audio else None
-    probes = _parallel_map(
-        lambda pair: _probe_with_cache(pair[0], pair[1], limits, cache), list(zip(inventory.audio, transcripts)),
-        workers,
-    )
-    if cache is not None:
-        cache.save()
+    probes = _probe_all(list(zip(inventory.audio, transcripts)), limits, workers, cache)
     items, file_problems = _select_items(probes, transcripts)
     problems = (
         index.table_problems()
@@ -265,6 +279,8 @@ def scan_voice(
 
 def corpus_text_files(inventory: Inventory) -> list[Path]:
     """Text files that are corpus, not transcripts: sidecars of any audio file are excluded."""
+    if not inventory.text_candidates:
+        return []  # nothing to exclude from: skip building the sidecar set of a big voice corpus
     sidecars = {sidecar for audio in inventory.audio + inventory.unsupported_audio for sidecar in sidecar_paths(audio)}
     return [path for path in inventory.text_candidates if path not in sidecars]
 

@@ -96,6 +96,8 @@ class VoiceTask(Task):
             self.features, self.encoder.encode, d.val_fraction, profile.run.seed, val_max_items=d.val_max_items
         )
         self.dataset.pin_memory = self.device.type == "cuda"
+        log.info("validation: %d items (%d more capped away by data.val_max_items, training instead)",
+                 self.dataset.val_items(), self.dataset.val_capped)
         self.config = TtsConfig.from_profile(profile, self.encoder.vocab_size)
         codes, phonemes = self.encoder.symbol_codes(), self.encoder.units == "phonemes"
         self.model: AcousticModel = build_tts_model(self.config, profile.run.seed, codes, phonemes)
