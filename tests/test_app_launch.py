@@ -291,6 +291,29 @@ async def test_preflight_shows_the_plan(config: Path, tmp_path: Path) -> None:
         assert text_of(screen, "#data-detect").startswith("→ text")
 
 
+async def test_preflight_shows_validation_items_capped_and_share(config: Path, tmp_path: Path) -> None:
+    data = write_text_corpus(tmp_path / "data", files=30)
+    profile = tiny_profile(data, tmp_path / "runs").replace(
+        'context_bytes = 32\n', 'context_bytes = 32\nval_fraction = 0.5\nval_max_items = 3\n'
+    ).replace("warmup_steps = 2\n", "warmup_steps = 2\neval_every_steps = 5\n")
+    (config / "profiles" / "capped.toml").write_text(profile, encoding="utf-8")
+    app = VegaApp()
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = launch(app)
+        profiles = screen.query_one(ProfileList)
+        await wait_until(pilot, lambda: "capped" in profiles.entries, "the capped profile")
+        profiles.select("capped")
+        await wait_until(pilot, lambda: plan_ready(app) and (
+            screen.plan is None or screen.plan["profile"].endswith("capped.toml")), "the capped plan")
+        assert screen.plan is not None, screen.plan_error
+        validation = screen.plan["validation"]
+        assert validation["items"] == 3 and validation["capped"] > 0 and validation["every_steps"] == 5
+        shown = screen.query_one(PreflightPanel).text
+        expected = (f"validate 3 items ({validation['capped']} capped away), every 5 steps · "
+                    f"~{validation['estimated_share']:.0%} of the time (estimate)")
+        assert expected in shown, shown
+
+
 # ------------------------------------------------------------------------------------------------ start
 
 

@@ -31,9 +31,16 @@ EXPECTED = {
     "dashboard_speed.py": ("first frame of vega-tui", "open a 20,000-line events.jsonl", "peak RSS of vega-tui",
                            "key-press latency while following", "vega-tui CPU while following a live"),
     "time_budget.py": ("whole job (spawn to exit) against the target", "trainer's own run time"),
+    "scale.py": ("scan, cold", "scan, warm", "preload, cold", "preload, cache hit", "peak RSS of a trainer",
+                 "demo: spawn to first step, cold", "demo: spawn to first step, warm",
+                 "tts-small: spawn to first step, warm", "demo: share of wall time in validation passes",
+                 "demo: share of wall time validating, samples included",
+                 "tts-small: share of wall time in validation passes",
+                 "demo, no cap (negative control): share of wall time in validation passes"),
 }
 KEYS = {"pipeline_efficiency.py": "pipeline", "framework_overhead.py": "overhead", "preload_speed.py": "preload",
-        "event_cost.py": "event_cost", "dashboard_speed.py": "dashboard", "time_budget.py": "budget"}
+        "event_cost.py": "event_cost", "dashboard_speed.py": "dashboard", "time_budget.py": "budget",
+        "scale.py": "scale"}
 
 
 def bench_env(data: Path) -> dict[str, str]:
@@ -68,7 +75,7 @@ def test_benchmark_runs_on_smoke_settings(script: str, tmp_path: Path) -> None:
     assert not failed, failed
     # Scratch folders are cleaned up; only data worth keeping (generated corpora, logs) and results remain.
     leftovers = [p.name for p in tmp_path.iterdir() if p.name.split("-")[0] in
-                 {"pipeline", "overhead", "preload", "events", "growth", "dashboard", "budget"}]
+                 {"pipeline", "overhead", "preload", "events", "growth", "dashboard", "budget", "scale"}]
     assert not leftovers, leftovers
 
 

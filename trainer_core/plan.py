@@ -18,7 +18,10 @@ from typing import Any
 
 from trainer_core import rundir
 from trainer_core.data.scan import DataReport, estimate_preload_bytes, scan_data
+from trainer_core.data.scan_cache import scan_cache_folder
+from trainer_core.data.validation_split import ValidationPlan, capped_away, held_out_count, plan_validation
 from trainer_core.engine.distributed import SINGLE, World, launch_notes
+from trainer_core.engine.warmup import fitted_warmup, warmup_note
 from trainer_core.errors import DataError, DeviceError, VegaError
 from trainer_core.profile import Profile
 from trainer_core.profile_loader import find_profile, load_profile
@@ -42,6 +45,10 @@ class TrainPlan:
     preload_where: str
     preload_reason: str
     steps_per_epoch: int
+    validation: ValidationPlan | None = None
+    """Validation items (after the cap) and the estimated share of wall time spent validating."""
+    warmup_steps: int | None = None
+    """The warmup the run will use when known now (None: fitted after a time budget's calibration)."""
     notes: list[str] = field(default_factory=list)
     world: World = SINGLE
     backend: str | None = None
@@ -90,7 +97,10 @@ class TrainPlan:
                 "epochs": p.train.epochs,
                 "max_steps": p.train.max_steps,
                 "target_hours": p.train.target_hours,
+                "warmup_steps": p.train.warmup_steps,
+                "warmup_effective": self.warmup_steps,
             },
+            "validation": self.validation.to_dict() if self.validation is not None else None,
             "distributed": self._distributed_dict(),
             "notes": self.notes,
         }
@@ -121,14 +131,55 @@ def choose_preload(profile: Profile, need: int, available: int) -> tuple[str, st
     return "disk", f"needs ~{need / gib:.2f} GiB, more than half of the {available / gib:.1f} GiB available"
 
 
+def estimate_split(profile: Profile, report: DataReport) -> tuple[int, int, int]:
+    """(training items, validation items, items the cap left out) estimated from the scan, before loading.
+
+    Voice: the capped-away items train (data.voice_dataset). Text: items are windows of context_bytes; the
+    held-out share is by bytes, and capped-away windows stay held out, unused (data.text).
+    """
+    d = profile.data
+    if report.mode == "text":
+        windows = max(1, report.text.text_bytes // d.context_bytes)
+        held = min(windows - 1, int(windows * d.val_fraction)) if windows > 1 else 0
+        val = min(held, d.val_max_items) if d.val_max_items > 0 else held
+        return max(1, windows - held), val, held - val
+    items = report.usable_count
+    val = held_out_count(items, d.val_fraction, d.val_max_items)
+    return max(1, items - val), val, capped_away(items, d.val_fraction, d.val_max_items)
+
+
 def estimate_steps_per_epoch(profile: Profile, report: DataReport, world_size: int = 1) -> int:
     """Optimizer steps per epoch, from the usable items after the validation split (all ranks together)."""
-    if report.mode == "text":
-        items = max(1, report.text.text_bytes // profile.data.context_bytes)
-    else:
-        items = report.usable_count
-    train_items = max(1, int(items * (1.0 - profile.data.val_fraction)))
+    train_items = estimate_split(profile, report)[0]
     return max(1, train_items // (profile.train.batch_size * profile.train.grad_accum * world_size))
+
+
+def estimate_validation(profile: Profile, report: DataReport, world_size: int = 1) -> ValidationPlan:
+    """Validation items and the estimated share of wall time spent on them (data.validation_split)."""
+    t = profile.train
+    _, val, capped = estimate_split(profile, report)
+    step_items = t.batch_size * t.grad_accum * world_size
+    spe = estimate_steps_per_epoch(profile, report, world_size)
+    return plan_validation(val, capped, profile.data.val_max_items, t.eval_every_steps, spe, step_items)
+
+
+def plan_warmup(profile: Profile, steps_per_epoch: int) -> tuple[int | None, str | None]:
+    """(warmup the run will use, note when it differs from train.warmup_steps), as engine.warmup decides.
+
+    A time budget's steps are known only after calibration: (None, a note when the warmup may shrink then).
+    """
+    t = profile.train
+    if t.max_steps is not None:
+        return t.warmup_steps, None
+    if t.target_hours:
+        note = (f"train.warmup_steps ({t.warmup_steps}) is shortened to 10% of the steps the time budget plans "
+                "if it would take more than half of them (known after calibration)") if t.warmup_steps else None
+        return None, note
+    planned = t.epochs * steps_per_epoch
+    warmup = fitted_warmup(t.warmup_steps, planned)
+    if warmup == t.warmup_steps:
+        return warmup, None
+    return warmup, warmup_note(t.warmup_steps, warmup, planned, "planned (train.epochs x steps per epoch)")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -247,6 +298,7 @@ def make_plan(
         min_duration_s=profile.data.min_duration_s,
         max_duration_s=profile.data.max_duration_s,
         workers=max(1, profile.data.num_workers),
+        cache_folder=scan_cache_folder(profile.data.cache_dir),
     )
     a = profile.audio
     need = estimate_preload_bytes(report, a.sample_rate, a.hop_length, a.n_mels)
@@ -268,12 +320,24 @@ def make_plan(
         preload_where=where,
         preload_reason=why,
         steps_per_epoch=estimate_steps_per_epoch(profile, report, world.world_size),
+        validation=estimate_validation(profile, report, world.world_size),
         world=world,
     )
+    plan.warmup_steps, warmup_change = plan_warmup(profile, plan.steps_per_epoch)
     plan.notes.extend(w for w in device.warnings if w != device.reason)
+    if warmup_change:
+        plan.notes.append(warmup_change)
     if world.active and world.is_main:
         plan.notes.extend(launch_notes())
     return plan
+
+
+def validation_text(v: ValidationPlan) -> str:
+    """One line: items, those the cap left out, and the estimated share of wall time."""
+    capped = f" ({v.capped} more capped away by data.val_max_items = {v.max_items})" if v.capped else ""
+    when = f"every {v.every_steps} steps" if v.every_steps else "each epoch"
+    return (f"{v.items} items{capped}, {when}: ~{v.share:.1%} of wall time validating "
+            "(estimate: a validation item costs ~1/3 of a training item)")
 
 
 def render_plan(plan: TrainPlan) -> None:
@@ -296,7 +360,12 @@ def render_plan(plan: TrainPlan) -> None:
     length = f"{s['max_steps']} steps" if s["max_steps"] else f"{s['epochs']} epochs"
     if s["target_hours"]:
         length = f"time budget {s['target_hours']} h (epochs planned after calibration)"
-    table.add_row("schedule", f"batch {s['batch_size']} x accum {s['grad_accum']}, ~{s['steps_per_epoch']} steps/epoch, {length}")
+    warmup = s["warmup_effective"]
+    warmup_text = f"warmup {warmup}" if warmup is not None else f"warmup {s['warmup_steps']} (fitted at calibration)"
+    table.add_row("schedule", f"batch {s['batch_size']} x accum {s['grad_accum']}, ~{s['steps_per_epoch']} steps/epoch, "
+                  f"{length}, {warmup_text}")
+    if plan.validation is not None:
+        table.add_row("validation", validation_text(plan.validation))
     table.add_row("run folder", d["run_dir"] + (f"  (resume {plan.resume})" if plan.resume else ""))
     if plan.launch is not None:
         launch = plan.launch

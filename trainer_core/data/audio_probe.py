@@ -2,12 +2,16 @@
 
 Torch- and librosa-free so that `check-data` stays quick. Samples are read in blocks, so memory stays
 flat however long a file is; soundfile releases the GIL while decoding, so probes run well in threads.
+
+What reading a file finds (`AudioFacts`: header, levels, or the decoder's complaint) does not depend on
+any scan setting, so the data-scan cache (data.scan_cache) keeps it per file; the verdicts (duration
+limits, transcripts, silence and clipping thresholds) are drawn from those facts on every scan.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -68,6 +72,30 @@ class DurationLimits:
 
 
 @dataclass(frozen=True)
+class AudioFacts:
+    """What reading one file found, whatever the scan settings: what the scan cache keeps per file.
+
+    Levels are measured only for files that pass the cheaper checks, so they may be missing (None).
+    """
+
+    header: AudioHeader | None = None
+    header_error: str | None = None
+    """The decoder's message when the header could not be read."""
+    levels: tuple[float, float] | None = None
+    """(peak |x|, fraction of samples at full scale) once measured."""
+    levels_error: str | None = None
+    """The decoder's message when the samples could not be decoded."""
+
+    @property
+    def header_known(self) -> bool:
+        return self.header is not None or self.header_error is not None
+
+    @property
+    def levels_known(self) -> bool:
+        return self.levels is not None or self.levels_error is not None
+
+
+@dataclass(frozen=True)
 class AudioProbe:
     """What one file turned out to be: its header when readable, and the problem that skips it, if any."""
 
@@ -75,6 +103,8 @@ class AudioProbe:
     size_bytes: int
     header: AudioHeader | None
     problem: Problem | None
+    facts: AudioFacts | None = None
+    """What reading found (None when the file could not even be stat'ed or is empty): for the scan cache."""
 
 
 def read_header(path: Path) -> AudioHeader:
@@ -130,12 +160,25 @@ def _transcript_problem(path: Path, transcript: Transcript | None) -> Problem | 
     return None
 
 
-def _levels_problem(path: Path) -> Problem | None:
+def _read_header_facts(path: Path) -> AudioFacts:
     try:
-        peak, clipped_fraction = measure_levels(path)
+        return AudioFacts(header=read_header(path))
+    except (sf.LibsndfileError, RuntimeError, OSError) as exc:
+        return AudioFacts(header_error=decoder_message(exc, path))
+
+
+def _with_levels(path: Path, facts: AudioFacts) -> AudioFacts:
+    try:
+        return replace(facts, levels=measure_levels(path))
     except (sf.LibsndfileError, RuntimeError, OSError, ValueError) as exc:
-        reason = f"unreadable: decoding failed ({decoder_message(exc, path)}); re-export it as WAV or FLAC"
+        return replace(facts, levels_error=decoder_message(exc, path))
+
+
+def _levels_problem(path: Path, facts: AudioFacts) -> Problem | None:
+    if facts.levels is None:
+        reason = f"unreadable: decoding failed ({facts.levels_error}); re-export it as WAV or FLAC"
         return Problem(path, reason, "unreadable")
+    peak, clipped_fraction = facts.levels
     if _dbfs(peak) < SILENCE_PEAK_DBFS:
         reason = f"silent: peak {_dbfs(peak):.1f} dBFS is below {SILENCE_PEAK_DBFS:g} dBFS"
         return Problem(path, reason, "silent")
@@ -145,22 +188,27 @@ def _levels_problem(path: Path) -> Problem | None:
     return None
 
 
-def probe_audio(path: Path, transcript: Transcript | None, limits: DurationLimits) -> AudioProbe:
-    """Check one file, cheapest test first; samples are decoded only for files that could be used."""
+def probe_audio(
+    path: Path, transcript: Transcript | None, limits: DurationLimits, known: AudioFacts | None = None
+) -> AudioProbe:
+    """Check one file, cheapest test first; samples are decoded only for files that could be used.
+
+    `known`: facts from the scan cache for this very file (same size and mtime); what they lack is read.
+    """
     try:
         size = path.stat().st_size
     except OSError as exc:
         return AudioProbe(path, 0, None, Problem(path, f"unreadable: {exc.strerror or exc}", "unreadable"))
     if size == 0:
         return AudioProbe(path, 0, None, Problem(path, "empty: the file is 0 bytes", "empty"))
-    try:
-        header = read_header(path)
-    except (sf.LibsndfileError, RuntimeError, OSError) as exc:
-        reason = f"unreadable: {decoder_message(exc, path)}; re-export it as WAV or FLAC"
-        return AudioProbe(path, size, None, Problem(path, reason, "unreadable"))
-    problem = (
-        _header_problem(path, header, limits)
-        or _transcript_problem(path, transcript)
-        or _levels_problem(path)
-    )
-    return AudioProbe(path, size, header, problem)
+    facts = known if known is not None and known.header_known else _read_header_facts(path)
+    header = facts.header
+    if header is None:
+        reason = f"unreadable: {facts.header_error}; re-export it as WAV or FLAC"
+        return AudioProbe(path, size, None, Problem(path, reason, "unreadable"), facts)
+    problem = _header_problem(path, header, limits) or _transcript_problem(path, transcript)
+    if problem is None:
+        if not facts.levels_known:
+            facts = _with_levels(path, facts)
+        problem = _levels_problem(path, facts)
+    return AudioProbe(path, size, header, problem, facts)

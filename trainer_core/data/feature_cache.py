@@ -37,6 +37,7 @@ from typing import Any, BinaryIO
 import numpy as np
 import torch
 
+from trainer_core.data.cache_location import cache_folder, corpus_digest
 from trainer_core.profile import AudioSection
 
 log = logging.getLogger("trainer_core")
@@ -64,23 +65,10 @@ def feature_params(audio: AudioSection) -> dict[str, Any]:
     }
 
 
-def default_cache_folder() -> Path:
-    """The per-user feature cache folder, used when the profile leaves data.cache_dir unset."""
-    import platformdirs
-
-    return Path(platformdirs.user_cache_dir("vega")) / "features"
-
-
 def params_digest(params: dict[str, Any]) -> str:
     """Short stable digest of the feature parameters and the cache format version."""
     text = json.dumps({**params, "cache_format_version": CACHE_FORMAT_VERSION}, sort_keys=True)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:20]
-
-
-def corpus_digest(corpus: Path) -> str:
-    """Short digest of the corpus folder's absolute path: one packed file per corpus."""
-    text = os.path.abspath(corpus)
-    return hashlib.sha256(text.encode("utf-8", errors="surrogateescape")).hexdigest()[:16]
 
 
 def file_identity(key: str) -> tuple[int, int] | None:
@@ -110,7 +98,7 @@ class FeatureCache:
     """Get and put (n_mels, frames) float32 mel tensors for the recordings of one corpus."""
 
     def __init__(self, folder: Path | None, params: dict[str, Any], corpus: Path) -> None:
-        self.folder = Path(folder) if folder is not None else default_cache_folder()
+        self.folder = cache_folder(folder)
         self.params = dict(params)
         self.n_mels = int(params["n_mels"])
         # One subfolder per parameter set: other profiles' features never collide, and can be removed alone.

@@ -33,6 +33,7 @@ from trainer_core.data.scan_report import (
     VoiceItem,
     VoiceSummary,
 )
+from trainer_core.data.scan_cache import ScanCache
 from trainer_core.data.text_probe import TEXT_SUFFIXES, TextProbe, probe_text
 from trainer_core.data.transcripts import (
     METADATA_NAME,
@@ -221,13 +222,48 @@ def _transcript_index(inventory: Inventory) -> TranscriptIndex:
     return index
 
 
-def scan_voice(inventory: Inventory, limits: DurationLimits, workers: int) -> VoiceScan:
-    """Probe every audio file in parallel and pair usable ones with their transcripts."""
+def _probe_all(
+    pairs: list[tuple[Path, Transcript | None]], limits: DurationLimits, workers: int, cache: ScanCache | None
+) -> list[AudioProbe]:
+    """Probes in file order: files the cache knows are judged inline (a stat each), the rest read in parallel.
+
+    Handing tens of thousands of cache hits to a thread pool would cost more than judging them.
+    """
+    if cache is None:
+        return _parallel_map(lambda pair: probe_audio(pair[0], pair[1], limits), pairs, workers)
+    probes: list[AudioProbe | None] = [None] * len(pairs)
+    missing: list[tuple[int, tuple[int, int] | None]] = []
+    for index, (path, transcript) in enumerate(pairs):
+        identity, known = cache.lookup(path)
+        if known is None:
+            missing.append((index, identity))
+        else:
+            probe = probes[index] = probe_audio(path, transcript, limits, known)
+            cache.record(path, identity, probe.facts)
+
+    def read(entry: tuple[int, tuple[int, int] | None]) -> AudioProbe:
+        path, transcript = pairs[entry[0]]
+        probe = probe_audio(path, transcript, limits)
+        cache.record(path, entry[1], probe.facts)
+        return probe
+
+    for (index, _), probe in zip(missing, _parallel_map(read, missing, workers)):
+        probes[index] = probe
+    cache.save()
+    return [probe for probe in probes if probe is not None]
+
+
+def scan_voice(
+    inventory: Inventory, limits: DurationLimits, workers: int, cache_folder: Path | None = None
+) -> VoiceScan:
+    """Probe every audio file in parallel and pair usable ones with their transcripts.
+
+    `cache_folder`: where the data-scan cache lives (data.scan_cache); None probes every file afresh.
+    """
     index = _transcript_index(inventory)
     transcripts = [index.lookup(audio) for audio in inventory.audio]
-    probes = _parallel_map(
-        lambda pair: probe_audio(pair[0], pair[1], limits), list(zip(inventory.audio, transcripts)), workers
-    )
+    cache = ScanCache(cache_folder, inventory.root) if cache_folder is not None and inventory.audio else None
+    probes = _probe_all(list(zip(inventory.audio, transcripts)), limits, workers, cache)
     items, file_problems = _select_items(probes, transcripts)
     problems = (
         index.table_problems()
@@ -243,6 +279,8 @@ def scan_voice(inventory: Inventory, limits: DurationLimits, workers: int) -> Vo
 
 def corpus_text_files(inventory: Inventory) -> list[Path]:
     """Text files that are corpus, not transcripts: sidecars of any audio file are excluded."""
+    if not inventory.text_candidates:
+        return []  # nothing to exclude from: skip building the sidecar set of a big voice corpus
     sidecars = {sidecar for audio in inventory.audio + inventory.unsupported_audio for sidecar in sidecar_paths(audio)}
     return [path for path in inventory.text_candidates if path not in sidecars]
 
@@ -395,9 +433,11 @@ def scan_data(
     min_duration_s: float = 0.3,
     max_duration_s: float = 20.0,
     workers: int = 2,
+    cache_folder: Path | None = None,
 ) -> DataReport:
     """Scan a data folder and decide its mode (auto: voice if usable audio with transcripts, else text).
 
+    `cache_folder`: the data-scan cache's folder (data.scan_cache.scan_cache_folder); None reads every file.
     Raises DataError when the folder is missing or empty, or when nothing usable is found for the mode.
     """
     _check_arguments(mode, min_duration_s, max_duration_s)
@@ -410,7 +450,7 @@ def scan_data(
         )
     voice: VoiceScan | None = None
     if mode != "text":
-        voice = scan_voice(inventory, DurationLimits(min_duration_s, max_duration_s), workers)
+        voice = scan_voice(inventory, DurationLimits(min_duration_s, max_duration_s), workers, cache_folder)
         if voice.items:
             return _voice_report(root, mode, inventory, voice)
         if mode == "voice":

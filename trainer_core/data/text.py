@@ -10,6 +10,11 @@ folder, plus line number for .jsonl), so the split does not depend on the seed, 
 the file contents, and adding a file never moves the others. A corpus of a single document is cut
 into chunks first and the chunks are split the same way.
 
+Validation windows are laid at a stride of `context_bytes` over the held-out documents; with
+`val_max_items` set (0: no cap) at most that many are evaluated, spread evenly over the held-out text
+(window k * total // cap), the same on every start. The windows left out stay held out, unused: giving
+parts of held-out documents back to training would put text next to the windows that are validated on.
+
 Training items are windows of `context_bytes + 1` bytes (inputs plus next-byte targets) laid at a
 stride of `context_bytes` over the concatenated training documents. Each epoch shifts that grid by
 a random offset and visits the windows in a random order, both drawn from a torch.Generator seeded
@@ -211,8 +216,10 @@ class TextCorpus:
     """Training and validation byte streams with deterministic, resumable epoch orders."""
 
     def __init__(
-        self, train: torch.Tensor, val: torch.Tensor, context_bytes: int, seed: int, stats: ReadStats, root: Path
+        self, train: torch.Tensor, val: torch.Tensor, context_bytes: int, seed: int, stats: ReadStats, root: Path,
+        val_max_items: int = 0,
     ) -> None:
+        self.val_max_items = val_max_items
         self.train = train
         self.val = val
         self.context_bytes = context_bytes
@@ -226,7 +233,8 @@ class TextCorpus:
 
     @classmethod
     def from_files(
-        cls, files: Sequence[Path], root: Path, context_bytes: int, val_fraction: float, seed: int
+        cls, files: Sequence[Path], root: Path, context_bytes: int, val_fraction: float, seed: int,
+        val_max_items: int = 0,
     ) -> TextCorpus:
         """Read, split and pack `files` (paths under `root`, the data folder)."""
         docs, stats = read_corpus(files, root)
@@ -235,15 +243,19 @@ class TextCorpus:
                 f"no text to train on in {root}: the {stats.files} .txt/.md/.jsonl file(s) read hold no text"
             )
         train_docs, val_docs = split_documents(docs, val_fraction, context_bytes)
-        return cls(join_documents(train_docs), join_documents(val_docs), context_bytes, seed, stats, root)
+        train, val = join_documents(train_docs), join_documents(val_docs)
+        return cls(train, val, context_bytes, seed, stats, root, val_max_items)
 
     @classmethod
-    def from_folder(cls, root: Path, context_bytes: int, val_fraction: float, seed: int) -> TextCorpus:
+    def from_folder(
+        cls, root: Path, context_bytes: int, val_fraction: float, seed: int, val_max_items: int = 0
+    ) -> TextCorpus:
         """Find the text files of a folder with the data scan (same rules as `check-data`), then read them."""
         from trainer_core.data.scan import scan_data
 
         report = scan_data(root, "text")
-        return cls.from_files([item.path for item in report.items], report.path, context_bytes, val_fraction, seed)
+        files = [item.path for item in report.items]
+        return cls.from_files(files, report.path, context_bytes, val_fraction, seed, val_max_items)
 
     def _count_train_items(self) -> int:
         # One window less than fits leaves at least `context_bytes` of slack, so each epoch's grid offset
@@ -265,12 +277,23 @@ class TextCorpus:
     def train_items(self) -> int:
         return self._items
 
-    def val_items(self) -> int:
+    def val_windows(self) -> int:
+        """Validation windows the held-out text holds, before the cap."""
         return max(0, (len(self.val) - 1) // self.context_bytes)
+
+    def val_items(self) -> int:
+        """Validation windows evaluated: all of them, or `val_max_items` when that is fewer."""
+        windows = self.val_windows()
+        return min(windows, self.val_max_items) if self.val_max_items > 0 else windows
+
+    def val_starts(self) -> torch.Tensor:
+        """Byte offsets of the evaluated windows in the validation text: every one, or an even spread of the cap."""
+        windows, items = self.val_windows(), self.val_items()
+        return (torch.arange(items) * windows // max(1, items)) * self.context_bytes
 
     def warnings(self) -> list[str]:
         out = self.stats.warnings()
-        if len(self.val) and not self.val_items():
+        if len(self.val) and not self.val_windows():
             out.append(
                 f"the validation text is {len(self.val)} bytes, shorter than one sequence of "
                 f"{self.context_bytes + 1} bytes: validation is skipped; add text or lower data.context_bytes"
@@ -309,7 +332,7 @@ class TextCorpus:
         """Yield non-overlapping validation windows in order (nothing when no text is held out)."""
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
-        starts = torch.arange(self.val_items()) * self.context_bytes
+        starts = self.val_starts()
         firsts = range(0, len(starts), batch_size)
         for first in firsts[self.rank :: self.world]:
             yield windows_batch(self.val, starts[first : first + batch_size], self.context_bytes, self.pin_memory)
@@ -322,6 +345,7 @@ class TextCorpus:
             "val_bytes": len(self.val),
             "train_items": self.train_items(),
             "val_items": self.val_items(),
+            "val_capped": self.val_windows() - self.val_items(),
             "context_bytes": self.context_bytes,
             "non_utf8_files": len(self.stats.non_utf8_files),
             "jsonl_bad_lines": self.stats.jsonl_bad_lines,

@@ -134,13 +134,19 @@ class TranscriptIndex:
         self.tables: dict[Path, MetadataTable] = {table.folder: table for table in tables}
         # Stems seen under each table's folder, to report rows whose audio is missing.
         self.seen: dict[Path, set[str]] = {folder: set() for folder in self.tables}
+        # Folders from an audio file's own up to the root, per parent folder: siblings share them.
+        self._ancestor_lists: dict[Path, list[Path]] = {}
 
     def _ancestors(self, audio: Path) -> list[Path]:
-        folders = []
-        for folder in audio.parents:
-            folders.append(folder)
-            if folder == self.root:
-                break
+        parent = audio.parent
+        folders = self._ancestor_lists.get(parent)
+        if folders is None:
+            folders = []
+            for folder in audio.parents:
+                folders.append(folder)
+                if folder == self.root:
+                    break
+            self._ancestor_lists[parent] = folders
         return folders
 
     def note_audio_stem(self, audio: Path) -> None:

@@ -1,8 +1,11 @@
 """Voice training data: a stable train/validation split and length-bucketed, resumable batches.
 
 Split: items are ranked by a sha256 of their item id, and the first round(N * val_fraction) of that
-ranking (at least one when val_fraction > 0 and there are two items or more, never all) are held
-out. The split depends on neither the seed nor the file order, so it is the same in every run.
+ranking (at least one when val_fraction > 0 and there are two items or more, never all), at most
+`val_max_items` of them (0: no cap), are held out. The split depends on neither the seed nor the file
+order, so it is the same in every run and every resume. Items the cap leaves out of validation train:
+they were never validated on, so nothing the model is judged on leaks into training, and a big corpus
+keeps all its data (see `trainer_core.data.validation_split`).
 
 Epoch order, a pure function of (seed, epoch) and fixed whatever the batch size: a seeded permutation
 of the training items is cut into chunks of bucket_size * 8 items; each chunk is sorted by mel length
@@ -32,6 +35,7 @@ from typing import Any
 import torch
 
 from trainer_core.data.preload import VoiceFeatures
+from trainer_core.data.validation_split import capped_away, held_out_count
 from trainer_core.errors import DataError
 
 Batch = dict[str, torch.Tensor]
@@ -50,17 +54,10 @@ def split_rank(item_id: str) -> bytes:
     return hashlib.sha256(item_id.encode("utf-8", errors="surrogateescape")).digest()
 
 
-def held_out_count(items: int, val_fraction: float) -> int:
-    """Items held out for validation: round(items * fraction), at least one if any, never all."""
-    if val_fraction <= 0 or items < 2:
-        return 0
-    return min(items - 1, max(1, round(items * val_fraction)))
-
-
-def split_items(item_ids: Sequence[str], val_fraction: float) -> tuple[list[int], list[int]]:
+def split_items(item_ids: Sequence[str], val_fraction: float, max_items: int = 0) -> tuple[list[int], list[int]]:
     """(train, validation) indices, each in ascending order; see the module docstring for the rule."""
     ranked = sorted(range(len(item_ids)), key=lambda i: (split_rank(item_ids[i]), i))
-    held = set(ranked[: held_out_count(len(item_ids), val_fraction)])
+    held = set(ranked[: held_out_count(len(item_ids), val_fraction, max_items)])
     return [i for i in range(len(item_ids)) if i not in held], sorted(held)
 
 
@@ -84,6 +81,7 @@ class VoiceDataset:
         val_fraction: float,
         seed: int,
         bucket_size: int = 32,
+        val_max_items: int = 0,
     ) -> None:
         if bucket_size < 1:
             raise ValueError(f"bucket_size must be at least 1, got {bucket_size}")
@@ -97,7 +95,9 @@ class VoiceDataset:
         usable = [i for i, t in enumerate(self.tokens) if t.numel() > 0]
         if not usable:
             raise DataError(f"none of the {len(features)} transcripts has a symbol the text encoder knows")
-        train, val = split_items([features.item_ids[i] for i in usable], val_fraction)
+        train, val = split_items([features.item_ids[i] for i in usable], val_fraction, val_max_items)
+        # Items the fraction would have held out that the cap sent to training instead.
+        self.val_capped = capped_away(len(usable), val_fraction, val_max_items)
         self.train_ids = [usable[i] for i in train]
         self.val_ids = [usable[i] for i in val]
         self._order_cache: tuple[int, list[int]] | None = None
@@ -190,6 +190,7 @@ class VoiceDataset:
         return {
             "train_items": self.train_items(),
             "val_items": self.val_items(),
+            "val_capped": self.val_capped,
             "bucket_size": self.bucket_size,
             "padding_fraction": self.padding_fraction(batch_size),
             "padding_fraction_unbucketed": self.unbucketed_padding_fraction(batch_size),

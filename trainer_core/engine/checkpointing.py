@@ -115,6 +115,8 @@ class CheckpointMixin:
             self.precision.scaler.load_state_dict(state["scaler"])
         extra = state.get("extra") or {}
         self.state.load_state_dict(extra["loop"])
+        if "warmup_steps" not in extra["loop"]:  # written before warmups were fitted: the saved schedule's warmup
+            self.state.warmup_steps = self.scheduler.lr_lambdas[0].warmup_steps
         self.nonfinite.load_state_dict(extra.get("nonfinite", {}))
         self._reconcile_batch_with_profile()
         self._reconcile_length_with_profile(extra.get("budget_elapsed_s"))

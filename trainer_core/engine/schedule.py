@@ -146,6 +146,26 @@ def set_total_steps(scheduler: LambdaLR, total_steps: int) -> None:
         )
     for multiplier in scheduler.lr_lambdas:
         multiplier.total_steps = int(total_steps)
+    _apply_current_lr(scheduler)
+
+
+def set_warmup_steps(scheduler: LambdaLR, warmup_steps: int) -> None:
+    """Change the warmup's length (fitted to a time budget's plan) keeping progress; applies immediately.
+
+    Raises ProfileError, leaving the schedule unchanged, when the schedule's length cannot hold the warmup.
+    """
+    for multiplier in scheduler.lr_lambdas:
+        check_schedule(
+            multiplier.schedule, warmup_steps, multiplier.total_steps,
+            multiplier.restart_period, multiplier.restart_mult, multiplier.min_lr_ratio,
+        )
+    for multiplier in scheduler.lr_lambdas:
+        multiplier.warmup_steps = int(warmup_steps)
+    _apply_current_lr(scheduler)
+
+
+def _apply_current_lr(scheduler: LambdaLR) -> None:
+    """Set the optimizer's LR for the scheduler's current step after its settings changed."""
     step = scheduler.last_epoch
     new_lrs = [base * fn(step) for base, fn in zip(scheduler.base_lrs, scheduler.lr_lambdas)]
     for group, lr in zip(scheduler.optimizer.param_groups, new_lrs):

@@ -37,8 +37,9 @@ from trainer_core.engine.loop_state import LoopState, halve_micro_batch
 from trainer_core.engine.memory import MemoryManager
 from trainer_core.engine.precision import NonfiniteTracker, PrecisionPolicy
 from trainer_core.engine.profiler import StepProfiler
-from trainer_core.engine.schedule import build_lr_scheduler, set_total_steps
+from trainer_core.engine.schedule import build_lr_scheduler, set_total_steps, set_warmup_steps
 from trainer_core.engine.telemetry import StepRecord, StepWindow
+from trainer_core.engine.warmup import fitted_warmup, warmup_note
 from trainer_core.errors import VegaError
 from trainer_core.models.base import Batch, Task, batch_to, unwrap_model
 from trainer_core.profile import Profile
@@ -89,9 +90,10 @@ class Trainer(CommandsMixin, EvaluationMixin, CheckpointMixin):
             fused=device.type == "cuda",
         )
         self.state = LoopState(micro_batch=t.batch_size, grad_accum=t.grad_accum)
+        self.state.warmup_steps = self._initial_warmup()
         self.state.total_steps = self.planned_total_steps()
         self.scheduler = build_lr_scheduler(
-            self.optimizer, t.schedule, t.warmup_steps, self.state.total_steps, t.restart_period, t.restart_mult
+            self.optimizer, t.schedule, self.warmup_steps(), self.state.total_steps, t.restart_period, t.restart_mult
         )
         # Rank 0 alone owns the checkpoint folder (the manager also clears half-written files on start).
         self.checkpoints = CheckpointManager(run_dir, keep_last=t.keep_last) if world.is_main else None
@@ -107,7 +109,6 @@ class Trainer(CommandsMixin, EvaluationMixin, CheckpointMixin):
         self._data_s = self._step_s = 0.0
         self._saves = 0
         self._last_save_step = -1
-        self._budget_too_short_warned = False
         self.sync = StepSync(world)
         self.rank_rates = RankRates(world.world_size)
         self._pending_commands: list[str] = []
@@ -131,10 +132,39 @@ class Trainer(CommandsMixin, EvaluationMixin, CheckpointMixin):
         return max(1, self.task.train_items() // self.global_batch())
 
     def planned_total_steps(self) -> int:
+        """The schedule's length: train.max_steps, else epochs x steps per epoch (never shorter than the warmup)."""
         t = self.profile.train
         if t.max_steps is not None:
             return t.max_steps
-        return max(t.warmup_steps + 1, t.epochs * self.steps_per_epoch())
+        return max(self.warmup_steps() + 1, t.epochs * self.steps_per_epoch())
+
+    def warmup_steps(self) -> int:
+        """The warmup in use: fitted to the plan (engine.warmup), or train.warmup_steps until a budget's plan."""
+        fitted = self.state.warmup_steps
+        return self.profile.train.warmup_steps if fitted is None else fitted
+
+    def _initial_warmup(self) -> int | None:
+        """Fitted to epochs x steps per epoch now; a time budget's plan fits it after calibration (None until)."""
+        t = self.profile.train
+        if t.max_steps is not None:
+            return t.warmup_steps
+        if t.target_hours:
+            return None
+        return fitted_warmup(t.warmup_steps, t.epochs * self.steps_per_epoch())
+
+    def _fit_warmup_to(self, planned_steps: int) -> None:
+        """Fit the warmup to a time budget's first plan (once per run; every rank computes the same)."""
+        self.state.warmup_steps = fitted_warmup(self.profile.train.warmup_steps, planned_steps)
+        if self.state.warmup_steps != self.scheduler.lr_lambdas[0].warmup_steps:
+            set_warmup_steps(self.scheduler, self.state.warmup_steps)
+
+    def _announce_warmup(self, planned_steps: int) -> None:
+        """A `warning` event (code warmup_fitted) when the warmup in use is not train.warmup_steps."""
+        asked, used = self.profile.train.warmup_steps, self.warmup_steps()
+        if used == asked or not self.world.is_main:
+            return
+        source = "the time budget plans" if self.budget is not None else "planned (train.epochs x steps per epoch)"
+        self.events.warn(warmup_note(asked, used, planned_steps, source), code="warmup_fitted")
 
     def _new_budget(self) -> TimeBudget | None:
         hours = self.profile.train.target_hours
@@ -154,6 +184,8 @@ class Trainer(CommandsMixin, EvaluationMixin, CheckpointMixin):
     def fit(self) -> str:
         """Train until done, stopped or early-stopped; returns the `finished` status."""
         self.model.train()
+        if self.state.warmup_steps is not None:  # a budget's warmup is announced when it is fitted
+            self._announce_warmup(self.state.total_steps)
         if self.profile.train.validate_at_start and self.state.step == 0:
             self.validate()  # the untrained model's validation loss: where the curve starts
         self.started, self._first_step = time.monotonic(), self.state.step
@@ -219,6 +251,8 @@ class Trainer(CommandsMixin, EvaluationMixin, CheckpointMixin):
             total_steps=self.state.total_steps, step_s=self._step_s, data_s=self._data_s, commands=sent,
         )
         if agreed.total_steps != self.state.total_steps:  # rank 0's time budget re-planned the schedule
+            if self.state.warmup_steps is None:  # its first plan: fit the warmup as rank 0 did
+                self._fit_warmup_to(agreed.total_steps)
             self.state.total_steps = agreed.total_steps
             set_total_steps(self.scheduler, agreed.total_steps)
         if main and agreed.step_seconds[0] > 0:
@@ -470,26 +504,29 @@ class Trainer(CommandsMixin, EvaluationMixin, CheckpointMixin):
         plan = self.budget.observe(self.state.step, items)
         if plan is None:
             return
+        first_plan = self.state.warmup_steps is None
+        if first_plan:
+            self._fit_warmup_to(plan.total_steps)
         self.state.total_steps = self._schedulable_length(plan.total_steps)
         set_total_steps(self.scheduler, self.state.total_steps)
         self.events.emit(
             "calibration", samples_per_s=plan.samples_per_s, planned_epochs=plan.planned_epochs,
             planned_steps=plan.total_steps, target_hours=self.profile.train.target_hours,
         )
+        if first_plan:
+            self._announce_warmup(plan.total_steps)
 
     def _schedulable_length(self, planned: int) -> int:
-        """The schedule needs more steps than its warmup; a budget too short for that keeps warming up."""
-        shortest = self.profile.train.warmup_steps + 1
-        if planned >= shortest:
-            return planned
-        if not self._budget_too_short_warned:
-            self._budget_too_short_warned = True
-            self.events.warn(
-                f"the time budget fits about {planned} steps, fewer than train.warmup_steps "
-                f"({self.profile.train.warmup_steps}): the LR will not finish warming up; lower train.warmup_steps",
-                code="budget_shorter_than_warmup",
-            )
-        return shortest
+        """The schedule needs more steps than its warmup: a re-plan far below the first keeps warmup + 1 steps.
+
+        The first plan fitted the warmup to at most half its steps (engine.warmup), so this only acts when a
+        later re-plan (a slowdown, an OOM) shrinks the run below the warmup; the budget still ends the run on time.
+        """
+        shortest = self.warmup_steps() + 1
+        if planned < shortest:
+            log.info("the time budget now fits about %d steps, fewer than the %d-step warmup: the LR schedule "
+                     "keeps %d steps (the budget still ends the run on time)", planned, self.warmup_steps(), shortest)
+        return max(planned, shortest)
 
     def _periodic_eval_and_checkpoint(self, step: int) -> None:
         t = self.profile.train

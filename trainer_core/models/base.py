@@ -107,9 +107,11 @@ def unwrap_model(model: nn.Module) -> nn.Module:
 def _scan_folder(profile: Profile, path: Path) -> DataReport:
     # Imported here: the scan is torch-free and only needed when the caller passes a bare folder.
     from trainer_core.data.scan import scan_data
+    from trainer_core.data.scan_cache import scan_cache_folder
 
     data = profile.data
-    return scan_data(path, data.mode, data.min_duration_s, data.max_duration_s, data.num_workers)
+    return scan_data(path, data.mode, data.min_duration_s, data.max_duration_s, data.num_workers,
+                     cache_folder=scan_cache_folder(data.cache_dir))
 
 
 def _resolve_mode(profile: Profile, report: DataReport) -> str:

@@ -191,7 +191,9 @@ class LmTask(Task):
     def from_report(cls, profile: Profile, report: DataReport, device: torch.device) -> LmTask:
         data = profile.data
         files = [item.path for item in report.items]
-        corpus = TextCorpus.from_files(files, report.path, data.context_bytes, data.val_fraction, profile.run.seed)
+        corpus = TextCorpus.from_files(
+            files, report.path, data.context_bytes, data.val_fraction, profile.run.seed, data.val_max_items
+        )
         return cls(profile, corpus, device)
 
     def train_items(self) -> int:

@@ -91,8 +91,13 @@ class VoiceTask(Task):
         self._log_preload()
         self.encoder = TextEncoder.from_profile(self.features.texts, profile.tts)
         log.info("text input: %s, %d symbols", self.encoder.units, self.encoder.vocab_size)
-        self.dataset = VoiceDataset(self.features, self.encoder.encode, profile.data.val_fraction, profile.run.seed)
+        d = profile.data
+        self.dataset = VoiceDataset(
+            self.features, self.encoder.encode, d.val_fraction, profile.run.seed, val_max_items=d.val_max_items
+        )
         self.dataset.pin_memory = self.device.type == "cuda"
+        log.info("validation: %d items (%d more capped away by data.val_max_items, training instead)",
+                 self.dataset.val_items(), self.dataset.val_capped)
         self.config = TtsConfig.from_profile(profile, self.encoder.vocab_size)
         codes, phonemes = self.encoder.symbol_codes(), self.encoder.units == "phonemes"
         self.model: AcousticModel = build_tts_model(self.config, profile.run.seed, codes, phonemes)
@@ -211,6 +216,7 @@ class VoiceTask(Task):
             "parameters": count_parameters(self.model),
             "items": self.train_items(),
             "val_items": self.dataset.val_items(),
+            "val_capped": self.dataset.val_capped,
             "hours": self.hours(),
             "padding_fraction": self.dataset.padding_fraction(self.profile.train.batch_size),
             "preload": preload,

@@ -144,6 +144,8 @@ def check_data_argv(folder: str, mode: str, entry: ProfileEntry | None) -> list[
         d = entry.profile.data
         argv += ["--min-duration", str(d.min_duration_s), "--max-duration", str(d.max_duration_s)]
         argv += ["--workers", str(max(1, d.num_workers))]
+        if d.cache_dir is not None:  # the trainer's scan cache: a check now makes the dry run and start quick
+            argv += ["--cache-dir", str(d.cache_dir)]
     return argv
 
 

@@ -17,6 +17,8 @@ from rich.text import Text
 from textual.widgets import Static
 
 MAX_PROBLEMS_SHOWN = 3
+# Above this estimated share of wall time spent validating, the preflight shows it as a warning.
+HIGH_VALIDATION_SHARE = 0.1
 _STAMP = re.compile(r"-\d{8}-\d{6}(-\d+)?$")
 
 
@@ -85,6 +87,8 @@ def plan_rows(plan: dict[str, Any]) -> list[tuple[str, Text | str]]:
     rows.append(("RAM", _ram_text(plan.get("preload", {}))))
     rows.append(("model", _model_text(plan.get("model", {}))))
     rows.append(("plan", _schedule_text(plan.get("schedule", {}))))
+    if plan.get("validation"):
+        rows.append(("validate", _validation_text(plan["validation"])))
     runs, name = run_folder_parts(plan)
     rows.append(("run", f"{display_path(runs)}/{name}-<start time>"))
     rows += [("note", Text(str(note), style="yellow")) for note in plan.get("notes", [])]
@@ -137,3 +141,13 @@ def _schedule_text(schedule: dict[str, Any]) -> str:
         return f"{schedule['max_steps']} steps (~{per_epoch}/epoch), {batch}"
     epochs = schedule.get("epochs", 0)
     return f"{epochs} epochs x {per_epoch} steps = {epochs * per_epoch} steps, {batch}"
+
+
+def _validation_text(validation: dict[str, Any]) -> Text:
+    """Validation items (and those the cap left out) and the estimated share of wall time, in yellow when high."""
+    items, capped, share = validation.get("items", 0), validation.get("capped", 0), validation.get("estimated_share", 0)
+    every = validation.get("every_steps")
+    text = Text(f"{items} items" + (f" ({capped} capped away)" if capped else ""))
+    text.append(f", every {every} steps" if every else ", each epoch")
+    text.append(f" · ~{share:.0%} of the time (estimate)", style="yellow" if share > HIGH_VALIDATION_SHARE else "dim")
+    return text
