@@ -27,7 +27,9 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+pytestmark = pytest.mark.skipif(
+    shutil.which("tmux") is None, reason="tmux is not installed (apt install tmux; macOS: brew install tmux)"
+)
 
 VEGA_TUI = [sys.executable, "-m", "vega_tui"]
 MACHINE_FILE = """\
