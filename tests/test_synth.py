@@ -155,3 +155,60 @@ def test_loading_helpers_refuse_text_with_nothing_to_say(run_dir, tmp_path: Path
         synthesise_to_wav(synth, "   \n", tmp_path / "empty.wav")
     result = synthesise_to_wav(synth, "Ünïcödé, 日本語!", tmp_path / "unicode.wav", iters=2)
     assert result["frames"] >= result["symbols"] and Path(result["out"]).is_file()
+
+
+def test_a_text_file_becomes_one_wav_per_line_with_an_index(run_dir, tmp_path: Path) -> None:
+    run, env = run_dir
+    script = tmp_path / "lines.txt"
+    script.write_text("Hi.\n\nA somewhat longer line to say.\n   \n%%%\nThis one is the longest line of them all, by far.\n",
+                      encoding="utf-8")
+    out = tmp_path / "spoken"
+    result = _cli(env, "synth", "--export", str(run / "export"), "--text-file", str(script), "--out-dir", str(out))
+    # "%%%" has symbols; a line with none would be listed. All four non-empty lines are spoken.
+    assert result.returncode == 0, result.stderr
+    assert "wrote 4 wavs" in result.stdout
+    index = json.loads((out / "index.json").read_text(encoding="utf-8"))
+    assert [(row["line"], row["file"]) for row in index] == [(1, "0001.wav"), (3, "0003.wav"), (5, "0005.wav"),
+                                                            (6, "0006.wav")]
+    seconds = [_wav_seconds(out / row["file"]) for row in index]
+    assert seconds == pytest.approx([row["seconds"] for row in index], abs=1e-3)
+    assert seconds[0] < seconds[1] < seconds[3], "longer lines take longer to say"
+    rows = (out / "index.csv").read_text(encoding="utf-8").splitlines()
+    assert rows[0] == "line,file,text,seconds,error" and rows[2].startswith("3,0003.wav,A somewhat longer line")
+
+
+def test_text_file_mistakes_are_named_before_the_model_loads(run_dir, tmp_path: Path) -> None:
+    run, env = run_dir
+    export = str(run / "export")
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n  \n", encoding="utf-8")
+    a_file = tmp_path / "taken"
+    a_file.write_text("x", encoding="utf-8")
+    script = tmp_path / "ok.txt"
+    script.write_text("Hello.\n", encoding="utf-8")
+    cases = [
+        (["--text-file", str(tmp_path / "missing.txt"), "--out-dir", str(tmp_path / "o")], "missing.txt: no such file"),
+        (["--text-file", str(empty), "--out-dir", str(tmp_path / "o")], "no non-empty line"),
+        (["--text-file", str(script), "--out-dir", str(a_file)], "is a file, not a folder"),
+        (["--text-file", str(script), "--out", str(tmp_path / "x.wav")], "give --out-dir DIR"),
+        (["--text", "hi", "--out-dir", str(tmp_path / "o")], "give --out FILE.wav"),
+    ]
+    for args, message in cases:
+        done = _cli(env, "synth", "--export", export, *args)
+        assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr, (args, done.stderr)
+    assert a_file.read_text(encoding="utf-8") == "x"
+
+
+def test_speaking_imports_neither_dynamo_nor_librosa() -> None:
+    """Those two imports cost ~7 s of a cold synth; the speaking path needs neither."""
+    code = (
+        "import sys\n"
+        "from trainer_core.cli import synth_cmd, synth_batch\n"
+        "from trainer_core.models import tts, alignment, text_frontend\n"
+        "from trainer_core import vocoder\n"
+        "from trainer_core.engine import checkpoint, export\n"
+        "print(sorted(m for m in sys.modules if m.startswith(('torch._dynamo', 'librosa'))))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"

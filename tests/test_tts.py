@@ -237,3 +237,50 @@ def test_a_floor_only_mel_is_silence_and_a_wrong_shape_is_refused() -> None:
     assert np.max(np.abs(silent)) < 1e-6
     with pytest.raises(VegaError, match=r"\(40, frames\)"):
         mel_to_audio(np.zeros((80, 20)), audio)
+
+
+def test_torch_griffin_lim_is_as_close_to_real_speech_as_librosas() -> None:
+    """The torch vocoder against librosa's mel_to_stft + griffinlim, on a real demo clip's mel, same iterations.
+
+    Measured when written: spectral convergence 0.26 (torch) against 0.33 (librosa) on demo_005.wav.
+    """
+    import librosa
+    from pathlib import Path
+
+    import trainer_core
+    from trainer_core.vocoder import mel_power
+
+    audio = AudioSection()
+    clip = Path(trainer_core.__file__).parent / "demo" / "voice" / "wavs" / "demo_005.wav"
+    wave, rate = soundfile.read(str(clip), dtype="float32")
+    stft = dict(n_fft=audio.n_fft, hop_length=audio.hop_length, win_length=audio.win_length)
+    power = librosa.feature.melspectrogram(y=wave, sr=rate, n_mels=audio.n_mels, fmin=audio.f_min, fmax=audio.f_max,
+                                           power=2.0, **stft)
+    log_mel = np.log(np.maximum(power, audio.log_floor))
+    truth = np.abs(librosa.stft(wave, **stft))
+
+    def convergence(rebuilt: np.ndarray) -> float:
+        found = np.abs(librosa.stft(rebuilt, **stft))
+        n = min(found.shape[1], truth.shape[1])
+        return float(np.linalg.norm(found[:, :n] - truth[:, :n]) / np.linalg.norm(truth[:, :n]))
+
+    ours = mel_to_audio(log_mel, audio, n_iter=32)
+    magnitude = librosa.feature.inverse.mel_to_stft(mel_power(log_mel, audio.log_floor), sr=rate, n_fft=audio.n_fft,
+                                                    power=2.0, fmin=audio.f_min, fmax=audio.f_max)
+    theirs = librosa.griffinlim(magnitude, n_iter=32, window="hann", center=True, random_state=0, **stft)
+    assert abs(len(ours) - len(wave)) <= audio.hop_length
+    assert convergence(ours) <= convergence(theirs) * 1.05, (convergence(ours), convergence(theirs))
+
+
+def test_the_mel_filterbank_written_here_is_librosas() -> None:
+    """trainer_core.data.mel_filters replaces librosa.filters (1.5 s to import) for every shipped audio setting."""
+    import librosa
+
+    from trainer_core.data.mel_filters import mel_filterbank
+
+    for rate, n_fft, n_mels, f_min, f_max in [(22050, 1024, 80, 0.0, 8000.0), (22050, 1024, 80, 0.0, None),
+                                              (16000, 512, 40, 20.0, None), (44100, 2048, 128, 30.0, 16000.0)]:
+        ours = mel_filterbank(rate, n_fft, n_mels, f_min, f_max)
+        theirs = librosa.filters.mel(sr=rate, n_fft=n_fft, n_mels=n_mels, fmin=f_min, fmax=f_max)
+        assert ours.shape == theirs.shape and ours.dtype == np.float32
+        np.testing.assert_allclose(ours, theirs, atol=1e-7)

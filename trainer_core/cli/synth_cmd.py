@@ -2,11 +2,14 @@
 
     trainer-core synth --checkpoint runs/demo-…/checkpoints/step-00000200.pt --text "Hello." --out hello.wav
     trainer-core synth --export runs/demo-…/export --text "Hello." --out hello.wav --length-scale 1.2
+    trainer-core synth --checkpoint C --text-file lines.txt --out-dir spoken/   # one wav per line + index
 
 A checkpoint carries the weights (with the text vocabulary in the model's `text_symbols` buffer) and
 the run's profile TOML (architecture sizes, audio parameters, text settings). An export carries the
 weights as safetensors and everything else in config.json's "model" entry. Either way the model is
-rebuilt, its durations predicted, and the mel turned into audio with Griffin-Lim.
+rebuilt, its durations predicted, and the mel turned into audio with Griffin-Lim (torch, no librosa).
+Only what speaking needs is imported, so a cold call is quick; `--text-file` speaks many lines with one
+loaded model, and a line that cannot be spoken is listed in the index while the others are written.
 """
 
 from __future__ import annotations
@@ -58,8 +61,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--checkpoint", type=Path, metavar="FILE", help="a checkpoint .pt written by training")
     source.add_argument("--export", type=Path, metavar="DIR", help="an export folder (model.safetensors + config.json)")
-    parser.add_argument("--text", required=True, help="the text to say")
-    parser.add_argument("--out", required=True, type=Path, metavar="FILE.wav", help="where to write the audio")
+    what = parser.add_mutually_exclusive_group(required=True)
+    what.add_argument("--text", help="the text to say (with --out)")
+    what.add_argument("--text-file", type=Path, metavar="FILE",
+                      help="UTF-8 text, one sentence per line: each non-empty line becomes a wav (with --out-dir)")
+    parser.add_argument("--out", type=Path, metavar="FILE.wav", help="where to write the audio of --text")
+    parser.add_argument("--out-dir", type=Path, metavar="DIR",
+                        help="folder for --text-file: NNNN.wav per line (NNNN = the line number), index.json, index.csv")
     parser.add_argument(
         "--length-scale", type=_positive_float, default=None, metavar="X",
         help="speaking-rate factor: above 1 is slower (default: the profile's tts.length_scale)",
@@ -167,6 +175,38 @@ def synthesise_to_wav(
             "symbols": len(ids)}
 
 
+def _check_outputs(args: argparse.Namespace) -> list[tuple[int, str]] | None:
+    """Check the text and output options before a model is loaded; the lines of --text-file, if given."""
+    from trainer_core.cli.synth_batch import prepare_out_dir, read_lines
+
+    if args.text is not None:
+        if args.out is None or args.out_dir is not None:
+            raise VegaError("--text writes one file: give --out FILE.wav (--out-dir goes with --text-file)")
+        return None
+    if args.out_dir is None or args.out is not None:
+        raise VegaError("--text-file writes one wav per line: give --out-dir DIR (--out goes with --text)")
+    lines = read_lines(args.text_file)
+    prepare_out_dir(args.out_dir)
+    return lines
+
+
+def _speak_lines(synth: Synthesiser, lines: list[tuple[int, str]], args: argparse.Namespace) -> int:
+    from trainer_core.cli.synth_batch import speak_lines, write_index
+
+    rows = speak_lines(synth, lines, args)
+    write_index(args.out_dir, rows)
+    failed = [row for row in rows if row["error"]]
+    if args.json:
+        print_json({"out_dir": str(args.out_dir), "written": len(rows) - len(failed), "failed": failed})
+    else:
+        seconds = sum(row["seconds"] or 0.0 for row in rows)
+        print(f"wrote {len(rows) - len(failed)} wavs ({seconds:.1f} s of speech) and index.json/index.csv to "
+              f"{args.out_dir}")
+        for row in failed:
+            print(f"  line {row['line']} not spoken: {row['error']}")
+    return 1 if failed else 0
+
+
 def _check_device(name: str) -> str:
     import torch
 
@@ -183,11 +223,14 @@ def _check_device(name: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    lines = _check_outputs(args)
     device = _check_device(args.device)
     if args.checkpoint is not None:
         synth = load_from_checkpoint(args.checkpoint, device)
     else:
         synth = load_from_export(args.export, device)
+    if lines is not None:
+        return _speak_lines(synth, lines, args)
     result = synthesise_to_wav(synth, args.text, args.out, args.length_scale, args.griffin_lim_iters)
     if args.json:
         print_json(result)

@@ -36,13 +36,10 @@ FILTERS_PER_BAND = 16
 
 
 def mel_filterbank(audio: AudioSection) -> np.ndarray:
-    """librosa's (n_mels, 1 + n_fft // 2) mel filterbank for the profile's parameters."""
-    # Imported here: librosa takes a second to import and only feature extraction needs it.
-    import librosa
+    """librosa's (n_mels, 1 + n_fft // 2) mel filterbank for the profile's parameters (computed without librosa)."""
+    from trainer_core.data.mel_filters import mel_filterbank as slaney_filterbank
 
-    return librosa.filters.mel(
-        sr=audio.sample_rate, n_fft=audio.n_fft, n_mels=audio.n_mels, fmin=audio.f_min, fmax=audio.f_max
-    ).astype(np.float32)
+    return slaney_filterbank(audio.sample_rate, audio.n_fft, audio.n_mels, audio.f_min, audio.f_max)
 
 
 def filter_bands(filterbank: np.ndarray, per_band: int = FILTERS_PER_BAND) -> list[tuple[int, int, int, int]]:

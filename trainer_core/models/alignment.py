@@ -18,6 +18,11 @@ assigned (to the last tokens it can reach) so that training never crashes on an 
 
 from __future__ import annotations
 
+import functools
+import sys
+from collections.abc import Callable
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 
@@ -50,8 +55,24 @@ def _backtrack(came_from_previous: torch.Tensor, text_lengths: torch.Tensor, mel
     return path
 
 
+def _outside_compiled_graphs(fn: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    """`torch.compiler.disable`, applied when first needed: decorating at import loads torch._dynamo (~2 s),
+    and a compile can only be under way once torch._dynamo is imported."""
+    disabled: list[Callable[..., torch.Tensor]] = []
+
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> torch.Tensor:
+        if "torch._dynamo" not in sys.modules:
+            return fn(*args, **kwargs)
+        if not disabled:
+            disabled.append(torch.compiler.disable(fn))
+        return disabled[0](*args, **kwargs)
+
+    return call
+
+
 # Kept out of torch.compile graphs: a Python loop over a data-dependent number of frames would recompile per length.
-@torch.compiler.disable
+@_outside_compiled_graphs
 @torch.no_grad()
 def monotonic_alignment_search(
     log_likelihood: torch.Tensor, text_lengths: torch.Tensor, mel_lengths: torch.Tensor
