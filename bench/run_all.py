@@ -45,6 +45,7 @@ BENCHES = (
     Bench("dashboard", "dashboard_speed.py", ("--lines", "1000000", "--repeats", "3", "--open-repeats", "2",
                                                  "--profile-open")),
     Bench("scale", "scale.py", ("--hours", "24", "--steps", "100", "--eval-every", "50")),
+    Bench("synth", "synth_speed.py", ("--sentences", "40", "--train-steps", "20", "--repeats", "5")),
     Bench("budget", "time_budget.py", ("--hours", "0.1667",)),
 )
 

@@ -390,18 +390,21 @@ async def test_profiler_bar_and_live_resources(tmp_path: Path) -> None:
         assert line.startswith("CPU") and "RAM" in line and total in line
 
 
-def add_audio_sample(run_dir: Path) -> Path:
-    """A real 0.2 s wav in the run's samples/ folder and the `sample` event announcing it."""
+def add_audio_sample(run_dir: Path, step: int = 60, number: int = 1, text: str = "Hello from Vega.",
+                     recorded_root: str = "/elsewhere/run") -> Path:
+    """A real 0.2 s wav where the trainer writes it (`samples/step-<8 digits>/<NN>.wav`) and the `sample`
+    event announcing it, recorded under another run folder path, as after a move."""
     import numpy as np
     import soundfile
 
-    path = run_dir / "samples" / "step-00000060-0.wav"
-    path.parent.mkdir(exist_ok=True)
-    tone = 0.2 * np.sin(2 * np.pi * 440 * np.arange(4410) / 22050)
+    relative = Path("samples") / f"step-{step:08d}" / f"{number:02d}.wav"
+    path = run_dir / relative
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tone = 0.2 * np.sin(2 * np.pi * 440 * number * np.arange(4410) / 22050)
     soundfile.write(path, tone.astype("float32"), 22050)
     last = read_all(run_dir / "events.jsonl")[-1]
-    event = {"v": 1, "seq": last.seq + 1, "t": last.t, "type": "sample", "step": 60, "kind": "audio",
-             "path": f"/elsewhere/{path.name}", "text": "Hello from Vega."}
+    event = {"v": 1, "seq": last.seq + 1, "t": last.t, "type": "sample", "step": step, "kind": "audio",
+             "path": f"{recorded_root}/{relative}", "text": text}
     with open(run_dir / "events.jsonl", "a", encoding="utf-8") as handle:
         handle.write(json.dumps(event) + "\n")
     return path
@@ -434,6 +437,52 @@ async def test_audio_sample_plays_locally_or_shows_scp(tmp_path: Path, monkeypat
         host = events_of(run_dir, "hello")[0].host  # the machine the trainer ran on
         scp = f"scp {getpass.getuser()}@{host}:{wav} ."
         await wait_until(pilot, lambda: any(scp in message for message in pilot.app.messages), "the scp command")
+
+
+def test_recorded_sample_paths_resolve_in_place_and_after_a_move(tmp_path: Path) -> None:
+    from vega_tui.widgets.checkpoints import locate
+
+    run_dir = copy_fixture("lm_completed", tmp_path / "here")
+    wav = add_audio_sample(run_dir, 120, 2, recorded_root=str(run_dir))
+    recorded = events_of(run_dir, "sample")[-1].path
+    assert locate(run_dir, recorded, "samples") == wav, "in place: the recorded file itself"
+    moved = tmp_path / "there" / "run"
+    shutil.copytree(run_dir, moved)
+    assert locate(moved, recorded, "samples") == moved / "samples" / "step-00000120" / "02.wav"
+    assert locate(moved, recorded, "samples").is_file(), "moved: the copy inside the new folder, step folder kept"
+    assert locate(moved, "/x/samples/../../etc/passwd", "samples") == moved / "samples" / "passwd"
+
+
+async def test_samples_group_by_step_and_one_sentence_is_compared_across_steps(tmp_path: Path) -> None:
+    """A run folder moved after training: every sample resolves inside it, and [ ] walk one sentence's steps."""
+    original = copy_fixture("lm_completed", tmp_path / "before")
+    sentences = ["Hi.", "A longer sentence."]
+    for step in (60, 90):
+        for number, text in enumerate(sentences, start=1):
+            add_audio_sample(original, step, number, text, recorded_root=str(original))
+    run_dir = tmp_path / "moved" / original.name
+    run_dir.parent.mkdir()
+    shutil.move(str(original), str(run_dir))
+    async with DashApp(run_dir).run_test(size=(100, 40)) as pilot:
+        screen = await settled(pilot)
+        await pilot.press("4")
+        panel = screen.query_one(SamplesPanel)
+        audio = [item for item in panel.items() if item.sample.kind == "audio"]
+        assert [item.path for item in audio] == [run_dir / "samples" / f"step-{s:08d}" / f"0{n}.wav"
+                                                 for s in (60, 90) for n in (1, 2)]
+        assert all(item.path.is_file() for item in audio), "each path names the real file in the moved folder"
+        steps = [item.sample.step for item in panel.items()]
+        opened = [item.sample.step for item in panel.items() if "── step" in plain(item.query_one("Static"))]
+        assert opened == list(dict.fromkeys(steps)) and {60, 90} <= set(opened), "one rule opens each step's group"
+        panel.list_view.focus()
+        panel.list_view.index = panel.items().index(audio[1])  # step 60, second sentence
+        await pilot.press("right_square_bracket")
+        assert panel.selected() is audio[3], "] goes to the same sentence at the next evaluation"
+        await pilot.press("right_square_bracket")
+        assert panel.selected() is audio[3], "there is no later one: the cursor stays"
+        await pilot.press("left_square_bracket")
+        assert panel.selected() is audio[1]
+        assert "same sentence" in plain(panel.query_one("#sample-detail"))
 
 
 def runner_free_probe() -> Callable[[], MachineResources]:

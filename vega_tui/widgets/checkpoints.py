@@ -51,9 +51,14 @@ class RunFiles:
 
 
 def locate(run_dir: Path, recorded: str | Path, sub: str) -> Path:
-    """Where a file the trainer recorded belongs: the same name in this run folder's `sub` folder. The
+    """Where a file the trainer recorded belongs in this run folder: its path below the last `sub` folder of
+    the recorded path (`samples/step-00000060/01.wav` keeps its step folder), under `run_dir / sub`. The
     recorded absolute path is not trusted, so a run folder copied or moved elsewhere shows its own files."""
-    return run_dir / sub / Path(recorded).name
+    parts = Path(recorded).parts
+    below = parts[len(parts) - parts[::-1].index(sub):] if sub in parts else parts[-1:]
+    if not below or ".." in below:
+        below = parts[-1:]
+    return run_dir.joinpath(sub, *below)
 
 
 def scan_run_files(run_dir: Path, rows: list[tuple[int, str]]) -> RunFiles:

@@ -1,6 +1,10 @@
 """The samples list: text samples shown inline, audio samples with their path, a play action that uses a
 local player when there is one, and the `scp` command that fetches the file otherwise (the usual case over
-SSH: the audio lives on the GPU box, the ears are at the laptop)."""
+SSH: the audio lives on the GPU box, the ears are at the laptop).
+
+Samples are grouped by the evaluation (step) that wrote them, and `[` / `]` jump to the same sentence at
+the previous / next evaluation, so one sentence can be heard as training goes on. A sentence is known by
+its file name (`samples/step-N/01.wav` is the first `sample.sentences` entry at every step)."""
 
 from __future__ import annotations
 
@@ -60,11 +64,19 @@ def play(player: list[str], path: Path) -> subprocess.Popen[bytes]:
     )
 
 
-def sample_text(sample: SampleRow, path: Path) -> Text:
-    """One list entry: a header line, then the text itself (text samples) or the file path (audio)."""
+def sentence_key(sample: SampleRow) -> tuple[str, str]:
+    """What stays the same for one sentence across evaluations: its kind and file name."""
+    return sample.kind, Path(sample.path).name
+
+
+def sample_text(sample: SampleRow, path: Path, first_of_step: bool = False) -> Text:
+    """One list entry: a rule opening each step's group, a header line, then the text itself (text samples)
+    or the file path (audio)."""
     text = Text()
+    if first_of_step:
+        text.append(f"── step {sample.step} ──\n", style="bold reverse")
     icon = "♪" if sample.kind == "audio" else "¶"
-    text.append(f"{icon} step {sample.step} · {sample.kind}", style="bold")
+    text.append(f"{icon} step {sample.step} · {sample.kind} {Path(sample.path).stem}", style="bold")
     if sample.kind == "audio":
         text.append(f"\n  {path}", style="dim")
         if sample.text:
@@ -89,14 +101,36 @@ def appended(rows: Sequence[SampleRow], last: SampleRow | None) -> list[SampleRo
 
 
 class SampleItem(ListItem):
-    def __init__(self, sample: SampleRow, path: Path) -> None:
-        super().__init__(Static(sample_text(sample, path)))
+    def __init__(self, sample: SampleRow, path: Path, first_of_step: bool = False) -> None:
+        super().__init__(Static(sample_text(sample, path, first_of_step)))
         self.sample = sample
         self.path = path
 
 
 class SampleList(ListView):
-    BINDINGS = [Binding("a", "screen.play_sample", "Play / fetch")]
+    BINDINGS = [
+        Binding("a", "screen.play_sample", "Play / fetch"),
+        Binding("left_square_bracket", "same_sentence(-1)", "Earlier step"),
+        Binding("right_square_bracket", "same_sentence(1)", "Later step"),
+    ]
+
+    def action_same_sentence(self, direction: int) -> None:
+        index = same_sentence_index([item.sample for item in self.query(SampleItem)], self.index, direction)
+        if index is not None:
+            self.index = index
+
+
+def same_sentence_index(samples: Sequence[SampleRow], current: int | None, direction: int) -> int | None:
+    """The index of the nearest sample of the same sentence at an earlier (-1) or later (+1) step."""
+    if current is None or not 0 <= current < len(samples):
+        return None
+    here = samples[current]
+    order = range(current - 1, -1, -1) if direction < 0 else range(current + 1, len(samples))
+    for index in order:
+        other = samples[index]
+        if sentence_key(other) == sentence_key(here) and other.step != here.step:
+            return index
+    return None
 
 
 class SamplesPanel(Vertical):
@@ -129,10 +163,15 @@ class SamplesPanel(Vertical):
         if fresh is None:
             self.list_view.clear()
             fresh = list(state.samples)
+            self._last = None
         if not fresh:
             return
-        self.list_view.extend(SampleItem(row, locate(self.run_dir, row.path, SAMPLES_DIR)) for row in fresh)
-        self._last = fresh[-1]
+        items = []
+        for row in fresh:
+            opens_group = self._last is None or row.step != self._last.step
+            items.append(SampleItem(row, locate(self.run_dir, row.path, SAMPLES_DIR), opens_group))
+            self._last = row
+        self.list_view.extend(items)
         if self.list_view.index is None:
             self.list_view.index = 0
 
@@ -150,9 +189,10 @@ class SamplesPanel(Vertical):
 
     def detail_text(self, item: SampleItem) -> Text:
         """What the line under the list says about the highlighted sample (players looked up afresh)."""
+        compare = " · [ ]: same sentence, earlier/later step"
         if item.sample.kind != "audio":
-            return Text(f"text sample: {item.path}")
+            return Text(f"text sample: {item.path}{compare}")
         player = find_player()
         if player:
-            return Text(f"a: play with {Path(player[0]).name} · fetch: {scp_command(self.host, item.path)}")
-        return Text(f"no local audio player; fetch it: {scp_command(self.host, item.path)}")
+            return Text(f"a: play with {Path(player[0]).name}{compare} · fetch: {scp_command(self.host, item.path)}")
+        return Text(f"no local audio player{compare}; fetch it: {scp_command(self.host, item.path)}")
