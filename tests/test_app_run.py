@@ -638,6 +638,9 @@ async def test_controls_against_a_live_trainer(live_run: Path) -> None:
             await wait_until(pilot, lambda: kinds_after(screen, "command save accepted", "checkpoint_saved"),
                              "the requested checkpoint")
             saved_step = max(screen.state.checkpoints)
+            written = f"save: checkpoint written: {screen.state.checkpoints[saved_step].path}"
+            await wait_until(pilot, lambda: written in app.messages, "the dashboard saying the save is done")
+            assert "saving…" not in status_text(screen)
             await pilot.press("3")
             table = screen.query_one(CheckpointPanel).table
             await wait_until(pilot, lambda: str(saved_step) in {key.value for key in table.rows}, "its table row")
@@ -647,6 +650,8 @@ async def test_controls_against_a_live_trainer(live_run: Path) -> None:
             await wait_until(pilot, lambda: kinds_after(screen, "command evaluate accepted", "validation"),
                              "a validation")
             assert len(screen.state.series["val_loss"]) >= 1
+            await wait_until(pilot, lambda: any(m.startswith("evaluate: validation loss") for m in app.messages),
+                             "the dashboard saying the evaluation is done")
 
             await pilot.press("q")  # a live run: asks; Cancel keeps everything as it was
             await wait_until(pilot, lambda: not isinstance(app.screen, RunScreen), "the quit question")

@@ -38,7 +38,7 @@ EXPECTED = {
                  "tts-small: share of wall time in validation passes",
                  "demo, no cap (negative control): share of wall time in validation passes"),
     "synth_speed.py": ("cold: one sentence, spawn to wav written", "negative control: cold with librosa",
-                       "batch: sentences per second", "synth --text-file end to end"),
+                       "batch: sentences per second", "batch, book sentences: seconds of speech", "synth --text-file end to end"),
 }
 KEYS = {"pipeline_efficiency.py": "pipeline", "framework_overhead.py": "overhead", "preload_speed.py": "preload",
         "event_cost.py": "event_cost", "dashboard_speed.py": "dashboard", "time_budget.py": "budget",

@@ -15,9 +15,9 @@ from trainer_core.control_client import control_socket_path
 from trainer_core.protocol import Event
 
 
-def ctl(run_dir: Path, command: str) -> subprocess.CompletedProcess:
+def ctl(run_dir: Path, command: str, *extra: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "trainer_core", "ctl", str(run_dir), command],
+        [sys.executable, "-m", "trainer_core", "ctl", str(run_dir), command, *extra],
         capture_output=True, text=True, timeout=60,
     )
 
@@ -41,10 +41,21 @@ def after(events: list[Event], kind: str, seq: int) -> list[Event]:
 
 
 def acked(trainer: TrainerProcess, command: str) -> Event:
-    """Send `command` with the CLI, check its reply, and return its `command_ack` event."""
+    """Send `command` with the CLI, check its reply, and return its `command_ack` event. `save` and
+    `evaluate` return only when done: the checkpoint / validation is in the run folder as ctl exits."""
+    before = len(trainer.events())
     result = ctl(trainer.run_dir, command)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == f"{command}: ok"
+    done_now = trainer.events()[before:]
+    if command == "save":
+        path = Path(result.stdout.split("checkpoint written: ")[1].split(" (step ")[0])
+        assert result.stdout.startswith("save: checkpoint written: ") and path.is_file(), result.stdout
+        assert any(e.type == "checkpoint_saved" and e.path == str(path) for e in done_now)
+    elif command == "evaluate":
+        assert result.stdout.startswith("evaluate: validation loss "), result.stdout
+        assert of_type(done_now, "validation"), "the validation was written before ctl returned"
+    else:
+        assert result.stdout.strip() == f"{command}: ok"
     events = trainer.wait_for(lambda evs: any(e.type == "command_ack" and e.cmd == command for e in evs))
     return [e for e in events if e.type == "command_ack" and e.cmd == command][-1]
 
@@ -105,3 +116,23 @@ def test_ctl_without_a_trainer_says_so(tmp_path: Path) -> None:
     result = ctl(tmp_path, "pause")
     assert result.returncode == 2
     assert "no trainer is listening" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_save_waits_queues_or_says_why_it_cannot_finish(trainers: TrainerLauncher) -> None:
+    """--no-wait only queues; a slow step outlasts --wait; a trainer killed mid-wait is an error, not a hang."""
+    run = trainers.start("ctl-wait", {"train.max_steps": 100000}, env={"VEGA_FAULT_STEP_SLEEP_S": "2"})
+    run.wait_for_step(1)
+    queued = ctl(run.run_dir, "save", "--no-wait")
+    assert queued.returncode == 0 and queued.stdout.strip() == "save: ok (queued; not waiting)"
+    run.wait_for(lambda evs: bool(of_type(evs, "checkpoint_saved")))
+
+    short = ctl(run.run_dir, "evaluate", "--wait", "0.3")
+    assert short.returncode == 2 and "not done after 0.3 s" in short.stderr and "stays queued" in short.stderr
+
+    waiting = subprocess.Popen([sys.executable, "-m", "trainer_core", "ctl", str(run.run_dir), "save"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    run.wait_for(lambda evs: sum(e.type == "command_ack" and e.cmd == "save" for e in evs) == 2)
+    run.proc.kill()
+    run.proc.wait(timeout=30)
+    _, err = waiting.communicate(timeout=30)
+    assert waiting.returncode == 2 and "exited before it was done" in err and "Traceback" not in err

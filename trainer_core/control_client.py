@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import socket
+import struct
 import sys
 import threading
 from pathlib import Path
@@ -133,6 +134,18 @@ class ControlConnection:
                     raise self._io_error(exc, cmd) from exc
                 raise
         return decode_reply(line, control_socket_path(self.run_dir))
+
+    def peer_pid(self) -> int | None:
+        """The trainer's process id from the connected socket's credentials (Linux), else None."""
+        with self._lock:
+            sock = self._ensure_connected()
+        if not hasattr(socket, "SO_PEERCRED"):
+            return None
+        try:
+            pid, _, _ = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+        except OSError:
+            return None
+        return pid or None
 
     def close(self) -> None:
         with self._lock:

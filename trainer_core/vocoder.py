@@ -92,8 +92,8 @@ def griffin_lim(magnitude: torch.Tensor, a: AudioSection, n_iter: int) -> torch.
     for _ in range(n_iter):
         wave = torch.istft(magnitude * angles, **stft)
         rebuilt = torch.stft(wave, pad_mode="constant", return_complex=True, **stft)
-        angles = rebuilt - (MOMENTUM / (1 + MOMENTUM)) * previous
-        angles = angles / (angles.abs() + 1e-16)
+        angles = rebuilt.sub(previous, alpha=MOMENTUM / (1 + MOMENTUM))
+        angles.div_(angles.abs().add_(1e-16))  # in place: this loop is most of a sentence's cost
         previous = rebuilt
     return torch.istft(magnitude * angles, **stft)
 

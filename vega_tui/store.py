@@ -274,6 +274,11 @@ class RunState:
     loss_scale: float | None = None
     val_loss: float | None = None
     best_val_loss: float | None = None
+    # Event times of the latest validation and checkpoint: a "save"/"evaluate" asked at time T is done
+    # once one of these reaches T (vega_tui.pending).
+    last_validation_t: float = 0.0
+    last_checkpoint_t: float = 0.0
+    last_checkpoint_path: str = ""
     best_step: int | None = None
     metrics: dict[str, float] = field(default_factory=dict)
     data_scan: dict[str, Any] | None = None
@@ -596,6 +601,7 @@ class RunStore:
                 self._part(name, prefix="val_part:").append(e.step, value)
         metric = f", {e.metric_name} {_fmt(e.metric_value)}" if e.metric_name else ""
         self._log("info", "validation", f"validation at step {e.step}: loss {_fmt(e.loss)}{metric}", e.t)
+        state.last_validation_t = max(state.last_validation_t, e.t)
         self._end_evaluating()
 
     def _end_evaluating(self) -> None:
@@ -603,6 +609,8 @@ class RunStore:
             self._set_status(self._status_before_eval)
 
     def _on_checkpoint_saved(self, e: Any) -> None:
+        if e.t >= self.state.last_checkpoint_t:
+            self.state.last_checkpoint_t, self.state.last_checkpoint_path = e.t, e.path
         rows = self.state.checkpoints
         row = rows.get(e.step)
         if row is None:

@@ -1,6 +1,9 @@
 """`trainer-core ctl RUN_DIR COMMAND`: send pause/resume/save/evaluate/stop to a live trainer.
 
-Exits 0 when the trainer accepts the command, 2 when it refuses it or cannot be reached.
+`save` and `evaluate` wait until the work is done and print the checkpoint's path / the validation loss
+(the trainer acknowledges on queueing and works at the end of its step); `--no-wait` only queues them.
+Exits 0 when the trainer accepted (and, when waiting, finished) the command, 2 when it refuses it, cannot be
+reached, or the run ends or the time runs out before the work is done.
 """
 
 from __future__ import annotations
@@ -10,8 +13,12 @@ import sys
 from pathlib import Path
 
 from trainer_core.cli.common import print_json
-from trainer_core.control_client import DEFAULT_TIMEOUT_S, send_command
-from trainer_core.protocol import COMMAND_NAMES
+from trainer_core.control_client import DEFAULT_TIMEOUT_S, ControlConnection
+from trainer_core.control_wait import DONE_EVENT, log_end, wait_until_done
+from trainer_core.protocol import COMMAND_NAMES, Event
+
+# A save of a big model or a validation of a capped set takes seconds to minutes; an hour means stuck.
+DEFAULT_WAIT_S = 3600.0
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -29,6 +36,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="S",
         help=f"seconds to wait for the reply (default {DEFAULT_TIMEOUT_S:g})",
     )
+    parser.add_argument(
+        "--wait", type=positive_seconds, default=DEFAULT_WAIT_S, metavar="S", dest="wait",
+        help=f"save/evaluate: seconds to wait for the checkpoint / validation (default {DEFAULT_WAIT_S:g})",
+    )
+    parser.add_argument("--no-wait", action="store_true", help="save/evaluate: return once the command is queued")
     parser.add_argument("--json", action="store_true", help="print the reply as JSON")
     parser.set_defaults(handler=run_ctl)
 
@@ -44,12 +56,30 @@ def positive_seconds(text: str) -> float:
 
 
 def run_ctl(args: argparse.Namespace) -> int:
-    reply = send_command(args.run_dir, args.action, timeout=args.timeout)
-    if args.json:
-        print_json(reply.model_dump(mode="json"))
-    elif reply.ok:
-        print(f"{reply.cmd}: ok")
+    waits = args.action in DONE_EVENT and not args.no_wait
+    offset = log_end(args.run_dir)
+    with ControlConnection(args.run_dir, args.timeout) as connection:
+        trainer_pid = connection.peer_pid() if waits else None
+        reply = connection.send(args.action)
     if not reply.ok:
+        if args.json:
+            print_json(reply.model_dump(mode="json"))
         print(f"error: the trainer refused {args.action!r}: {reply.error}", file=sys.stderr)
         return 2
+    done = wait_until_done(args.run_dir, args.action, offset, args.wait, trainer_pid) if waits else None
+    if args.json:
+        print_json({**reply.model_dump(mode="json"), "done": done.model_dump(mode="json") if done else None})
+    elif done is None:
+        print(f"{reply.cmd}: ok" + (" (queued; not waiting)" if args.action in DONE_EVENT else ""))
+    else:
+        print(done_text(args.action, done))
     return 0
+
+
+def done_text(cmd: str, event: Event) -> str:
+    """`save: checkpoint written: PATH (step N, 1.2 MiB)` or `evaluate: validation loss X at step N`."""
+    data = event.model_dump()
+    if cmd == "save":
+        return f"save: checkpoint written: {data['path']} (step {data['step']}, {data['bytes'] / 2**20:.1f} MiB)"
+    loss = data.get("loss")
+    return f"evaluate: validation loss {'—' if loss is None else f'{loss:.4g}'} at step {data['step']}"

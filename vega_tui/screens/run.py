@@ -31,6 +31,7 @@ from trainer_core.errors import VegaError
 from trainer_core.rundir import EVENTS, PROFILE
 from vega_tui import runner
 from vega_tui.follow import EventFollower
+from vega_tui.pending import PendingRequests
 from vega_tui.preview import DEFAULT_PLAN, PreviewPlan
 from vega_tui.screens.confirm import ConfirmScreen
 from vega_tui.store import ENDED, RunState, RunStore
@@ -176,6 +177,7 @@ class RunScreen(Screen[None]):
         self._charts_drawn_at = 0.0
         self._scanned_checkpoints: tuple = ()
         self._last_status = ""
+        self.pending = PendingRequests()
 
     @property
     def state(self) -> RunState:
@@ -258,7 +260,8 @@ class RunScreen(Screen[None]):
         """Redraw what changed since the last tick (the status line also ticks its clock while live)."""
         state = self.state
         now = time.time()
-        self.query_one(StatusLine).show(state, now)
+        self._settle_requests(state)
+        self.query_one(StatusLine).show(state, now, self.pending.labels())
         if state.version != self._drawn_version:
             self._drawn_version = state.version
             self._refresh_panels(state)
@@ -437,10 +440,22 @@ class RunScreen(Screen[None]):
         self.send_command("resume")
 
     def action_save(self) -> None:
+        self.pending.ask("save")
         self.send_command("save")
 
     def action_evaluate(self) -> None:
+        self.pending.ask("evaluate")
         self.send_command("evaluate")
+
+    def _settle_requests(self, state: RunState) -> None:
+        """Say when a save or evaluation asked for here is done (the status line shows it until then)."""
+        for cmd, done in self.pending.settle(state):
+            if not done:
+                self.notify(f"{cmd}: the run ended before it was done", severity="warning", timeout=8)
+            elif cmd == "save":
+                self.notify(f"save: checkpoint written: {state.last_checkpoint_path}", timeout=8)
+            else:
+                self.notify(f"evaluate: validation loss {state.val_loss}", timeout=8)
 
     def action_ended_control(self, cmd: str) -> None:
         """A control key pressed while no trainer seems to run: try anyway, so the reason gets reported."""
@@ -499,6 +514,8 @@ class RunScreen(Screen[None]):
         self.post_message(CommandReplied(cmd, reply.ok, text, then_exit))
 
     def on_command_replied(self, message: CommandReplied) -> None:
+        if not message.ok:
+            self.pending.forget(message.cmd)
         severity = "information" if message.ok else "error"
         self.notify(f"{message.cmd}: {message.text}", severity=severity, timeout=6)
         if message.then_exit and message.ok:

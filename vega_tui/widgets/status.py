@@ -136,8 +136,11 @@ class StatusLine(Static):
     StatusLine { height: 2; padding: 0 1; }
     """
 
-    def show(self, state: RunState, now: float | None) -> None:
+    def show(self, state: RunState, now: float | None, waiting: list[str] | None = None) -> None:
+        """Redraw; `waiting` names requests under way ("saving…"), shown until their event arrives."""
         text = status_first_line(state, now)
+        for label in waiting or ():
+            text.append(f"  {label}", style="bold yellow")
         text.append("\n")
         text.append_text(status_second_line(state))
         self.update(text)
