@@ -23,6 +23,7 @@ LIGHT_MODULES = [
     "vega_tui.follow",
     "vega_tui.history_worker",
     "vega_tui.runner",
+    "vega_tui.pending",
     "trainer_core",
     "trainer_core.protocol",
     "trainer_core.profile",
@@ -30,6 +31,7 @@ LIGHT_MODULES = [
     "trainer_core.eventlog",
     "trainer_core.resources",
     "trainer_core.control_client",
+    "trainer_core.control_wait",
     "trainer_core.errors",
     "trainer_core.rundir",
 ]

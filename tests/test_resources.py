@@ -1,4 +1,4 @@
-"""Machine resources and the compute-mode device policy (DESIGN §1), plus `trainer-core resources`.
+"""Machine resources and the compute-mode device policy, plus `trainer-core resources`.
 
 GPUs come from `StaticGpuSource` / `VEGA_FAKE_GPUS` (this machine has none); NVML, psutil, torch
 and the CLI subprocess are the real ones.

@@ -1,4 +1,4 @@
-"""What a finished run leaves behind (DESIGN §4), the event log's shape, early stopping, odd text files.
+"""What a finished run leaves behind (docs/architecture.md, "The run folder"), the event log's shape, early stopping, odd text files.
 
 The runs are independent: one module fixture starts them together and each test checks its own.
 """

@@ -1,6 +1,6 @@
 """The append-only event log: `EventWriter` (trainer side) and `EventReader` (dashboard side).
 
-`RUN/events.jsonl` is the source of truth for live, reattached and finished runs (DESIGN.md §2). The
+`RUN/events.jsonl` is the source of truth for live, reattached and finished runs (docs/architecture.md). The
 writer stamps each event with the next `seq` and the current time, appends one line and makes it visible
 to readers at once (one unbuffered `write` per line on an O_APPEND descriptor). It never raises an I/O
 error into the training loop: a failed write is counted, reported once on stderr, and retried on the next

@@ -1,4 +1,4 @@
-"""The event protocol: the only contract between the trainer and the dashboard (DESIGN.md §3).
+"""The event protocol: the only contract between the trainer and the dashboard (docs/architecture.md lists every event).
 
 Events travel as one compact JSON object per line in `RUN/events.jsonl`:
 `{"v": 1, "seq": 17, "t": 1763790000.123, "type": "step", ...}`. Every type is a pydantic model below,

@@ -5,7 +5,7 @@ CPU and RAM with psutil and GPUs through a `GpuSource` (NVML by default, see `tr
 only `probe(check_torch=True)`, used by the trainer, imports torch to learn what NVML cannot tell:
 whether the installed torch can drive the GPUs, and whether MPS works on macOS.
 
-`select_device()` is the compute-mode policy of DESIGN §1:
+`select_device()` is the compute-mode policy:
   gpu   - an accelerator is required: the CUDA GPU with the most free memory, else MPS, else DeviceError.
   cpu   - never an accelerator.
   mixed - the CUDA GPU with the most free memory among those with at least `min_gpu_memory_gb`

@@ -1,4 +1,4 @@
-"""Run folder layout (DESIGN §4): names of the files a run writes, and creating a fresh folder.
+"""Run folder layout (docs/architecture.md): names of the files a run writes, and creating a fresh folder.
 
 Torch-free: the dashboard uses these names to find a run's events, socket and checkpoints.
 """

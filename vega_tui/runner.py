@@ -1,4 +1,4 @@
-"""Start, find and talk to trainer processes; no widgets (DESIGN §2).
+"""Start, find and talk to trainer processes; no widgets (docs/architecture.md, "Two processes").
 
 - `train_argv` builds the `trainer_core train` command line the launch screen runs.
 - `TrainerProcess.spawn` starts it in its own session with stdout/stderr going to files in the run folder, so

@@ -6,7 +6,7 @@ Two ways in, one engine:
 - `torchrun ... -m trainer_core train ...` (multi-node too) starts the ranks directly.
 Either way each rank finds RANK / WORLD_SIZE / LOCAL_RANK / LOCAL_WORLD_SIZE in its environment (`World.from_env`).
 
-Rules the engine keeps (DESIGN §2): rank 0 alone writes to the run folder (events, checkpoints, samples, exports,
+Rules the engine keeps (docs/architecture.md, "Two processes"): rank 0 alone writes to the run folder (events, checkpoints, samples, exports,
 session.json, report); the other ranks write only `trainer-rank<N>.log`. Every collective is entered by all ranks
 at the same point of the loop, so no rank ever waits for one that went elsewhere:
   - once per step boundary, `StepSync.exchange`: any rank's stop request, rank 0's commands and its

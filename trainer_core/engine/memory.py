@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import psutil
 import torch
 
-# Upper bounds of each level as a fraction of device memory (DESIGN §6).
+# Upper bounds of each level as a fraction of device memory.
 LEVELS: tuple[tuple[float, str], ...] = ((0.60, "low"), (0.75, "moderate"), (0.85, "high"), (float("inf"), "critical"))
 # Host RAM is read through /proc; once a second is plenty and keeps the per-step cost near zero.
 HOST_READ_INTERVAL_S = 1.0

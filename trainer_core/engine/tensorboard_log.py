@@ -1,4 +1,4 @@
-"""Optional TensorBoard scalars (`[logging] tensorboard = true`), written from the event stream.
+"""Optional TensorBoard scalars and audio samples (`[logging] tensorboard = true`), written from the event stream.
 
 An event listener like the console: it sees exactly what events.jsonl records (every step of each
 coalesced `step` event, validations, memory), so the two never disagree. Files go to RUN/tensorboard/.
@@ -29,6 +29,20 @@ class TensorBoardScalars:
                 self.writer.add_scalar("val/loss", event.loss, event.step)
             for name, value in event.metrics.items():
                 self.writer.add_scalar(f"val/{name}", value, event.step)
+        elif event.type == "sample" and event.kind == "audio":
+            self._audio(event)
+
+    def _audio(self, event: Event) -> None:
+        """The sample's wav, as TensorBoard audio tagged by sentence (`samples/01`), so steps line up."""
+        import soundfile
+        import torch
+
+        try:
+            wave, rate = soundfile.read(event.path, dtype="float32", always_2d=True)
+        except (OSError, RuntimeError):
+            return  # the sample event stands in the log; a missing file only leaves TensorBoard without it
+        tag = f"samples/{Path(event.path).stem}"
+        self.writer.add_audio(tag, torch.from_numpy(wave[:, 0]), event.step, sample_rate=rate)
 
     def _step(self, event: Event) -> None:
         for step, loss, lr in zip(event.step_series, event.loss_series, event.lr_series):
@@ -53,5 +67,6 @@ def open_tensorboard(run_dir: Path) -> tuple[TensorBoardScalars | None, str | No
     except ImportError as exc:
         return None, (
             f"logging.tensorboard = true, but TensorBoard cannot be used ({exc}); "
-            "install it with `pip install tensorboard`, or set logging.tensorboard = false. Training goes on without it"
+            'install it with `pip install "vega[tensorboard]"` (or `pip install tensorboard`), or set '
+            "logging.tensorboard = false. Training goes on without it"
         )

@@ -1,6 +1,6 @@
 """The run dashboard: follow one run (live, reattached or finished) and control its trainer.
 
-Data flow (DESIGN §5, Textual rules): an `EventFollower` thread tails `RUN/events.jsonl` and posts one
+Data flow (Textual rules): an `EventFollower` thread tails `RUN/events.jsonl` and posts one
 `EventsArrived` message per batch; the handler folds it into a `RunStore` on the app thread (a big log is
 opened from a preview store, then the exact one: `StoreReady` swaps them, see vega_tui/follow.py); a timer
 redraws the widgets a few times a second, and only when `store.state.version` moved. Everything that may
