@@ -70,6 +70,57 @@ report = false
 # Fields set on every run unless a test overrides them (None removes one: the profile default applies).
 DEFAULT_SETTINGS: dict[str, Any] = {"train.max_steps": 40}
 # Generous: other test processes share the two cores.
+DEMO_VOICE = REPO / "trainer_core" / "demo" / "voice"
+
+
+def tiny_voice_profile(name: str, steps: int, eval_every: int, sentences: list[str], seed: int = 3,
+                       extra: str = "") -> str:
+    """A TOML profile for a seconds-long voice run on the bundled demo corpus (CPU, one thread, tiny model);
+    `extra` is appended (e.g. more `[logging]` keys)."""
+    quoted = ", ".join(json.dumps(s) for s in sentences)
+    return f"""
+[run]
+name = "{name}"
+seed = {seed}
+
+[data]
+path = "{DEMO_VOICE}"
+mode = "voice"
+val_fraction = 0.1
+cache_dir = "cache"
+
+[model]
+kind = "tts"
+hidden = 32
+encoder_layers = 1
+decoder_layers = 1
+heads = 2
+ffn_mult = 2
+dropout = 0.0
+
+[train]
+batch_size = 8
+lr = 3e-3
+warmup_steps = 2
+max_steps = {steps}
+eval_every_steps = {eval_every}
+
+[compute]
+mode = "cpu"
+num_threads = 1
+
+[tts]
+text_units = "chars"
+griffin_lim_iters = 4
+
+[sample]
+sentences = [{quoted}]
+
+[logging]
+report = false
+{extra}"""
+
+
 RUN_TIMEOUT_S = 90.0
 
 

@@ -11,55 +11,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 import soundfile
+from conftest import tiny_voice_profile
 
-import trainer_core
 from trainer_core.errors import VegaError
 
 REPO = Path(__file__).resolve().parent.parent
-DEMO_VOICE = Path(trainer_core.__file__).parent / "demo" / "voice"
 STEPS = 6
 
-TINY_VOICE_PROFILE = f"""
-[run]
-name = "synth-test"
-seed = 3
-
-[data]
-path = "{DEMO_VOICE}"
-mode = "voice"
-val_fraction = 0.1
-cache_dir = "cache"
-
-[model]
-kind = "tts"
-hidden = 32
-encoder_layers = 1
-decoder_layers = 1
-heads = 2
-ffn_mult = 2
-dropout = 0.0
-
-[train]
-batch_size = 8
-lr = 3e-3
-warmup_steps = 2
-max_steps = {STEPS}
-eval_every_steps = {STEPS}
-
-[compute]
-mode = "cpu"
-num_threads = 1
-
-[tts]
-text_units = "chars"
-griffin_lim_iters = 4
-
-[sample]
-sentences = ["Hello."]
-
-[logging]
-report = false
-"""
+TINY_VOICE_PROFILE = tiny_voice_profile("synth-test", STEPS, STEPS, ["Hello."])
 
 
 def _env(config_dir: Path) -> dict[str, str]:

@@ -10,56 +10,14 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import of_type
+from conftest import of_type, tiny_voice_profile
 
-import trainer_core
 from trainer_core.eventlog import read_all
 
 REPO = Path(__file__).resolve().parent.parent
-DEMO_VOICE = Path(trainer_core.__file__).parent / "demo" / "voice"
 STEPS = 6
 
-PROFILE = f"""
-[run]
-name = "board"
-seed = 4
-
-[data]
-path = "{DEMO_VOICE}"
-mode = "voice"
-val_fraction = 0.1
-cache_dir = "cache"
-
-[model]
-kind = "tts"
-hidden = 32
-encoder_layers = 1
-decoder_layers = 1
-heads = 2
-ffn_mult = 2
-dropout = 0.0
-
-[train]
-batch_size = 8
-warmup_steps = 1
-max_steps = {STEPS}
-eval_every_steps = 3
-
-[compute]
-mode = "cpu"
-num_threads = 1
-
-[tts]
-text_units = "chars"
-griffin_lim_iters = 4
-
-[sample]
-sentences = ["Hello.", "A second sentence."]
-
-[logging]
-report = false
-tensorboard = true
-"""
+PROFILE = tiny_voice_profile("board", STEPS, 3, ["Hello.", "A second sentence."], seed=4, extra="tensorboard = true\n")
 
 
 def train(root: Path, extra_pythonpath: str = "") -> tuple[subprocess.CompletedProcess, Path]:
