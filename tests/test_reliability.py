@@ -36,9 +36,11 @@ FOREVER = ["train.max_steps=1000000", "train.eval_every_steps=50", "train.checkp
 # A stand-in dashboard: spawns the trainer exactly as the launch screen does, prints its pid, then idles.
 # With a terminal path it opens it first: as a session leader, that makes it its controlling terminal.
 PARENT = """\
-import json, os, sys, time
+import json, os, signal, sys, time
 from vega_tui.runner import TrainerProcess
 argv, run_dir, tty = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3]
+# As from a login shell: a suite started under nohup would otherwise hand down an ignored SIGHUP.
+signal.signal(signal.SIGHUP, signal.SIG_DFL)
 if tty:
     os.open(tty, os.O_RDWR)
 trainer = TrainerProcess.spawn(argv, run_dir)
