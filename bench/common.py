@@ -29,10 +29,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from trainer_core.contract.eventlog import EventWriter
     from trainer_core.engine.control_state import ControlState
     from trainer_core.engine.events import EventHub
     from trainer_core.engine.trainer import Trainer
-    from trainer_core.eventlog import EventWriter
     from trainer_core.plan import TrainPlan
 
 REPO = Path(__file__).resolve().parents[1]
@@ -77,8 +77,15 @@ class Result:
     load_after: list[float] = field(default_factory=list)
     skipped: str | None = None
 
-    def add(self, name: str, value: float | None, unit: str = "", target: str = "", met: bool | None = None,
-            detail: str = "") -> Figure:
+    def add(
+        self,
+        name: str,
+        value: float | None,
+        unit: str = "",
+        target: str = "",
+        met: bool | None = None,
+        detail: str = "",
+    ) -> Figure:
         figure = Figure(name, None if value is None else float(value), unit, target, met, detail)
         self.figures.append(figure)
         return figure
@@ -90,8 +97,13 @@ class Result:
 def start_result(key: str, title: str, settings: dict[str, Any]) -> Result:
     """A Result stamped with the command line, the machine, the date and the load average now."""
     return Result(
-        key=key, title=title, command=this_command(), settings=settings, machine=machine_info(),
-        started=dt.datetime.now().astimezone().isoformat(timespec="seconds"), load_before=load_average(),
+        key=key,
+        title=title,
+        command=this_command(),
+        settings=settings,
+        machine=machine_info(),
+        started=dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+        load_before=load_average(),
     )
 
 
@@ -207,8 +219,12 @@ def this_command() -> str:
 def base_parser(description: str) -> argparse.ArgumentParser:
     """Options every benchmark has: --tiny (seconds-long smoke settings for the tests) and --out."""
     parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--tiny", action="store_true", help="smallest settings: checks the script runs, measures nothing")
-    parser.add_argument("--out", type=Path, default=RESULTS, help="folder for the JSON result (default: bench/.data/results)")
+    parser.add_argument(
+        "--tiny", action="store_true", help="smallest settings: checks the script runs, measures nothing"
+    )
+    parser.add_argument(
+        "--out", type=Path, default=RESULTS, help="folder for the JSON result (default: bench/.data/results)"
+    )
     parser.add_argument("--repeats", type=int, default=None, help="interleaved repetitions (default depends on --tiny)")
     return parser
 
@@ -283,11 +299,11 @@ def vega_plan(profile: str, overrides: Sequence[str], run_dir: Path) -> TrainPla
 
 def build_vega(plan: TrainPlan, run_dir: Path) -> VegaRun:
     """A trainer writing real events to `run_dir/events.jsonl`, with profiler and memory manager on."""
-    from trainer_core import rundir
+    from trainer_core.contract import rundir
+    from trainer_core.contract.eventlog import EventWriter
     from trainer_core.engine.control_state import ControlState
     from trainer_core.engine.events import EventHub
     from trainer_core.engine.setup import build_trainer
-    from trainer_core.eventlog import EventWriter
 
     rundir.create_run_dir(run_dir)
     writer = EventWriter(run_dir / rundir.EVENTS)
@@ -324,7 +340,7 @@ def fit_steps(run: VegaRun, steps: int, hook: Callable[[], None] | None = None) 
 
 
 def read_events(run_dir: Path) -> list[Any]:
-    from trainer_core.eventlog import read_all
+    from trainer_core.contract.eventlog import read_all
 
     return read_all(run_dir / "events.jsonl")
 
@@ -339,8 +355,11 @@ def data_wait_from_events(events: Sequence[Any], first_step: int) -> dict[str, f
     phases = ("data_s", "transfer_s", "forward_s", "backward_s", "optimizer_s")
     total = sum(getattr(e, p) * e.steps for e in breakdowns for p in phases)
     data = sum(e.data_s * e.steps for e in breakdowns)
-    return {"step_events": from_steps, "profile_breakdown": data / total if total else None,
-            "breakdowns": float(len(breakdowns))}
+    return {
+        "step_events": from_steps,
+        "profile_breakdown": data / total if total else None,
+        "breakdowns": float(len(breakdowns)),
+    }
 
 
 class RawLoop:
@@ -350,8 +369,15 @@ class RawLoop:
     after the optimizer when given. The loss is read back once per step, as a loop that logs it does.
     """
 
-    def __init__(self, model: Any, compute_loss: Callable[[Any, Any], Any], batches: Iterable[Any], optimizer: Any,
-                 clip: float, scheduler: Any = None) -> None:
+    def __init__(
+        self,
+        model: Any,
+        compute_loss: Callable[[Any, Any], Any],
+        batches: Iterable[Any],
+        optimizer: Any,
+        clip: float,
+        scheduler: Any = None,
+    ) -> None:
         self.model, self.compute_loss, self.optimizer = model, compute_loss, optimizer
         self.batches, self.clip, self.scheduler = iter(batches), clip, scheduler
         model.train()
@@ -399,11 +425,11 @@ class Paired:
         return [self.ends[i] - self.resumes[i - 1] for i in range(max(1, warmup), len(self.ends))]
 
     def reference_s(self, warmup: int) -> list[float]:
-        return self.reference[max(1, warmup):]
+        return self.reference[max(1, warmup) :]
 
     def ratios(self, warmup: int) -> list[float]:
         """framework / reference seconds, one per measured pair."""
-        return [f / r for f, r in zip(self.framework_s(warmup), self.reference_s(warmup))]
+        return [f / r for f, r in zip(self.framework_s(warmup), self.reference_s(warmup), strict=True)]
 
 
 def adamw_like_vega(model: Any, profile: Any) -> Any:
@@ -439,9 +465,11 @@ def espeak_speaker() -> Callable[[str, str, int], tuple[Any, int]] | None:
 
     library, _ = library_or_reason()
     if library is not None:
+
         def speak_library(text: str, voice: str, wpm: int) -> tuple[Any, int]:
             pcm = np.frombuffer(library.speak(text, voice, wpm), dtype=np.int16)
             return pcm.astype(np.float32) / 32768.0, library.sample_rate
+
         return speak_library
     exe = espeak_path()
     if exe is None:
@@ -454,6 +482,7 @@ def espeak_speaker() -> Callable[[str, str, int], tuple[Any, int]] | None:
             raw = Path(folder) / "speech.wav"
             subprocess.run([exe, "-v", voice, "-s", str(wpm), "-w", str(raw), text], check=True, capture_output=True)
             return sf.read(str(raw), dtype="float32")
+
     return speak_program
 
 
@@ -487,22 +516,31 @@ def espeak_voice_corpus(folder: Path, count: int, sample_rate: int = 44100) -> P
         return folder
     speak = espeak_speaker()
     if speak is None:
-        raise RuntimeError("espeak-ng is not available (pip install espeakng-loader, or apt-get install espeak-ng): "
-                           "cannot generate the voice corpus")
+        raise RuntimeError(
+            "espeak-ng is not available (pip install espeakng-loader, or apt-get install espeak-ng): "
+            "cannot generate the voice corpus"
+        )
     wavs = folder / "wavs"
     wavs.mkdir(parents=True, exist_ok=True)
     lines = []
     for number, sentence in enumerate(corpus_sentences(count)):
         item = f"bench{number:04d}"
-        _save_speech(speak, sentence, wavs / f"{item}.wav", voice="en-us" if number % 2 == 0 else "en-gb",
-               speed=150 + 5 * (number % 6), sample_rate=sample_rate)
+        _save_speech(
+            speak,
+            sentence,
+            wavs / f"{item}.wav",
+            voice="en-us" if number % 2 == 0 else "en-gb",
+            speed=150 + 5 * (number % 6),
+            sample_rate=sample_rate,
+        )
         lines.append(f"{item}|{sentence}")
     done.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return folder
 
 
-def _save_speech(speak: Callable[[str, str, int], tuple[Any, int]], text: str, path: Path, voice: str, speed: int,
-                 sample_rate: int) -> None:
+def _save_speech(
+    speak: Callable[[str, str, int], tuple[Any, int]], text: str, path: Path, voice: str, speed: int, sample_rate: int
+) -> None:
     import numpy as np
     import soundfile as sf
     import soxr

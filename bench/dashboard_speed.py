@@ -23,6 +23,7 @@ more under py-spy and the functions that take the time are listed in the result'
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shlex
@@ -72,8 +73,7 @@ class Terminal:
         # A fresh server each time: one being killed can still hold the old name for a moment.
         self.socket = f"vega-bench-{os.getpid()}-{self.opened}"
         t0 = time.perf_counter()
-        self.tmux("new-session", "-d", "-s", "b", "-x", str(width), "-y", str(height), "-c", str(cwd),
-                  shlex.join(argv))
+        self.tmux("new-session", "-d", "-s", "b", "-x", str(width), "-y", str(height), "-c", str(cwd), shlex.join(argv))
         return t0
 
     def screen(self) -> str:
@@ -94,8 +94,11 @@ class Terminal:
         except (ValueError, psutil.NoSuchProcess):
             return None
         candidates = [pane, *pane.children(recursive=True)]
-        pythons = [p for p in candidates if ("python" in p.name() or "vega" in " ".join(p.cmdline()))
-                   and HISTORY_WORKER not in " ".join(p.cmdline())]
+        pythons = [
+            p
+            for p in candidates
+            if ("python" in p.name() or "vega" in " ".join(p.cmdline())) and HISTORY_WORKER not in " ".join(p.cmdline())
+        ]
         return pythons[-1] if pythons else pane
 
     def close(self) -> None:
@@ -105,8 +108,9 @@ class Terminal:
         (folder / self.socket).unlink(missing_ok=True)
 
 
-def wait_screen(term: Terminal, done: Callable[[str], bool], timeout: float,
-                on_poll: Callable[[], None] | None = None) -> tuple[float | None, str]:
+def wait_screen(
+    term: Terminal, done: Callable[[str], bool], timeout: float, on_poll: Callable[[], None] | None = None
+) -> tuple[float | None, str]:
     """Poll the screen until `done(screen)`; (perf_counter when seen or None on timeout, last screen)."""
     deadline = time.perf_counter() + timeout
     screen = ""
@@ -145,8 +149,15 @@ def step_line(seq: int, step: int, t: float, epoch: int = 0) -> str:
 
 def header_events(run_dir: Path, host: str, pid: int) -> list[dict]:
     return [
-        {"type": "hello", "trainer_version": "bench", "pid": pid, "host": host, "profile_hash": "bench",
-         "run_dir": str(run_dir), "python": sys.version.split()[0]},
+        {
+            "type": "hello",
+            "trainer_version": "bench",
+            "pid": pid,
+            "host": host,
+            "profile_hash": "bench",
+            "run_dir": str(run_dir),
+            "python": sys.version.split()[0],
+        },
         {"type": "resources", "cpu_cores": os.cpu_count(), "ram_total_bytes": 2**34, "ram_available_bytes": 2**33},
         {"type": "device_selected", "mode": "cpu", "device": "cpu", "reason": "benchmark", "precision": "fp32"},
         {"type": "epoch_start", "epoch": 0},
@@ -155,7 +166,7 @@ def header_events(run_dir: Path, host: str, pid: int) -> list[dict]:
 
 def write_events(path: Path, events: list[dict], start_seq: int) -> int:
     """Append validated events through the real EventWriter; returns the next seq."""
-    from trainer_core.eventlog import EventWriter
+    from trainer_core.contract.eventlog import EventWriter
 
     with EventWriter(path, start_seq=start_seq) as writer:
         for event in events:
@@ -165,7 +176,7 @@ def write_events(path: Path, events: list[dict], start_seq: int) -> int:
 
 def big_log(lines: int) -> tuple[Path, int]:
     """A finished run folder whose events.jsonl holds `lines` lines; (folder, final step). Made once."""
-    from trainer_core.eventlog import read_all
+    from trainer_core.contract.eventlog import read_all
 
     run_dir = common.DATA / f"log-{lines}"
     path = run_dir / "events.jsonl"
@@ -179,8 +190,14 @@ def big_log(lines: int) -> tuple[Path, int]:
     with open(path, "a", encoding="utf-8") as handle:
         for step in range(1, steps + 1):
             handle.write(step_line(seq + step - 1, step, t0 + step * 0.5, epoch=step // 10000))
-    finished = {"type": "finished", "status": "completed", "step": steps, "epoch": steps // 10000,
-                "seconds": steps * 0.5, "summary": {}}
+    finished = {
+        "type": "finished",
+        "status": "completed",
+        "step": steps,
+        "epoch": steps // 10000,
+        "seconds": steps * 0.5,
+        "summary": {},
+    }
     write_events(path, [finished], seq + steps)
     if lines <= 100_000:
         assert len(read_all(path)) == lines, "the generated log does not read back as valid events"
@@ -197,7 +214,7 @@ class StreamWriter(threading.Thread):
         self.stop = threading.Event()
 
     def run(self) -> None:
-        from trainer_core.protocol import event_to_json, parse_event
+        from trainer_core.contract.protocol import event_to_json, parse_event
 
         burst, beat = max(1, self.rate // 100), 0
         next_t = time.perf_counter()
@@ -210,8 +227,14 @@ class StreamWriter(threading.Thread):
                     self.seq += 1
                 if self.step % max(1, self.rate // 10) < burst:
                     beat += 1
-                    log = {"v": 1, "seq": self.seq, "t": time.time(), "type": "log", "level": "info",
-                           "message": f"{HEARTBEAT} {beat}"}
+                    log = {
+                        "v": 1,
+                        "seq": self.seq,
+                        "t": time.time(),
+                        "type": "log",
+                        "level": "info",
+                        "message": f"{HEARTBEAT} {beat}",
+                    }
                     lines.append(event_to_json(parse_event(log)) + "\n")
                     self.seq += 1
                 handle.write("".join(lines))
@@ -265,10 +288,8 @@ def open_big_log(term: Terminal, run_dir: Path, final_step: int, timeout: float)
     def sample_rss() -> None:
         proc = term.app_process()
         if proc is not None:
-            try:
+            with contextlib.suppress(Exception):  # the process may go between lookup and read
                 peak[0] = max(peak[0], proc.memory_info().rss / 2**20)
-            except Exception:  # noqa: BLE001 - the process may go between lookup and read
-                pass
 
     t0 = term.open([*VEGA_TUI, "attach", str(run_dir)], run_dir.parent)
     seen, _ = wait_screen(term, lambda s: bool(shown.search(s)), timeout, sample_rss)
@@ -289,8 +310,9 @@ def key_latencies(term: Terminal, presses: int) -> list[float]:
     return latencies
 
 
-def keys_during_history(term: Terminal, run_dir: Path, final_step: int, presses: int, in_thread: bool,
-                        timeout: float) -> dict[str, object]:
+def keys_during_history(
+    term: Terminal, run_dir: Path, final_step: int, presses: int, in_thread: bool, timeout: float
+) -> dict[str, object]:
     """Open the big log; as soon as its preview shows, press 2 and 1 in turn (each timed until the screen shows
     the other tab), then wait for the exact history: latencies (s) of presses sent while the status line still
     said "history", and the seconds from spawn until the exact history replaced the preview."""
@@ -311,8 +333,9 @@ def keys_during_history(term: Terminal, run_dir: Path, final_step: int, presses:
                 break  # the exact history arrived: later presses would not be measured under its load
             latencies.append(float("inf") if answered is None else answered - sent)
             time.sleep(0.05)
-        done, _ = wait_screen(term, lambda s: "history" not in s.split("\n", 1)[0] and f"step {final_step}" in s,
-                              timeout)
+        done, _ = wait_screen(
+            term, lambda s: "history" not in s.split("\n", 1)[0] and f"step {final_step}" in s, timeout
+        )
         after = key_presses(term, presses // 2) if done is not None else []
     finally:
         term.close()
@@ -400,7 +423,7 @@ def ingest_costs(run_dir: Path, sample: int) -> dict[str, float]:
     """In-process costs behind opening a big log: one liveness check, and per line parse and store costs."""
     import json
 
-    from trainer_core.protocol import parse_event
+    from trainer_core.contract.protocol import parse_event
     from vega_tui import runner
     from vega_tui.store import RunStore
 
@@ -432,9 +455,13 @@ def history_costs(run_dir: Path) -> dict[str, float]:
 
     t0 = time.perf_counter()
     handed: dict[bool, float] = {}
-    follower = EventFollower(run_dir / "events.jsonl", lambda *batch: None,
-                             on_store=lambda store, exact: handed.setdefault(exact, time.perf_counter() - t0),
-                             make_store=lambda: RunStore(run_dir=run_dir), max_batch=1000)
+    follower = EventFollower(
+        run_dir / "events.jsonl",
+        lambda *batch: None,
+        on_store=lambda store, exact: handed.setdefault(exact, time.perf_counter() - t0),
+        make_store=lambda: RunStore(run_dir=run_dir),
+        max_batch=1000,
+    )
     try:
         follower.wait_history(600)
     finally:
@@ -493,12 +520,31 @@ def summarise_profile(raw: str, finished: bool, top: int = 8) -> list[str]:
     if not total:
         return ["py-spy recorded no samples"]
     own_text = "; ".join(f"{name} {100 * n / total:.0f} %" for name, n in own.most_common(top))
-    ours = [(n, c) for n, c in inclusive.most_common() if any(k in n for k in ("vega_tui", "eventlog", "protocol",
-            "store", "follow", "runner", "pydantic", "run.py", "charts", "logs.py"))][:top]
+    ours = [
+        (n, c)
+        for n, c in inclusive.most_common()
+        if any(
+            k in n
+            for k in (
+                "vega_tui",
+                "eventlog",
+                "protocol",
+                "store",
+                "follow",
+                "runner",
+                "pydantic",
+                "run.py",
+                "charts",
+                "logs.py",
+            )
+        )
+    ][:top]
     inc_text = "; ".join(f"{name} {100 * c / total:.0f} %" for name, c in ours)
     state = "" if finished else " (the final step was not shown before the timeout)"
-    return [f"py-spy, own time in the open of the big log{state}: {own_text}",
-            f"py-spy, inclusive time in Vega/pydantic functions: {inc_text}"]
+    return [
+        f"py-spy, own time in the open of the big log{state}: {own_text}",
+        f"py-spy, inclusive time in Vega/pydantic functions: {inc_text}",
+    ]
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -511,8 +557,11 @@ def main() -> int:
     parser.add_argument("--rate", type=int, default=1000, help="lines/s of the followed stream")
     parser.add_argument("--open-repeats", type=int, default=None, help="opens of the big log (default 2)")
     parser.add_argument("--profile-open", action="store_true", help="profile the open once more under py-spy")
-    parser.add_argument("--parts", default="first,open,follow,live,history",
-                        help="comma-separated measurements to take: first, open, follow, live, history")
+    parser.add_argument(
+        "--parts",
+        default="first,open,follow,live,history",
+        help="comma-separated measurements to take: first, open, follow, live, history",
+    )
     parser.add_argument("--history-presses", type=int, default=None, help="key presses while the history is read")
     args = parser.parse_args()
     tiny = args.tiny
@@ -537,17 +586,25 @@ def main() -> int:
     return 0
 
 
-def measure_all(result: common.Result, term: Terminal, scratch: Path, env: dict[str, str], args, lines: int,
-                repeats: int) -> None:
+def measure_all(
+    result: common.Result, term: Terminal, scratch: Path, env: dict[str, str], args, lines: int, repeats: int
+) -> None:
     """Each measurement on its own: one that fails is reported in the notes and the others still run."""
     tiny = args.tiny
     steps: list[tuple[str, Callable[[], None]]] = [
         ("first frame", lambda: report_first_frame(result, term, scratch, repeats)),
-        ("open", lambda: report_open(result, term, lines, args.open_repeats or (1 if tiny else 2), 60 if tiny else 180)),
+        (
+            "open",
+            lambda: report_open(result, term, lines, args.open_repeats or (1 if tiny else 2), 60 if tiny else 180),
+        ),
         ("follow", lambda: report_follow(result, term, scratch, args.rate, tiny)),
         ("live run", lambda: report_live(result, term, scratch, env, tiny)),
-        ("history", lambda: report_history(result, term, lines, args.history_presses or (6 if tiny else 20),
-                                           60 if tiny else 240)),
+        (
+            "history",
+            lambda: report_history(
+                result, term, lines, args.history_presses or (6 if tiny else 20), 60 if tiny else 240
+            ),
+        ),
     ]
     if args.profile_open:
         steps.append(("profile", lambda: result.notes.extend(profile_open(term, *big_log(lines), 300))))
@@ -573,9 +630,14 @@ def report_follow(result: common.Result, term: Terminal, scratch: Path, rate: in
     latencies = follow["latencies"]
     worst, key = max(latencies), common.median(latencies)
     to_logs, to_charts = latencies[0::2], latencies[1::2]
-    result.add(f"key-press latency while following {rate} lines/s, worst of {len(latencies)}", 1e3 * worst, "ms",
-               "< 100 ms", worst < 0.1, f"median {1e3 * key:.0f} ms; key 2 (to Logs) {ms_list(to_logs)}; "
-               f"key 1 (to Charts) {ms_list(to_charts)}")
+    result.add(
+        f"key-press latency while following {rate} lines/s, worst of {len(latencies)}",
+        1e3 * worst,
+        "ms",
+        "< 100 ms",
+        worst < 0.1,
+        f"median {1e3 * key:.0f} ms; key 2 (to Logs) {ms_list(to_logs)}; key 1 (to Charts) {ms_list(to_charts)}",
+    )
     result.add(f"vega-tui CPU while following {rate} lines/s", 100 * follow["cpu"], "% of one core")
 
 
@@ -592,12 +654,21 @@ def report_history(result: common.Result, term: Terminal, lines: int, presses: i
         worst, median, after = max(latencies), common.median(latencies), keys["after"]
         # The thread path is the fallback, shown for comparison: only the default path carries the target.
         target, met = ("", None) if in_thread else ("< 100 ms", worst < 0.1)
-        result.add(f"key-press latency while the exact history of the {label} is read {where}, worst of "
-                   f"{len(latencies)}", 1e3 * worst, "ms", target, met,
-                   f"median {1e3 * median:.0f} ms; {ms_list(latencies)}; the same keys after the history: median "
-                   f"{1e3 * common.median(after):.0f} ms, {ms_list(after)}")
-        result.add(f"exact history of the {label} swapped in, read {where}", history_s, "s",
-                   detail="from spawning vega-tui until the status line stops saying 'history'")
+        result.add(
+            f"key-press latency while the exact history of the {label} is read {where}, worst of {len(latencies)}",
+            1e3 * worst,
+            "ms",
+            target,
+            met,
+            f"median {1e3 * median:.0f} ms; {ms_list(latencies)}; the same keys after the history: median "
+            f"{1e3 * common.median(after):.0f} ms, {ms_list(after)}",
+        )
+        result.add(
+            f"exact history of the {label} swapped in, read {where}",
+            history_s,
+            "s",
+            detail="from spawning vega-tui until the status line stops saying 'history'",
+        )
 
 
 def ms_list(seconds: list[float]) -> str:
@@ -621,23 +692,45 @@ def report_open(result: common.Result, term: Terminal, lines: int, repeats: int,
     seconds, peak = common.median(opens), max(peaks)
     size = (run_dir / "events.jsonl").stat().st_size / 2**20
     label = f"{lines:,}-line events.jsonl"
-    result.add(f"open a {label} until the final step shows", seconds if seconds != float("inf") else None, "s",
-               "< 2 s", seconds < 2.0, f"{common.spread(opens)}; {size:.0f} MiB file"
-               + (f"; timed out after {timeout:.0f} s" if seconds == float("inf") else ""))
+    result.add(
+        f"open a {label} until the final step shows",
+        seconds if seconds != float("inf") else None,
+        "s",
+        "< 2 s",
+        seconds < 2.0,
+        f"{common.spread(opens)}; {size:.0f} MiB file"
+        + (f"; timed out after {timeout:.0f} s" if seconds == float("inf") else ""),
+    )
     result.add(f"peak RSS of vega-tui opening the {label}", peak, "MiB", "< 300 MB", peak * 2**20 < 300e6)
     costs = ingest_costs(run_dir, min(lines - 1, 100_000))
-    result.add("diagnosis: one liveness check (runner.is_alive) on that log", costs["liveness_s"], "s",
-               detail="the first check reads the log backwards to its only hello in 8 MiB windows; later "
-               "checks read only the bytes appended since")
+    result.add(
+        "diagnosis: one liveness check (runner.is_alive) on that log",
+        costs["liveness_s"],
+        "s",
+        detail="the first check reads the log backwards to its only hello in 8 MiB windows; later "
+        "checks read only the bytes appended since",
+    )
     history = history_costs(run_dir)
-    result.add("diagnosis: exact history of that log, read by the follower after its preview", history["exact_s"],
-               "s", detail=f"preview store (head, sampled middle, tail) after {history['preview_s']:.2f} s; "
-               "the history read by the follower's child process (vega_tui.history_worker), no UI running")
-    result.add("diagnosis: protocol.parse_event per line", costs["parse_us"], "µs",
-               detail=f"{costs['parse_us'] * lines / 1e6:.1f} s for {lines:,} lines; json.loads alone "
-               f"{costs['json_us']:.1f} µs ({costs['json_us'] * lines / 1e6:.1f} s)")
-    result.add("diagnosis: RunStore.apply per event", costs["apply_us"], "µs",
-               detail=f"{costs['apply_us'] * lines / 1e6:.1f} s for {lines:,} events")
+    result.add(
+        "diagnosis: exact history of that log, read by the follower after its preview",
+        history["exact_s"],
+        "s",
+        detail=f"preview store (head, sampled middle, tail) after {history['preview_s']:.2f} s; "
+        "the history read by the follower's child process (vega_tui.history_worker), no UI running",
+    )
+    result.add(
+        "diagnosis: protocol.parse_event per line",
+        costs["parse_us"],
+        "µs",
+        detail=f"{costs['parse_us'] * lines / 1e6:.1f} s for {lines:,} lines; json.loads alone "
+        f"{costs['json_us']:.1f} µs ({costs['json_us'] * lines / 1e6:.1f} s)",
+    )
+    result.add(
+        "diagnosis: RunStore.apply per event",
+        costs["apply_us"],
+        "µs",
+        detail=f"{costs['apply_us'] * lines / 1e6:.1f} s for {lines:,} events",
+    )
     if made > 1:
         result.notes.append(f"the {label} was generated in {made:.0f} s (kept under bench/.data for the next run)")
 

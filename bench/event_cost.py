@@ -24,15 +24,26 @@ import common
 # (profile, overrides) of the demo models; TTS trains on the generated voice folder so that an epoch
 # holds more steps than the measurement (an epoch end would add validation time to the window).
 LM_TINY = ["model.hidden=32", "model.encoder_layers=1", "data.context_bytes=32", "train.batch_size=4"]
-WATCHED = (("events", "hub", "emit"), ("writer", "writer", "emit"), ("memory", "memory", "observe"),
-           ("window_add", "window", "add"), ("window_flush", "window", "flush"), ("profiler_flush", "profiler", "flush"))
+WATCHED = (
+    ("events", "hub", "emit"),
+    ("writer", "writer", "emit"),
+    ("memory", "memory", "observe"),
+    ("window_add", "window", "add"),
+    ("window_flush", "window", "flush"),
+    ("profiler_flush", "profiler", "flush"),
+)
 RATES = (10, 100, 1000)
 
 
 def watch(run: common.VegaRun, totals: dict[str, float]) -> None:
     """Wrap the monitoring methods of this run's objects (instance attributes: the classes are untouched)."""
-    owners = {"hub": run.hub, "writer": run.writer, "memory": run.trainer.memory, "window": run.trainer.window,
-              "profiler": run.trainer.profiler}
+    owners = {
+        "hub": run.hub,
+        "writer": run.writer,
+        "memory": run.trainer.memory,
+        "window": run.trainer.window,
+        "profiler": run.trainer.profiler,
+    }
     for key, owner, method in WATCHED:
         target = owners[owner]
         setattr(target, method, common.timed(getattr(target, method), totals, key))
@@ -67,17 +78,21 @@ def measure_model(profile: str, overrides: list[str], warmup: int, steps: int) -
         snapshot = lambda: at_warmup.update(totals) if len(run.stamps) == warmup else None  # noqa: E731
         stamps = common.fit_steps(run, warmup + steps, snapshot)
         window = {k: totals.get(k, 0.0) - at_warmup.get(k, 0.0) for k in totals}
-        return {"wall_s": stamps[-1] - stamps[warmup - 1], "steps": steps, "window": window,
-                "step_events": sum(1 for e in common.read_events(scratch / "run") if e.type == "step")}
+        return {
+            "wall_s": stamps[-1] - stamps[warmup - 1],
+            "steps": steps,
+            "window": window,
+            "step_events": sum(1 for e in common.read_events(scratch / "run") if e.type == "step"),
+        }
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
 def synthetic_growth(rate: float, seconds: float, interval_s: float) -> dict[str, float]:
     """Drive StepWindow + EventHub + EventWriter with a simulated clock at `rate` steps/s."""
+    from trainer_core.contract.eventlog import EventWriter
     from trainer_core.engine.events import EventHub
     from trainer_core.engine.telemetry import StepRecord, StepWindow
-    from trainer_core.eventlog import EventWriter
 
     now = [0.0]
     window = StepWindow(interval_s, clock=lambda: now[0])
@@ -107,11 +122,16 @@ def main() -> int:
     steps, warmup = args.steps or (2 if args.tiny else 30), 1 if args.tiny else 3
     sim_s = 2.0 if args.tiny else 60.0
     started = time.monotonic()
-    result = common.start_result("event_cost", "4. Event and monitoring cost",
-                                 {"measured_steps": steps, "warmup_steps": warmup, "simulated_seconds": sim_s})
+    result = common.start_result(
+        "event_cost",
+        "4. Event and monitoring cost",
+        {"measured_steps": steps, "warmup_steps": warmup, "simulated_seconds": sim_s},
+    )
     voice = common.voice_data(args.files, args.tiny, result.notes)
-    models = {"demo (TTS)": ("demo", common.voice_overrides(voice)),
-              "lm-small": ("lm-small", LM_TINY if args.tiny else [])}
+    models = {
+        "demo (TTS)": ("demo", common.voice_overrides(voice)),
+        "lm-small": ("lm-small", LM_TINY if args.tiny else []),
+    }
     phase_s = phase_cost_s(2000 if args.tiny else 20000)
     for label, (profile, overrides) in models.items():
         report_model(result, label, measure_model(profile, overrides, warmup, steps), phase_s)
@@ -135,24 +155,47 @@ def report_model(result: common.Result, label: str, m: dict[str, Any], phase_s: 
     everything = (monitoring + 5 * phase_s * steps) / wall
     step_ms = wall / steps * 1e3
     emits = int(w.get("events#", 0))
-    result.add(f"{label}: EventHub.emit (validate + write)", 100 * events, "% of step time", "< 0.5 %", events < 0.005,
-               f"{emits} events over {steps} steps of {step_ms:.0f} ms; writer alone {100 * w.get('writer', 0) / wall:.4f} %")
-    result.add(f"{label}: MemoryManager.observe", 100 * memory, "% of step time", "< 0.5 %", memory < 0.005,
-               f"{w.get('memory', 0) / max(1, w.get('memory#', 1)) * 1e6:.1f} µs per call")
-    result.add(f"{label}: all monitoring (events, memory, window, profiler)", 100 * everything, "% of step time",
-               "< 0.5 %", everything < 0.005)
+    result.add(
+        f"{label}: EventHub.emit (validate + write)",
+        100 * events,
+        "% of step time",
+        "< 0.5 %",
+        events < 0.005,
+        f"{emits} events over {steps} steps of {step_ms:.0f} ms; writer alone {100 * w.get('writer', 0) / wall:.4f} %",
+    )
+    result.add(
+        f"{label}: MemoryManager.observe",
+        100 * memory,
+        "% of step time",
+        "< 0.5 %",
+        memory < 0.005,
+        f"{w.get('memory', 0) / max(1, w.get('memory#', 1)) * 1e6:.1f} µs per call",
+    )
+    result.add(
+        f"{label}: all monitoring (events, memory, window, profiler)",
+        100 * everything,
+        "% of step time",
+        "< 0.5 %",
+        everything < 0.005,
+    )
 
 
 def report_growth(result: common.Result, sim_s: float) -> None:
-    from trainer_core.profile import LoggingSection
+    from trainer_core.contract.profile import LoggingSection
 
     interval = LoggingSection().step_interval_s
     bound = 1.0 / interval
     for rate in RATES:
         g = synthetic_growth(rate, sim_s, interval)
-        result.add(f"event log at {rate} steps/s", g["lines_per_s"], "lines/s", f"<= {bound:g} (bounded)",
-                   g["lines_per_s"] <= bound * 1.01, f"{g['bytes_per_s'] / 1024:.1f} KiB/s; telemetry "
-                   f"{g['cpu_us_per_step']:.1f} µs CPU per step = {g['cpu_us_per_step'] * rate / 1e4:.2f} % at this rate")
+        result.add(
+            f"event log at {rate} steps/s",
+            g["lines_per_s"],
+            "lines/s",
+            f"<= {bound:g} (bounded)",
+            g["lines_per_s"] <= bound * 1.01,
+            f"{g['bytes_per_s'] / 1024:.1f} KiB/s; telemetry "
+            f"{g['cpu_us_per_step']:.1f} µs CPU per step = {g['cpu_us_per_step'] * rate / 1e4:.2f} % at this rate",
+        )
 
 
 if __name__ == "__main__":

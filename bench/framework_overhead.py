@@ -30,8 +30,13 @@ import common
 
 SIZES = {
     "lm-small": [],
-    "lm-tiny": ["model.hidden=64", "model.encoder_layers=2", "model.heads=2", "data.context_bytes=64",
-                "train.batch_size=8"],
+    "lm-tiny": [
+        "model.hidden=64",
+        "model.encoder_layers=2",
+        "model.heads=2",
+        "data.context_bytes=64",
+        "train.batch_size=8",
+    ],
 }
 SMOKE = ["model.hidden=32", "model.encoder_layers=1", "data.context_bytes=32", "train.batch_size=4"]
 SIDES = ("vega", "lightning", "raw")
@@ -41,7 +46,7 @@ class Baselines:
     """The raw and Lightning sides of one model size: the task's initial model and its batch iterator."""
 
     def __init__(self, plan: Any, total_steps: int) -> None:
-        from trainer_core.models.base import build_task
+        from trainer_core.models.registry import build_task
 
         self.profile = plan.profile
         self.task = build_task(plan.profile, plan.data, "cpu")
@@ -75,10 +80,21 @@ class Baselines:
 
         module = lightning_module(self, copy.deepcopy(self.initial))
         trainer = L.Trainer(
-            accelerator="cpu", devices=1, max_steps=steps, max_epochs=1, enable_progress_bar=False, logger=False,
-            enable_checkpointing=False, enable_model_summary=False, num_sanity_val_steps=0, limit_val_batches=0,
-            gradient_clip_val=self.profile.train.grad_clip or None, gradient_clip_algorithm="norm",
-            callbacks=[HookCallback(hook)], deterministic=False, benchmark=False,
+            accelerator="cpu",
+            devices=1,
+            max_steps=steps,
+            max_epochs=1,
+            enable_progress_bar=False,
+            logger=False,
+            enable_checkpointing=False,
+            enable_model_summary=False,
+            num_sanity_val_steps=0,
+            limit_val_batches=0,
+            gradient_clip_val=self.profile.train.grad_clip or None,
+            gradient_clip_algorithm="norm",
+            callbacks=[HookCallback(hook)],
+            deterministic=False,
+            benchmark=False,
         )
         trainer.fit(module, train_dataloaders=BatchIterable(self, steps))
 
@@ -177,14 +193,34 @@ def report_size(result: common.Result, label: str, m: dict[str, list[float]]) ->
     vega_ratio, lit_ratio = common.median(m["vega/raw"]), common.median(m["lightning/raw"])
     control = common.median(m["raw/raw"])
     result.add(f"{label}: raw step time", raw * 1e3, "ms", detail=f"{len(m['vega/raw'])} step pairs per side")
-    result.add(f"{label}: Vega / raw", vega_ratio, "", "<= 1.02", vega_ratio <= 1.02,
-               f"{(vega_ratio - 1) * raw * 1e3:+.2f} ms/step; pairs {common.spread(m['vega/raw'])}")
-    result.add(f"{label}: Lightning / raw", lit_ratio, "",
-               detail=f"{(lit_ratio - 1) * raw * 1e3:+.2f} ms/step; pairs {common.spread(m['lightning/raw'])}")
-    result.add(f"{label}: Vega / Lightning", vega_ratio / lit_ratio, "", "< 1 (faster)", vega_ratio < lit_ratio,
-               "ratio of the two medians against raw")
-    result.add(f"{label}: control, raw / raw", control, "", detail="the method's own bias and noise: ideally 1.000; "
-               f"pairs {common.spread(m['raw/raw'])}")
+    result.add(
+        f"{label}: Vega / raw",
+        vega_ratio,
+        "",
+        "<= 1.02",
+        vega_ratio <= 1.02,
+        f"{(vega_ratio - 1) * raw * 1e3:+.2f} ms/step; pairs {common.spread(m['vega/raw'])}",
+    )
+    result.add(
+        f"{label}: Lightning / raw",
+        lit_ratio,
+        "",
+        detail=f"{(lit_ratio - 1) * raw * 1e3:+.2f} ms/step; pairs {common.spread(m['lightning/raw'])}",
+    )
+    result.add(
+        f"{label}: Vega / Lightning",
+        vega_ratio / lit_ratio,
+        "",
+        "< 1 (faster)",
+        vega_ratio < lit_ratio,
+        "ratio of the two medians against raw",
+    )
+    result.add(
+        f"{label}: control, raw / raw",
+        control,
+        "",
+        detail=f"the method's own bias and noise: ideally 1.000; pairs {common.spread(m['raw/raw'])}",
+    )
 
 
 def main() -> int:
@@ -198,8 +234,9 @@ def main() -> int:
         steps.update({k: int(v) for k, v in (item.split("=") for item in args.steps.split(","))})
     warmup, repeats = args.warmup or (1 if args.tiny else 3), args.repeats or (1 if args.tiny else 3)
     started = time.monotonic()
-    result = common.start_result("overhead", "2. Framework overhead",
-                                 {"measured_steps": steps, "warmup_steps": warmup, "repeats": repeats})
+    result = common.start_result(
+        "overhead", "2. Framework overhead", {"measured_steps": steps, "warmup_steps": warmup, "repeats": repeats}
+    )
     quiet_lightning()
     for label in args.sizes.split(","):
         overrides = SMOKE if args.tiny else SIZES[label]

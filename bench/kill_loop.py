@@ -36,9 +36,9 @@ from typing import Any
 
 import common
 
+from trainer_core.contract.eventlog import EventReader
+from trainer_core.contract.protocol import Event, ProtocolError, parse_event
 from trainer_core.engine.checkpoint import CheckpointError, list_checkpoints, load_checkpoint, read_best
-from trainer_core.eventlog import EventReader
-from trainer_core.protocol import Event, ProtocolError, parse_event
 
 KEEP_LAST = 2
 PROFILE = """\
@@ -82,8 +82,39 @@ report = false
 [debug]
 hold_checkpoint_write_s = {hold_s}
 """
-WORDS = ("the river runs past a quiet town where small dogs sleep in the sun and old people read "
-         "long letters from far away while the wind moves slowly over green hills").split()
+WORDS = [
+    "the",
+    "river",
+    "runs",
+    "past",
+    "a",
+    "quiet",
+    "town",
+    "where",
+    "small",
+    "dogs",
+    "sleep",
+    "in",
+    "the",
+    "sun",
+    "and",
+    "old",
+    "people",
+    "read",
+    "long",
+    "letters",
+    "from",
+    "far",
+    "away",
+    "while",
+    "the",
+    "wind",
+    "moves",
+    "slowly",
+    "over",
+    "green",
+    "hills",
+]
 RESUMED_RE = re.compile(r"^resumed from (?P<path>\S+): step (?P<step>\d+),")
 WAIT_S = 120.0  # generous: the machine is shared
 
@@ -157,10 +188,22 @@ class Segment:
         raise TimeoutError(f"no {what} within {timeout:g} s")
 
 
-def start_segment(root: Path, profile: Path, corpus: Path, run_dir: Path, resume: bool, number: int,
-                  step_sleep_s: float) -> Segment:
-    argv = [sys.executable, "-m", "trainer_core", "train", "--profile", str(profile), "--data", str(corpus),
-            "--run-dir", str(run_dir), *(["--resume", "auto"] if resume else [])]
+def start_segment(
+    root: Path, profile: Path, corpus: Path, run_dir: Path, resume: bool, number: int, step_sleep_s: float
+) -> Segment:
+    argv = [
+        sys.executable,
+        "-m",
+        "trainer_core",
+        "train",
+        "--profile",
+        str(profile),
+        "--data",
+        str(corpus),
+        "--run-dir",
+        str(run_dir),
+        *(["--resume", "auto"] if resume else []),
+    ]
     env = {k: v for k, v in os.environ.items() if not k.startswith("VEGA_")}
     env.update(VEGA_CONFIG_DIR=str(root / "config"), OMP_NUM_THREADS="1", VEGA_FAULT_STEP_SLEEP_S=str(step_sleep_s))
     log = run_dir / "events.jsonl"
@@ -199,7 +242,7 @@ def check_event_log(run_dir: Path, tally: Tally) -> None:
             broken += 1
     if broken > tally.previous_cut_lines:
         tally.fail("event_log_damage", f"{broken - tally.previous_cut_lines} complete line(s) do not parse")
-    if any(b <= a for a, b in zip(seqs, seqs[1:])):
+    if any(b <= a for a, b in zip(seqs, seqs[1:], strict=True)):
         tally.fail("event_log_damage", "seq numbers repeat or go back")
     tally.previous_cut_lines += 1 if tail else 0
 
@@ -296,12 +339,23 @@ def report(tally: Tally, result: common.Result) -> None:
         value = getattr(tally, name)
         result.add(name, value, target="= 0", met=value == 0)
     result.add("kills", tally.kills)
-    result.add("kills during a checkpoint write", tally.killed_mid_write,
-               detail="a half-written temp file was left in checkpoints/")
-    result.add("start to resumed (median)", common.median(tally.resume_seconds), "s",
-               detail=common.spread(tally.resume_seconds))
-    result.add("checkpoint write (median)", common.median(tally.write_seconds), "s",
-               detail="includes the injected hold; " + common.spread(tally.write_seconds))
+    result.add(
+        "kills during a checkpoint write",
+        tally.killed_mid_write,
+        detail="a half-written temp file was left in checkpoints/",
+    )
+    result.add(
+        "start to resumed (median)",
+        common.median(tally.resume_seconds),
+        "s",
+        detail=common.spread(tally.resume_seconds),
+    )
+    result.add(
+        "checkpoint write (median)",
+        common.median(tally.write_seconds),
+        "s",
+        detail="includes the injected hold; " + common.spread(tally.write_seconds),
+    )
     result.notes.extend(tally.problems[:20])
 
 

@@ -34,7 +34,7 @@ class Limit:
     """The stripped loop of one model: the task's initial model and its first batches, resident."""
 
     def __init__(self, plan: Any, batches_needed: int) -> None:
-        from trainer_core.models.base import build_task
+        from trainer_core.models.registry import build_task
 
         task = build_task(plan.profile, plan.data, "cpu", preload_where="ram")
         self.profile = plan.profile
@@ -91,17 +91,30 @@ def report_model(result: common.Result, label: str, m: dict[str, Any]) -> None:
     efficiency = common.median(m["efficiency"])
     vega_rate, limit_rate = 1 / common.median(m["vega"]), 1 / common.median(m["limit"])
     mean_ratio = sum(m["limit"]) / sum(m["vega"])
-    result.add(f"{label}: pipeline efficiency", efficiency, "", ">= 0.97", efficiency >= 0.97,
-               f"median of {len(m['efficiency'])} step pairs (range {common.spread(m['efficiency'])}); ratio of "
-               f"sums {mean_ratio:.3f}; Vega {vega_rate:.3g} steps/s, limit {limit_rate:.3g} steps/s")
-    result.add(f"{label}: control, limit / limit", common.median(m["control"]), "",
-               detail=f"the method's own bias and noise: ideally 1.000; pairs {common.spread(m['control'])}")
+    result.add(
+        f"{label}: pipeline efficiency",
+        efficiency,
+        "",
+        ">= 0.97",
+        efficiency >= 0.97,
+        f"median of {len(m['efficiency'])} step pairs (range {common.spread(m['efficiency'])}); ratio of "
+        f"sums {mean_ratio:.3f}; Vega {vega_rate:.3g} steps/s, limit {limit_rate:.3g} steps/s",
+    )
+    result.add(
+        f"{label}: control, limit / limit",
+        common.median(m["control"]),
+        "",
+        detail=f"the method's own bias and noise: ideally 1.000; pairs {common.spread(m['control'])}",
+    )
     waits = [w for w in m["wait_steps"] if w is not None]
     result.add(f"{label}: data-wait fraction (step events)", 100 * common.median(waits) if waits else None, "%")
     breakdowns = [w for w in m["wait_breakdown"] if w is not None]
-    result.add(f"{label}: data-wait fraction (profile_breakdown)",
-               100 * common.median(breakdowns) if breakdowns else None, "%",
-               detail="" if breakdowns else "no breakdown was due within the run (logging.profile_interval_s)")
+    result.add(
+        f"{label}: data-wait fraction (profile_breakdown)",
+        100 * common.median(breakdowns) if breakdowns else None,
+        "%",
+        detail="" if breakdowns else "no breakdown was due within the run (logging.profile_interval_s)",
+    )
 
 
 def main() -> int:
@@ -114,11 +127,14 @@ def main() -> int:
     steps, warmup = args.steps or (2 if args.tiny else 12), args.warmup or (1 if args.tiny else 2)
     repeats = args.repeats or 1
     started = time.monotonic()
-    result = common.start_result("pipeline", "1. Pipeline efficiency",
-                                 {"measured_steps": steps, "warmup_steps": warmup, "repeats": repeats})
+    result = common.start_result(
+        "pipeline", "1. Pipeline efficiency", {"measured_steps": steps, "warmup_steps": warmup, "repeats": repeats}
+    )
     voice = common.voice_data(args.files, args.tiny, result.notes)
-    models = {"lm-small": ("lm-small", LM_TINY if args.tiny else []),
-              "tts-small": ("tts-small", common.voice_overrides(voice) + (TTS_TINY if args.tiny else []))}
+    models = {
+        "lm-small": ("lm-small", LM_TINY if args.tiny else []),
+        "tts-small": ("tts-small", common.voice_overrides(voice) + (TTS_TINY if args.tiny else [])),
+    }
     for label in args.models.split(","):
         profile, overrides = models[label]
         report_model(result, label, measure_model(profile, overrides, warmup, steps, repeats))

@@ -47,8 +47,14 @@ def naive_preload(paths: list[Path], audio) -> int:
     for path in paths:
         wave, rate = librosa.load(str(path), sr=audio.sample_rate)
         mel = librosa.feature.melspectrogram(
-            y=wave, sr=rate, n_fft=audio.n_fft, hop_length=audio.hop_length, win_length=audio.win_length,
-            n_mels=audio.n_mels, fmin=audio.f_min, fmax=audio.f_max,
+            y=wave,
+            sr=rate,
+            n_fft=audio.n_fft,
+            hop_length=audio.hop_length,
+            win_length=audio.win_length,
+            n_mels=audio.n_mels,
+            fmin=audio.f_min,
+            fmax=audio.f_max,
         )
         frames += np.log(np.maximum(mel, audio.log_floor)).shape[1]
     return frames
@@ -92,8 +98,14 @@ def stage_costs(paths: list[Path], audio) -> dict[str, float]:
             loaded = librosa.load(str(path), sr=audio.sample_rate)[0]
             t5 = clock()
             librosa.feature.melspectrogram(
-                y=loaded, sr=audio.sample_rate, n_fft=audio.n_fft, hop_length=audio.hop_length,
-                win_length=audio.win_length, n_mels=audio.n_mels, fmin=audio.f_min, fmax=audio.f_max,
+                y=loaded,
+                sr=audio.sample_rate,
+                n_fft=audio.n_fft,
+                hop_length=audio.hop_length,
+                win_length=audio.win_length,
+                n_mels=audio.n_mels,
+                fmin=audio.f_min,
+                fmax=audio.f_max,
             )
             t6 = clock()
             for key, seconds in zip(out, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4, t6 - t5), strict=True):
@@ -118,7 +130,7 @@ def worker_splits(report, voice: Path, cores: int) -> dict[int, float]:
 
 
 def load_profile_for(voice: Path, cache: Path):
-    from trainer_core.profile_loader import find_profile, load_profile
+    from trainer_core.contract.profile_loader import find_profile, load_profile
 
     return load_profile(find_profile(PROFILE), [f"data.path={voice}", f"data.cache_dir={cache}"], machine_file=None)
 
@@ -155,15 +167,19 @@ def measure(voice: Path, repeats: int):
 
 def main() -> int:
     parser = common.base_parser(__doc__.splitlines()[0])
-    parser.add_argument("--files", type=int, default=None, help="recordings in the generated voice folder (default 300)")
+    parser.add_argument(
+        "--files", type=int, default=None, help="recordings in the generated voice folder (default 300)"
+    )
     args = parser.parse_args()
     files = args.files or (12 if args.tiny else 300)
     repeats = args.repeats or (1 if args.tiny else 3)
     started = time.monotonic()
     result = common.start_result("preload", "3. Preloading", {"files": files, "repeats": repeats, "profile": PROFILE})
     if common.espeak_speaker() is None:
-        result.skipped = ("espeak-ng is not available (pip install espeakng-loader, or apt-get install espeak-ng); "
-                          "the voice folder cannot be generated")
+        result.skipped = (
+            "espeak-ng is not available (pip install espeakng-loader, or apt-get install espeak-ng); "
+            "the voice folder cannot be generated"
+        )
         common.finish_result(result, started, args.out)
         return 0
     voice = common.espeak_voice_corpus(common.DATA / f"voice-{files}", files)
@@ -179,8 +195,8 @@ def main() -> int:
 
 def report_figures(result: common.Result, times: dict[str, list[float]], audio_s: float, files: int) -> None:
     naive, cold, hit = (common.median(times[k]) for k in ("naive", "cold", "hit"))
-    speedups = [n / c for n, c in zip(times["naive"], times["cold"])]
-    hit_ratios = [c / h for c, h in zip(times["cold"], times["hit"])]
+    speedups = [n / c for n, c in zip(times["naive"], times["cold"], strict=True)]
+    hit_ratios = [c / h for c, h in zip(times["cold"], times["hit"], strict=True)]
     speedup, hit_ratio = common.median(speedups), common.median(hit_ratios)
     result.add("Vega cold vs naive librosa loop", speedup, "x", ">= 5x", speedup >= 5, common.spread(speedups))
     result.add("cache hit vs cold", hit_ratio, "x", ">= 20x", hit_ratio >= 20, common.spread(hit_ratios))
@@ -197,20 +213,36 @@ def report_figures(result: common.Result, times: dict[str, list[float]], audio_s
 def report_splits(result: common.Result, seconds: dict[int, float], cores: int) -> None:
     best = min(seconds, key=seconds.__getitem__)
     detail = "; ".join(f"{w} worker(s) x {max(1, cores // w)} torch thread(s): {s:.2f} s" for w, s in seconds.items())
-    result.add("diagnosis: cold preload by worker split (fastest)", seconds[best], "s",
-               detail=f"{detail} (one run each; the profile default is data.num_workers = 2)")
+    result.add(
+        "diagnosis: cold preload by worker split (fastest)",
+        seconds[best],
+        "s",
+        detail=f"{detail} (one run each; the profile default is data.num_workers = 2)",
+    )
 
 
 def report_stages(result: common.Result, c: dict[str, float], cores: int) -> None:
     vega = c["read"] + c["resample"] + c["trim"] + c["mel"]
     naive = c["naive_load"] + c["naive_mel"]
-    result.add("diagnosis: CPU seconds, Vega serial (read / resample / trim / mel)", vega, "s",
-               detail=f"read + downmix {c['read']:.3f} s; soxr resample {c['resample']:.3f} s "
-               f"({100 * c['resample'] / vega:.0f} %); trim {c['trim']:.3f} s; float32 banded mel {c['mel']:.3f} s")
-    result.add("diagnosis: CPU seconds, naive serial (load / mel)", naive, "s",
-               detail=f"librosa.load {c['naive_load']:.3f} s; melspectrogram {c['naive_mel']:.3f} s")
-    result.add("diagnosis: bound on the cold ratio with this many cores", cores * naive / vega, "x",
-               detail=f"{naive:.2f} CPU-s naive / ({vega:.2f} CPU-s Vega / {cores} cores), perfect scaling")
+    result.add(
+        "diagnosis: CPU seconds, Vega serial (read / resample / trim / mel)",
+        vega,
+        "s",
+        detail=f"read + downmix {c['read']:.3f} s; soxr resample {c['resample']:.3f} s "
+        f"({100 * c['resample'] / vega:.0f} %); trim {c['trim']:.3f} s; float32 banded mel {c['mel']:.3f} s",
+    )
+    result.add(
+        "diagnosis: CPU seconds, naive serial (load / mel)",
+        naive,
+        "s",
+        detail=f"librosa.load {c['naive_load']:.3f} s; melspectrogram {c['naive_mel']:.3f} s",
+    )
+    result.add(
+        "diagnosis: bound on the cold ratio with this many cores",
+        cores * naive / vega,
+        "x",
+        detail=f"{naive:.2f} CPU-s naive / ({vega:.2f} CPU-s Vega / {cores} cores), perfect scaling",
+    )
     result.notes.append(
         f"bound: Vega's serial work is {vega:.2f} CPU-s per corpus against {naive:.2f} for the naive loop "
         f"({naive / vega:.1f}x less), so on {cores} cores the cold preload can be at most about "

@@ -38,15 +38,31 @@ class Bench:
 BENCHES = (
     Bench("preload", "preload_speed.py", ("--files", "300", "--repeats", "3")),
     Bench("event_cost", "event_cost.py", ("--steps", "30", "--files", "300")),
-    Bench("overhead", "framework_overhead.py", ("--sizes", "lm-small,lm-tiny", "--steps", "lm-small=20,lm-tiny=300",
-                                                "--warmup", "3", "--repeats", "1")),
-    Bench("pipeline", "pipeline_efficiency.py", ("--models", "lm-small,tts-small", "--steps", "20", "--warmup", "2",
-                                                 "--files", "300")),
-    Bench("dashboard", "dashboard_speed.py", ("--lines", "1000000", "--repeats", "3", "--open-repeats", "2",
-                                                 "--profile-open")),
+    Bench(
+        "overhead",
+        "framework_overhead.py",
+        ("--sizes", "lm-small,lm-tiny", "--steps", "lm-small=20,lm-tiny=300", "--warmup", "3", "--repeats", "1"),
+    ),
+    Bench(
+        "pipeline",
+        "pipeline_efficiency.py",
+        ("--models", "lm-small,tts-small", "--steps", "20", "--warmup", "2", "--files", "300"),
+    ),
+    Bench(
+        "dashboard",
+        "dashboard_speed.py",
+        ("--lines", "1000000", "--repeats", "3", "--open-repeats", "2", "--profile-open"),
+    ),
     Bench("scale", "scale.py", ("--hours", "24", "--steps", "100", "--eval-every", "50")),
     Bench("synth", "synth_speed.py", ("--sentences", "40", "--train-steps", "20", "--repeats", "5")),
-    Bench("budget", "time_budget.py", ("--hours", "0.1667",)),
+    Bench(
+        "budget",
+        "time_budget.py",
+        (
+            "--hours",
+            "0.1667",
+        ),
+    ),
 )
 
 
@@ -76,9 +92,16 @@ def main() -> int:
             ran.append((bench.key, status, seconds))
             if status != 0:
                 failures.append(bench.key)
-    run_info = {"tiny": args.tiny, "ran": ran, "seconds": time.monotonic() - started, "load_start": load,
-                "load_end": common.load_average(), "date": dt.datetime.now().astimezone().isoformat(timespec="seconds"),
-                "command": " ".join(["bench/run_all", *sys.argv[1:]]), "out": args.out}
+    run_info = {
+        "tiny": args.tiny,
+        "ran": ran,
+        "seconds": time.monotonic() - started,
+        "load_start": load,
+        "load_end": common.load_average(),
+        "date": dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "command": " ".join(["bench/run_all", *sys.argv[1:]]),
+        "out": args.out,
+    }
     write_doc(args.doc, render(args.out, run_info, generated_part(args.doc)))
     print(f"[run_all] wrote {args.doc}" + (f"; failed: {', '.join(failures)}" if failures else ""))
     return 1 if failures else 0
@@ -87,7 +110,9 @@ def main() -> int:
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="bench/run_all", description=__doc__.splitlines()[0])
     parser.add_argument("--tiny", action="store_true", help="smoke settings: checks everything runs, in about a minute")
-    parser.add_argument("--only", default="", help="comma-separated benchmark names: " + ",".join(b.key for b in BENCHES))
+    parser.add_argument(
+        "--only", default="", help="comma-separated benchmark names: " + ",".join(b.key for b in BENCHES)
+    )
     parser.add_argument("--out", type=Path, default=common.RESULTS, help="folder of the JSON results")
     parser.add_argument("--doc", type=Path, default=DOC, help="the document to update (default docs/benchmarks.md)")
     parser.add_argument("--render-only", action="store_true", help="only rewrite the document from existing results")
@@ -167,19 +192,23 @@ def render_header(results: list[common.Result], run_info: dict) -> list[str]:
     mode = " (--tiny: smoke settings, not measurements)" if run_info["tiny"] else ""
     lines = ["## Latest figures" + mode, "", "Machine: " + machine_text(machine) + ".", ""]
     if run_info["ran"]:
-        ran = ", ".join(f"{key} {seconds:.0f} s" + ("" if status == 0 else f" (exit {status})")
-                        for key, status, seconds in run_info["ran"])
+        ran = ", ".join(
+            f"{key} {seconds:.0f} s" + ("" if status == 0 else f" (exit {status})")
+            for key, status, seconds in run_info["ran"]
+        )
         lines += [
             f"Last run: `{run_info['command']}` on {run_info['date']}, {run_info['seconds'] / 60:.1f} min ({ran}); "
             f"load average (1, 5, 15 min) {load_text(run_info['load_start'])} at its start and "
-            f"{load_text(run_info['load_end'])} at its end.", "",
+            f"{load_text(run_info['load_end'])} at its end.",
+            "",
         ]
     else:
         lines += [f"Rendered on {run_info['date']} from the results in `{shown_path(run_info['out'])}`.", ""]
     lines += [
         "Each section states when it was measured, the load average around it and its exact command. Other work "
         "shared the machine, so every ratio is measured side by side in one process and reduced with a median; "
-        "absolute times are indicative only.", "",
+        "absolute times are indicative only.",
+        "",
     ]
     return lines
 
@@ -190,8 +219,10 @@ def shown_path(path: Path) -> str:
 
 
 def machine_text(m: dict) -> str:
-    return (f"{m.get('cpu')}, {m.get('cores')} cores, {m.get('ram_gib')} GiB RAM, {m.get('os')}, Python {m.get('python')}, "
-            f"torch {m.get('torch')}, Lightning {m.get('lightning')}, Textual {m.get('textual')}; no GPU")
+    return (
+        f"{m.get('cpu')}, {m.get('cores')} cores, {m.get('ram_gib')} GiB RAM, {m.get('os')}, Python {m.get('python')}, "
+        f"torch {m.get('torch')}, Lightning {m.get('lightning')}, Textual {m.get('textual')}; no GPU"
+    )
 
 
 def load_text(load: list[float]) -> str:
@@ -207,22 +238,29 @@ SUMMARY_HEAD = [f"### {SUMMARY_TITLE}", "", "| section | figure | value | target
 
 
 def summary_rows(result: common.Result) -> list[str]:
-    return [f"| {result.title} | {f.name} | {common.format_value(f.value, f.unit)} | {f.target} | {met_text(f.met)} |"
-            for f in result.figures if f.target]
+    return [
+        f"| {result.title} | {f.name} | {common.format_value(f.value, f.unit)} | {f.target} | {met_text(f.met)} |"
+        for f in result.figures
+        if f.target
+    ]
 
 
 def render_section(result: common.Result) -> list[str]:
     lines = [f"### {result.title}", ""]
-    lines.append(f"Measured {result.started} in {result.seconds:.0f} s; load average {load_text(result.load_before)} "
-                 f"before, {load_text(result.load_after)} after. Command: `{result.command}`")
+    lines.append(
+        f"Measured {result.started} in {result.seconds:.0f} s; load average {load_text(result.load_before)} "
+        f"before, {load_text(result.load_after)} after. Command: `{result.command}`"
+    )
     lines.append("")
     if result.skipped:
         return [*lines, f"Skipped: {result.skipped}", ""]
     lines += ["| figure | value | target | met? | details | command |", "|---|---|---|---|---|---|"]
     for f in result.figures:
         detail = f.detail.replace("|", "/")
-        lines.append(f"| {f.name} | {common.format_value(f.value, f.unit)} | {f.target} | {met_text(f.met)} | "
-                     f"{detail} | `{result.command}` |")
+        lines.append(
+            f"| {f.name} | {common.format_value(f.value, f.unit)} | {f.target} | {met_text(f.met)} | "
+            f"{detail} | `{result.command}` |"
+        )
     lines.append("")
     lines += [f"- {note}" for note in result.notes]
     return [*lines, ""] if result.notes else lines

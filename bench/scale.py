@@ -120,8 +120,18 @@ def time_scans(corpus: Path, cache: Path) -> tuple[float, float, int]:
 def spawn_to_first_step(profile: str, corpus: Path, cache: Path, scratch: Path, extra: list[str]) -> dict[str, Any]:
     """Spawn `trainer-core train`, wait for its first step event, stop it; seconds, preload and peak RSS."""
     run_dir = scratch / f"run-{profile}-{sum(1 for p in scratch.glob('run-*') if p.is_dir())}"
-    argv = [sys.executable, "-m", "trainer_core", "train", "--profile", profile, "--data", str(corpus),
-            "--run-dir", str(run_dir)]
+    argv = [
+        sys.executable,
+        "-m",
+        "trainer_core",
+        "train",
+        "--profile",
+        profile,
+        "--data",
+        str(corpus),
+        "--run-dir",
+        str(run_dir),
+    ]
     for item in [f"data.cache_dir={cache}", *CPU, *extra]:
         argv += ["--set", item]
     env = {**os.environ, "VEGA_CONFIG_DIR": str(scratch / "config")}  # no machine file: the profile as shipped
@@ -137,8 +147,12 @@ def spawn_to_first_step(profile: str, corpus: Path, cache: Path, scratch: Path, 
         tail = err_path.read_text(encoding="utf-8", errors="replace")[-1500:]
         raise SystemExit(f"{profile}: the trainer took no step (exit status {status}); its stderr ends:\n{tail}")
     preload = next((e for e in events if e.type == "preload_done"), None)
-    return {"seconds": first - spawned, "preload_s": preload.seconds if preload else None,
-            "preload_where": preload.where if preload else None, "rss_bytes": usage.ru_maxrss * 1024}
+    return {
+        "seconds": first - spawned,
+        "preload_s": preload.seconds if preload else None,
+        "preload_where": preload.where if preload else None,
+        "rss_bytes": usage.ru_maxrss * 1024,
+    }
 
 
 def wait_for_first_step(proc: subprocess.Popen, run_dir: Path, spawned: float) -> tuple[float | None, list]:
@@ -176,10 +190,17 @@ def validation_share(profile: str, overrides: list[str], steps: int, scratch: Pa
     stamps = common.fit_steps(run, steps)
     wall = stamps[-1] - t0
     v = plan.validation
-    return {"share": totals.get("validate", 0.0) / wall, "validate_s": totals.get("validate", 0.0),
-            "samples_s": totals.get("samples", 0.0), "passes": int(totals.get("validate#", 0)), "wall_s": wall,
-            "steps": len(stamps), "items": v.items if v else None, "capped": v.capped if v else None,
-            "estimate": v.share if v else None}
+    return {
+        "share": totals.get("validate", 0.0) / wall,
+        "validate_s": totals.get("validate", 0.0),
+        "samples_s": totals.get("samples", 0.0),
+        "passes": int(totals.get("validate#", 0)),
+        "wall_s": wall,
+        "steps": len(stamps),
+        "items": v.items if v else None,
+        "capped": v.capped if v else None,
+        "estimate": v.share if v else None,
+    }
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -189,24 +210,39 @@ def validation_share(profile: str, overrides: list[str], steps: int, scratch: Pa
 def add_share(result: common.Result, name: str, s: dict[str, Any], control: bool = False) -> None:
     """Two figures: the validation passes alone (what data.val_max_items bounds), and with their samples."""
     passes = (s["validate_s"] - s["samples_s"]) / s["wall_s"]
-    detail = (f"{s['validate_s'] - s['samples_s']:.1f} s in {s['passes']} pass(es) of {s['items']:,} items "
-              f"({s['capped']:,} capped away) over {s['wall_s']:.1f} s, {s['steps']} steps; the plan estimated "
-              f"{100 * s['estimate']:.1f} %")
+    detail = (
+        f"{s['validate_s'] - s['samples_s']:.1f} s in {s['passes']} pass(es) of {s['items']:,} items "
+        f"({s['capped']:,} capped away) over {s['wall_s']:.1f} s, {s['steps']} steps; the plan estimated "
+        f"{100 * s['estimate']:.1f} %"
+    )
     target = f"<= {VALIDATION_TARGET:.0%}" + (" (negative control: must MISS)" if control else "")
-    result.add(f"{name}: share of wall time in validation passes", 100 * passes, "%", target,
-               passes <= VALIDATION_TARGET, detail)
+    result.add(
+        f"{name}: share of wall time in validation passes",
+        100 * passes,
+        "%",
+        target,
+        passes <= VALIDATION_TARGET,
+        detail,
+    )
     if control:
         return
     with_samples = s["share"]
-    result.add(f"{name}: share of wall time validating, samples included", 100 * with_samples, "%",
-               f"<= {VALIDATION_TARGET:.0%}", with_samples <= VALIDATION_TARGET,
-               f"{s['samples_s']:.1f} s writing samples ({s['samples_s'] / max(1, s['passes']):.2f} s per validation, "
-               "whatever the corpus size) + the passes above")
+    result.add(
+        f"{name}: share of wall time validating, samples included",
+        100 * with_samples,
+        "%",
+        f"<= {VALIDATION_TARGET:.0%}",
+        with_samples <= VALIDATION_TARGET,
+        f"{s['samples_s']:.1f} s writing samples ({s['samples_s'] / max(1, s['passes']):.2f} s per validation, "
+        "whatever the corpus size) + the passes above",
+    )
 
 
 def add_spawn(result: common.Result, name: str, spawn: dict[str, Any], target: bool) -> None:
     seconds = spawn["seconds"]
-    detail = f"preload {spawn['preload_s']:.2f} s ({spawn['preload_where']}); peak RSS {spawn['rss_bytes'] / 2**20:.0f} MiB"
+    detail = (
+        f"preload {spawn['preload_s']:.2f} s ({spawn['preload_where']}); peak RSS {spawn['rss_bytes'] / 2**20:.0f} MiB"
+    )
     if target:
         result.add(name, seconds, "s", f"< {SPAWN_WARM_TARGET_S:.0f} s", seconds < SPAWN_WARM_TARGET_S, detail)
     else:
@@ -217,14 +253,17 @@ def main() -> int:
     parser = common.base_parser(__doc__.splitlines()[0])
     parser.add_argument("--hours", type=float, default=None, help="hours of audio in the linked corpus (default 24)")
     parser.add_argument("--steps", type=int, default=None, help="training steps per validation-share run (default 100)")
-    parser.add_argument("--eval-every", type=int, default=None, help="train.eval_every_steps for the share runs (default 50)")
+    parser.add_argument(
+        "--eval-every", type=int, default=None, help="train.eval_every_steps for the share runs (default 50)"
+    )
     args = parser.parse_args()
     hours = args.hours or (0.03 if args.tiny else 24.0)
     steps = args.steps or (8 if args.tiny else 100)
     every = args.eval_every or (4 if args.tiny else 50)
     started = time.monotonic()
-    result = common.start_result("scale", "7. Scale: a 24-hour corpus",
-                                 {"hours": hours, "steps": steps, "eval_every_steps": every})
+    result = common.start_result(
+        "scale", "7. Scale: a 24-hour corpus", {"hours": hours, "steps": steps, "eval_every_steps": every}
+    )
     corpus, files = build_corpus(hours)
     result.settings.update({"files": files, "corpus": os.path.relpath(corpus, common.REPO)})
     scratch = common.scratch_dir("scale-")
@@ -263,8 +302,11 @@ def measure(result: common.Result, corpus: Path, scratch: Path, steps: int, ever
     add_share(result, "tts-small", validation_share("tts-small", [*shared, *tts_extra], steps, scratch))
     control = validation_share("demo", [*shared, "data.val_max_items=0"], every, scratch)
     add_share(result, "demo, no cap (negative control)", control, control=True)
-    verdict = "misses the target as it should" if control["share"] > VALIDATION_TARGET else (
-        "did NOT miss the target: on this corpus size the measurement cannot show what the cap does")
+    verdict = (
+        "misses the target as it should"
+        if control["share"] > VALIDATION_TARGET
+        else ("did NOT miss the target: on this corpus size the measurement cannot show what the cap does")
+    )
     result.notes.append(f"negative control (data.val_max_items = 0, {control['items']:,} validation items): {verdict}")
 
 

@@ -32,7 +32,7 @@ from typing import Any
 import common
 import psutil
 
-from trainer_core.eventlog import read_all
+from trainer_core.contract.eventlog import read_all
 
 STEP_INTERVAL_S = 0.5
 KEEP_LAST = 3
@@ -103,8 +103,18 @@ def write_workspace(root: Path) -> tuple[Path, Path]:
 
 
 def start_trainer(root: Path, profile: Path, corpus: Path, run_dir: Path) -> subprocess.Popen:
-    argv = [sys.executable, "-m", "trainer_core", "train", "--profile", str(profile), "--data", str(corpus),
-            "--run-dir", str(run_dir)]
+    argv = [
+        sys.executable,
+        "-m",
+        "trainer_core",
+        "train",
+        "--profile",
+        str(profile),
+        "--data",
+        str(corpus),
+        "--run-dir",
+        str(run_dir),
+    ]
     env = {k: v for k, v in os.environ.items() if not k.startswith("VEGA_")}
     env.update(VEGA_CONFIG_DIR=str(root / "config"), OMP_NUM_THREADS="1")
     with open(root / "trainer.err", "wb") as err:
@@ -157,17 +167,28 @@ def report(run: Soak, seconds: float, warmup_s: float, result: common.Result) ->
     tail = statistics.median(s.rss for s in later[-3:])
     growth = 100.0 * (tail / head - 1.0)
     peak = max(s.rss for s in run.samples)
-    result.add("RSS growth after warm-up", growth, "%", target="< 5 %", met=growth < 5.0,
-               detail=f"{head / 2**20:.1f} MiB -> {tail / 2**20:.1f} MiB; max {peak / 2**20:.1f} MiB")
+    result.add(
+        "RSS growth after warm-up",
+        growth,
+        "%",
+        target="< 5 %",
+        met=growth < 5.0,
+        detail=f"{head / 2**20:.1f} MiB -> {tail / 2**20:.1f} MiB; max {peak / 2**20:.1f} MiB",
+    )
     span = max(1e-9, later[-1].t - later[0].t)
     lines_per_s = (later[-1].log_lines - later[0].log_lines) / span
     bound = 1.0 / STEP_INTERVAL_S + 1.0
-    result.add("event log lines/s after warm-up", lines_per_s, "lines/s", target=f"< {bound:g}",
-               met=lines_per_s < bound)
+    result.add(
+        "event log lines/s after warm-up", lines_per_s, "lines/s", target=f"< {bound:g}", met=lines_per_s < bound
+    )
     result.add("event log growth", (later[-1].log_bytes - later[0].log_bytes) / span * 60 / 1024, "KiB/min")
     result.add("event log size at the end", run.samples[-1].log_bytes / 1024, "KiB")
-    result.add("checkpoints on disk (max)", run.checkpoints_max, target=f"<= {KEEP_LAST + 1}",
-               met=run.checkpoints_max <= KEEP_LAST + 1)
+    result.add(
+        "checkpoints on disk (max)",
+        run.checkpoints_max,
+        target=f"<= {KEEP_LAST + 1}",
+        met=run.checkpoints_max <= KEEP_LAST + 1,
+    )
     result.add("optimizer steps", run.steps, detail=f"over {seconds / 60:g} min of training")
     result.add("RSS samples", len(run.samples))
     stopped = run.status == "stopped" and run.exit_code == 0
@@ -177,8 +198,9 @@ def report(run: Soak, seconds: float, warmup_s: float, result: common.Result) ->
 def main(argv: list[str] | None = None) -> int:
     parser = common.base_parser(__doc__.split("\n\n")[0])
     parser.add_argument("--minutes", type=float, default=30.0, help="minutes of training to sample (default 30)")
-    parser.add_argument("--sample-s", type=float, default=None,
-                        help="seconds between samples (default: run / 100, within 0.5..10)")
+    parser.add_argument(
+        "--sample-s", type=float, default=None, help="seconds between samples (default: run / 100, within 0.5..10)"
+    )
     args = parser.parse_args(argv)
     if args.minutes <= 0:
         parser.error("--minutes must be more than 0")

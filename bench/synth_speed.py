@@ -31,10 +31,30 @@ SLOW_IMPORTS = "import librosa.feature.inverse, torch._dynamo\n"
 def train_voice(scratch: Path, steps: int) -> Path:
     """A checkpoint of the demo profile after `steps` real CPU steps."""
     run_dir = scratch / "run"
-    argv = [sys.executable, "-m", "trainer_core", "train", "--profile", "demo", "--run-dir", str(run_dir),
-            "--set", "compute.mode=cpu", "--set", f"train.max_steps={steps}", "--set", f"train.eval_every_steps={steps}",
-            "--set", "train.validate_at_start=false", "--set", "logging.report=false", "--set", "train.warmup_steps=0",
-            "--set", f"data.cache_dir={scratch / 'cache'}"]
+    argv = [
+        sys.executable,
+        "-m",
+        "trainer_core",
+        "train",
+        "--profile",
+        "demo",
+        "--run-dir",
+        str(run_dir),
+        "--set",
+        "compute.mode=cpu",
+        "--set",
+        f"train.max_steps={steps}",
+        "--set",
+        f"train.eval_every_steps={steps}",
+        "--set",
+        "train.validate_at_start=false",
+        "--set",
+        "logging.report=false",
+        "--set",
+        "train.warmup_steps=0",
+        "--set",
+        f"data.cache_dir={scratch / 'cache'}",
+    ]
     done = subprocess.run(argv, env=bench_env(scratch), capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise SystemExit(f"training the voice failed ({done.returncode}):\n{done.stderr[-1500:]}")
@@ -51,8 +71,18 @@ def cold_seconds(checkpoint: Path, scratch: Path, repeats: int, preload: str = "
     times = []
     for n in range(repeats):
         out = scratch / f"cold-{n}.wav"
-        argv = [sys.executable, "-c", code, "synth", "--checkpoint", str(checkpoint), "--text", SENTENCE,
-                "--out", str(out)]
+        argv = [
+            sys.executable,
+            "-c",
+            code,
+            "synth",
+            "--checkpoint",
+            str(checkpoint),
+            "--text",
+            SENTENCE,
+            "--out",
+            str(out),
+        ]
         t0 = time.perf_counter()
         done = subprocess.run(argv, env=bench_env(scratch), capture_output=True, text=True, check=False)
         times.append(time.perf_counter() - t0)
@@ -90,8 +120,18 @@ def demo_transcripts() -> list[str]:
 def cli_batch_wall(checkpoint: Path, scratch: Path, sentences: list[str]) -> float:
     script = scratch / "lines.txt"
     script.write_text("\n".join(sentences) + "\n", encoding="utf-8")
-    argv = [sys.executable, "-m", "trainer_core", "synth", "--checkpoint", str(checkpoint), "--text-file", str(script),
-            "--out-dir", str(scratch / "cli-batch")]
+    argv = [
+        sys.executable,
+        "-m",
+        "trainer_core",
+        "synth",
+        "--checkpoint",
+        str(checkpoint),
+        "--text-file",
+        str(script),
+        "--out-dir",
+        str(scratch / "cli-batch"),
+    ]
     t0 = time.perf_counter()
     done = subprocess.run(argv, env=bench_env(scratch), capture_output=True, text=True, check=False)
     if done.returncode != 0:
@@ -107,8 +147,11 @@ def main() -> int:
     count, steps = args.sentences or (4 if args.tiny else 40), args.train_steps or (2 if args.tiny else 20)
     repeats = args.repeats or (1 if args.tiny else 5)
     started = time.monotonic()
-    result = common.start_result("synth", "8. Speaking speed (synth)",
-                                 {"sentences": count, "train_steps": steps, "repeats": repeats, "profile": "demo"})
+    result = common.start_result(
+        "synth",
+        "8. Speaking speed (synth)",
+        {"sentences": count, "train_steps": steps, "repeats": repeats, "profile": "demo"},
+    )
     scratch = common.scratch_dir("synth-")
     try:
         checkpoint = train_voice(scratch, steps)
@@ -130,25 +173,57 @@ def report(result: common.Result, checkpoint: Path, scratch: Path, count: int, r
     book_rate, realtime = batch_rate(checkpoint, scratch / "book", sentences)
     wall = cli_batch_wall(checkpoint, scratch, sentences)
     cold_s, slow_s = statistics.median(cold), statistics.median(slow)
-    result.add("cold: one sentence, spawn to wav written", cold_s, "s", f"< {COLD_TARGET_S:g} s", cold_s < COLD_TARGET_S,
-               f"median of {repeats}: {common.spread(cold)}")
-    result.add("negative control: cold with librosa's inverse module and torch._dynamo imported", slow_s, "s",
-               f"< {COLD_TARGET_S:g} s (negative control: must MISS)", slow_s < COLD_TARGET_S,
-               f"median of {repeats}: {common.spread(slow)}; the imports the old synth paid")
+    result.add(
+        "cold: one sentence, spawn to wav written",
+        cold_s,
+        "s",
+        f"< {COLD_TARGET_S:g} s",
+        cold_s < COLD_TARGET_S,
+        f"median of {repeats}: {common.spread(cold)}",
+    )
+    result.add(
+        "negative control: cold with librosa's inverse module and torch._dynamo imported",
+        slow_s,
+        "s",
+        f"< {COLD_TARGET_S:g} s (negative control: must MISS)",
+        slow_s < COLD_TARGET_S,
+        f"median of {repeats}: {common.spread(slow)}; the imports the old synth paid",
+    )
     if slow_s < COLD_TARGET_S:
         result.notes.append("negative control met the cold target: the benchmark cannot tell the slow path apart")
     else:
         result.notes.append("negative control (old imports) misses the cold target, as it should")
-    result.add("batch: sentences per second, Griffin-Lim included", rate, "/s", f">= {BATCH_TARGET:g}/s",
-               rate >= BATCH_TARGET, f"the demo corpus's first {len(transcripts)} transcripts, loaded model")
-    result.add("batch, book sentences: sentences per second", book_rate, "/s", "", None,
-               f"{count} sentences of 40-140 characters (about 3 s of speech each)")
-    result.add("batch, book sentences: seconds of speech per second of work", realtime, "x", "", None,
-               "real-time factor")
-    result.add("synth --text-file end to end (spawn, load, speak all, index)", wall, "s", "", None,
-               f"{count} sentences, {count / wall:.1f} sentences/s including start-up")
-    result.notes.append(f"voice: demo profile trained {checkpoint.stem.removeprefix('step-').lstrip('0')} steps on CPU; "
-                        "speed does not depend on how well it speaks, only on the frames it predicts")
+    result.add(
+        "batch: sentences per second, Griffin-Lim included",
+        rate,
+        "/s",
+        f">= {BATCH_TARGET:g}/s",
+        rate >= BATCH_TARGET,
+        f"the demo corpus's first {len(transcripts)} transcripts, loaded model",
+    )
+    result.add(
+        "batch, book sentences: sentences per second",
+        book_rate,
+        "/s",
+        "",
+        None,
+        f"{count} sentences of 40-140 characters (about 3 s of speech each)",
+    )
+    result.add(
+        "batch, book sentences: seconds of speech per second of work", realtime, "x", "", None, "real-time factor"
+    )
+    result.add(
+        "synth --text-file end to end (spawn, load, speak all, index)",
+        wall,
+        "s",
+        "",
+        None,
+        f"{count} sentences, {count / wall:.1f} sentences/s including start-up",
+    )
+    result.notes.append(
+        f"voice: demo profile trained {checkpoint.stem.removeprefix('step-').lstrip('0')} steps on CPU; "
+        "speed does not depend on how well it speaks, only on the frames it predicts"
+    )
 
 
 if __name__ == "__main__":

@@ -18,15 +18,33 @@ from pathlib import Path
 
 import common
 
-TINY_MODEL = ["model.hidden=32", "model.encoder_layers=1", "data.context_bytes=32", "train.warmup_steps=2",
-              "sample.max_new_bytes=8", "logging.report=false"]
+TINY_MODEL = [
+    "model.hidden=32",
+    "model.encoder_layers=1",
+    "data.context_bytes=32",
+    "train.warmup_steps=2",
+    "sample.max_new_bytes=8",
+    "logging.report=false",
+]
 
 
 def run_with_budget(hours: float, extra: list[str], scratch: Path) -> tuple[float, int, Path]:
     """Wall seconds from spawn to exit, exit status and the run folder of one budgeted run."""
     run_dir = scratch / "run"
-    argv = [sys.executable, "-m", "trainer_core", "train", "--profile", "lm-small", "--run-dir", str(run_dir),
-            "--set", "compute.mode=cpu", "--set", f"train.target_hours={hours}"]
+    argv = [
+        sys.executable,
+        "-m",
+        "trainer_core",
+        "train",
+        "--profile",
+        "lm-small",
+        "--run-dir",
+        str(run_dir),
+        "--set",
+        "compute.mode=cpu",
+        "--set",
+        f"train.target_hours={hours}",
+    ]
     for item in extra:
         argv += ["--set", item]
     env = {**os.environ, "VEGA_CONFIG_DIR": str(scratch / "config")}  # no machine file: the profile as shipped
@@ -54,7 +72,9 @@ def main() -> int:
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     if args.tiny:
-        result.notes.append("--tiny: lm-small shrunk to hidden 32, one layer, context 32, no report, short samples; a 7 s budget")
+        result.notes.append(
+            "--tiny: lm-small shrunk to hidden 32, one layer, context 32, no report, short samples; a 7 s budget"
+        )
     common.finish_result(result, started, args.out)
     return 0
 
@@ -65,18 +85,33 @@ def report(result: common.Result, target_s: float, wall: float, events: list) ->
     plans = [e for e in events if e.type == "calibration"]
     steps = [e for e in events if e.type == "step"]
     last_step_t = steps[-1].t - events[0].t if steps else None
-    result.add("whole job (spawn to exit) against the target", 100 * error, "% off", "within ±5 %",
-               abs(error) <= 0.05, f"{wall:.1f} s for a {target_s:.1f} s budget")
+    result.add(
+        "whole job (spawn to exit) against the target",
+        100 * error,
+        "% off",
+        "within ±5 %",
+        abs(error) <= 0.05,
+        f"{wall:.1f} s for a {target_s:.1f} s budget",
+    )
     if finished is not None:
-        result.add("trainer's own run time (finished.seconds)", finished.seconds, "s",
-                   detail=f"status {finished.status}, {finished.step} steps, {finished.epoch} epochs")
+        result.add(
+            "trainer's own run time (finished.seconds)",
+            finished.seconds,
+            "s",
+            detail=f"status {finished.status}, {finished.step} steps, {finished.epoch} epochs",
+        )
     if last_step_t is not None:
-        result.add("last training step, after the first event", last_step_t, "s",
-                   detail="after it: " + tail_breakdown(events, steps[-1]))
+        result.add(
+            "last training step, after the first event",
+            last_step_t,
+            "s",
+            detail="after it: " + tail_breakdown(events, steps[-1]),
+        )
     if plans:
         first, last = plans[0], plans[-1]
         result.notes.append(
-            f"{len(plans)} calibration plans: first {first.samples_per_s:.1f} samples/s -> {first.planned_steps} steps, "
+            f"{len(plans)} calibration plans: first {first.samples_per_s:.1f} samples/s -> "
+            f"{first.planned_steps} steps, "
             f"last {last.samples_per_s:.1f} samples/s -> {last.planned_steps} steps"
         )
 
@@ -84,8 +119,11 @@ def report(result: common.Result, target_s: float, wall: float, events: list) ->
 def tail_breakdown(events: list, last_step) -> str:
     """Where the time after the last training step went, from the landmark events that follow it."""
     after = [e for e in events if e.seq > last_step.seq]
-    marks = [("validation losses and samples", "validation"), ("checkpoint", "checkpoint_saved"),
-             ("export, report, session", "finished")]
+    marks = [
+        ("validation losses and samples", "validation"),
+        ("checkpoint", "checkpoint_saved"),
+        ("export, report, session", "finished"),
+    ]
     parts, previous = [], last_step.t
     for label, kind in marks:
         found = [e for e in after if e.type == kind]

@@ -23,14 +23,45 @@ from typing import Any
 
 import pytest
 
-from trainer_core.eventlog import read_all
-from trainer_core.protocol import Event
+from trainer_core.contract.eventlog import read_all
+from trainer_core.contract.protocol import Event
 
 REPO = Path(__file__).resolve().parent.parent
-WORDS = (
-    "the a small model learns to read and write bytes of plain english text while it trains on "
-    "short stories about foxes dogs rivers and quiet towns where people walk slowly every morning"
-).split()
+WORDS = [
+    "the",
+    "a",
+    "small",
+    "model",
+    "learns",
+    "to",
+    "read",
+    "and",
+    "write",
+    "bytes",
+    "of",
+    "plain",
+    "english",
+    "text",
+    "while",
+    "it",
+    "trains",
+    "on",
+    "short",
+    "stories",
+    "about",
+    "foxes",
+    "dogs",
+    "rivers",
+    "and",
+    "quiet",
+    "towns",
+    "where",
+    "people",
+    "walk",
+    "slowly",
+    "every",
+    "morning",
+]
 # The tiny profile every end-to-end test starts from; tests change fields with --set.
 TINY_PROFILE = """\
 [run]
@@ -73,8 +104,9 @@ DEFAULT_SETTINGS: dict[str, Any] = {"train.max_steps": 40}
 DEMO_VOICE = REPO / "trainer_core" / "demo" / "voice"
 
 
-def tiny_voice_profile(name: str, steps: int, eval_every: int, sentences: list[str], seed: int = 3,
-                       extra: str = "") -> str:
+def tiny_voice_profile(
+    name: str, steps: int, eval_every: int, sentences: list[str], seed: int = 3, extra: str = ""
+) -> str:
     """A TOML profile for a seconds-long voice run on the bundled demo corpus (CPU, one thread, tiny model);
     `extra` is appended (e.g. more `[logging]` keys)."""
     quoted = ", ".join(json.dumps(s) for s in sentences)
@@ -209,7 +241,9 @@ class TrainerProcess:
             if predicate(events):
                 return events
             if exited:
-                pytest.fail(f"trainer exited ({self.proc.returncode}) before the awaited event; stderr:\n{self.stderr[-3000:]}")
+                pytest.fail(
+                    f"trainer exited ({self.proc.returncode}) before the awaited event; stderr:\n{self.stderr[-3000:]}"
+                )
             time.sleep(0.02)
         pytest.fail(f"awaited event did not come within {timeout:g} s; stderr:\n{self.stderr[-3000:]}")
 
@@ -255,11 +289,23 @@ class TrainerLauncher:
         self.env.update(VEGA_CONFIG_DIR=str(config), PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
         self.started: list[TrainerProcess] = []
 
-    def command(self, run_dir: Path, settings: dict[str, Any], data: Path | None, extra_args: tuple[str, ...]) -> list[str]:
+    def command(
+        self, run_dir: Path, settings: dict[str, Any], data: Path | None, extra_args: tuple[str, ...]
+    ) -> list[str]:
         merged = {key: value for key, value in {**DEFAULT_SETTINGS, **settings}.items() if value is not None}
         return [
-            sys.executable, "-m", "trainer_core", "train", "--profile", str(self.profile),
-            "--data", str(data or self.corpus), "--run-dir", str(run_dir), *set_args(merged), *extra_args,
+            sys.executable,
+            "-m",
+            "trainer_core",
+            "train",
+            "--profile",
+            str(self.profile),
+            "--data",
+            str(data or self.corpus),
+            "--run-dir",
+            str(run_dir),
+            *set_args(merged),
+            *extra_args,
         ]
 
     def start(
@@ -284,8 +330,12 @@ class TrainerLauncher:
             if terminal:
                 err, drain = terminal_to_file(err_path)
             proc = subprocess.Popen(
-                self.command(target, settings or {}, data, extra_args), stdout=out, stderr=err,
-                stdin=subprocess.DEVNULL, cwd=self.root, env={**self.env, **(env or {})},
+                self.command(target, settings or {}, data, extra_args),
+                stdout=out,
+                stderr=err,
+                stdin=subprocess.DEVNULL,
+                cwd=self.root,
+                env={**self.env, **(env or {})},
             )
             if terminal:
                 os.close(err)  # the child holds its own copy; the drain ends when the child closes it

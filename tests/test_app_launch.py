@@ -1,6 +1,6 @@
 """The launch screen, driven with Textual's pilot: modes, devices, profiles, data checks, preflight, Start.
 
-Every check the screen shows comes from the real thing: `trainer_core.resources` on this machine (or
+Every check the screen shows comes from the real thing: `trainer_core.contract.resources` on this machine (or
 GPUs injected through VEGA_FAKE_GPUS), profile files in a temporary VEGA_CONFIG_DIR validated by the
 trainer's loader, `trainer-core check-data` and `train --dry-run` subprocesses, and a real trainer
 started with Start. The snapshot tests pin the layout at 80x24 and 120x40 (regenerate them with
@@ -22,9 +22,9 @@ import tomli_w
 from textual.pilot import Pilot
 from textual.widgets import Button, Input, Static
 
-from trainer_core.eventlog import read_all
-from trainer_core.profile_loader import repo_profiles_dir
-from trainer_core.resources import describe_modes, probe
+from trainer_core.contract.eventlog import read_all
+from trainer_core.contract.profile_loader import repo_profiles_dir
+from trainer_core.contract.resources import describe_modes, probe
 from vega_tui.app import VegaApp
 from vega_tui.screens.launch import LaunchScreen
 from vega_tui.widgets.choice_list import ChoiceList
@@ -36,7 +36,25 @@ pytestmark = pytest.mark.anyio
 # Subprocess checks share two cores with other tests: waits are generous, never timed assertions.
 WAIT_S = 60.0
 FAKE_GPU = {"name": "NVIDIA Fake 24GB", "memory_total_bytes": 24 * 1024**3, "memory_free_bytes": 20 * 1024**3}
-WORDS = "the quiet fox reads a small book by the river while dogs walk past the old mill".split()
+WORDS = [
+    "the",
+    "quiet",
+    "fox",
+    "reads",
+    "a",
+    "small",
+    "book",
+    "by",
+    "the",
+    "river",
+    "while",
+    "dogs",
+    "walk",
+    "past",
+    "the",
+    "old",
+    "mill",
+]
 
 
 def write_text_corpus(folder: Path, files: int = 3, lines: int = 40) -> Path:
@@ -284,8 +302,19 @@ async def test_preflight_shows_the_plan(config: Path, tmp_path: Path) -> None:
         await wait_until(pilot, lambda: plan_ready(app) and screen.selection.data_mode == "text", "the tiny plan")
         assert screen.plan is not None, screen.plan_error
         shown = screen.query_one(PreflightPanel).text
-        for expected in ("device", "cpu", "data", "text · 3 usable, 1 skipped", "empty.txt", "RAM", "model",
-                         "lm, hidden 32", "30 steps", "run", "tiny-<start time>"):
+        for expected in (
+            "device",
+            "cpu",
+            "data",
+            "text · 3 usable, 1 skipped",
+            "empty.txt",
+            "RAM",
+            "model",
+            "lm, hidden 32",
+            "30 steps",
+            "run",
+            "tiny-<start time>",
+        ):
             assert expected in shown, (expected, shown)
         await wait_until(pilot, lambda: screen.data_report is not None, "the data detection")
         assert text_of(screen, "#data-detect").startswith("→ text")
@@ -293,9 +322,11 @@ async def test_preflight_shows_the_plan(config: Path, tmp_path: Path) -> None:
 
 async def test_preflight_shows_validation_items_capped_and_share(config: Path, tmp_path: Path) -> None:
     data = write_text_corpus(tmp_path / "data", files=30)
-    profile = tiny_profile(data, tmp_path / "runs").replace(
-        'context_bytes = 32\n', 'context_bytes = 32\nval_fraction = 0.5\nval_max_items = 3\n'
-    ).replace("warmup_steps = 2\n", "warmup_steps = 2\neval_every_steps = 5\n")
+    profile = (
+        tiny_profile(data, tmp_path / "runs")
+        .replace("context_bytes = 32\n", "context_bytes = 32\nval_fraction = 0.5\nval_max_items = 3\n")
+        .replace("warmup_steps = 2\n", "warmup_steps = 2\neval_every_steps = 5\n")
+    )
     (config / "profiles" / "capped.toml").write_text(profile, encoding="utf-8")
     app = VegaApp()
     async with app.run_test(size=(120, 40)) as pilot:
@@ -303,14 +334,19 @@ async def test_preflight_shows_validation_items_capped_and_share(config: Path, t
         profiles = screen.query_one(ProfileList)
         await wait_until(pilot, lambda: "capped" in profiles.entries, "the capped profile")
         profiles.select("capped")
-        await wait_until(pilot, lambda: plan_ready(app) and (
-            screen.plan is None or screen.plan["profile"].endswith("capped.toml")), "the capped plan")
+        await wait_until(
+            pilot,
+            lambda: plan_ready(app) and (screen.plan is None or screen.plan["profile"].endswith("capped.toml")),
+            "the capped plan",
+        )
         assert screen.plan is not None, screen.plan_error
         validation = screen.plan["validation"]
         assert validation["items"] == 3 and validation["capped"] > 0 and validation["every_steps"] == 5
         shown = screen.query_one(PreflightPanel).text
-        expected = (f"validate 3 items ({validation['capped']} capped away), every 5 steps · "
-                    f"~{validation['estimated_share']:.0%} of the time (estimate)")
+        expected = (
+            f"validate 3 items ({validation['capped']} capped away), every 5 steps · "
+            f"~{validation['estimated_share']:.0%} of the time (estimate)"
+        )
         assert expected in shown, shown
 
 

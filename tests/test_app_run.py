@@ -28,10 +28,10 @@ import pytest
 from textual.pilot import Pilot
 from textual.widgets import Input
 
-from trainer_core.eventlog import read_all
-from trainer_core.nvml import GpuInfo
-from trainer_core.protocol import Event
-from trainer_core.resources import MachineResources
+from trainer_core.contract.eventlog import read_all
+from trainer_core.contract.nvml import GpuInfo
+from trainer_core.contract.protocol import Event
+from trainer_core.contract.resources import MachineResources
 from vega_tui import app as vega_app
 from vega_tui import runner
 from vega_tui.app import VegaApp
@@ -60,12 +60,25 @@ def anyio_backend() -> str:
 
 def fixed_resources() -> MachineResources:
     """A fixed machine for layouts that must render the same everywhere (one GPU, 16 threads, 64 GiB)."""
-    gpu = GpuInfo(index=0, name="NVIDIA H100 80GB HBM3", memory_total_bytes=80 * GIB,
-                  memory_free_bytes=60 * GIB, memory_used_bytes=20 * GIB, utilization_pct=87.0,
-                  temperature_c=64.0)
-    return MachineResources(cpu_logical=16, cpu_physical=8, cpu_percent=37.0, ram_total_bytes=64 * GIB,
-                            ram_available_bytes=40 * GIB, gpus=[gpu], mps_available=False,
-                            accelerator_note="1 NVIDIA GPU")
+    gpu = GpuInfo(
+        index=0,
+        name="NVIDIA H100 80GB HBM3",
+        memory_total_bytes=80 * GIB,
+        memory_free_bytes=60 * GIB,
+        memory_used_bytes=20 * GIB,
+        utilization_pct=87.0,
+        temperature_c=64.0,
+    )
+    return MachineResources(
+        cpu_logical=16,
+        cpu_physical=8,
+        cpu_percent=37.0,
+        ram_total_bytes=64 * GIB,
+        ram_available_bytes=40 * GIB,
+        gpus=[gpu],
+        mps_available=False,
+        accelerator_note="1 NVIDIA GPU",
+    )
 
 
 class DashApp(VegaApp):
@@ -73,8 +86,12 @@ class DashApp(VegaApp):
 
     CSS_PATH = str(Path(vega_app.__file__).with_name("app.tcss"))  # relative paths resolve from the subclass
 
-    def __init__(self, run_dir: Path, process: runner.TrainerProcess | None = None,
-                 probe: Callable[[], MachineResources] | None = fixed_resources) -> None:
+    def __init__(
+        self,
+        run_dir: Path,
+        process: runner.TrainerProcess | None = None,
+        probe: Callable[[], MachineResources] | None = fixed_resources,
+    ) -> None:
         super().__init__(start="attach", run_dir=run_dir)
         self.process, self.probe = process, probe
         self.messages: list[str] = []
@@ -110,8 +127,10 @@ async def wait_until(pilot: Pilot, predicate: Callable[[], bool], what: str, tim
         state = pilot.app.screen.state
         screen = pilot.app.screen
         files = screen.query_one(CheckpointPanel).files is not None
-        detail = (f"; status {state.status}, step {state.step}, trainer alive {screen.trainer_alive}, files scanned "
-                  f"{files}, last logs {[line.message for line in list(state.logs)[-3:]]}")
+        detail = (
+            f"; status {state.status}, step {state.step}, trainer alive {screen.trainer_alive}, files scanned "
+            f"{files}, last logs {[line.message for line in list(state.logs)[-3:]]}"
+        )
     pytest.fail(f"timed out after {timeout:g} s waiting for {what}{detail}")
 
 
@@ -125,10 +144,20 @@ async def settled(pilot: Pilot) -> RunScreen:
     """The whole log applied, the trainer checked, files scanned and the visible charts drawn."""
     screen = run_screen(pilot)
     panel = screen.query_one(CheckpointPanel)
-    await wait_until(pilot, lambda: screen.follower is not None and screen.follower.wait_caught_up(0)
-                     and screen.state.version > 0, "the event log to be read")
-    await wait_until(pilot, lambda: screen.trainer_alive is False and panel.files is not None
-                     and screen.state.status in ("finished", "stopped", "failed", "crashed"), "a settled run")
+    await wait_until(
+        pilot,
+        lambda: screen.follower is not None and screen.follower.wait_caught_up(0) and screen.state.version > 0,
+        "the event log to be read",
+    )
+    await wait_until(
+        pilot,
+        lambda: (
+            screen.trainer_alive is False
+            and panel.files is not None
+            and screen.state.status in ("finished", "stopped", "failed", "crashed")
+        ),
+        "a settled run",
+    )
     charts = [chart for chart in screen.query(RunChart) if chart.region.area > 0]
     loss = screen.query_one(ChartGrid).chart("loss")
     await wait_until(pilot, lambda: all(c.data is not None for c in charts) and loss.data.points > 0, "charts")
@@ -223,8 +252,11 @@ async def test_fault_markers_on_the_step_axis(tmp_path: Path) -> None:
         assert throughput.region.area == 0  # compact layout: one secondary chart at a time
         await pilot.press("c")
         assert screen.query_one(ChartGrid).current == "throughput"
-        await wait_until(pilot, lambda: throughput.data is not None and throughput.data.markers.get("oom") == [oom],
-                         "the OOM marker on the throughput chart")
+        await wait_until(
+            pilot,
+            lambda: throughput.data is not None and throughput.data.markers.get("oom") == [oom],
+            "the OOM marker on the throughput chart",
+        )
         assert throughput.region.area > 0
 
 
@@ -256,12 +288,21 @@ async def test_charts_redraw_only_when_the_store_changes(tmp_path: Path) -> None
         steps = [event for event in events if event.get("type") == "step"]
         seq = events[-1]["seq"] + 1  # no gap: a gap would add a warning line of its own
         log = {"v": 1, "seq": seq, "t": time.time(), "type": "log", "level": "info", "message": "appended"}
-        step = {**steps[-1], "seq": seq + 1, "step": 61, "loss": 9.5, "steps_in_window": 1, "step_series": [61],
-                "loss_series": [9.5], "lr_series": [0.0]}
+        step = {
+            **steps[-1],
+            "seq": seq + 1,
+            "step": 61,
+            "loss": 9.5,
+            "steps_in_window": 1,
+            "step_series": [61],
+            "loss_series": [9.5],
+            "lr_series": [0.0],
+        }
         with open(run_dir / "events.jsonl", "a", encoding="utf-8") as handle:
             handle.write(json.dumps(log) + "\n")
-        await wait_until(pilot, lambda: any(line.message == "appended" for line in screen.state.logs),
-                         "the log line read")
+        await wait_until(
+            pilot, lambda: any(line.message == "appended" for line in screen.state.logs), "the log line read"
+        )
         await pilot.pause(0.8)
         assert chart.draws == draws  # the store moved, but nothing the loss chart shows
         with open(run_dir / "events.jsonl", "a", encoding="utf-8") as handle:
@@ -295,8 +336,9 @@ async def test_log_pane_filter_and_search(tmp_path: Path) -> None:
         assert 0 < pane.shown == len(expected) < everything
         assert "search 'memory'" in pane.header_text().plain
         await pilot.pause(0.1)
-        assert all("memory" in row.lower() for row in log_view_text(screen).splitlines() if "INFO" in row
-                   or "WARN" in row)
+        assert all(
+            "memory" in row.lower() for row in log_view_text(screen).splitlines() if "INFO" in row or "WARN" in row
+        )
         await pilot.press("escape")  # closes the box and clears the search
         assert not search.display and pane.search == "" and pane.shown == everything
 
@@ -315,8 +357,11 @@ async def test_damaged_log_still_opens_and_counts_bad_lines(tmp_path: Path) -> N
     path.write_text("\n".join(damaged), encoding="utf-8")
     async with DashApp(run_dir).run_test(size=(80, 24)) as pilot:
         screen = run_screen(pilot)
-        await wait_until(pilot, lambda: screen.state.malformed_lines >= 2 and screen.state.unknown_events == 1,
-                         "the damage to be counted")
+        await wait_until(
+            pilot,
+            lambda: screen.state.malformed_lines >= 2 and screen.state.unknown_events == 1,
+            "the damage to be counted",
+        )
         await pilot.press("2")
         header = screen.query_one(LogPane).header_text().plain
         assert "bad lines 2" in header and "seq gaps 2" in header and "unknown events 1" in header
@@ -390,8 +435,13 @@ async def test_profiler_bar_and_live_resources(tmp_path: Path) -> None:
         assert line.startswith("CPU") and "RAM" in line and total in line
 
 
-def add_audio_sample(run_dir: Path, step: int = 60, number: int = 1, text: str = "Hello from Vega.",
-                     recorded_root: str = "/elsewhere/run") -> Path:
+def add_audio_sample(
+    run_dir: Path,
+    step: int = 60,
+    number: int = 1,
+    text: str = "Hello from Vega.",
+    recorded_root: str = "/elsewhere/run",
+) -> Path:
     """A real 0.2 s wav where the trainer writes it (`samples/step-<8 digits>/<NN>.wav`) and the `sample`
     event announcing it, recorded under another run folder path, as after a move."""
     import numpy as np
@@ -403,8 +453,16 @@ def add_audio_sample(run_dir: Path, step: int = 60, number: int = 1, text: str =
     tone = 0.2 * np.sin(2 * np.pi * 440 * number * np.arange(4410) / 22050)
     soundfile.write(path, tone.astype("float32"), 22050)
     last = read_all(run_dir / "events.jsonl")[-1]
-    event = {"v": 1, "seq": last.seq + 1, "t": last.t, "type": "sample", "step": step, "kind": "audio",
-             "path": f"{recorded_root}/{relative}", "text": text}
+    event = {
+        "v": 1,
+        "seq": last.seq + 1,
+        "t": last.t,
+        "type": "sample",
+        "step": step,
+        "kind": "audio",
+        "path": f"{recorded_root}/{relative}",
+        "text": text,
+    }
     with open(run_dir / "events.jsonl", "a", encoding="utf-8") as handle:
         handle.write(json.dumps(event) + "\n")
     return path
@@ -468,8 +526,9 @@ async def test_samples_group_by_step_and_one_sentence_is_compared_across_steps(t
         await pilot.press("4")
         panel = screen.query_one(SamplesPanel)
         audio = [item for item in panel.items() if item.sample.kind == "audio"]
-        assert [item.path for item in audio] == [run_dir / "samples" / f"step-{s:08d}" / f"0{n}.wav"
-                                                 for s in (60, 90) for n in (1, 2)]
+        assert [item.path for item in audio] == [
+            run_dir / "samples" / f"step-{s:08d}" / f"0{n}.wav" for s in (60, 90) for n in (1, 2)
+        ]
         assert all(item.path.is_file() for item in audio), "each path names the real file in the moved folder"
         steps = [item.sample.step for item in panel.items()]
         opened = [item.sample.step for item in panel.items() if "── step" in plain(item.query_one("Static"))]
@@ -506,7 +565,7 @@ async def test_layout_has_no_overlap_on_any_tab(size: tuple[int, int], tmp_path:
             regions = {selector: screen.query_one(selector).region for selector in parts}
             assert all(region.area > 0 for region in regions.values()), (tab, regions)
             ordered = list(regions.values())
-            for upper, lower in zip(ordered, ordered[1:]):
+            for upper, lower in zip(ordered, ordered[1:], strict=True):
                 assert upper.bottom <= lower.y, (tab, upper, lower)
             assert ordered[-1].bottom <= size[1]
             pane = screen.query_one(f"#tab-{tab}")
@@ -514,8 +573,11 @@ async def test_layout_has_no_overlap_on_any_tab(size: tuple[int, int], tmp_path:
             visible = [chart.id for chart in screen.query(RunChart) if chart.region.area > 0]
             if tab == "charts":
                 assert len(visible) == (5 if size == (120, 40) else 2), visible
-                assert all(regions["#tabs"].contains_region(chart.region) for chart in screen.query(RunChart)
-                           if chart.region.area > 0)
+                assert all(
+                    regions["#tabs"].contains_region(chart.region)
+                    for chart in screen.query(RunChart)
+                    if chart.region.area > 0
+                )
 
 
 async def test_trainer_that_dies_before_its_first_event(tmp_path: Path) -> None:
@@ -533,9 +595,11 @@ async def test_trainer_that_dies_before_its_first_event(tmp_path: Path) -> None:
 
 def test_dashboard_imports_no_heavy_modules() -> None:
     """The run screen and its widgets load in a fresh interpreter without torch, librosa, matplotlib."""
-    code = ("import json, sys; import vega_tui.screens.run; "
-            "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in "
-            "('torch', 'librosa', 'matplotlib', 'numba'))))")
+    code = (
+        "import json, sys; import vega_tui.screens.run; "
+        "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('torch', 'librosa', 'matplotlib', 'numba'))))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert json.loads(out.stdout) == []
 
@@ -589,7 +653,7 @@ def live_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     corpus = tmp_path / "corpus"
     corpus.mkdir()
-    words = "a quiet fox reads the old book by the river while small dogs walk".split()
+    words = ["a", "quiet", "fox", "reads", "the", "old", "book", "by", "the", "river", "while", "small", "dogs", "walk"]
     for n in range(4):
         rows = [" ".join(words[(n + i + j) % len(words)] for j in range(8)) + "." for i in range(60)]
         (corpus / f"story-{n}.txt").write_text("\n".join(rows) + "\n", encoding="utf-8")
@@ -623,8 +687,11 @@ async def test_controls_against_a_live_trainer(live_run: Path) -> None:
         app = DashApp(run_dir, process)
         async with app.run_test(size=(80, 24)) as pilot:
             screen = run_screen(pilot)
-            await wait_until(pilot, lambda: screen.state.status == "training" and screen.state.step >= 3
-                             and runner.socket_ready(run_dir), "training to start")
+            await wait_until(
+                pilot,
+                lambda: screen.state.status == "training" and screen.state.step >= 3 and runner.socket_ready(run_dir),
+                "training to start",
+            )
             palette = {command.title for command in app.get_system_commands(screen)}
             assert {"Pause", "Save", "Eval", "Stop", "Detach", "Quit"} <= palette
 
@@ -635,8 +702,11 @@ async def test_controls_against_a_live_trainer(live_run: Path) -> None:
             await wait_until(pilot, lambda: screen.state.status == "training", "training again")
 
             await pilot.press("s")
-            await wait_until(pilot, lambda: kinds_after(screen, "command save accepted", "checkpoint_saved"),
-                             "the requested checkpoint")
+            await wait_until(
+                pilot,
+                lambda: kinds_after(screen, "command save accepted", "checkpoint_saved"),
+                "the requested checkpoint",
+            )
             saved_step = max(screen.state.checkpoints)
             written = f"save: checkpoint written: {screen.state.checkpoints[saved_step].path}"
             await wait_until(pilot, lambda: written in app.messages, "the dashboard saying the save is done")
@@ -647,11 +717,15 @@ async def test_controls_against_a_live_trainer(live_run: Path) -> None:
             await pilot.press("1")
 
             await pilot.press("e")
-            await wait_until(pilot, lambda: kinds_after(screen, "command evaluate accepted", "validation"),
-                             "a validation")
+            await wait_until(
+                pilot, lambda: kinds_after(screen, "command evaluate accepted", "validation"), "a validation"
+            )
             assert len(screen.state.series["val_loss"]) >= 1
-            await wait_until(pilot, lambda: any(m.startswith("evaluate: validation loss") for m in app.messages),
-                             "the dashboard saying the evaluation is done")
+            await wait_until(
+                pilot,
+                lambda: any(m.startswith("evaluate: validation loss") for m in app.messages),
+                "the dashboard saying the evaluation is done",
+            )
 
             await pilot.press("q")  # a live run: asks; Cancel keeps everything as it was
             await wait_until(pilot, lambda: not isinstance(app.screen, RunScreen), "the quit question")
@@ -686,8 +760,11 @@ async def resume_from_checkpoint(pilot: Pilot, screen: RunScreen, step: int) -> 
     """Select the checkpoint of `step` in the table and press r: a new trainer resumes in the same folder."""
     await pilot.press("3")
     panel = screen.query_one(CheckpointPanel)
-    await wait_until(pilot, lambda: panel.files is not None and step in panel.files.checkpoints
-                     and panel.files.checkpoints[step].exists, "the checkpoint files to be scanned")
+    await wait_until(
+        pilot,
+        lambda: panel.files is not None and step in panel.files.checkpoints and panel.files.checkpoints[step].exists,
+        "the checkpoint files to be scanned",
+    )
     panel.table.move_cursor(row=panel.table.get_row_index(str(step)))
     assert panel.selected_step() == step
     await pilot.press("r")
@@ -703,8 +780,9 @@ async def reattach_and_watch_it_crash(run_dir: Path, trainer: runner.TrainerProc
     app = DashApp(run_dir)
     async with app.run_test(size=(80, 24)) as pilot:
         screen = run_screen(pilot)
-        await wait_until(pilot, lambda: screen.trainer_alive is True and screen.state.status == "training",
-                         "the reattached live run")
+        await wait_until(
+            pilot, lambda: screen.trainer_alive is True and screen.state.status == "training", "the reattached live run"
+        )
         loss = screen.state.series["loss"]
         assert loss.xs[0] <= 2  # history from the start, not just from the reattach
         trainer.popen.send_signal(signal.SIGKILL)
@@ -720,8 +798,11 @@ async def reattach_and_watch_it_crash(run_dir: Path, trainer: runner.TrainerProc
 async def _settled_snapshot(pilot: Pilot) -> None:
     await settled(pilot)
     screen = run_screen(pilot)
-    await wait_until(pilot, lambda: "GPU0" in plain(screen.query_one(ResourceLine)) or pilot.app.size.width < 110,
-                     "the fixed resources")
+    await wait_until(
+        pilot,
+        lambda: "GPU0" in plain(screen.query_one(ResourceLine)) or pilot.app.size.width < 110,
+        "the fixed resources",
+    )
 
 
 @pytest.mark.parametrize("size", [(80, 24), (120, 40)], ids=["80x24", "120x40"])

@@ -8,9 +8,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from test_follow_preview import MIDDLE_MARKER, PLAN, STEPS, gone, write_long_run, write_run
 from textual.pilot import Pilot
 
-from test_follow_preview import MIDDLE_MARKER, PLAN, STEPS, gone, write_long_run, write_run
 from vega_tui import app as vega_app
 from vega_tui.app import VegaApp
 from vega_tui.screens import run as run_screen_module
@@ -86,8 +86,11 @@ async def test_big_log_shows_its_latest_step_first_then_the_exact_history(tmp_pa
         await wait_until(pilot, lambda: loss.data is not None and loss.data.points > 0, "the loss chart")
         await pilot.press("2")  # the log pane rewrites itself from the new store's lines
         pane = screen.query_one(LogPane)
-        await wait_until(pilot, lambda: pane.shown == sum(1 for line in screen.state.logs if line.level != "debug"),
-                         "the log pane to show the exact history's lines")
+        await wait_until(
+            pilot,
+            lambda: pane.shown == sum(1 for line in screen.state.logs if line.level != "debug"),
+            "the log pane to show the exact history's lines",
+        )
         assert f"/{len(screen.state.logs)} lines" in pane.header_text().plain
         await pilot.press("3")
         rows = screen.query_one("#ckpt-table").row_count

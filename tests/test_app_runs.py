@@ -71,7 +71,7 @@ def row_of(screen: RunsScreen, name: str) -> dict[str, str]:
     table = screen.query_one(DataTable)
     key = str(screen.runs_root / name)
     cells = table.get_row(key)
-    return {column.key.value: str(cell) for column, cell in zip(table.ordered_columns, cells)}
+    return {column.key.value: str(cell) for column, cell in zip(table.ordered_columns, cells, strict=True)}
 
 
 def cursor_to(screen: RunsScreen, name: str) -> None:
@@ -208,8 +208,14 @@ CHOICES = [("s", "Stop it", "stop"), ("l", "Leave it running", "leave"), ("c", "
 
 @pytest.mark.parametrize(
     ("keys", "answer"),
-    [(["l"], "leave"), (["S"], "stop"), (["enter"], "stop"), (["tab", "enter"], "leave"),
-     (["right", "right", "enter"], None), (["escape"], None)],
+    [
+        (["l"], "leave"),
+        (["S"], "stop"),
+        (["enter"], "stop"),
+        (["tab", "enter"], "leave"),
+        (["right", "right", "enter"], None),
+        (["escape"], None),
+    ],
     ids=["key", "key-any-case", "enter-first", "tab-enter", "arrows", "escape"],
 )
 async def test_confirm_answers_by_key_or_button(keys: list[str], answer: Any) -> None:

@@ -1,7 +1,7 @@
 """docs/architecture.md cannot drift from the code, and nothing in the repository points outside it.
 
-- Every event type of trainer_core/protocol.py is named (as `type`) in the document's protocol table.
-- Every run-folder name of trainer_core/rundir.py appears in its run folder table.
+- Every event type of trainer_core/contract/protocol.py is named (as `type`) in the document's protocol table.
+- Every run-folder name of trainer_core/contract/rundir.py appears in its run folder table.
 - No tracked text file refers to places outside the repository: the design note the project started
   from (`DESIGN.md`, "DESIGN §"), a sibling `../shared` folder, or this build machine's `/work/` paths.
   Recorded run fixtures (tests/fixtures/) and snapshots keep the paths of the machine that recorded them:
@@ -14,7 +14,7 @@ import re
 import subprocess
 from pathlib import Path
 
-from trainer_core import protocol, rundir
+from trainer_core.contract import protocol, rundir
 
 REPO = Path(__file__).resolve().parent.parent
 DOC = REPO / "docs" / "architecture.md"
@@ -23,8 +23,11 @@ RECORDED = ("tests/fixtures/", "tests/__snapshots__/")
 
 
 def event_types() -> set[str]:
-    return {model.model_fields["type"].default for model in protocol.Event.__subclasses__()
-            if isinstance(model.model_fields["type"].default, str)}
+    return {
+        model.model_fields["type"].default
+        for model in protocol.Event.__subclasses__()
+        if isinstance(model.model_fields["type"].default, str)
+    }
 
 
 def test_every_event_type_is_in_the_protocol_table() -> None:
@@ -38,8 +41,10 @@ def test_every_event_type_is_in_the_protocol_table() -> None:
 
 def test_every_run_folder_name_is_in_the_layout_table() -> None:
     table = DOC.read_text(encoding="utf-8").partition("## The run folder")[2].partition("## Package layout")[0]
-    names = [getattr(rundir, n) for n in ("EVENTS", "PROFILE", "SESSION", "LOG", "SOCKET", "CHECKPOINTS", "SAMPLES",
-                                           "EXPORT", "REPORT")]
+    names = [
+        getattr(rundir, n)
+        for n in ("EVENTS", "PROFILE", "SESSION", "LOG", "SOCKET", "CHECKPOINTS", "SAMPLES", "EXPORT", "REPORT")
+    ]
     assert not [n for n in names if n not in table]
 
 

@@ -9,16 +9,16 @@ import pytest
 import soundfile as sf
 
 import trainer_core
+from trainer_core.contract.errors import VegaError
 from trainer_core.data.audio import (
     AudioDecodeError,
-    running_frame_energies,
     decode_calls,
     frame_energies,
     load_audio,
     read_samples,
+    running_frame_energies,
     trim_bounds,
 )
-from trainer_core.errors import VegaError
 
 DEMO_WAVS = Path(trainer_core.__file__).parent / "demo" / "voice" / "wavs"
 

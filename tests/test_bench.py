@@ -22,32 +22,68 @@ BENCH = REPO / "bench"
 
 # script -> figure names every smoke run must report (prefixes: the names carry sizes and rates).
 EXPECTED = {
-    "pipeline_efficiency.py": ("lm-small: pipeline efficiency", "tts-small: pipeline efficiency",
-                               "lm-small: data-wait fraction (step events)"),
-    "framework_overhead.py": ("lm-small: Vega / raw", "lm-small: Lightning / raw", "lm-tiny: Vega / Lightning",
-                              "lm-tiny: control, raw / raw"),
+    "pipeline_efficiency.py": (
+        "lm-small: pipeline efficiency",
+        "tts-small: pipeline efficiency",
+        "lm-small: data-wait fraction (step events)",
+    ),
+    "framework_overhead.py": (
+        "lm-small: Vega / raw",
+        "lm-small: Lightning / raw",
+        "lm-tiny: Vega / Lightning",
+        "lm-tiny: control, raw / raw",
+    ),
     "preload_speed.py": ("Vega cold vs naive librosa loop", "cache hit vs cold", "Vega cold: real-time factor"),
     "event_cost.py": ("demo (TTS): EventHub.emit", "lm-small: MemoryManager.observe", "event log at 1000 steps/s"),
-    "dashboard_speed.py": ("first frame of vega-tui", "open a 20,000-line events.jsonl", "peak RSS of vega-tui",
-                           "key-press latency while following", "vega-tui CPU while following a live"),
+    "dashboard_speed.py": (
+        "first frame of vega-tui",
+        "open a 20,000-line events.jsonl",
+        "peak RSS of vega-tui",
+        "key-press latency while following",
+        "vega-tui CPU while following a live",
+    ),
     "time_budget.py": ("whole job (spawn to exit) against the target", "trainer's own run time"),
-    "scale.py": ("scan, cold", "scan, warm", "preload, cold", "preload, cache hit", "peak RSS of a trainer",
-                 "demo: spawn to first step, cold", "demo: spawn to first step, warm",
-                 "tts-small: spawn to first step, warm", "demo: share of wall time in validation passes",
-                 "demo: share of wall time validating, samples included",
-                 "tts-small: share of wall time in validation passes",
-                 "demo, no cap (negative control): share of wall time in validation passes"),
-    "synth_speed.py": ("cold: one sentence, spawn to wav written", "negative control: cold with librosa",
-                       "batch: sentences per second", "batch, book sentences: seconds of speech", "synth --text-file end to end"),
+    "scale.py": (
+        "scan, cold",
+        "scan, warm",
+        "preload, cold",
+        "preload, cache hit",
+        "peak RSS of a trainer",
+        "demo: spawn to first step, cold",
+        "demo: spawn to first step, warm",
+        "tts-small: spawn to first step, warm",
+        "demo: share of wall time in validation passes",
+        "demo: share of wall time validating, samples included",
+        "tts-small: share of wall time in validation passes",
+        "demo, no cap (negative control): share of wall time in validation passes",
+    ),
+    "synth_speed.py": (
+        "cold: one sentence, spawn to wav written",
+        "negative control: cold with librosa",
+        "batch: sentences per second",
+        "batch, book sentences: seconds of speech",
+        "synth --text-file end to end",
+    ),
 }
-KEYS = {"pipeline_efficiency.py": "pipeline", "framework_overhead.py": "overhead", "preload_speed.py": "preload",
-        "event_cost.py": "event_cost", "dashboard_speed.py": "dashboard", "time_budget.py": "budget",
-        "scale.py": "scale", "synth_speed.py": "synth"}
+KEYS = {
+    "pipeline_efficiency.py": "pipeline",
+    "framework_overhead.py": "overhead",
+    "preload_speed.py": "preload",
+    "event_cost.py": "event_cost",
+    "dashboard_speed.py": "dashboard",
+    "time_budget.py": "budget",
+    "scale.py": "scale",
+    "synth_speed.py": "synth",
+}
 
 
 def bench_env(data: Path) -> dict[str, str]:
-    return {**os.environ, "VEGA_BENCH_DATA": str(data), "VEGA_CONFIG_DIR": str(data / "config"),
-            "NUMBA_CACHE_DIR": os.environ.get("NUMBA_CACHE_DIR", str(REPO / ".cache" / "numba"))}
+    return {
+        **os.environ,
+        "VEGA_BENCH_DATA": str(data),
+        "VEGA_CONFIG_DIR": str(data / "config"),
+        "NUMBA_CACHE_DIR": os.environ.get("NUMBA_CACHE_DIR", str(REPO / ".cache" / "numba")),
+    }
 
 
 def run_script(script: str, data: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -76,20 +112,31 @@ def test_benchmark_runs_on_smoke_settings(script: str, tmp_path: Path) -> None:
     failed = [note for note in result["notes"] if "measurement failed" in note]
     assert not failed, failed
     # Scratch folders are cleaned up; only data worth keeping (generated corpora, logs) and results remain.
-    leftovers = [p.name for p in tmp_path.iterdir() if p.name.split("-")[0] in
-                 {"pipeline", "overhead", "preload", "events", "growth", "dashboard", "budget", "scale"}]
+    leftovers = [
+        p.name
+        for p in tmp_path.iterdir()
+        if p.name.split("-")[0]
+        in {"pipeline", "overhead", "preload", "events", "growth", "dashboard", "budget", "scale"}
+    ]
     assert not leftovers, leftovers
 
 
 def sample_result(key: str, title: str, value: float, met: bool) -> dict:
     return {
-        "key": key, "title": title, "command": f".venv/bin/python bench/{key}.py --x 1",
-        "figures": [{"name": f"{key} ratio", "value": value, "unit": "x", "target": ">= 5x", "met": met,
-                     "detail": "a | b"}],
-        "notes": [f"{key} note"], "settings": {}, "machine": {"cpu": "Test CPU", "cores": 2, "ram_gib": 8.0,
-                                                              "torch": "2.13.0", "lightning": None},
-        "started": "2026-01-01T00:00:00+00:00", "seconds": 1.0, "load_before": [1.0, 1.0, 1.0],
-        "load_after": [2.0, 2.0, 2.0], "skipped": None,
+        "key": key,
+        "title": title,
+        "command": f".venv/bin/python bench/{key}.py --x 1",
+        "figures": [
+            {"name": f"{key} ratio", "value": value, "unit": "x", "target": ">= 5x", "met": met, "detail": "a | b"}
+        ],
+        "notes": [f"{key} note"],
+        "settings": {},
+        "machine": {"cpu": "Test CPU", "cores": 2, "ram_gib": 8.0, "torch": "2.13.0", "lightning": None},
+        "started": "2026-01-01T00:00:00+00:00",
+        "seconds": 1.0,
+        "load_before": [1.0, 1.0, 1.0],
+        "load_after": [2.0, 2.0, 2.0],
+        "skipped": None,
     }
 
 
@@ -99,8 +146,10 @@ def test_render_rewrites_only_the_generated_part(tmp_path: Path) -> None:
     (results / "a.json").write_text(json.dumps(sample_result("a", "1. First", 6.0, True)))
     (results / "b.json").write_text(json.dumps(sample_result("b", "2. Second", 1.5, False)))
     doc = tmp_path / "benchmarks.md"
-    doc.write_text("# Benchmarks\n\nIntro by hand.\n\n<!-- bench:results:start -->\nold figures\n"
-                   "<!-- bench:results:end -->\n\n## Analysis\n\nKept by hand.\n")
+    doc.write_text(
+        "# Benchmarks\n\nIntro by hand.\n\n<!-- bench:results:start -->\nold figures\n"
+        "<!-- bench:results:end -->\n\n## Analysis\n\nKept by hand.\n"
+    )
     argv = [str(BENCH / "run_all"), "--render-only", "--out", str(results), "--doc", str(doc)]
     done = subprocess.run(argv, cwd=REPO, env=bench_env(tmp_path), capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr

@@ -19,6 +19,7 @@ import pytest
 import torch
 from torch import nn
 
+from trainer_core.contract.errors import VegaError
 from trainer_core.engine.checkpoint import (
     FAULT_ENOSPC_ENV,
     CheckpointError,
@@ -29,7 +30,6 @@ from trainer_core.engine.checkpoint import (
     new_checkpoint_state,
 )
 from trainer_core.engine.rng import capture_rng_state, restore_rng_state
-from trainer_core.errors import VegaError
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -110,7 +110,7 @@ def test_resume_continues_bitwise_identically(tmp_path: Path) -> None:
     losses_b = train_steps(fresh_model, fresh_opt, fresh_sched, 3)
 
     assert losses_a == losses_b
-    for (name, a), b in zip(model.state_dict().items(), fresh_model.state_dict().values()):
+    for (name, a), b in zip(model.state_dict().items(), fresh_model.state_dict().values(), strict=True):
         assert torch.equal(a, b), name
     assert fresh_sched.get_last_lr() == scheduler.get_last_lr()
     assert state["data_position"] == {"epoch": 0, "item": 16}
@@ -243,7 +243,9 @@ def test_shape_mismatch_is_refused_naming_the_parameter(tmp_path: Path) -> None:
     assert "start a fresh run" in message and "profile" in message
 
     renamed = {("renamed." + k if k == "0.bias" else k): v for k, v in small.state_dict().items()}
-    with pytest.raises(CheckpointError, match=r"missing from checkpoint: 0\.bias \[16\].*unexpected in checkpoint: renamed\.0\.bias"):
+    with pytest.raises(
+        CheckpointError, match=r"missing from checkpoint: 0\.bias \[16\].*unexpected in checkpoint: renamed\.0\.bias"
+    ):
         check_model_compatible(small, renamed)
 
 
@@ -277,7 +279,9 @@ def test_enospc_hook_keeps_previous_checkpoint(tmp_path: Path, monkeypatch: pyte
 def test_unpicklable_state_fails_cleanly(tmp_path: Path) -> None:
     manager = CheckpointManager(tmp_path)
     manager.save(tiny_state(1), step=1)
-    with pytest.raises(CheckpointError, match=r"could not write checkpoint .*step-00000002\.pt.*step-00000001\.pt is intact"):
+    with pytest.raises(
+        CheckpointError, match=r"could not write checkpoint .*step-00000002\.pt.*step-00000001\.pt is intact"
+    ):
         manager.save({**tiny_state(2), "extra": {"f": lambda: None}}, step=2)
     assert temp_files(tmp_path) == [] and names(manager.list_complete()) == ["step-00000001.pt"]
 
@@ -287,7 +291,8 @@ import sys, torch
 from trainer_core.engine.checkpoint import CheckpointManager, new_checkpoint_state
 manager = CheckpointManager(sys.argv[1])
 def state(step):
-    return new_checkpoint_state(model={"w": torch.arange(200_000, dtype=torch.float32) + step}, step=step, epoch=0, rng={})
+    weights = {"w": torch.arange(200_000, dtype=torch.float32) + step}
+    return new_checkpoint_state(model=weights, step=step, epoch=0, rng={})
 manager.save(state(10), step=10)
 manager.save(state(20), step=20, hold_s=float(sys.argv[2]))
 print("finished-without-kill", flush=True)
@@ -312,7 +317,10 @@ def test_sigkill_mid_write_leaves_previous_checkpoint_resumable(tmp_path: Path) 
         text=True,
     )
     try:
-        partial = lambda: [p for p in folder.glob(".step-00000020.pt.*.tmp") if p.stat().st_size > 0]
+
+        def partial():
+            return [p for p in folder.glob(".step-00000020.pt.*.tmp") if p.stat().st_size > 0]
+
         wait_for(lambda: folder.is_dir() and bool(partial()), child)
         child.send_signal(signal.SIGKILL)
         child.wait(timeout=30)

@@ -22,9 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from trainer_core.control_client import ControlConnection, ControlError, send_command
+from trainer_core.contract.control_client import ControlConnection, ControlError, send_command
+from trainer_core.contract.protocol import COMMAND_NAMES, Command, CommandReply
 from trainer_core.engine.control import ControlServer, peer_refusal, read_peer_uid
-from trainer_core.protocol import COMMAND_NAMES, Command, CommandReply
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -125,9 +125,7 @@ def stop_process(process: subprocess.Popen[str]) -> None:
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "trainer_core", *args], capture_output=True, text=True, timeout=30
-    )
+    return subprocess.run([sys.executable, "-m", "trainer_core", *args], capture_output=True, text=True, timeout=30)
 
 
 # --- round trips ---------------------------------------------------------------------------------------------

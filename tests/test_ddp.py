@@ -24,19 +24,17 @@ import torch
 from conftest import TrainerLauncher, finished, of_type, set_args, step_rows
 from test_voice_dataset import batch_items, encode, features_of_lengths, varied_lengths
 
+from trainer_core.contract.errors import DeviceError, VegaError
+from trainer_core.contract.eventlog import read_all
+from trainer_core.contract.nvml import GpuInfo, StaticGpuSource
+from trainer_core.contract.profile import Profile
+from trainer_core.contract.resources import probe
 from trainer_core.data.text import TextCorpus
 from trainer_core.data.voice_dataset import VoiceDataset
 from trainer_core.engine.checkpoint import list_checkpoints, load_checkpoint
-from trainer_core.engine.distributed import (
-    MAX_COMMANDS, RankRates, World, decode_sync_rows, encode_sync_row, launch_argv, parameter_digest,
-    rank_log_name, without_nproc,
-)
-from trainer_core.errors import DeviceError, VegaError
-from trainer_core.eventlog import read_all
-from trainer_core.nvml import GpuInfo, StaticGpuSource
+from trainer_core.engine.distributed import MAX_COMMANDS, RankRates, decode_sync_rows, encode_sync_row, parameter_digest
 from trainer_core.plan import plan_launch
-from trainer_core.profile import Profile
-from trainer_core.resources import probe
+from trainer_core.world import World, launch_argv, rank_log_name, without_nproc
 from vega_tui import runner
 
 STEPS = 24
@@ -61,8 +59,17 @@ def test_nproc_is_removed_in_every_spelling_argparse_accepts() -> None:
 def test_launch_argv_is_torchrun_standalone_with_the_same_arguments() -> None:
     argv = launch_argv(2, ["train", "--nproc-per-node", "2", "--profile", "x y.toml"], python="/py")
     assert argv == [
-        "/py", "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-        "-m", "trainer_core", "train", "--profile", "x y.toml",
+        "/py",
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        "-m",
+        "trainer_core",
+        "train",
+        "--profile",
+        "x y.toml",
     ]
 
 
@@ -78,8 +85,12 @@ def test_world_comes_from_the_torchrun_environment() -> None:
 
 
 def resources_with(gpus: int):
-    fakes = [GpuInfo(index=i, name="Fake", memory_total_bytes=24 * GIB, memory_free_bytes=20 * GIB,
-                     memory_used_bytes=4 * GIB) for i in range(gpus)]
+    fakes = [
+        GpuInfo(
+            index=i, name="Fake", memory_total_bytes=24 * GIB, memory_free_bytes=20 * GIB, memory_used_bytes=4 * GIB
+        )
+        for i in range(gpus)
+    ]
     return probe(StaticGpuSource(fakes))
 
 
@@ -103,13 +114,23 @@ def test_compute_modes_keep_their_meaning_with_several_processes() -> None:
 
 def test_dry_run_shows_the_processes_and_gpu_mode_refuses_too_few(trainers: TrainerLauncher) -> None:
     base = trainers.command(trainers.root / "dry", {}, None, ())
-    plan = subprocess.run([*base, "--nproc-per-node", "2", "--dry-run", "--json"], capture_output=True, text=True,
-                          env=trainers.env, timeout=60)
+    plan = subprocess.run(
+        [*base, "--nproc-per-node", "2", "--dry-run", "--json"],
+        capture_output=True,
+        text=True,
+        env=trainers.env,
+        timeout=60,
+    )
     assert plan.returncode == 0, plan.stderr
     assert json.loads(plan.stdout)["distributed"] == {"nproc_per_node": 2, "device_kind": "cpu", "requested": 2}
     one_gpu = json.dumps([{"name": "Fake", "memory_total_bytes": 24 * GIB, "memory_free_bytes": 20 * GIB}])
-    refused = subprocess.run([*base, "--nproc-per-node", "2", "--mode", "gpu"], capture_output=True, text=True,
-                             env={**trainers.env, "VEGA_FAKE_GPUS": one_gpu}, timeout=60)
+    refused = subprocess.run(
+        [*base, "--nproc-per-node", "2", "--mode", "gpu"],
+        capture_output=True,
+        text=True,
+        env={**trainers.env, "VEGA_FAKE_GPUS": one_gpu},
+        timeout=60,
+    )
     assert refused.returncode == 2
     assert "error: compute mode gpu: --nproc-per-node 2 needs 2 CUDA GPUs, this machine has 1" in refused.stderr
     assert not (trainers.root / "dry").exists()
@@ -155,7 +176,7 @@ def test_text_shards_are_disjoint_and_make_up_the_global_batch(corpus: Path) -> 
         expected = list(whole.train_batches(epoch=1, batch_size=8, start_item=start))
         parts = [list(s.train_batches(epoch=1, batch_size=4, start_item=start)) for s in shards]
         assert [n for _, n in parts[0]] == [n for _, n in parts[1]] == [n for _, n in expected]
-        for (full, _), (a, _), (b, _) in zip(expected, *parts):
+        for (full, _), (a, _), (b, _) in zip(expected, *parts, strict=True):
             rows = full["input"].tolist()
             # Items rank, rank + world, ...: interleaved, the two shards are exactly the global batch.
             assert a["input"].tolist() == rows[0::2] and b["input"].tolist() == rows[1::2]
@@ -172,7 +193,7 @@ def test_voice_shards_are_disjoint_and_keep_the_epoch_order() -> None:
         shard.shard(rank, 2)
     expected = [batch_items(b) for b, _ in whole.train_batches(0, 8, start_item=16)]
     parts = [[batch_items(b) for b, _ in s.train_batches(0, 4, start_item=16)] for s in shards]
-    assert [a + b for a, b in zip(*parts)] == [full[0::2] + full[1::2] for full in expected]
+    assert [a + b for a, b in zip(*parts, strict=True)] == [full[0::2] + full[1::2] for full in expected]
     val = sorted(i for s in shards for b in s.val_batches(3) for i in batch_items(b))
     assert val == sorted(i for b in whole.val_batches(3) for i in batch_items(b))
 
@@ -209,13 +230,25 @@ def start_plain_torchrun(trainers: TrainerLauncher, runs_root: Path) -> subproce
     """`torchrun -m trainer_core train` without --run-dir: rank 0 proposes the folder under run.runs_dir."""
     settings = {**DDP_SETTINGS, "run.runs_dir": str(runs_root)}
     argv = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-        "-m", "trainer_core", "train", "--profile", str(trainers.profile), "--data", str(trainers.corpus),
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        "-m",
+        "trainer_core",
+        "train",
+        "--profile",
+        str(trainers.profile),
+        "--data",
+        str(trainers.corpus),
         *set_args(settings),
     ]
     out = open(trainers.root / "whole.out", "wb")  # noqa: SIM115 - closed with the process below
-    return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=trainers.root,
-                            env=trainers.env)
+    return subprocess.Popen(
+        argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=trainers.root, env=trainers.env
+    )
 
 
 def wait_for_control(run_dir: Path, timeout: float = 60.0) -> None:
@@ -275,6 +308,14 @@ def check_ddp_run(run_dir: Path, train_items: int, resumed_at: int | None) -> No
     assert parameter_digest(load_checkpoint(newest)["model"]) == digests[0]
     # Rank 1 wrote nothing in the run folder but its log.
     names = {p.name for p in run_dir.iterdir()}
-    assert names == {"checkpoints", "samples", "export", "events.jsonl", "profile.toml", "session.json",
-                     "trainer.log", rank_log_name(1)}
+    assert names == {
+        "checkpoints",
+        "samples",
+        "export",
+        "events.jsonl",
+        "profile.toml",
+        "session.json",
+        "trainer.log",
+        rank_log_name(1),
+    }
     assert "[rank 1]" in (run_dir / rank_log_name(1)).read_text(encoding="utf-8")

@@ -14,14 +14,14 @@ import pytest
 import torch
 from conftest import TINY_PROFILE, write_corpus
 
-from trainer_core import rundir
+from trainer_core.contract import rundir
+from trainer_core.contract.eventlog import EventWriter, read_all
 from trainer_core.engine.checkpoint import load_checkpoint
 from trainer_core.engine.control_state import ControlState
 from trainer_core.engine.events import EventHub
 from trainer_core.engine.profiler import StepProfiler
 from trainer_core.engine.setup import build_trainer
 from trainer_core.engine.trainer import Trainer
-from trainer_core.eventlog import EventWriter, read_all
 from trainer_core.plan import make_plan
 
 
@@ -80,7 +80,12 @@ def record_inputs(trainer: Trainer) -> list[torch.Tensor]:
 @pytest.mark.parametrize("grad_accum", [1, 3])
 def test_logged_losses_are_the_mean_of_the_micro_batches_losses(tmp_path: Path, corpus: Path, grad_accum: int) -> None:
     trainer, writer = new_trainer(
-        tmp_path, corpus, "run", f"train.grad_accum={grad_accum}", "train.batch_size=4", "train.max_steps=4",
+        tmp_path,
+        corpus,
+        "run",
+        f"train.grad_accum={grad_accum}",
+        "train.batch_size=4",
+        "train.max_steps=4",
         "train.warmup_steps=2",
     )
     seen = record_losses(trainer)
@@ -161,9 +166,7 @@ def test_batches_follow_the_epoch_order_through_an_oom_retry_and_an_epoch_end(tm
     assert trainer.state.micro_batch == 4 and trainer.state.grad_accum == 2  # the OOM at step 3 halved it
     assert trainer.state.epoch == 1
     rows = torch.cat(seen)
-    expected = torch.cat(
-        [batch["input"] for epoch in (0, 1) for batch, _ in trainer.task.train_batches(epoch, 1)]
-    )
+    expected = torch.cat([batch["input"] for epoch in (0, 1) for batch, _ in trainer.task.train_batches(epoch, 1)])
     used_in_epoch_0 = per_epoch - per_epoch % 8  # the short tail of an epoch is dropped
     epoch_0, epoch_1 = rows[:used_in_epoch_0], rows[used_in_epoch_0:]
     torch.testing.assert_close(epoch_0, expected[:used_in_epoch_0], rtol=0, atol=0)

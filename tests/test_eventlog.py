@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from trainer_core.eventlog import EventLogError, EventReader, EventWriter, last_seq, read_all
-from trainer_core.protocol import (
+from trainer_core.contract.eventlog import EventLogError, EventReader, EventWriter, last_seq, read_all
+from trainer_core.contract.protocol import (
     LogEvent,
     PausedEvent,
     ProtocolError,
@@ -28,8 +28,14 @@ from trainer_core.protocol import (
 
 def step_event(step: int) -> StepEvent:
     return StepEvent(
-        step=step, epoch=step // 100, loss=1.0 / (step + 1), losses={"mel": 0.5}, lr=1e-3, samples_per_s=500.0,
-        data_wait_frac=0.02, micro_batch=16,
+        step=step,
+        epoch=step // 100,
+        loss=1.0 / (step + 1),
+        losses={"mel": 0.5},
+        lr=1e-3,
+        samples_per_s=500.0,
+        data_wait_frac=0.02,
+        micro_batch=16,
     )
 
 
@@ -88,9 +94,7 @@ def test_writer_rejects_what_is_not_an_event(tmp_path: Path) -> None:
 def test_concurrent_emits_get_unique_ordered_seqs(tmp_path: Path) -> None:
     path = tmp_path / "events.jsonl"
     with EventWriter(path) as writer:
-        threads = [
-            threading.Thread(target=lambda: [writer.emit(step_event(i)) for i in range(400)]) for _ in range(4)
-        ]
+        threads = [threading.Thread(target=lambda: [writer.emit(step_event(i)) for i in range(400)]) for _ in range(4)]
         for thread in threads:
             thread.start()
         for thread in threads:
@@ -237,8 +241,8 @@ CHILD = textwrap.dedent(
     """
     import sys
     from pathlib import Path
-    from trainer_core.eventlog import EventWriter
-    from trainer_core.protocol import PausedEvent
+    from trainer_core.contract.eventlog import EventWriter
+    from trainer_core.contract.protocol import PausedEvent
 
     writer = EventWriter(Path(sys.argv[1]), stdout=True, stdout_queue_lines=100)
     for step in range(20000):
@@ -317,8 +321,8 @@ def test_reader_follows_another_process(tmp_path: Path) -> None:
     script = textwrap.dedent(
         """
         import sys
-        from trainer_core.eventlog import EventWriter
-        from trainer_core.protocol import PausedEvent
+        from trainer_core.contract.eventlog import EventWriter
+        from trainer_core.contract.protocol import PausedEvent
         with EventWriter(sys.argv[1]) as writer:
             for step in range(2000):
                 writer.emit(PausedEvent(step=step))
@@ -397,8 +401,9 @@ def test_replaced_file_is_followed(tmp_path: Path) -> None:
 
 def test_large_log_loads_in_bounded_slices(tmp_path: Path) -> None:
     path = tmp_path / "events.jsonl"
-    lines = [(event_to_json(step_event(step).model_copy(update={"seq": step})) + "\n").encode()
-             for step in range(20000)]
+    lines = [
+        (event_to_json(step_event(step).model_copy(update={"seq": step})) + "\n").encode() for step in range(20000)
+    ]
     path.write_bytes(b"".join(lines))
     limit = 64 * 1024
     reader = EventReader(path, max_bytes_per_poll=limit)

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
+from trainer_core.contract.profile import AudioSection
 from trainer_core.data.feature_cache import ORPHAN_AGE_S, FeatureCache, feature_params, params_digest
-from trainer_core.profile import AudioSection
 
 PARAMS = feature_params(AudioSection(n_mels=8))
 
@@ -154,7 +154,9 @@ def test_writes_are_atomic_and_leftovers_of_interrupted_writes_are_cleared(tmp_p
     writer.put(paths[0], mel_for(5))
     assert writer.flush()
     assert not stale_temp.exists() and not orphan.exists()
-    assert sorted(p.name for p in writer.entries_dir.iterdir()) == sorted([writer.index_path.name, writer.data_path.name])
+    assert sorted(p.name for p in writer.entries_dir.iterdir()) == sorted(
+        [writer.index_path.name, writer.data_path.name]
+    )
     # The reader opened before the rewrite still maps the replaced (now unlinked) file and reads it whole.
     torch.testing.assert_close(reader.get(paths[0]), mel_for(0, frames=3), rtol=0, atol=0)
 

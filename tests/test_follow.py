@@ -7,7 +7,7 @@ import threading
 import time
 from pathlib import Path
 
-from trainer_core.protocol import Event
+from trainer_core.contract.protocol import Event
 from vega_tui.follow import EventFollower
 from vega_tui.store import RunStore
 

@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from trainer_core.eventlog import EventWriter, follow_from, parse_lines, read_all
-from trainer_core.protocol import Event
+from trainer_core.contract.eventlog import EventWriter, follow_from, parse_lines, read_all
+from trainer_core.contract.protocol import Event
 from vega_tui.follow import EventFollower
 from vega_tui.history_worker import EXIT_PARENT_GONE, PROGRESS, HistoryChild, HistoryFailed, HistoryRequest
 from vega_tui.preview import PreviewPlan, read_preview, wants_preview
@@ -30,9 +30,29 @@ PLAN = PreviewPlan(min_bytes=256 * 1024, head_bytes=16 * 1024, tail_bytes=64 * 1
 MIDDLE_MARKER = "halfway through the run"
 # What the first frame shows: the preview must agree with the exact history on every one of these.
 LATEST_FIELDS = (
-    "status", "step", "epoch", "total_steps", "planned_epochs", "loss", "lr", "grad_norm", "samples_per_s",
-    "micro_batch", "device", "precision", "data_mode", "pid", "host", "world_size", "finished", "started_t",
-    "elapsed_s", "val_loss", "best_val_loss", "best_step", "name",
+    "status",
+    "step",
+    "epoch",
+    "total_steps",
+    "planned_epochs",
+    "loss",
+    "lr",
+    "grad_norm",
+    "samples_per_s",
+    "micro_batch",
+    "device",
+    "precision",
+    "data_mode",
+    "pid",
+    "host",
+    "world_size",
+    "finished",
+    "started_t",
+    "elapsed_s",
+    "val_loss",
+    "best_val_loss",
+    "best_step",
+    "name",
 )
 
 
@@ -42,23 +62,45 @@ def loss_at(step: int) -> float:
 
 def step_event(step: int) -> dict[str, Any]:
     loss = loss_at(step)
-    return {"type": "step", "step": step, "epoch": step // 1000, "loss": loss, "losses": {"total": loss, "ce": loss},
-            "lr": 3e-4, "grad_norm": 0.8, "samples_per_s": 500.0 + step % 7, "data_wait_frac": 0.01,
-            "micro_batch": 16, "eta_s": float(STEPS - step), "step_series": [step], "loss_series": [loss],
-            "lr_series": [3e-4]}
+    return {
+        "type": "step",
+        "step": step,
+        "epoch": step // 1000,
+        "loss": loss,
+        "losses": {"total": loss, "ce": loss},
+        "lr": 3e-4,
+        "grad_norm": 0.8,
+        "samples_per_s": 500.0 + step % 7,
+        "data_wait_frac": 0.01,
+        "micro_batch": 16,
+        "eta_s": float(STEPS - step),
+        "step_series": [step],
+        "loss_series": [loss],
+        "lr_series": [3e-4],
+    }
 
 
 def write_run(path: Path, steps: int = STEPS) -> None:
     """A finished run as the trainer writes it: start-up events, steps with periodic evaluation, the end."""
     run_dir = path.parent
     with EventWriter(path) as writer:
-        writer.emit({"type": "hello", "trainer_version": "test", "pid": 4_000_000, "host": os.uname().nodename,
-                     "profile_hash": "h", "run_dir": str(run_dir), "python": "3.11"})
+        writer.emit(
+            {
+                "type": "hello",
+                "trainer_version": "test",
+                "pid": 4_000_000,
+                "host": os.uname().nodename,
+                "profile_hash": "h",
+                "run_dir": str(run_dir),
+                "python": "3.11",
+            }
+        )
         writer.emit({"type": "resources", "cpu_cores": 2, "ram_total_bytes": 2**34, "ram_available_bytes": 2**33})
         writer.emit({"type": "device_selected", "mode": "cpu", "device": "cpu", "reason": "test", "precision": "fp32"})
         writer.emit({"type": "data_scan", "data_mode": "text", "reason": "test", "usable": 10, "skipped": 0})
-        writer.emit({"type": "calibration", "samples_per_s": 500.0, "planned_epochs": steps // 1000,
-                     "planned_steps": steps})
+        writer.emit(
+            {"type": "calibration", "samples_per_s": 500.0, "planned_epochs": steps // 1000, "planned_steps": steps}
+        )
         for step in range(1, steps + 1):
             if step % 1000 == 1:
                 writer.emit({"type": "epoch_start", "epoch": step // 1000})
@@ -69,11 +111,28 @@ def write_run(path: Path, steps: int = STEPS) -> None:
                 val = loss_at(step) - 0.1
                 ckpt = f"checkpoints/step_{step:08d}.pt"
                 writer.emit({"type": "validation", "step": step, "epoch": step // 1000, "loss": val})
-                writer.emit({"type": "checkpoint_saved", "step": step, "epoch": step // 1000, "path": ckpt,
-                             "bytes": 1000, "val_loss": val, "seconds": 0.1})
+                writer.emit(
+                    {
+                        "type": "checkpoint_saved",
+                        "step": step,
+                        "epoch": step // 1000,
+                        "path": ckpt,
+                        "bytes": 1000,
+                        "val_loss": val,
+                        "seconds": 0.1,
+                    }
+                )
                 writer.emit({"type": "best_model", "step": step, "path": ckpt, "val_loss": val})
-        writer.emit({"type": "finished", "status": "completed", "step": steps, "epoch": steps // 1000,
-                     "seconds": 123.0, "summary": {"best_val_loss": loss_at(steps) - 0.1}})
+        writer.emit(
+            {
+                "type": "finished",
+                "status": "completed",
+                "step": steps,
+                "epoch": steps // 1000,
+                "seconds": 123.0,
+                "summary": {"best_val_loss": loss_at(steps) - 0.1},
+            }
+        )
 
 
 @pytest.fixture(scope="module")
@@ -181,18 +240,28 @@ def test_follow_from_and_parse_lines(tmp_path: Path) -> None:
 class Screen:
     """What a screen does with the follower's callbacks, applied in their order on one thread."""
 
-    def __init__(self, path: Path, on_preview: Callable[[], None] = lambda: None, *, in_child: bool = True,
-                 on_progress: Callable[[EventFollower], None] = lambda follower: None) -> None:
+    def __init__(
+        self,
+        path: Path,
+        on_preview: Callable[[], None] = lambda: None,
+        *,
+        in_child: bool = True,
+        on_progress: Callable[[EventFollower], None] = lambda follower: None,
+    ) -> None:
         self.on_preview = on_preview
         self.inbox: queue.Queue[tuple[str, Any]] = queue.Queue()
         self.store: RunStore | None = None
         self.stores: list[tuple[bool, RunStore]] = []
         self.progress: list[float] = []
         self.follower = EventFollower(
-            path, lambda events, bad, gaps: self.inbox.put(("batch", events)), poll_interval=0.02, preview=PLAN,
+            path,
+            lambda events, bad, gaps: self.inbox.put(("batch", events)),
+            poll_interval=0.02,
+            preview=PLAN,
             on_store=self._on_store,
             on_progress=lambda fraction: (self.inbox.put(("progress", fraction)), on_progress(self.follower)),
-            make_store=lambda: RunStore(run_dir=path.parent), max_bytes_per_poll=64 * 1024,
+            make_store=lambda: RunStore(run_dir=path.parent),
+            max_bytes_per_poll=64 * 1024,
             **({} if in_child else {"history_worker": None}),
         )
 
@@ -367,10 +436,14 @@ def test_the_child_exits_when_its_parent_goes(long_log: Path) -> None:
 
 def test_a_worker_that_cannot_start_falls_back_to_the_thread(big_log: Path, tmp_path: Path) -> None:
     stores: list[tuple[RunStore, bool]] = []
-    follower = EventFollower(big_log, lambda events, bad, gaps: None, preview=PLAN,
-                             on_store=lambda store, exact: stores.append((store, exact)),
-                             make_store=lambda: RunStore(run_dir=big_log.parent),
-                             history_worker=(str(tmp_path / "no-such-python"), "-m", "vega_tui.history_worker"))
+    follower = EventFollower(
+        big_log,
+        lambda events, bad, gaps: None,
+        preview=PLAN,
+        on_store=lambda store, exact: stores.append((store, exact)),
+        make_store=lambda: RunStore(run_dir=big_log.parent),
+        history_worker=(str(tmp_path / "no-such-python"), "-m", "vega_tui.history_worker"),
+    )
     try:
         assert follower.wait_history(30)
     finally:

@@ -20,8 +20,10 @@ def _model() -> torch.nn.Module:
 
 def _batches(steps: int, micro: int = 2) -> list[list[tuple[torch.Tensor, torch.Tensor]]]:
     gen = torch.Generator().manual_seed(1)
-    return [[(torch.randn(5, 6, generator=gen), torch.randn(5, 3, generator=gen)) for _ in range(micro)]
-            for _ in range(steps)]
+    return [
+        [(torch.randn(5, 6, generator=gen), torch.randn(5, 3, generator=gen)) for _ in range(micro)]
+        for _ in range(steps)
+    ]
 
 
 def _poison_plan(steps: int) -> dict[int, float]:
@@ -60,7 +62,7 @@ class Lane:
 
 
 def _assert_same(a: Lane, b: Lane) -> None:
-    for pa, pb in zip(a.model.parameters(), b.model.parameters()):
+    for pa, pb in zip(a.model.parameters(), b.model.parameters(), strict=True):
         assert torch.equal(pa, pb)
     assert a.scaler.state_dict() == b.scaler.state_dict()
 
@@ -69,9 +71,7 @@ SCENARIOS = {
     "default_factors": (1.0, dict(init_scale=2.0**16, growth_factor=2.0, backoff_factor=0.5, growth_interval=3)),
     # Non-power-of-two factors exercise float32 rounding; a huge scale times a large loss overflows
     # real gradients (natural skips), and growth past float32's range must be refused.
-    "odd_factors_overflow": (
-        3.0, dict(init_scale=3.0e37, growth_factor=3.0, backoff_factor=0.3, growth_interval=3)
-    ),
+    "odd_factors_overflow": (3.0, dict(init_scale=3.0e37, growth_factor=3.0, backoff_factor=0.3, growth_interval=3)),
 }
 
 
@@ -126,7 +126,8 @@ def test_state_dict_round_trip_mid_sequence_continues_identically() -> None:
     resumed = Lane(VegaGradScaler(init_scale=1.0, growth_interval=99), copy.deepcopy(vega.model))
     resumed.opt.load_state_dict(vega.opt.state_dict())
     resumed.scaler.load_state_dict(vega.scaler.state_dict())
-    for step in range(step, 120):
+    for later in range(step, 120):
+        step = later
         assert resumed.step(batches[step], plan.get(step), False) == ref.step(batches[step], plan.get(step), False)
         _assert_same(ref, resumed)
 
@@ -159,7 +160,7 @@ def test_two_optimizers_one_poisoned_matches_torch() -> None:
                 opt.zero_grad()
         (ts, tm, _), (vs, vm, _) = lanes
         assert ts.get_scale() == vs.get_scale()
-        assert all(torch.equal(a, b) for a, b in zip(tm.parameters(), vm.parameters()))
+        assert all(torch.equal(a, b) for a, b in zip(tm.parameters(), vm.parameters(), strict=True))
     assert results is not None
 
 
@@ -178,7 +179,7 @@ def test_step_returns_optimizer_result_or_none_when_skipped() -> None:
     model[0].bias.grad[0] = math.inf
     before = [p.clone() for p in model.parameters()]
     assert scaler.step(opt) is None and scaler.last_step_skipped
-    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
     scaler.update()
     assert scaler.get_scale() == 2.0**15
 

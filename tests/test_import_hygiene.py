@@ -25,15 +25,15 @@ LIGHT_MODULES = [
     "vega_tui.runner",
     "vega_tui.pending",
     "trainer_core",
-    "trainer_core.protocol",
-    "trainer_core.profile",
-    "trainer_core.profile_loader",
-    "trainer_core.eventlog",
-    "trainer_core.resources",
-    "trainer_core.control_client",
-    "trainer_core.control_wait",
-    "trainer_core.errors",
-    "trainer_core.rundir",
+    "trainer_core.contract.protocol",
+    "trainer_core.contract.profile",
+    "trainer_core.contract.profile_loader",
+    "trainer_core.contract.eventlog",
+    "trainer_core.contract.resources",
+    "trainer_core.contract.control_client",
+    "trainer_core.cli.control_wait",
+    "trainer_core.contract.errors",
+    "trainer_core.contract.rundir",
 ]
 
 
@@ -54,7 +54,7 @@ def test_module_stays_free_of_heavy_imports(module: str) -> None:
 def test_resources_probe_without_torch() -> None:
     # The dashboard polls resources every 2 s; probing must not import torch either.
     code = (
-        "import json, sys; from trainer_core import resources; resources.probe(); "
+        "import json, sys; from trainer_core.contract import resources; resources.probe(); "
         f"print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in {HEAVY!r})))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

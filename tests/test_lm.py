@@ -10,12 +10,13 @@ import pytest
 import torch
 
 import trainer_core
+from trainer_core.contract.errors import ProfileError, VegaError
+from trainer_core.contract.profile import Profile
 from trainer_core.data.scan import scan_data
 from trainer_core.data.scan_report import DataReport
-from trainer_core.errors import ProfileError, VegaError
-from trainer_core.models.base import SampleResult, batch_to, build_task
+from trainer_core.models.base import SampleResult, batch_to
 from trainer_core.models.lm import ByteLM, LmConfig, LmTask, build_model, generate
-from trainer_core.profile import Profile
+from trainer_core.models.registry import build_task
 
 DEMO_TEXT = Path(trainer_core.__file__).parent / "demo" / "text" / "corpus"
 
@@ -86,7 +87,9 @@ def test_weights_depend_only_on_the_seed_and_leave_the_global_rng_alone() -> Non
     state = torch.get_rng_state()
     first, second = _model(), _model()
     assert torch.equal(torch.get_rng_state(), state)
-    assert all(torch.equal(a, b) for a, b in zip(first.state_dict().values(), second.state_dict().values()))
+    assert all(
+        torch.equal(a, b) for a, b in zip(first.state_dict().values(), second.state_dict().values(), strict=True)
+    )
     other = _model(_profile(run={"seed": 12}))
     assert not torch.equal(first.byte_emb.weight, other.byte_emb.weight)
 

@@ -10,8 +10,8 @@ import soundfile as sf
 import torch
 
 import trainer_core
+from trainer_core.contract.profile import AudioSection
 from trainer_core.data.mel import MelExtractor, filter_bands, mel_filterbank
-from trainer_core.profile import AudioSection
 
 DEMO_WAVS = Path(trainer_core.__file__).parent / "demo" / "voice" / "wavs"
 
@@ -28,8 +28,17 @@ def librosa_log_mel(wave: np.ndarray, audio: AudioSection) -> np.ndarray:
     import librosa
 
     mel = librosa.feature.melspectrogram(
-        y=wave, sr=audio.sample_rate, n_fft=audio.n_fft, hop_length=audio.hop_length, win_length=audio.win_length,
-        center=True, pad_mode="reflect", power=2.0, n_mels=audio.n_mels, fmin=audio.f_min, fmax=audio.f_max,
+        y=wave,
+        sr=audio.sample_rate,
+        n_fft=audio.n_fft,
+        hop_length=audio.hop_length,
+        win_length=audio.win_length,
+        center=True,
+        pad_mode="reflect",
+        power=2.0,
+        n_mels=audio.n_mels,
+        fmin=audio.f_min,
+        fmax=audio.f_max,
     )
     return mel
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from textual.app import App, ComposeResult
 
-from trainer_core.eventlog import read_all
+from trainer_core.contract.eventlog import read_all
 from vega_tui.pending import PendingRequests
 from vega_tui.store import RunStore
 from vega_tui.widgets.status import StatusLine

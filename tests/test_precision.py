@@ -8,6 +8,7 @@ import math
 import pytest
 import torch
 
+from trainer_core.contract.errors import DeviceError, ProfileError
 from trainer_core.engine.grad_scaler import VegaGradScaler
 from trainer_core.engine.precision import (
     NonfiniteTracker,
@@ -19,7 +20,6 @@ from trainer_core.engine.precision import (
     native_scaler_works,
     resolve_precision,
 )
-from trainer_core.errors import DeviceError, ProfileError
 
 
 def _train(policy: PrecisionPolicy, steps: int = 40) -> list[float]:

@@ -13,14 +13,14 @@ import soundfile as sf
 import torch
 
 import trainer_core
+from trainer_core.contract.errors import DataError
+from trainer_core.contract.profile import Profile
 from trainer_core.data.audio import decode_calls, load_audio
 from trainer_core.data.mel import MelExtractor
 from trainer_core.data.preload import ProgressReporter, VoiceFeatures, preload_voice
 from trainer_core.data.scan import scan_data
 from trainer_core.data.scan_report import DataReport, VoiceItem
 from trainer_core.data.voice_dataset import VoiceDataset
-from trainer_core.errors import DataError
-from trainer_core.profile import Profile
 
 DEMO_VOICE = Path(trainer_core.__file__).parent / "demo" / "voice"
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from trainer_core.errors import ProfileError
-from trainer_core.profile import PATH_FIELDS, Profile, TrainSection, field_descriptions
-from trainer_core.profile_loader import (
+from trainer_core.contract.errors import ProfileError
+from trainer_core.contract.profile import PATH_FIELDS, Profile, TrainSection, field_descriptions
+from trainer_core.contract.profile_loader import (
     find_profile,
     list_profiles,
     load_profile,
@@ -341,7 +341,7 @@ def test_load_profile_dict_uses_the_same_rules(tmp_path: Path) -> None:
 def test_round_trip_through_toml(tmp_path: Path) -> None:
     write("p.toml", '[data]\npath = "d"\n[train]\nmax_steps = 500\ntarget_hours = 1.5\n')
     write("config/machine.toml", "[debug]\noom_at_steps = [3, 5]\n")
-    original = load_profile("p.toml", ["sample.sentences=[\"Hi.\"]", "compute.device=cpu"])
+    original = load_profile("p.toml", ['sample.sentences=["Hi."]', "compute.device=cpu"])
     for describe in (False, True):
         text = profile_to_toml(original, describe=describe)
         write(tmp_path / "again.toml", text)
@@ -407,5 +407,5 @@ def test_tf32_is_on_by_default_and_a_non_bool_names_the_field() -> None:
     write("p.toml", "[train]\nbatch_size = 4\n")
     assert load_profile("p.toml").train.tf32 is True
     assert load_profile("p.toml", ["train.tf32=false"]).train.tf32 is False
-    write("bad.toml", "[train]\ntf32 = \"maybe\"\n")
+    write("bad.toml", '[train]\ntf32 = "maybe"\n')
     assert "train.tf32" in error_of("bad.toml")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from trainer_core.profile_loader import load_profile, repo_profiles_dir
+from trainer_core.contract.profile_loader import load_profile, repo_profiles_dir
 
 SHIPPED_FILES = sorted(str(path) for path in repo_profiles_dir().glob("*.toml"))
 

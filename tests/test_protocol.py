@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from trainer_core import protocol
-from trainer_core.protocol import (
+from trainer_core.contract import protocol
+from trainer_core.contract.protocol import (
     COMMAND_NAMES,
     EVENT_MODELS,
     EVENT_TYPES,
@@ -42,13 +42,25 @@ GPU = {
 # One fully populated event per type, optional fields included.
 SAMPLE_FIELDS: dict[str, dict] = {
     "hello": dict(
-        trainer_version="0.1.0", pid=4242, host="box", profile_hash="ab12cd", run_dir="/runs/vega-1",
-        argv=["train", "--profile", "p.toml"], python="3.11.9", torch="2.13.0", world_size=2, rank=1,
+        trainer_version="0.1.0",
+        pid=4242,
+        host="box",
+        profile_hash="ab12cd",
+        run_dir="/runs/vega-1",
+        argv=["train", "--profile", "p.toml"],
+        python="3.11.9",
+        torch="2.13.0",
+        world_size=2,
+        rank=1,
     ),
     "resources": dict(cpu_cores=16, ram_total_bytes=128 * 2**30, ram_available_bytes=100 * 2**30, gpus=[GPU]),
     "device_selected": dict(mode="mixed", device="cpu", reason="no CUDA device", fallback=True, precision="fp32"),
     "data_scan": dict(
-        data_mode="voice", reason="audio with transcripts", usable=120, skipped=2, total_hours=0.75,
+        data_mode="voice",
+        reason="audio with transcripts",
+        usable=120,
+        skipped=2,
+        total_hours=0.75,
         problems=[{"path": "a.wav", "reason": "silent"}, {"path": "b.wav", "reason": "no transcript"}],
     ),
     "preload_progress": dict(done=10, total=120, bytes=2_000_000, stage="decode"),
@@ -57,19 +69,41 @@ SAMPLE_FIELDS: dict[str, dict] = {
     "epoch_start": dict(epoch=3, steps_in_epoch=100),
     "epoch_end": dict(epoch=3, loss=0.42, seconds=61.0),
     "step": dict(
-        step=1200, epoch=3, loss=0.5, losses={"mel": 0.3, "duration": 0.2}, lr=3e-4, grad_norm=0.9,
-        loss_scale=65536.0, samples_per_s=800.0, data_wait_frac=0.05, micro_batch=16, grad_accum=2,
-        mem_device_bytes=3 * 2**30, mem_host_bytes=2**30, eta_s=3600.0, steps_in_window=7,
+        step=1200,
+        epoch=3,
+        loss=0.5,
+        losses={"mel": 0.3, "duration": 0.2},
+        lr=3e-4,
+        grad_norm=0.9,
+        loss_scale=65536.0,
+        samples_per_s=800.0,
+        data_wait_frac=0.05,
+        micro_batch=16,
+        grad_accum=2,
+        mem_device_bytes=3 * 2**30,
+        mem_host_bytes=2**30,
+        eta_s=3600.0,
+        steps_in_window=7,
     ),
     "profile_breakdown": dict(data_s=0.1, transfer_s=0.02, forward_s=0.5, backward_s=0.9, optimizer_s=0.1, steps=50),
     "memory": dict(level="high", used_frac=0.8, action="emptied cache"),
     "oom_recovered": dict(step=77, micro_batch=8, grad_accum=4, message="CUDA out of memory"),
     "nonfinite": dict(step=78, action="skipped", consecutive=2, precision="fp16"),
     "validation": dict(
-        step=1200, epoch=3, loss=0.61, losses={"mel": 0.4}, metric_name="bits_per_byte", metric_value=1.9,
+        step=1200,
+        epoch=3,
+        loss=0.61,
+        losses={"mel": 0.4},
+        metric_name="bits_per_byte",
+        metric_value=1.9,
     ),
     "checkpoint_saved": dict(
-        step=1200, epoch=3, path="checkpoints/step-00001200.pt", bytes=123456, val_loss=0.61, seconds=0.8,
+        step=1200,
+        epoch=3,
+        path="checkpoints/step-00001200.pt",
+        bytes=123456,
+        val_loss=0.61,
+        seconds=0.8,
     ),
     "best_model": dict(step=1200, path="checkpoints/step-00001200.pt", val_loss=0.61),
     "sample": dict(step=1200, kind="text", path="samples/step-00001200.txt", text="hello world"),
@@ -78,7 +112,7 @@ SAMPLE_FIELDS: dict[str, dict] = {
     "paused": dict(step=1201),
     "resumed": dict(step=1201),
     "warning": dict(message="no GPU, training on CPU", code="cpu_fallback"),
-    "error": dict(message="boom", traceback="Traceback (most recent call last):\n  File \"x.py\"\nValueError: boom\n"),
+    "error": dict(message="boom", traceback='Traceback (most recent call last):\n  File "x.py"\nValueError: boom\n'),
     "finished": dict(status="completed", step=4000, epoch=40, seconds=5400.0, summary={"best_val_loss": 0.5}),
 }
 
@@ -122,8 +156,15 @@ def test_defaults_fill_envelope_and_optional_fields() -> None:
 
 def test_numeric_scalars_and_paths_are_converted() -> None:
     event = StepEvent(
-        step=np.int64(5), epoch=np.int32(1), loss=np.float32(0.5), lr=np.float64(1e-3), samples_per_s=10,
-        data_wait_frac=0, micro_batch=4, extra_count=np.int16(7), extra_rate=np.float32(0.25),
+        step=np.int64(5),
+        epoch=np.int32(1),
+        loss=np.float32(0.5),
+        lr=np.float64(1e-3),
+        samples_per_s=10,
+        data_wait_frac=0,
+        micro_batch=4,
+        extra_count=np.int16(7),
+        extra_rate=np.float32(0.25),
     )
     obj = json.loads(event_to_json(event))
     assert obj["step"] == 5 and obj["loss"] == 0.5 and obj["extra_count"] == 7 and obj["extra_rate"] == 0.25
@@ -210,8 +251,17 @@ def strict_loads(line: str) -> dict:
 
 def test_non_finite_numbers_become_null_and_parse_back() -> None:
     event = StepEvent(
-        step=9, epoch=0, loss=math.nan, losses={"mel": math.inf, "dur": 0.25}, lr=math.nan, grad_norm=math.inf,
-        loss_scale=-math.inf, samples_per_s=12.0, data_wait_frac=0.0, micro_batch=2, spike=math.nan,
+        step=9,
+        epoch=0,
+        loss=math.nan,
+        losses={"mel": math.inf, "dur": 0.25},
+        lr=math.nan,
+        grad_norm=math.inf,
+        loss_scale=-math.inf,
+        samples_per_s=12.0,
+        data_wait_frac=0.0,
+        micro_batch=2,
+        spike=math.nan,
     )
     line = event_to_json(event)
     obj = strict_loads(line)
@@ -225,7 +275,10 @@ def test_non_finite_numbers_become_null_and_parse_back() -> None:
 
 def test_non_finite_in_free_form_summary_and_numpy_values() -> None:
     event = protocol.FinishedEvent(
-        status="failed", step=3, epoch=0, seconds=math.inf,
+        status="failed",
+        step=3,
+        epoch=0,
+        seconds=math.inf,
         summary={"best": math.nan, "np_nan": np.float32("nan"), "ok": 1.5, "nested": {"x": math.inf}},
     )
     obj = strict_loads(event_to_json(event))
@@ -245,8 +298,11 @@ def test_nan_literals_from_other_writers_are_tolerated_in_optional_fields() -> N
 
 @pytest.mark.parametrize("name", COMMAND_NAMES)
 def test_commands_parse_from_every_form(name: str) -> None:
-    for form in (f'{{"cmd": "{name}", "id": "c-7"}}', f'{{"cmd": "{name}", "id": "c-7"}}\n'.encode(),
-                 {"cmd": name, "id": "c-7"}):
+    for form in (
+        f'{{"cmd": "{name}", "id": "c-7"}}',
+        f'{{"cmd": "{name}", "id": "c-7"}}\n'.encode(),
+        {"cmd": name, "id": "c-7"},
+    ):
         command = parse_command(form)
         assert (command.cmd, command.id) == (name, "c-7")
         assert type(command).__name__ == name.capitalize() + "Command"
@@ -305,13 +361,14 @@ def test_schema_lists_every_event_type_and_the_commands() -> None:
 
 
 def test_sample_events_validate_against_the_schema() -> None:
-    jsonschema = pytest.importorskip("jsonschema", reason="jsonschema is not installed (pip install -e \".[test]\")")
+    jsonschema = pytest.importorskip("jsonschema", reason='jsonschema is not installed (pip install -e ".[test]")')
     schema = event_json_schema()
     validator = jsonschema.Draft202012Validator(schema)
     for kind in SAMPLE_FIELDS:
         validator.validate(json.loads(event_to_json(sample_event(kind))))
-    nan_step = StepEvent(step=1, epoch=0, loss=math.nan, lr=math.nan, samples_per_s=1.0, data_wait_frac=0.0,
-                         micro_batch=1)
+    nan_step = StepEvent(
+        step=1, epoch=0, loss=math.nan, lr=math.nan, samples_per_s=1.0, data_wait_frac=0.0, micro_batch=1
+    )
     validator.validate(json.loads(event_to_json(nan_step)))
     bad = dict(json.loads(event_to_json(sample_event("step"))), loss="0.5")
     assert not validator.is_valid(bad)

@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 from conftest import REPO, TINY_PROFILE
 
-from trainer_core.control_client import MAX_LINE_BYTES, ControlError, open_control_socket
-from trainer_core.eventlog import read_all
-from trainer_core.protocol import CommandReply, Event
+from trainer_core.contract.control_client import MAX_LINE_BYTES, ControlError, open_control_socket
+from trainer_core.contract.eventlog import read_all
+from trainer_core.contract.protocol import CommandReply, Event
 from vega_tui import runner
 from vega_tui.follow import EventFollower
 from vega_tui.runner import TrainerProcess
@@ -72,8 +72,9 @@ def workspace(tmp_path_factory: pytest.TempPathFactory, corpus: Path) -> Iterato
 
 
 def argv_for(workspace: Path, run_dir: Path, *overrides: str) -> list[str]:
-    return runner.train_argv(workspace / "tiny.toml", run_dir=run_dir, data=workspace / "corpus",
-                             overrides=[*FOREVER, *overrides])
+    return runner.train_argv(
+        workspace / "tiny.toml", run_dir=run_dir, data=workspace / "corpus", overrides=[*FOREVER, *overrides]
+    )
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -89,8 +90,14 @@ def benchmarks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, t
     for name, args in commands.items():
         out = root / name
         with open(root / f"{name}.log", "wb") as log:
-            proc = subprocess.Popen([sys.executable, str(REPO / "bench" / f"{name}.py"), *args, "--out", str(out)],
-                                    stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, cwd=REPO)
+            proc = subprocess.Popen(
+                [sys.executable, str(REPO / "bench" / f"{name}.py"), *args, "--out", str(out)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                cwd=REPO,
+            )
         started[name] = (proc, out)
     yield started
     for proc, _ in started.values():
@@ -164,7 +171,10 @@ def start_dashboard_process(workspace: Path, run_dir: Path, tty: str = "") -> tu
     with open(out, "wb") as handle:
         parent = subprocess.Popen(
             [sys.executable, str(workspace / "parent.py"), json.dumps(argv_for(workspace, run_dir)), str(run_dir), tty],
-            stdin=subprocess.DEVNULL, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True,
+            stdin=subprocess.DEVNULL,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
     wait_until(lambda: out.read_text().strip().isdigit() or parent.poll() is not None, "the spawned trainer's pid")
     assert parent.poll() is None, out.read_text()
@@ -183,8 +193,12 @@ def attach_and_control(run_dir: Path) -> None:
         assert dashboard.store.state.step >= 3 and dashboard.store.state.status == "training"
         for cmd, status in (("pause", "paused"), ("resume", "training"), ("stop", "stopped")):
             assert runner.send(run_dir, cmd).ok
-            wait_until(lambda: dashboard.seen("command_ack", cmd=cmd) and dashboard.store.state.status == status,
-                       f"{cmd} to reach the new dashboard")
+            wait_until(
+                lambda cmd=cmd, status=status: (
+                    dashboard.seen("command_ack", cmd=cmd) and dashboard.store.state.status == status
+                ),
+                f"{cmd} to reach the new dashboard",
+            )
     finally:
         dashboard.close()
     wait_until(lambda: not runner.is_alive(run_dir), "the stopped trainer to exit")
@@ -277,8 +291,12 @@ def test_two_dashboards_on_one_run_both_get_acks(live_run: Path) -> None:
         assert send_raw(a, b'{"cmd": "pause", "id": "from-a"}\n') == CommandReply(ok=True, cmd="pause", id="from-a")
         assert send_raw(b, b'{"cmd": "resume", "id": "from-b"}\n') == CommandReply(ok=True, cmd="resume", id="from-b")
         for dashboard in (first, second):
-            wait_until(lambda d=dashboard: d.seen("command_ack", id="from-a") and d.seen("command_ack", id="from-b")
-                       and d.seen("resumed"), "both acks in both dashboards")
+            wait_until(
+                lambda d=dashboard: (
+                    d.seen("command_ack", id="from-a") and d.seen("command_ack", id="from-b") and d.seen("resumed")
+                ),
+                "both acks in both dashboards",
+            )
     finally:
         a.close()
         b.close()

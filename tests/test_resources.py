@@ -16,9 +16,9 @@ import warnings
 
 import pytest
 
-from trainer_core.errors import DeviceError
-from trainer_core.nvml import FAKE_GPUS_ENV, GIB, fake_gpus_from_env, visible_device_order
-from trainer_core.resources import (
+from trainer_core.contract.errors import DeviceError
+from trainer_core.contract.nvml import FAKE_GPUS_ENV, GIB, fake_gpus_from_env, visible_device_order
+from trainer_core.contract.resources import (
     DeviceChoice,
     GpuInfo,
     MachineResources,
@@ -463,7 +463,7 @@ def test_check_torch_marks_gpus_a_cpu_torch_cannot_use() -> None:
 
 def test_probe_never_imports_torch_without_check_torch() -> None:
     code = (
-        "import sys, trainer_core.resources as r; r.probe(); r.probe(check_torch=True); "
+        "import sys, trainer_core.contract.resources as r; r.probe(); r.probe(check_torch=True); "
         "r.describe_modes(r.probe()); print('torch' in sys.modules)"
     )
     env = {k: v for k, v in os.environ.items() if k != FAKE_GPUS_ENV}

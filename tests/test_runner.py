@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from trainer_core.control_client import ControlError
-from trainer_core.eventlog import read_all
-from trainer_core.protocol import Event
+from trainer_core.contract.control_client import ControlError
+from trainer_core.contract.eventlog import read_all
+from trainer_core.contract.protocol import Event
 from vega_tui import runner
 from vega_tui.runner import RunnerError, TrainerProcess
 
@@ -78,9 +78,7 @@ def events_of(run_dir: Path) -> list[Event]:
 
 
 def has_event(run_dir: Path, kind: str, **fields: object) -> bool:
-    return any(
-        e.type == kind and all(getattr(e, k, None) == v for k, v in fields.items()) for e in events_of(run_dir)
-    )
+    return any(e.type == kind and all(getattr(e, k, None) == v for k, v in fields.items()) for e in events_of(run_dir))
 
 
 def last_step(run_dir: Path) -> int:
@@ -132,16 +130,48 @@ def live_run(workspace: Path) -> Iterator[tuple[Path, int]]:
 
 def test_train_argv_builds_an_argument_list() -> None:
     argv = runner.train_argv(
-        "demo", run_dir=Path("/r/x"), data="/d", mode="cpu", voice_mode="text", device="cpu",
-        overrides=["train.max_steps=5", "model.hidden=32"], resume="auto", dry_run=True, json=True,
+        "demo",
+        run_dir=Path("/r/x"),
+        data="/d",
+        mode="cpu",
+        voice_mode="text",
+        device="cpu",
+        overrides=["train.max_steps=5", "model.hidden=32"],
+        resume="auto",
+        dry_run=True,
+        json=True,
     )
     assert argv[:4] == [sys.executable, "-m", "trainer_core", "train"]
     assert argv[4:] == [
-        "--profile", "demo", "--run-dir", "/r/x", "--data", "/d", "--mode", "cpu", "--voice-mode", "text",
-        "--device", "cpu", "--resume", "auto", "--set", "train.max_steps=5", "--set", "model.hidden=32",
-        "--dry-run", "--json",
+        "--profile",
+        "demo",
+        "--run-dir",
+        "/r/x",
+        "--data",
+        "/d",
+        "--mode",
+        "cpu",
+        "--voice-mode",
+        "text",
+        "--device",
+        "cpu",
+        "--resume",
+        "auto",
+        "--set",
+        "train.max_steps=5",
+        "--set",
+        "model.hidden=32",
+        "--dry-run",
+        "--json",
     ]
-    assert runner.train_argv("demo", run_dir=None) == [sys.executable, "-m", "trainer_core", "train", "--profile", "demo"]
+    assert runner.train_argv("demo", run_dir=None) == [
+        sys.executable,
+        "-m",
+        "trainer_core",
+        "train",
+        "--profile",
+        "demo",
+    ]
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -217,8 +247,13 @@ def test_sigkilled_trainer_is_crashed_and_its_stale_socket_fails_fast(workspace:
 
 @pytest.mark.parametrize(
     ("name", "status"),
-    [("lm_completed", "finished"), ("lm_stopped", "stopped"), ("lm_faults", "finished"),
-     ("lm_failed", "failed"), ("lm_killed", "crashed")],
+    [
+        ("lm_completed", "finished"),
+        ("lm_stopped", "stopped"),
+        ("lm_faults", "finished"),
+        ("lm_failed", "failed"),
+        ("lm_killed", "crashed"),
+    ],
 )
 def test_run_status_of_recorded_runs(name: str, status: str) -> None:
     assert runner.run_status(FIXTURES / name) == status
@@ -235,8 +270,18 @@ def test_empty_and_missing_runs(tmp_path: Path) -> None:
 
 def write_hello(run_dir: Path, pid: int, t: float) -> None:
     run_dir.mkdir()
-    hello = {"v": 1, "seq": 0, "t": t, "type": "hello", "trainer_version": "0", "pid": pid,
-             "host": os.uname().nodename, "profile_hash": "x", "run_dir": str(run_dir), "python": "3"}
+    hello = {
+        "v": 1,
+        "seq": 0,
+        "t": t,
+        "type": "hello",
+        "trainer_version": "0",
+        "pid": pid,
+        "host": os.uname().nodename,
+        "profile_hash": "x",
+        "run_dir": str(run_dir),
+        "python": "3",
+    }
     (run_dir / "events.jsonl").write_text(json.dumps(hello) + "\n")
 
 
@@ -254,7 +299,8 @@ def test_a_process_younger_than_the_hello_is_not_the_trainer(tmp_path: Path, wor
         assert runner.trainer_pid(tmp_path / "old") is None
         write_hello(tmp_path / "new", probe.pid, time.time())  # the same process, hello after its start
         assert runner.trainer_pid(tmp_path / "new") == probe.pid, (  # says why, should it ever fail again
-            f"probe alive: {probe.alive()}; its log: {runner.log_tail(probe.run_dir, lines=5)}")
+            f"probe alive: {probe.alive()}; its log: {runner.log_tail(probe.run_dir, lines=5)}"
+        )
     finally:
         probe.popen.kill()
         probe.wait(30)

@@ -53,8 +53,16 @@ def test_backward_search_in_small_windows_finds_the_same_events(tmp_path: Path, 
     """Windows far smaller than a line, or holding many: lines cut at every boundary, decoys in messages."""
     decoy = json.dumps({"v": 1, "seq": 5, "t": 1.0, "type": "log", "message": 'said "hello" and "finished"'})
     finished = json.dumps({"v": 1, "seq": 9, "t": 2.0, "type": "finished", "status": "completed", "step": 3})
-    lines = [hello(1), *(step(n) for n in range(40)), hello(2), decoy + "\n", *(step(n) for n in range(30)),
-             finished + "\n", decoy + "\n", step(99)]
+    lines = [
+        hello(1),
+        *(step(n) for n in range(40)),
+        hello(2),
+        decoy + "\n",
+        *(step(n) for n in range(30)),
+        finished + "\n",
+        decoy + "\n",
+        step(99),
+    ]
     events = tmp_path / "events.jsonl"
     events.write_text("".join(lines))
     for window in (7, 100, 250, 1000, 4096, 1 << 20):

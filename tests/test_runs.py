@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from trainer_core.eventlog import read_all
+from trainer_core.contract.eventlog import read_all
 from vega_tui import runs
 
 FIXTURES = Path(__file__).parent / "fixtures" / "events"
@@ -33,8 +33,11 @@ def test_list_runs_gives_every_run_with_its_status_newest_first(runs_root: Path)
     by_name = {summary.name: summary for summary in listed}
     assert set(by_name) == set(NAMES)
     assert {name: s.status for name, s in by_name.items()} == {
-        "lm_completed": "finished", "lm_stopped": "stopped", "lm_faults": "finished",
-        "lm_failed": "failed", "lm_killed": "crashed",
+        "lm_completed": "finished",
+        "lm_stopped": "stopped",
+        "lm_faults": "finished",
+        "lm_failed": "failed",
+        "lm_killed": "crashed",
     }
     started = [s.started for s in listed]
     assert all(t is not None for t in started) and started == sorted(started, reverse=True)

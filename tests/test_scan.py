@@ -10,15 +10,22 @@ import pytest
 import soundfile as sf
 
 import trainer_core
+from trainer_core.contract.errors import DataError
 from trainer_core.data.scan import estimate_preload_bytes, scan_data
 from trainer_core.data.scan_report import DataReport, TextItem, VoiceItem
-from trainer_core.errors import DataError
 
 DEMO_VOICE = Path(trainer_core.__file__).parent / "demo" / "voice"
 
 
-def write_voice(path: Path, seconds: float, sr: int = 22050, channels: int = 1, amplitude: float = 0.5,
-                subtype: str = "PCM_16", seed: int = 0) -> Path:
+def write_voice(
+    path: Path,
+    seconds: float,
+    sr: int = 22050,
+    channels: int = 1,
+    amplitude: float = 0.5,
+    subtype: str = "PCM_16",
+    seed: int = 0,
+) -> Path:
     """A speech-like test signal: two harmonics plus a little noise, written as a real audio file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     t = np.arange(int(seconds * sr)) / sr
@@ -99,7 +106,12 @@ def test_messy_corpus_is_voice_with_the_good_files_usable(report: DataReport, co
     assert report.mode == "voice"
     assert report.path == corpus.resolve()
     assert set(items_by_name(report)) == {
-        "good_01.wav", "good_02.wav", "good_03.wav", "stereo.wav", "flacclip.flac", "side_01.wav"
+        "good_01.wav",
+        "good_02.wav",
+        "good_03.wav",
+        "stereo.wav",
+        "flacclip.flac",
+        "side_01.wav",
     }
     assert "voice" in report.reason and "6 of 13 audio files" in report.reason
 
@@ -205,7 +217,7 @@ def test_text_folder_counts_jsonl_lines_and_non_utf8(tmp_path: Path) -> None:
     assert {w.path.name for w in report.warnings} == {"b.md", "c.jsonl"}
     assert problem_for(report, "d.txt")[0] == "empty"
     jsonl = next(item for item in report.items if item.path.name == "c.jsonl")
-    assert jsonl.text_bytes == len("héllo".encode("utf-8"))
+    assert jsonl.text_bytes == len("héllo".encode())
 
 
 def test_auto_falls_back_to_text_when_audio_has_no_transcripts(tmp_path: Path) -> None:

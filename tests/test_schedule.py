@@ -9,8 +9,8 @@ import pytest
 import torch
 from torch.optim import lr_scheduler as tl
 
+from trainer_core.contract.errors import ProfileError
 from trainer_core.engine.schedule import build_lr_scheduler, lr_factor, set_total_steps
-from trainer_core.errors import ProfileError
 
 BASE_LR = 0.01
 
@@ -41,7 +41,10 @@ def _pair(make_reference: Callable[[torch.optim.Optimizer], object], **ours):
 def test_cosine_without_warmup_matches_cosine_annealing(min_lr_ratio: float) -> None:
     ours, ref = _pair(
         lambda o: tl.CosineAnnealingLR(o, T_max=50, eta_min=BASE_LR * min_lr_ratio),
-        schedule="cosine", warmup_steps=0, total_steps=50, min_lr_ratio=min_lr_ratio,
+        schedule="cosine",
+        warmup_steps=0,
+        total_steps=50,
+        min_lr_ratio=min_lr_ratio,
     )
     _compare(ours, ref, 51)
 
@@ -50,8 +53,12 @@ def test_cosine_without_warmup_matches_cosine_annealing(min_lr_ratio: float) -> 
 def test_restarts_without_warmup_match_cosine_warm_restarts(t_mult: int) -> None:
     ours, ref = _pair(
         lambda o: tl.CosineAnnealingWarmRestarts(o, T_0=7, T_mult=t_mult, eta_min=BASE_LR * 0.05),
-        schedule="cosine_restarts", warmup_steps=0, total_steps=None,
-        restart_period=7, restart_mult=t_mult, min_lr_ratio=0.05,
+        schedule="cosine_restarts",
+        warmup_steps=0,
+        total_steps=None,
+        restart_period=7,
+        restart_mult=t_mult,
+        min_lr_ratio=0.05,
     )
     _compare(ours, ref, 400)
 
@@ -63,7 +70,9 @@ def _warmup(o: torch.optim.Optimizer, warmup: int) -> tl.LinearLR:
 def test_warmup_then_cosine_matches_linear_then_cosine() -> None:
     ours, ref = _pair(
         lambda o: tl.SequentialLR(o, [_warmup(o, 10), tl.CosineAnnealingLR(o, T_max=90)], milestones=[10]),
-        schedule="cosine", warmup_steps=10, total_steps=100,
+        schedule="cosine",
+        warmup_steps=10,
+        total_steps=100,
     )
     _compare(ours, ref, 101)
 
@@ -73,7 +82,11 @@ def test_warmup_then_restarts_matches_linear_then_warm_restarts() -> None:
         lambda o: tl.SequentialLR(
             o, [_warmup(o, 5), tl.CosineAnnealingWarmRestarts(o, T_0=10, T_mult=2)], milestones=[5]
         ),
-        schedule="cosine_restarts", warmup_steps=5, total_steps=None, restart_period=10, restart_mult=2,
+        schedule="cosine_restarts",
+        warmup_steps=5,
+        total_steps=None,
+        restart_period=10,
+        restart_mult=2,
     )
     _compare(ours, ref, 200)
 

@@ -27,9 +27,9 @@ import pytest
 import torch
 from conftest import REPO, TrainerLauncher
 
+from trainer_core.contract.errors import ProfileError
+from trainer_core.contract.profile_loader import load_profile
 from trainer_core.engine.checkpoint import new_checkpoint_state
-from trainer_core.errors import ProfileError
-from trainer_core.profile_loader import load_profile
 from vega_tui import runner
 
 SCANNED = ("trainer_core", "vega_tui", "bench", "scripts")
@@ -59,8 +59,15 @@ def malicious_checkpoint(path: Path, marker: Path) -> Path:
 
 
 def cli(*args: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "trainer_core", *args], capture_output=True, text=True, env=env,
-                          cwd=cwd, stdin=subprocess.DEVNULL, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "trainer_core", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        timeout=120,
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -144,26 +151,33 @@ def unsafe_calls(tree: ast.AST) -> Iterator[tuple[int, str]]:
             yield node.lineno, f"{name} without weights_only=True"
         elif name in ("eval", "exec", "os.system", "os.popen", "pickle.load", "pickle.loads", "marshal.loads"):
             yield node.lineno, f"{name}(...)"
-        elif any(k.arg == "shell" and not (isinstance(k.value, ast.Constant) and k.value.value is False)
-                 for k in node.keywords):
+        elif any(
+            k.arg == "shell" and not (isinstance(k.value, ast.Constant) and k.value.value is False)
+            for k in node.keywords
+        ):
             yield node.lineno, f"{name}(..., shell=...)"
 
 
 def test_no_unsafe_load_shell_or_eval_anywhere_in_the_code() -> None:
     files = list(python_files())
     assert len(files) > 50, "the scan must see the project's code"
-    found = [f"{path.relative_to(REPO)}:{line}: {why}"
-             for path in files for line, why in unsafe_calls(ast.parse(path.read_text(encoding="utf-8")))
-             if not (str(path.relative_to(REPO)) in PRIVATE_PIPE_PICKLES and why.startswith("pickle."))]
+    found = [
+        f"{path.relative_to(REPO)}:{line}: {why}"
+        for path in files
+        for line, why in unsafe_calls(ast.parse(path.read_text(encoding="utf-8")))
+        if not (str(path.relative_to(REPO)) in PRIVATE_PIPE_PICKLES and why.startswith("pickle."))
+    ]
     assert found == []
     loads = sum("torch.load(" in path.read_text(encoding="utf-8") for path in files)
     assert loads >= 1, "the checkpoint loader itself must have been scanned"
 
 
 def test_the_scan_catches_what_it_looks_for() -> None:
-    code = "import os, torch, subprocess\ntorch.load(p)\ntorch.load(p, weights_only=False)\n" \
-           "torch.load(p, weights_only=True)\neval(s)\nexec(s)\nos.system(s)\nsubprocess.run(s, shell=True)\n" \
-           "model.eval()\nsubprocess.run([a], shell=False)\n"
+    code = (
+        "import os, torch, subprocess\ntorch.load(p)\ntorch.load(p, weights_only=False)\n"
+        "torch.load(p, weights_only=True)\neval(s)\nexec(s)\nos.system(s)\nsubprocess.run(s, shell=True)\n"
+        "model.eval()\nsubprocess.run([a], shell=False)\n"
+    )
     assert [line for line, _ in unsafe_calls(ast.parse(code))] == [2, 3, 5, 6, 7, 8]
 
 
@@ -196,7 +210,7 @@ def test_python_in_a_profile_is_only_a_string(tmp_path: Path, monkeypatch: pytes
             load_profile(path, machine_file=None)
     path.write_text(PYTHON_IN_A_STRING, encoding="utf-8")
     with pytest.raises(ProfileError, match="run.seed"):
-        load_profile(path, ['run.seed="__import__(\'os\').system(\'touch pwned\')"'], machine_file=None)
+        load_profile(path, ["run.seed=\"__import__('os').system('touch pwned')\""], machine_file=None)
     assert not (tmp_path / "pwned").exists()
 
 
@@ -208,8 +222,9 @@ def test_python_profiles_through_the_cli_never_run(tmp_path: Path) -> None:
     for name in ("evil.py", "child.toml", "code.toml"):
         done = cli("profile", "validate", str(tmp_path / name), env=env, cwd=tmp_path)
         assert done.returncode == 2 and "invalid TOML" in done.stdout + done.stderr, (name, done.stdout, done.stderr)
-    setting = cli("profile", "show", "demo", "--set", "run.seed=__import__('os').system('touch pwned')",
-                  env=env, cwd=tmp_path)
+    setting = cli(
+        "profile", "show", "demo", "--set", "run.seed=__import__('os').system('touch pwned')", env=env, cwd=tmp_path
+    )
     assert setting.returncode == 2 and "run.seed" in setting.stderr
     assert not (tmp_path / "pwned").exists()
 
@@ -247,8 +262,16 @@ def open_run(corpus: Path) -> Iterator[TrainerLauncher]:
 
 
 def connect_as(uid: int, path: Path) -> dict[str, Any]:
-    done = subprocess.run(["/usr/bin/python3", "-c", CONNECT_AS_OTHER_USER, str(path)], user=uid, group=uid,
-                          extra_groups=[], capture_output=True, text=True, timeout=60, cwd="/")
+    done = subprocess.run(
+        ["/usr/bin/python3", "-c", CONNECT_AS_OTHER_USER, str(path)],
+        user=uid,
+        group=uid,
+        extra_groups=[],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd="/",
+    )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from trainer_core.eventlog import EventReader, read_all
-from trainer_core.protocol import Event, StepEvent, parse_event
+from trainer_core.contract.eventlog import EventReader, read_all
+from trainer_core.contract.protocol import Event, StepEvent, parse_event
 from vega_tui.store import RunStore, Series
 
 FIXTURES = Path(__file__).parent / "fixtures" / "events"
@@ -32,8 +32,16 @@ def event(kind: str, seq: int = 0, t: float = 1000.0, **fields: object) -> Event
 
 def step_event(step: int, loss: float | None, seq: int = 0, **fields: object) -> Event:
     base = {
-        "step": step, "epoch": 0, "loss": loss, "lr": 1e-3, "samples_per_s": 100.0, "data_wait_frac": 0.0,
-        "micro_batch": 8, "step_series": [step], "loss_series": [loss], "lr_series": [1e-3],
+        "step": step,
+        "epoch": 0,
+        "loss": loss,
+        "lr": 1e-3,
+        "samples_per_s": 100.0,
+        "data_wait_frac": 0.0,
+        "micro_batch": 8,
+        "step_series": [step],
+        "loss_series": [loss],
+        "lr_series": [1e-3],
     }
     return event("step", seq=seq, t=1000.0 + step, **{**base, **fields})
 
@@ -101,7 +109,13 @@ def test_completed_run_replays_to_its_final_state() -> None:
     assert state.series["lr"].max == pytest.approx(6e-4)
     assert "part:ce" in state.series
     assert state.best_val_loss == pytest.approx(session["summary"]["best_val_loss"])
-    assert state.breakdown is not None and set(state.breakdown) == {"data", "transfer", "forward", "backward", "optimizer"}
+    assert state.breakdown is not None and set(state.breakdown) == {
+        "data",
+        "transfer",
+        "forward",
+        "backward",
+        "optimizer",
+    }
     assert state.elapsed_s == pytest.approx(state.finished["seconds"])
     assert state.eta_s is None
 
@@ -186,8 +200,22 @@ def test_mark_crashed_does_not_override_a_finished_run() -> None:
 
 def test_resume_in_the_same_folder_starts_a_new_life() -> None:
     store = replay("lm_stopped")
-    store.apply([event("hello", seq=100, t=2e9, trainer_version="0", pid=4242, host="h", profile_hash="x",
-                       run_dir="/tmp/x", python="3.11", resumed=True)])
+    store.apply(
+        [
+            event(
+                "hello",
+                seq=100,
+                t=2e9,
+                trainer_version="0",
+                pid=4242,
+                host="h",
+                profile_hash="x",
+                run_dir="/tmp/x",
+                python="3.11",
+                resumed=True,
+            )
+        ]
+    )
     assert store.state.status == "starting" and store.state.finished is None and store.state.resumed
     store.apply([step_event(23, 4.0, seq=101)])
     assert store.state.status == "training" and store.state.pid == 4242
@@ -211,7 +239,7 @@ def test_ema_is_smoother_than_the_raw_loss() -> None:
     assert smooth[0] == raw[0]  # bias-corrected: no pull towards zero at the start
 
     def roughness(ys: list[float]) -> float:
-        return sum(abs(b - a) for a, b in zip(ys, ys[1:]))
+        return sum(abs(b - a) for a, b in zip(ys, ys[1:], strict=True))
 
     assert roughness(smooth) < roughness(raw) / 5
     assert smooth[-1] == pytest.approx(2.0, abs=0.2)
@@ -277,12 +305,28 @@ def deep_size(obj: object, seen: set[int] | None = None) -> int:
 
 def step_line(i: int, rng: random.Random, loss: float | None = None) -> str:
     loss = 3.0 - i * 1e-6 + rng.random() * 0.1 if loss is None else loss
-    return json.dumps({
-        "v": 1, "seq": i, "t": 1.7e9 + i * 0.01, "type": "step", "step": i, "epoch": i // 10000, "loss": loss,
-        "losses": {"total": loss, "ce": loss}, "lr": 1e-3, "samples_per_s": 100.0 + rng.random(),
-        "data_wait_frac": 0.01, "micro_batch": 16, "mem_device_bytes": 2**30 + i, "eta_s": 10.0,
-        "step_series": [i], "loss_series": [loss], "lr_series": [1e-3],
-    }, separators=(",", ":"))
+    return json.dumps(
+        {
+            "v": 1,
+            "seq": i,
+            "t": 1.7e9 + i * 0.01,
+            "type": "step",
+            "step": i,
+            "epoch": i // 10000,
+            "loss": loss,
+            "losses": {"total": loss, "ce": loss},
+            "lr": 1e-3,
+            "samples_per_s": 100.0 + rng.random(),
+            "data_wait_frac": 0.01,
+            "micro_batch": 16,
+            "mem_device_bytes": 2**30 + i,
+            "eta_s": 10.0,
+            "step_series": [i],
+            "loss_series": [loss],
+            "lr_series": [1e-3],
+        },
+        separators=(",", ":"),
+    )
 
 
 # Lines in the file-based test; VEGA_STORE_LINES=1000000 runs the full million through the parser (slow).
@@ -317,8 +361,10 @@ def test_huge_log_file_is_followed_in_bounded_memory(tmp_path: Path) -> None:
         tracemalloc.stop()
     elapsed = time.perf_counter() - started
     state = store.state
-    print(f"\n{lines} lines ({log.stat().st_size / 1e6:.0f} MB) followed and applied in {elapsed:.1f} s; "
-          f"tracemalloc peak {peak / 1e6:.1f} MB")
+    print(
+        f"\n{lines} lines ({log.stat().st_size / 1e6:.0f} MB) followed and applied in {elapsed:.1f} s; "
+        f"tracemalloc peak {peak / 1e6:.1f} MB"
+    )
     assert state.events_seen == lines and state.step == lines - 1
     assert all(len(series) <= 500 for series in state.series.values())
     assert len(state.logs) <= 100
@@ -346,8 +392,10 @@ def test_one_million_events_keep_the_store_bounded() -> None:
             sizes[first + len(pool)] = deep_size(store.state)
     elapsed = time.perf_counter() - started
     state = store.state
-    print(f"\n1,000,000 events applied in {elapsed:.1f} s ({elapsed:.1f} us per event); store "
-          f"{sizes[100_000] / 1e3:.0f} KB after 100k, {sizes[1_000_000] / 1e3:.0f} KB after 1M")
+    print(
+        f"\n1,000,000 events applied in {elapsed:.1f} s ({elapsed:.1f} us per event); store "
+        f"{sizes[100_000] / 1e3:.0f} KB after 100k, {sizes[1_000_000] / 1e3:.0f} KB after 1M"
+    )
     assert state.events_seen == 1_000_000 and state.step == 999_999
     assert all(len(series) <= 2000 for series in state.series.values())
     assert state.series["loss"].max == 1e4 and 1e4 in state.series["loss"].ys

@@ -13,7 +13,7 @@ import pytest
 import soundfile
 from conftest import tiny_voice_profile
 
-from trainer_core.errors import VegaError
+from trainer_core.contract.errors import VegaError
 
 REPO = Path(__file__).resolve().parent.parent
 STEPS = 6
@@ -28,7 +28,11 @@ def _env(config_dir: Path) -> dict[str, str]:
 
 def _cli(env: dict[str, str], *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "trainer_core", *args], capture_output=True, text=True, env=env, cwd=REPO,
+        [sys.executable, "-m", "trainer_core", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
         timeout=timeout,
     )
 
@@ -72,8 +76,9 @@ def test_synth_from_a_checkpoint_and_from_the_export(run_dir, tmp_path: Path) ->
     run, env = run_dir
     checkpoint = run / "checkpoints" / f"step-{STEPS:08d}.pt"
     out = tmp_path / "nested" / "hello.wav"
-    result = _cli(env, "synth", "--checkpoint", str(checkpoint), "--text", "Hello there, wörld!", "--out", str(out),
-                  "--json")
+    result = _cli(
+        env, "synth", "--checkpoint", str(checkpoint), "--text", "Hello there, wörld!", "--out", str(out), "--json"
+    )
     assert result.returncode == 0, result.stderr
     written = json.loads(result.stdout)
     assert written["out"] == str(out) and written["sample_rate"] == 22050 and written["symbols"] == 19
@@ -81,8 +86,18 @@ def test_synth_from_a_checkpoint_and_from_the_export(run_dir, tmp_path: Path) ->
     assert normal == pytest.approx(written["seconds"], abs=1e-3)
 
     slow = tmp_path / "slow.wav"
-    result = _cli(env, "synth", "--export", str(run / "export"), "--text", "Hello there, wörld!", "--out", str(slow),
-                  "--length-scale", "2.5")
+    result = _cli(
+        env,
+        "synth",
+        "--export",
+        str(run / "export"),
+        "--text",
+        "Hello there, wörld!",
+        "--out",
+        str(slow),
+        "--length-scale",
+        "2.5",
+    )
     assert result.returncode == 0, result.stderr
     assert "wrote" in result.stdout and str(slow) in result.stdout
     assert _wav_seconds(slow) > 1.5 * normal, "the export holds the same model; a larger length scale is slower"
@@ -119,16 +134,22 @@ def test_loading_helpers_refuse_text_with_nothing_to_say(run_dir, tmp_path: Path
 def test_a_text_file_becomes_one_wav_per_line_with_an_index(run_dir, tmp_path: Path) -> None:
     run, env = run_dir
     script = tmp_path / "lines.txt"
-    script.write_text("Hi.\n\nA somewhat longer line to say.\n   \n%%%\nThis one is the longest line of them all, by far.\n",
-                      encoding="utf-8")
+    script.write_text(
+        "Hi.\n\nA somewhat longer line to say.\n   \n%%%\nThis one is the longest line of them all, by far.\n",
+        encoding="utf-8",
+    )
     out = tmp_path / "spoken"
     result = _cli(env, "synth", "--export", str(run / "export"), "--text-file", str(script), "--out-dir", str(out))
     # "%%%" has symbols; a line with none would be listed. All four non-empty lines are spoken.
     assert result.returncode == 0, result.stderr
     assert "wrote 4 wavs" in result.stdout
     index = json.loads((out / "index.json").read_text(encoding="utf-8"))
-    assert [(row["line"], row["file"]) for row in index] == [(1, "0001.wav"), (3, "0003.wav"), (5, "0005.wav"),
-                                                            (6, "0006.wav")]
+    assert [(row["line"], row["file"]) for row in index] == [
+        (1, "0001.wav"),
+        (3, "0003.wav"),
+        (5, "0005.wav"),
+        (6, "0006.wav"),
+    ]
     seconds = [_wav_seconds(out / row["file"]) for row in index]
     assert seconds == pytest.approx([row["seconds"] for row in index], abs=1e-3)
     assert seconds[0] < seconds[1] < seconds[3], "longer lines take longer to say"
@@ -164,7 +185,7 @@ def test_speaking_imports_neither_dynamo_nor_librosa() -> None:
         "import sys\n"
         "from trainer_core.cli import synth_cmd, synth_batch\n"
         "from trainer_core.models import tts, alignment, text_frontend\n"
-        "from trainer_core import vocoder\n"
+        "from trainer_core.models import vocoder\n"
         "from trainer_core.engine import checkpoint, export\n"
         "print(sorted(m for m in sys.modules if m.startswith(('torch._dynamo', 'librosa'))))\n"
     )

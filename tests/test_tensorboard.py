@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from conftest import of_type, tiny_voice_profile
 
-from trainer_core.eventlog import read_all
+from trainer_core.contract.eventlog import read_all
 
 REPO = Path(__file__).resolve().parent.parent
 STEPS = 6
@@ -47,7 +47,7 @@ def test_scalars_and_audio_samples_read_back_with_tensorboards_reader(board_run:
     events = read_all(board_run / "events.jsonl")
     logged = {}
     for step_event in of_type(events, "step"):
-        logged.update(zip(step_event.step_series, step_event.loss_series))
+        logged.update(zip(step_event.step_series, step_event.loss_series, strict=True))
     read_back = {s.step: s.value for s in board.Scalars("train/loss")}
     assert sorted(read_back) == sorted(logged) == list(range(1, STEPS + 1))
     assert read_back == pytest.approx(logged, rel=1e-6)
@@ -55,8 +55,9 @@ def test_scalars_and_audio_samples_read_back_with_tensorboards_reader(board_run:
     assert {s.step: s.value for s in board.Scalars("val/loss")} == pytest.approx(validations, rel=1e-6)
 
     samples = [e for e in of_type(events, "sample") if e.kind == "audio"]
-    assert {f"samples/{Path(e.path).stem}" for e in samples} == set(board.Tags()["audio"]) == {"samples/01",
-                                                                                              "samples/02"}
+    assert (
+        {f"samples/{Path(e.path).stem}" for e in samples} == set(board.Tags()["audio"]) == {"samples/01", "samples/02"}
+    )
     first = board.Audio("samples/01")
     assert [a.step for a in first] == sorted({e.step for e in samples})
     assert first[0].sample_rate == 22050 and first[0].length_frames > 1000

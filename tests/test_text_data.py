@@ -8,11 +8,25 @@ from pathlib import Path
 import pytest
 import torch
 
+from trainer_core.contract.errors import DataError
 from trainer_core.data.text import SEPARATOR, TextCorpus, read_corpus, split_documents
-from trainer_core.errors import DataError
 
 CONTEXT = 16
-WORDS = "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike".split()
+WORDS = [
+    "alpha",
+    "bravo",
+    "charlie",
+    "delta",
+    "echo",
+    "foxtrot",
+    "golf",
+    "hotel",
+    "india",
+    "juliet",
+    "kilo",
+    "lima",
+    "mike",
+]
 
 
 def _prose(n: int, salt: int) -> str:

@@ -166,8 +166,9 @@ def test_the_library_speaks_audible_audio_that_grows_with_the_text() -> None:
 
     library = load_espeak_library()
     short = np.frombuffer(library.speak("Hi.", "en-us", 160), dtype=np.int16)
-    long = np.frombuffer(library.speak("This sentence is a good deal longer than the first one.", "en-gb", 160),
-                         dtype=np.int16)
+    long = np.frombuffer(
+        library.speak("This sentence is a good deal longer than the first one.", "en-gb", 160), dtype=np.int16
+    )
     assert library.sample_rate == 22050
     assert 0 < len(short) < len(long) and np.sqrt(np.mean((long / 32768.0) ** 2)) > 0.01
     assert phonemize("Hi.", "en-us", "library") == "hˈaɪ", "speaking leaves the phonemizer's state alone"

@@ -108,7 +108,9 @@ def test_resume_auto_skips_a_corrupt_newest_checkpoint(runs) -> None:
 def test_a_checkpoint_of_a_different_model_is_refused(runs) -> None:
     run = runs["mismatch"]
     assert_clean_refusal(
-        run, "the checkpoint was written by a different model", "byte_emb.weight: checkpoint [256, 32] vs model [256, 64]"
+        run,
+        "the checkpoint was written by a different model",
+        "byte_emb.weight: checkpoint [256, 32] vs model [256, 64]",
     )
     assert finished(run.events()).status == "failed"
 

@@ -14,7 +14,8 @@ def test_time_budget_plans_the_run_and_ends_near_the_target(trainers: TrainerLau
     target_s = TARGET_HOURS * 3600
     started = time.monotonic()
     run = trainers.start(
-        "budget", {"train.max_steps": None, "train.epochs": 1000, "train.target_hours": TARGET_HOURS},
+        "budget",
+        {"train.max_steps": None, "train.epochs": 1000, "train.target_hours": TARGET_HOURS},
         env={"VEGA_FAULT_STEP_SLEEP_S": "0.01"},  # steady steps that leave the CPU to other tests
     )
     assert run.wait() == 0, run.stderr

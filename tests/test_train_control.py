@@ -11,14 +11,16 @@ from pathlib import Path
 
 from conftest import TrainerLauncher, TrainerProcess, finished, of_type
 
-from trainer_core.control_client import control_socket_path
-from trainer_core.protocol import Event
+from trainer_core.contract.control_client import control_socket_path
+from trainer_core.contract.protocol import Event
 
 
 def ctl(run_dir: Path, command: str, *extra: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "trainer_core", "ctl", str(run_dir), command, *extra],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
 
 
@@ -129,8 +131,12 @@ def test_save_waits_queues_or_says_why_it_cannot_finish(trainers: TrainerLaunche
     short = ctl(run.run_dir, "evaluate", "--wait", "0.3")
     assert short.returncode == 2 and "not done after 0.3 s" in short.stderr and "stays queued" in short.stderr
 
-    waiting = subprocess.Popen([sys.executable, "-m", "trainer_core", "ctl", str(run.run_dir), "save"],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    waiting = subprocess.Popen(
+        [sys.executable, "-m", "trainer_core", "ctl", str(run.run_dir), "save"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     run.wait_for(lambda evs: sum(e.type == "command_ack" and e.cmd == "save" for e in evs) == 2)
     run.proc.kill()
     run.proc.wait(timeout=30)

@@ -1,4 +1,5 @@
-"""What a finished run leaves behind (docs/architecture.md, "The run folder"), the event log's shape, early stopping, odd text files.
+"""What a finished run leaves behind (docs/architecture.md, "The run folder"), the event log's shape, early
+stopping, odd text files.
 
 The runs are independent: one module fixture starts them together and each test checks its own.
 """
@@ -17,17 +18,26 @@ import pytest
 from conftest import TrainerLauncher, TrainerProcess, finished, of_type
 from safetensors.torch import load_file
 
+from trainer_core.contract.protocol import parse_event
 from trainer_core.engine.checkpoint import load_checkpoint, read_best
-from trainer_core.protocol import parse_event
 
 FULL = {
-    "train.max_steps": 60, "train.eval_every_steps": 20, "train.checkpoint_every_steps": 5, "train.keep_last": 2,
-    "logging.step_interval_s": 0.2, "logging.report": True,
+    "train.max_steps": 60,
+    "train.eval_every_steps": 20,
+    "train.checkpoint_every_steps": 5,
+    "train.keep_last": 2,
+    "logging.step_interval_s": 0.2,
+    "logging.report": True,
 }
 # A learning rate this high diverges at once, so validation never improves after the first evaluation.
 DIVERGING = {
-    "train.max_steps": 200, "train.lr": 1.0, "train.schedule": "constant", "train.warmup_steps": 0,
-    "train.grad_clip": 0, "train.eval_every_steps": 4, "train.early_stopping_patience": 2,
+    "train.max_steps": 200,
+    "train.lr": 1.0,
+    "train.schedule": "constant",
+    "train.warmup_steps": 0,
+    "train.grad_clip": 0,
+    "train.eval_every_steps": 4,
+    "train.early_stopping_patience": 2,
 }
 LATIN1_NAME = "latin1-notes.txt"
 
@@ -57,8 +67,18 @@ def test_the_run_folder_has_every_artifact(runs) -> None:
     assert run.proc.returncode == 0, run.stderr
     folder = run.run_dir
     validated = subprocess.run(
-        [sys.executable, "-m", "trainer_core", "profile", "validate", "--no-machine-file", str(folder / "profile.toml")],
-        capture_output=True, text=True, timeout=60,
+        [
+            sys.executable,
+            "-m",
+            "trainer_core",
+            "profile",
+            "validate",
+            "--no-machine-file",
+            str(folder / "profile.toml"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert validated.returncode == 0, validated.stderr
     session = json.loads((folder / "session.json").read_text())

@@ -10,10 +10,10 @@ import pytest
 import soundfile
 import torch
 
+from trainer_core.contract.profile import AudioSection
 from trainer_core.models.text_frontend import PAD_ID, UNK_ID, TextEncoder, normalize_text
 from trainer_core.models.tts import AcousticModel, TtsConfig, build_tts_model
-from trainer_core.profile import AudioSection
-from trainer_core.vocoder import mel_to_audio, write_wav
+from trainer_core.models.vocoder import mel_to_audio, write_wav
 
 N_MELS = 16
 VOCAB = 12
@@ -21,8 +21,9 @@ LOG_FLOOR = math.log(1e-5)
 
 
 def _config(**changes) -> TtsConfig:
-    values = dict(vocab_size=VOCAB, n_mels=N_MELS, hidden=48, encoder_layers=1, decoder_layers=1, heads=2,
-                  ffn_mult=2, dropout=0.0)
+    values = dict(
+        vocab_size=VOCAB, n_mels=N_MELS, hidden=48, encoder_layers=1, decoder_layers=1, heads=2, ffn_mult=2, dropout=0.0
+    )
     return TtsConfig(**{**values, **changes})
 
 
@@ -128,7 +129,7 @@ def test_synthesise_uses_predicted_durations_and_the_length_scale() -> None:
 
 
 def test_synthesise_refuses_empty_text() -> None:
-    from trainer_core.errors import VegaError
+    from trainer_core.contract.errors import VegaError
 
     with pytest.raises(VegaError, match="nothing to synthesise"):
         build_tts_model(_config(), seed=5).synthesise([])
@@ -152,7 +153,7 @@ def test_same_seed_same_weights_and_the_global_rng_is_untouched() -> None:
     before = torch.random.get_rng_state()
     a, b = build_tts_model(_config(), seed=7), build_tts_model(_config(), seed=7)
     assert torch.equal(torch.random.get_rng_state(), before)
-    assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
+    assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values(), strict=True))
 
 
 # ------------------------------------------------------------------------------------------------ text
@@ -185,7 +186,7 @@ def test_encoder_state_round_trips_through_json_and_code_points() -> None:
 
 
 def test_damaged_encoder_state_is_a_clear_error() -> None:
-    from trainer_core.errors import ProfileError
+    from trainer_core.contract.errors import ProfileError
 
     with pytest.raises(ProfileError, match="incomplete"):
         TextEncoder.from_state({"symbols": ["<pad>", "<unk>"]})
@@ -205,8 +206,14 @@ def _tone_log_mel(audio: AudioSection, freq: float, seconds: float) -> tuple[np.
     t = np.arange(int(audio.sample_rate * seconds)) / audio.sample_rate
     wave = (0.5 * np.sin(2 * np.pi * freq * t)).astype(np.float32)
     mel = librosa.feature.melspectrogram(
-        y=wave, sr=audio.sample_rate, n_fft=audio.n_fft, hop_length=audio.hop_length, win_length=audio.win_length,
-        n_mels=audio.n_mels, fmin=audio.f_min, fmax=audio.f_max,
+        y=wave,
+        sr=audio.sample_rate,
+        n_fft=audio.n_fft,
+        hop_length=audio.hop_length,
+        win_length=audio.win_length,
+        n_mels=audio.n_mels,
+        fmin=audio.f_min,
+        fmax=audio.f_max,
     )
     return wave, np.log(np.maximum(mel, audio.log_floor))
 
@@ -230,7 +237,7 @@ def test_griffin_lim_turns_a_tone_mel_back_into_that_tone(tmp_path) -> None:
 
 
 def test_a_floor_only_mel_is_silence_and_a_wrong_shape_is_refused() -> None:
-    from trainer_core.errors import VegaError
+    from trainer_core.contract.errors import VegaError
 
     audio = AudioSection(n_mels=40)
     silent = mel_to_audio(np.full((40, 20), math.log(audio.log_floor)), audio, n_iter=2)
@@ -244,18 +251,20 @@ def test_torch_griffin_lim_is_as_close_to_real_speech_as_librosas() -> None:
 
     Measured when written: spectral convergence 0.26 (torch) against 0.33 (librosa) on demo_005.wav.
     """
-    import librosa
     from pathlib import Path
 
+    import librosa
+
     import trainer_core
-    from trainer_core.vocoder import mel_power
+    from trainer_core.models.vocoder import mel_power
 
     audio = AudioSection()
     clip = Path(trainer_core.__file__).parent / "demo" / "voice" / "wavs" / "demo_005.wav"
     wave, rate = soundfile.read(str(clip), dtype="float32")
     stft = dict(n_fft=audio.n_fft, hop_length=audio.hop_length, win_length=audio.win_length)
-    power = librosa.feature.melspectrogram(y=wave, sr=rate, n_mels=audio.n_mels, fmin=audio.f_min, fmax=audio.f_max,
-                                           power=2.0, **stft)
+    power = librosa.feature.melspectrogram(
+        y=wave, sr=rate, n_mels=audio.n_mels, fmin=audio.f_min, fmax=audio.f_max, power=2.0, **stft
+    )
     log_mel = np.log(np.maximum(power, audio.log_floor))
     truth = np.abs(librosa.stft(wave, **stft))
 
@@ -265,8 +274,9 @@ def test_torch_griffin_lim_is_as_close_to_real_speech_as_librosas() -> None:
         return float(np.linalg.norm(found[:, :n] - truth[:, :n]) / np.linalg.norm(truth[:, :n]))
 
     ours = mel_to_audio(log_mel, audio, n_iter=32)
-    magnitude = librosa.feature.inverse.mel_to_stft(mel_power(log_mel, audio.log_floor), sr=rate, n_fft=audio.n_fft,
-                                                    power=2.0, fmin=audio.f_min, fmax=audio.f_max)
+    magnitude = librosa.feature.inverse.mel_to_stft(
+        mel_power(log_mel, audio.log_floor), sr=rate, n_fft=audio.n_fft, power=2.0, fmin=audio.f_min, fmax=audio.f_max
+    )
     theirs = librosa.griffinlim(magnitude, n_iter=32, window="hann", center=True, random_state=0, **stft)
     assert abs(len(ours) - len(wave)) <= audio.hop_length
     assert convergence(ours) <= convergence(theirs) * 1.05, (convergence(ours), convergence(theirs))
@@ -278,8 +288,12 @@ def test_the_mel_filterbank_written_here_is_librosas() -> None:
 
     from trainer_core.data.mel_filters import mel_filterbank
 
-    for rate, n_fft, n_mels, f_min, f_max in [(22050, 1024, 80, 0.0, 8000.0), (22050, 1024, 80, 0.0, None),
-                                              (16000, 512, 40, 20.0, None), (44100, 2048, 128, 30.0, 16000.0)]:
+    for rate, n_fft, n_mels, f_min, f_max in [
+        (22050, 1024, 80, 0.0, 8000.0),
+        (22050, 1024, 80, 0.0, None),
+        (16000, 512, 40, 20.0, None),
+        (44100, 2048, 128, 30.0, 16000.0),
+    ]:
         ours = mel_filterbank(rate, n_fft, n_mels, f_min, f_max)
         theirs = librosa.filters.mel(sr=rate, n_fft=n_fft, n_mels=n_mels, fmin=f_min, fmax=f_max)
         assert ours.shape == theirs.shape and ours.dtype == np.float32

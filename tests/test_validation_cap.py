@@ -84,8 +84,19 @@ def test_share_estimate_follows_items_and_interval() -> None:
 
 
 def dry_run(*sets: str, config: Path) -> dict:
-    argv = [sys.executable, "-m", "trainer_core", "train", "--profile", "demo", "--dry-run", "--json",
-            "--data", str(DEMO_VOICE), *[arg for s in sets for arg in ("--set", s)]]
+    argv = [
+        sys.executable,
+        "-m",
+        "trainer_core",
+        "train",
+        "--profile",
+        "demo",
+        "--dry-run",
+        "--json",
+        "--data",
+        str(DEMO_VOICE),
+        *[arg for s in sets for arg in ("--set", s)],
+    ]
     env = {**os.environ, "VEGA_CONFIG_DIR": str(config)}
     done = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
@@ -94,15 +105,15 @@ def dry_run(*sets: str, config: Path) -> dict:
 
 def test_dry_run_reports_validation_items_capped_and_share(tmp_path: Path) -> None:
     cache = f"data.cache_dir={json.dumps(str(tmp_path / 'cache'))}"
-    plan = dry_run("data.val_fraction=0.5", "data.val_max_items=5", "train.eval_every_steps=3", cache,
-                   config=tmp_path)
+    plan = dry_run("data.val_fraction=0.5", "data.val_max_items=5", "train.eval_every_steps=3", cache, config=tmp_path)
     v, usable = plan["validation"], plan["data"]["usable"]
     assert v["items"] == 5 and v["capped"] == usable // 2 - 5 and v["max_items"] == 5
     assert plan["schedule"]["steps_per_epoch"] == (usable - 5) // 8  # capped-away items train
     assert v["every_steps"] == 3 and v["interval_items"] == 3 * 8
     assert v["estimated_share"] == pytest.approx(validation_share(5, 24))
     assert "estimate" in v
-    uncapped = dry_run("data.val_fraction=0.5", "data.val_max_items=0", "train.eval_every_steps=3", cache,
-                       config=tmp_path)["validation"]
+    uncapped = dry_run(
+        "data.val_fraction=0.5", "data.val_max_items=0", "train.eval_every_steps=3", cache, config=tmp_path
+    )["validation"]
     assert uncapped["items"] == usable // 2 and uncapped["capped"] == 0
     assert uncapped["estimated_share"] > v["estimated_share"]

@@ -16,18 +16,34 @@ import pytest
 import soundfile as sf
 
 import trainer_core
-from trainer_core.eventlog import read_all
+from trainer_core.contract.eventlog import read_all
 
 DEMO = Path(trainer_core.__file__).parent / "demo"
 TINY_TTS = [
-    "model.hidden=32", "model.encoder_layers=1", "model.decoder_layers=1", "model.heads=2", "model.ffn_mult=2",
-    "train.batch_size=4", "train.max_steps=3", "train.warmup_steps=1", "data.val_fraction=0.2",
-    'sample.sentences=["A short test."]', "tts.griffin_lim_iters=4", 'tts.text_units="chars"',
+    "model.hidden=32",
+    "model.encoder_layers=1",
+    "model.decoder_layers=1",
+    "model.heads=2",
+    "model.ffn_mult=2",
+    "train.batch_size=4",
+    "train.max_steps=3",
+    "train.warmup_steps=1",
+    "data.val_fraction=0.2",
+    'sample.sentences=["A short test."]',
+    "tts.griffin_lim_iters=4",
+    'tts.text_units="chars"',
 ]
 
 
-def tone(path: Path, seconds: float, sr: int = 22050, channels: int = 1, subtype: str = "PCM_16",
-         amplitude: float = 0.5, freq: float = 200.0) -> None:
+def tone(
+    path: Path,
+    seconds: float,
+    sr: int = 22050,
+    channels: int = 1,
+    subtype: str = "PCM_16",
+    amplitude: float = 0.5,
+    freq: float = 200.0,
+) -> None:
     """A voiced-sounding test signal (a tone with a harmonic and a little noise) as a real audio file."""
     t = np.arange(int(seconds * sr)) / sr
     rng = np.random.default_rng(int(freq))
@@ -57,28 +73,42 @@ def build_bad_folder(root: Path) -> dict[str, str]:
     (wavs / "phone.m4a").write_bytes(b"\x00\x00\x00\x18ftypM4A " + os.urandom(64))
     tone(wavs / "no_transcript.wav", 1.0)
     tone(wavs / "half_hour.wav", 30 * 60, sr=8000, subtype="PCM_U8")
-    rows += [f"{name}|Text for {name}." for name in ("corrupt", "empty", "zero_frames", "silent", "clipped",
-                                                      "phone", "half_hour")]
+    rows += [
+        f"{name}|Text for {name}."
+        for name in ("corrupt", "empty", "zero_frames", "silent", "clipped", "phone", "half_hour")
+    ]
     rows += ["ghost|This line has no audio file.", "four|columns|are|too many"]
     body = ("\n".join(rows) + "\n").encode("utf-8") + b"latin|caf\xe9 au lait\n"
     (root / "metadata.csv").write_bytes(body)
     return {
-        "corrupt.wav": "", "empty.wav": "empty", "zero_frames.wav": "empty", "silent.wav": "silent",
-        "clipped.wav": "clipped", "phone.m4a": "unsupported", "no_transcript.wav": "transcript",
-        "half_hour.wav": "too long", "ghost": "no audio file", "4 column": "column", "UTF-8": "UTF-8",
+        "corrupt.wav": "",
+        "empty.wav": "empty",
+        "zero_frames.wav": "empty",
+        "silent.wav": "silent",
+        "clipped.wav": "clipped",
+        "phone.m4a": "unsupported",
+        "no_transcript.wav": "transcript",
+        "half_hour.wav": "too long",
+        "ghost": "no audio file",
+        "4 column": "column",
+        "UTF-8": "UTF-8",
     }
 
 
 def trainer(*args: str, env: dict | None = None, timeout: float = 240) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "trainer_core", *args], capture_output=True, text=True,
-                          timeout=timeout, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "trainer_core", *args], capture_output=True, text=True, timeout=timeout, env=env
+    )
 
 
 @pytest.fixture
 def isolated_env(tmp_path: Path) -> dict:
     (tmp_path / "config").mkdir()
-    return {**os.environ, "VEGA_CONFIG_DIR": str(tmp_path / "config"),
-            "NUMBA_CACHE_DIR": os.environ.get("NUMBA_CACHE_DIR", str(tmp_path / "numba"))}
+    return {
+        **os.environ,
+        "VEGA_CONFIG_DIR": str(tmp_path / "config"),
+        "NUMBA_CACHE_DIR": os.environ.get("NUMBA_CACHE_DIR", str(tmp_path / "numba")),
+    }
 
 
 def test_every_bad_file_is_listed_with_its_reason_and_the_rest_trains(tmp_path: Path, isolated_env: dict) -> None:
@@ -86,8 +116,19 @@ def test_every_bad_file_is_listed_with_its_reason_and_the_rest_trains(tmp_path: 
     expected = build_bad_folder(data)
     run_dir = tmp_path / "run"
     sets = [a for s in [*TINY_TTS, f'data.cache_dir="{tmp_path / "cache"}"'] for a in ("--set", s)]
-    done = trainer("train", "--profile", "tts-small", "--data", str(data), "--run-dir", str(run_dir),
-                   "--voice-mode", "voice", *sets, env=isolated_env)
+    done = trainer(
+        "train",
+        "--profile",
+        "tts-small",
+        "--data",
+        str(data),
+        "--run-dir",
+        str(run_dir),
+        "--voice-mode",
+        "voice",
+        *sets,
+        env=isolated_env,
+    )
     assert done.returncode == 0, done.stderr
     events = read_all(run_dir / "events.jsonl")
     scan = next(e for e in events if e.type == "data_scan")
@@ -119,8 +160,18 @@ def test_check_data_and_auto_mode_agree(folder: str, tmp_path: Path, isolated_en
         (data / "notes.md").write_text("# Notes\nSome prose that is not a transcript.\n", encoding="utf-8")
     scanned = trainer("check-data", str(data), "--json", env=isolated_env)
     assert scanned.returncode == 0, scanned.stderr
-    planned = trainer("train", "--profile", "demo", "--data", str(data), "--voice-mode", "auto", "--dry-run",
-                      "--json", env=isolated_env)
+    planned = trainer(
+        "train",
+        "--profile",
+        "demo",
+        "--data",
+        str(data),
+        "--voice-mode",
+        "auto",
+        "--dry-run",
+        "--json",
+        env=isolated_env,
+    )
     assert planned.returncode == 0, planned.stderr
     scan_mode = json.loads(scanned.stdout)["mode"]
     plan_mode = json.loads(planned.stdout)["data"]["mode"]

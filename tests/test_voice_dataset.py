@@ -9,11 +9,11 @@ import pytest
 import torch
 
 import trainer_core
+from trainer_core.contract.errors import DataError
+from trainer_core.contract.profile import AudioSection, Profile
 from trainer_core.data.preload import VoiceFeatures, preload_voice
 from trainer_core.data.scan import scan_data
 from trainer_core.data.voice_dataset import VoiceDataset, split_items
-from trainer_core.errors import DataError
-from trainer_core.profile import AudioSection, Profile
 
 DEMO_VOICE = Path(trainer_core.__file__).parent / "demo" / "voice"
 N_MELS = 8

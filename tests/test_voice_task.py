@@ -12,12 +12,12 @@ import soundfile
 import torch
 
 import trainer_core
-from trainer_core.errors import ProfileError
-from trainer_core.models.base import build_task
+from trainer_core.contract.errors import ProfileError
+from trainer_core.contract.profile import Profile
+from trainer_core.models.registry import build_task
 from trainer_core.models.text_frontend import TextEncoder
 from trainer_core.models.tts import config_from_dict
 from trainer_core.models.voice_task import VoiceTask
-from trainer_core.profile import Profile
 
 DEMO = Path(trainer_core.__file__).parent / "demo"
 DEMO_VOICE = DEMO / "voice"
@@ -29,8 +29,15 @@ def _profile(cache: Path, data_path: Path = DEMO_VOICE, **sections: dict) -> Pro
     base: dict[str, dict] = {
         "run": {"seed": 5},
         "data": {"path": str(data_path), "mode": "voice", "val_fraction": 0.1, "cache_dir": str(cache)},
-        "model": {"kind": "tts", "hidden": 32, "encoder_layers": 1, "decoder_layers": 1, "heads": 2,
-                  "ffn_mult": 2, "dropout": 0.0},
+        "model": {
+            "kind": "tts",
+            "hidden": 32,
+            "encoder_layers": 1,
+            "decoder_layers": 1,
+            "heads": 2,
+            "ffn_mult": 2,
+            "dropout": 0.0,
+        },
         "train": {"batch_size": 8},
         "tts": {"text_units": "chars", "griffin_lim_iters": 4},
         "sample": {"sentences": SENTENCES},
@@ -180,7 +187,7 @@ def test_make_samples_writes_audible_wavs_that_grow_with_the_sentence(trained, t
     assert durations[0] < durations[1] < 20.0
     # A fixed floor in seconds fails "Hi." (3 characters); per symbol, both lie in a speech-like range.
     hop_s = task.profile.audio.hop_length / task.profile.audio.sample_rate
-    for text, seconds in zip(SENTENCES, durations):
+    for text, seconds in zip(SENTENCES, durations, strict=True):
         frames_per_symbol = seconds / hop_s / len(task.encoder.encode(text))
         assert 1.0 <= frames_per_symbol <= 30.0, (text, seconds, frames_per_symbol)
 
@@ -204,7 +211,10 @@ def test_non_ascii_transcripts_train_and_unseen_text_synthesises(tmp_path: Path)
     transcripts = ["Привет, мир.", "Жёлтый дом.", "こんにちは世界", "Grüße aus Köln.", "Добрый вечер.", "ありがとう。"]
     _write_tone_corpus(corpus, transcripts)
     profile = _profile(
-        tmp_path / "cache", data_path=corpus, data={"val_fraction": 0.2}, train={"batch_size": 2},
+        tmp_path / "cache",
+        data_path=corpus,
+        data={"val_fraction": 0.2},
+        train={"batch_size": 2},
         sample={"sentences": ["Жёлтый мир!", "Ωμέγα ünknown ジ"]},
     )
     task = build_task(profile, corpus, "cpu")

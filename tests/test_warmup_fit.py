@@ -1,4 +1,4 @@
-"""The LR warmup fitted to a short plan (engine.warmup): the rule, a real epochs-based run and its resume,
+"""The LR warmup fitted to a short plan (trainer_core.warmup): the rule, a real epochs-based run and its resume,
 and a real time-budget run whose warmup is fitted at calibration."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from conftest import TrainerLauncher, finished, of_type, step_rows, write_corpus
 from test_validation_cap import dry_run
 
 from trainer_core.engine.schedule import lr_factor
-from trainer_core.engine.warmup import WARMUP_FITTED_SHARE, WARMUP_MAX_SHARE, fitted_warmup
+from trainer_core.warmup import WARMUP_FITTED_SHARE, WARMUP_MAX_SHARE, fitted_warmup
 
 PEAK_LR = 3e-3  # the tiny profile's train.lr (conftest.TINY_PROFILE)
 
@@ -53,8 +53,9 @@ def test_short_run_fits_the_warmup_and_a_resume_keeps_it(trainers: TrainerLaunch
     # Extended on resume: a fresh plan of 6 epochs would fit another warmup; the resumed run keeps its own.
     longer = 6 * per_epoch
     assert fitted_warmup(500, longer) != warmup
-    resumed = trainers.run("short", {**settings, "train.epochs": 6}, "--resume", "auto", run_dir=first.run_dir,
-                           data=data)
+    resumed = trainers.run(
+        "short", {**settings, "train.epochs": 6}, "--resume", "auto", run_dir=first.run_dir, data=data
+    )
     assert resumed.proc.returncode == 0, resumed.stderr
     events = first.events()
     assert finished(events).step == longer
@@ -64,8 +65,12 @@ def test_short_run_fits_the_warmup_and_a_resume_keeps_it(trainers: TrainerLaunch
 
 
 def test_time_budget_fits_the_warmup_at_calibration(trainers: TrainerLauncher) -> None:
-    settings = {"train.max_steps": None, "train.epochs": 1000, "train.target_hours": 0.0025,
-                "train.warmup_steps": 100000}
+    settings = {
+        "train.max_steps": None,
+        "train.epochs": 1000,
+        "train.target_hours": 0.0025,
+        "train.warmup_steps": 100000,
+    }
     run = trainers.run("budget", settings, env={"VEGA_FAULT_STEP_SLEEP_S": "0.01"})
     assert run.proc.returncode == 0, run.stderr
     events = run.events()

@@ -8,7 +8,7 @@ import math
 import pytest
 from textual.app import App, ComposeResult
 
-from trainer_core.protocol import parse_event
+from trainer_core.contract.protocol import parse_event
 from vega_tui.store import RunStore
 from vega_tui.widgets.charts import ChartGrid, downsample_minmax
 
@@ -32,7 +32,7 @@ def test_downsampling_keeps_the_extremes_of_every_column() -> None:
     assert out_x[0] == 0 and out_x[-1] == 9999
     for column in range(80):  # every column still shows its own lowest and highest value
         lo, hi = column * 125, (column + 1) * 125
-        kept = [y for x, y in zip(out_x, out_y) if lo <= x < hi]
+        kept = [y for x, y in zip(out_x, out_y, strict=True) if lo <= x < hi]
         assert min(kept) == min(ys[lo:hi]) and max(kept) == max(ys[lo:hi])
 
 
@@ -41,13 +41,32 @@ def test_short_series_are_left_alone() -> None:
 
 
 def step_event(seq: int, step: int, loss: float):
-    return parse_event({
-        "v": 1, "seq": seq, "t": 1000.0 + step, "type": "step", "step": step, "epoch": 0, "loss": loss,
-        "losses": {"total": loss}, "lr": 0.001, "grad_norm": 1.0, "loss_scale": None, "samples_per_s": 100.0,
-        "data_wait_frac": 0.0, "micro_batch": 8, "grad_accum": 1, "mem_device_bytes": None,
-        "mem_host_bytes": None, "eta_s": 10.0, "steps_in_window": 1, "step_series": [step],
-        "loss_series": [loss], "lr_series": [0.001],
-    })
+    return parse_event(
+        {
+            "v": 1,
+            "seq": seq,
+            "t": 1000.0 + step,
+            "type": "step",
+            "step": step,
+            "epoch": 0,
+            "loss": loss,
+            "losses": {"total": loss},
+            "lr": 0.001,
+            "grad_norm": 1.0,
+            "loss_scale": None,
+            "samples_per_s": 100.0,
+            "data_wait_frac": 0.0,
+            "micro_batch": 8,
+            "grad_accum": 1,
+            "mem_device_bytes": None,
+            "mem_host_bytes": None,
+            "eta_s": 10.0,
+            "steps_in_window": 1,
+            "step_series": [step],
+            "loss_series": [loss],
+            "lr_series": [0.001],
+        }
+    )
 
 
 class GridApp(App[None]):

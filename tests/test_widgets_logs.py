@@ -9,7 +9,7 @@ import pytest
 from rich.text import Text
 from textual.app import App, ComposeResult
 
-from trainer_core.protocol import parse_event
+from trainer_core.contract.protocol import parse_event
 from vega_tui.store import LogLine, RunStore
 from vega_tui.widgets.log_view import LogView, text_measure
 from vega_tui.widgets.logs import LogPane, measure_line
@@ -94,8 +94,10 @@ async def test_a_multi_line_message_takes_one_row_per_line() -> None:
 
 
 def log_events(messages: list[str], level: str = "info") -> list:
-    return [parse_event({"v": 1, "seq": i, "t": time.time(), "type": "log", "level": level, "message": message})
-            for i, message in enumerate(messages)]
+    return [
+        parse_event({"v": 1, "seq": i, "t": time.time(), "type": "log", "level": level, "message": message})
+        for i, message in enumerate(messages)
+    ]
 
 
 class PaneApp(App[None]):

@@ -7,8 +7,9 @@ Temp names start with "." and end with ".<pid>.tmp" so they never match what the
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import BinaryIO, Callable, TypeVar
+from typing import BinaryIO, TypeVar
 
 T = TypeVar("T")
 TEMP_PREFIX = "."

@@ -15,17 +15,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-
-from trainer_core import rundir
+from trainer_core.contract import rundir
+from trainer_core.contract.errors import DataError, DeviceError, VegaError
+from trainer_core.contract.profile import Profile
+from trainer_core.contract.profile_loader import find_profile, load_profile
+from trainer_core.contract.resources import DeviceChoice, GpuInfo, MachineResources, probe, select_device
 from trainer_core.data.scan import DataReport, estimate_preload_bytes, scan_data
 from trainer_core.data.scan_cache import scan_cache_folder
 from trainer_core.data.validation_split import ValidationPlan, capped_away, held_out_count, plan_validation
-from trainer_core.engine.distributed import SINGLE, World, launch_notes
-from trainer_core.engine.warmup import fitted_warmup, warmup_note
-from trainer_core.errors import DataError, DeviceError, VegaError
-from trainer_core.profile import Profile
-from trainer_core.profile_loader import find_profile, load_profile
-from trainer_core.resources import DeviceChoice, GpuInfo, MachineResources, probe, select_device
+from trainer_core.warmup import fitted_warmup, warmup_note
+from trainer_core.world import SINGLE, World, launch_notes
 
 # Preload into RAM only when the estimate leaves this share of available memory free.
 RAM_MARGIN = 0.5
@@ -107,11 +106,18 @@ class TrainPlan:
 
     def _distributed_dict(self) -> dict[str, Any] | None:
         if self.launch is not None:
-            return {"nproc_per_node": self.launch.nproc, "device_kind": self.launch.device_kind,
-                    "requested": self.launch.requested}
+            return {
+                "nproc_per_node": self.launch.nproc,
+                "device_kind": self.launch.device_kind,
+                "requested": self.launch.requested,
+            }
         if self.world.active:
-            return {"rank": self.world.rank, "world_size": self.world.world_size,
-                    "local_rank": self.world.local_rank, "local_world_size": self.world.local_world_size}
+            return {
+                "rank": self.world.rank,
+                "world_size": self.world.world_size,
+                "local_rank": self.world.local_rank,
+                "local_world_size": self.world.local_world_size,
+            }
         return None
 
 
@@ -172,8 +178,14 @@ def plan_warmup(profile: Profile, steps_per_epoch: int) -> tuple[int | None, str
     if t.max_steps is not None:
         return t.warmup_steps, None
     if t.target_hours:
-        note = (f"train.warmup_steps ({t.warmup_steps}) is shortened to 10% of the steps the time budget plans "
-                "if it would take more than half of them (known after calibration)") if t.warmup_steps else None
+        note = (
+            (
+                f"train.warmup_steps ({t.warmup_steps}) is shortened to 10% of the steps the time budget plans "
+                "if it would take more than half of them (known after calibration)"
+            )
+            if t.warmup_steps
+            else None
+        )
         return None, note
     planned = t.epochs * steps_per_epoch
     warmup = fitted_warmup(t.warmup_steps, planned)
@@ -232,11 +244,15 @@ def plan_launch(profile: Profile, requested: int, resources: MachineResources) -
             + (" or --mode mixed" if have else ", or --mode cpu / mixed to train on the CPU")
         )
     if have:
-        note = (f"compute mode mixed: {requested} processes asked for but {have} usable CUDA GPU(s): "
-                f"training with {have} process(es), one per GPU")
+        note = (
+            f"compute mode mixed: {requested} processes asked for but {have} usable CUDA GPU(s): "
+            f"training with {have} process(es), one per GPU"
+        )
         return LaunchPlan(requested, have, "cuda", (note,))
-    note = (f"compute mode mixed: no usable CUDA GPU ({resources.accelerator_note}): "
-            f"the {requested} processes train on the CPU (gloo)")
+    note = (
+        f"compute mode mixed: no usable CUDA GPU ({resources.accelerator_note}): "
+        f"the {requested} processes train on the CPU (gloo)"
+    )
     return LaunchPlan(requested, requested, "cpu", (note,))
 
 
@@ -256,8 +272,10 @@ def select_rank_device(profile: Profile, world: World, resources: MachineResourc
             f"compute mode gpu: {world.local_world_size} processes on this node need as many CUDA GPUs, "
             f"found {len(gpus)} ({resources.accelerator_note}); start fewer processes per node"
         )
-    reason = (f"compute mode mixed: {world.local_world_size} processes on this node but {len(gpus)} usable CUDA "
-              f"GPU(s): every rank trains on the CPU (gloo); {who}")
+    reason = (
+        f"compute mode mixed: {world.local_world_size} processes on this node but {len(gpus)} usable CUDA "
+        f"GPU(s): every rank trains on the CPU (gloo); {who}"
+    )
     return DeviceChoice(mode=mode, device="cpu", kind="cpu", reason=reason, fallback=True, warnings=[reason])
 
 
@@ -336,8 +354,10 @@ def validation_text(v: ValidationPlan) -> str:
     """One line: items, those the cap left out, and the estimated share of wall time."""
     capped = f" ({v.capped} more capped away by data.val_max_items = {v.max_items})" if v.capped else ""
     when = f"every {v.every_steps} steps" if v.every_steps else "each epoch"
-    return (f"{v.items} items{capped}, {when}: ~{v.share:.1%} of wall time validating "
-            "(estimate: a validation item costs ~1/3 of a training item)")
+    return (
+        f"{v.items} items{capped}, {when}: ~{v.share:.1%} of wall time validating "
+        "(estimate: a validation item costs ~1/3 of a training item)"
+    )
 
 
 def render_plan(plan: TrainPlan) -> None:
@@ -362,8 +382,11 @@ def render_plan(plan: TrainPlan) -> None:
         length = f"time budget {s['target_hours']} h (epochs planned after calibration)"
     warmup = s["warmup_effective"]
     warmup_text = f"warmup {warmup}" if warmup is not None else f"warmup {s['warmup_steps']} (fitted at calibration)"
-    table.add_row("schedule", f"batch {s['batch_size']} x accum {s['grad_accum']}, ~{s['steps_per_epoch']} steps/epoch, "
-                  f"{length}, {warmup_text}")
+    table.add_row(
+        "schedule",
+        f"batch {s['batch_size']} x accum {s['grad_accum']}, ~{s['steps_per_epoch']} steps/epoch, "
+        f"{length}, {warmup_text}",
+    )
     if plan.validation is not None:
         table.add_row("validation", validation_text(plan.validation))
     table.add_row("run folder", d["run_dir"] + (f"  (resume {plan.resume})" if plan.resume else ""))

@@ -31,7 +31,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"vega-tui {__version__}")
     parser.add_argument("--runs-root", type=Path, metavar="DIR", help="folder holding run folders (default: ./runs)")
     parser.add_argument(
-        "--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
         help="profile override for runs started here (repeatable), as in trainer-core train --set",
     )
     sub = parser.add_subparsers(dest="command", metavar="{launch,attach,runs}")
@@ -51,7 +55,7 @@ def resolve_runs_root(given: Path | None) -> Path:
 
 def attach_target(run_dir: Path | None, runs_root: Path | None) -> Path:
     """The run folder to open: the one named (it must be a run folder) or the newest under the runs root."""
-    from trainer_core.rundir import EVENTS, is_run_dir
+    from trainer_core.contract.rundir import EVENTS, is_run_dir
     from vega_tui.runs import newest_run
 
     if run_dir is not None:

@@ -106,7 +106,7 @@ class VegaApp(App[None]):
                 yield command
 
     def _screen_commands(self, screen: Screen) -> Iterable[SystemCommand]:
-        for key, active in screen.active_bindings.items():
+        for _key, active in screen.active_bindings.items():
             binding = active.binding
             if not (binding.show and binding.description and active.enabled):
                 continue

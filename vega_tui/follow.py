@@ -1,6 +1,6 @@
 """Follow a run's events.jsonl from a background thread and hand over events in batches.
 
-`EventFollower` polls `trainer_core.eventlog.EventReader` (which reads only the bytes appended since the last
+`EventFollower` polls `trainer_core.contract.eventlog.EventReader` (which reads only the bytes appended since the last
 poll and keeps a partial last line until its newline arrives) and calls `on_batch(events, malformed_total,
 gaps_total)` with up to `max_batch` events at a time — never once per event. A big log that already exists is
 delivered in back-to-back batches; afterwards the thread sleeps `poll_interval` between polls. It knows no
@@ -29,8 +29,8 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from trainer_core.eventlog import EventReader, follow_from
-from trainer_core.protocol import Event
+from trainer_core.contract.eventlog import EventReader, follow_from
+from trainer_core.contract.protocol import Event
 from vega_tui.history_worker import RESULT, WORKER_ARGV, HistoryChild, HistoryFailed, HistoryRequest, HistoryResult
 from vega_tui.preview import DEFAULT_PLAN, Preview, PreviewPlan, read_preview, wants_preview
 from vega_tui.store import RunStore
@@ -186,8 +186,14 @@ class EventFollower:
         """The exact store of the lines before the preview's end, read by a child process; following goes on
         from there. None when stopped first, or when the child failed (`history_error` says why)."""
         assert self.make_store is not None and self.history_worker is not None
-        request = HistoryRequest(str(self.path), preview.end, preview.identity, self.make_store(),
-                                 self.reader.max_bytes_per_poll, self.poll_interval)
+        request = HistoryRequest(
+            str(self.path),
+            preview.end,
+            preview.identity,
+            self.make_store(),
+            self.reader.max_bytes_per_poll,
+            self.poll_interval,
+        )
         try:
             child = HistoryChild(request, tuple(self.history_worker))
         except (OSError, HistoryFailed) as exc:

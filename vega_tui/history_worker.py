@@ -12,11 +12,12 @@ Protocol (parent `HistoryChild` <-> child `main`), both ends in this module:
   reading, then one `HistoryResult` (the finished store and the reader's state at the stop offset).
 - stderr: a traceback or a one-line reason when it fails (exit status not 0).
 
-The child imports only trainer_core.eventlog/protocol and vega_tui.store: no textual, no torch.
+The child imports only trainer_core.contract.eventlog/protocol and vega_tui.store: no textual, no torch.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import select
@@ -31,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from trainer_core.eventlog import EventReader
+from trainer_core.contract.eventlog import EventReader
 from vega_tui.store import RunStore
 
 FRAME = struct.Struct("<cI")  # kind, payload length
@@ -95,8 +96,16 @@ def read_history(request: HistoryRequest, on_progress: Any) -> HistoryResult:
     if reader.offset != request.stop:
         raise HistoryFailed(f"{path} ends at byte {reader.offset}, before the {request.stop} bytes its preview saw")
     store.note_reader(reader.malformed, reader.gaps)
-    return HistoryResult(store, reader.offset, tuple(request.identity), reader.malformed, reader.gaps,
-                         reader.missing, reader.last_seq, reader.last_error)
+    return HistoryResult(
+        store,
+        reader.offset,
+        tuple(request.identity),
+        reader.malformed,
+        reader.gaps,
+        reader.missing,
+        reader.last_seq,
+        reader.last_error,
+    )
 
 
 def write_frame(out: BinaryIO, kind: bytes, payload: object) -> None:
@@ -138,9 +147,14 @@ class HistoryChild:
             data = pickle.dumps(request, protocol=pickle.HIGHEST_PROTOCOL)
         except Exception as exc:  # noqa: BLE001 - e.g. a store factory whose class a child cannot import
             raise HistoryFailed(f"the history request cannot be sent to a worker: {exc}") from exc
-        self._errors = tempfile.TemporaryFile()  # a file, not a pipe: a long traceback cannot block the child
+        # A file, not a pipe: a long traceback cannot block the child; closed with the worker.
+        self._errors = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the worker
         self.process = subprocess.Popen(
-            list(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._errors, close_fds=True,
+            list(argv),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._errors,
+            close_fds=True,
         )
         self.pid = self.process.pid
         self._buffer = bytearray()
@@ -204,19 +218,15 @@ class HistoryChild:
             except OSError:
                 pass
         self.kill()
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             self.process.wait(5)
-        except subprocess.TimeoutExpired:
-            pass
         self._errors.close()
 
     def kill(self) -> None:
         """SIGKILL unless it has already been reaped (safe from another thread)."""
         if self.process.returncode is None:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(self.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
 
 
 if __name__ == "__main__":

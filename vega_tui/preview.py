@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
-from trainer_core.eventlog import parse_lines
-from trainer_core.protocol import Event
+from trainer_core.contract.eventlog import parse_lines
+from trainer_core.contract.protocol import Event
 
 # Event types taken from the sampled middle: series points. Others (pause, evaluate, best model) need
 # their neighbours to make sense and wait for the exact history.
@@ -67,7 +67,7 @@ def wants_preview(path: Path | str, plan: PreviewPlan | None) -> bool:
 def read_preview(path: Path | str, plan: PreviewPlan = DEFAULT_PLAN) -> Preview | None:
     """Head, sampled middle and tail of the log at `path` (None when it cannot be opened)."""
     try:
-        handle = open(path, "rb")
+        handle = open(path, "rb")  # noqa: SIM115 - the `with` below owns it; only open() errors are caught here
     except OSError:
         return None
     with handle:

@@ -22,10 +22,10 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from trainer_core import rundir
-from trainer_core.control_client import ControlError, control_socket_path, send_command
-from trainer_core.errors import VegaError
-from trainer_core.protocol import COMMAND_NAMES, CommandReply
+from trainer_core.contract import rundir
+from trainer_core.contract.control_client import ControlError, control_socket_path, send_command
+from trainer_core.contract.errors import VegaError
+from trainer_core.contract.protocol import COMMAND_NAMES, CommandReply
 
 STDOUT_LOG = "stdout.log"
 # How long `send` waits for a live trainer's reply: long enough for a busy step, short enough for a UI.
@@ -70,8 +70,14 @@ def train_argv(
 ) -> list[str]:
     """The `trainer_core train` argument list (never a shell string); None/empty options are left out."""
     argv = trainer_command("train", "--profile", str(profile))
-    options = {"--run-dir": run_dir, "--data": data, "--mode": mode, "--voice-mode": voice_mode,
-               "--device": device, "--resume": resume}
+    options = {
+        "--run-dir": run_dir,
+        "--data": data,
+        "--mode": mode,
+        "--voice-mode": voice_mode,
+        "--device": device,
+        "--resume": resume,
+    }
     for flag, value in options.items():
         if value not in (None, ""):
             argv += [flag, str(value)]
@@ -108,8 +114,13 @@ class TrainerProcess:
         with open(folder / STDOUT_LOG, "ab") as out, open(folder / rundir.LOG, "ab") as err:
             try:
                 popen = subprocess.Popen(
-                    list(argv), stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                    start_new_session=True, close_fds=True, env=_trainer_env(),
+                    list(argv),
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=err,
+                    start_new_session=True,
+                    close_fds=True,
+                    env=_trainer_env(),
                 )
             except OSError as exc:
                 raise RunnerError(f"cannot start the trainer ({argv[0]}): {exc.strerror or exc}") from exc
@@ -210,7 +221,7 @@ def _newest_event(
     """The newest event of one of `types` between `stop_at` and `end`, reading backwards in windows of
     SCAN_WINDOW bytes (memory stays bounded however long the log) and searching each in C, not line by line."""
     try:
-        handle = open(path, "rb")
+        handle = open(path, "rb")  # noqa: SIM115 - the `with` below owns it; only open() errors are caught here
     except (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError):
         return None
     needles = [f'"{kind}"'.encode() for kind in types]
@@ -236,9 +247,7 @@ def _newest_event(
     return None
 
 
-def _newest_in(
-    data: bytes, lo: int, hi: int, needles: list[bytes], types: tuple[str, ...]
-) -> dict[str, Any] | None:
+def _newest_in(data: bytes, lo: int, hi: int, needles: list[bytes], types: tuple[str, ...]) -> dict[str, Any] | None:
     """The last line within data[lo:hi] that is an event of one of `types`: find a type name with rfind,
     then check that its line really is such an event (the name may also appear inside a message)."""
     while hi > lo:
@@ -308,7 +317,7 @@ def is_alive(run_dir: Path | str) -> bool:
 
 
 def run_status(run_dir: Path | str) -> str:
-    """"live", "finished", "stopped", "failed", "crashed" (died without a finished event) or "empty"."""
+    """ "live", "finished", "stopped", "failed", "crashed" (died without a finished event) or "empty"."""
     event = last_lifecycle_event(run_dir)
     if event is None:
         return "crashed" if _has_events(run_dir) else "empty"
@@ -391,7 +400,12 @@ def run_json(argv: Sequence[str], timeout: float = 120.0) -> dict[str, Any]:
     name = " ".join(argv[3:5]) if len(argv) > 3 and argv[1:3] == ["-m", "trainer_core"] else " ".join(argv[:2])
     try:
         done = subprocess.run(
-            list(argv), stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout, check=False,
+            list(argv),
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
         )
     except subprocess.TimeoutExpired:
         raise RunnerError(f"`{name}` did not finish within {timeout:g} s") from None
@@ -404,7 +418,7 @@ def run_json(argv: Sequence[str], timeout: float = 120.0) -> dict[str, Any]:
 
 def _failure_message(name: str, code: int, stderr: str) -> str:
     lines = [line for line in stderr.splitlines() if line.strip()]
-    errors = [line[len("error: "):] for line in lines if line.startswith("error: ")]
+    errors = [line[len("error: ") :] for line in lines if line.startswith("error: ")]
     if errors:
         return errors[-1]
     tail = " | ".join(lines[-3:]) if lines else "no output on stderr"

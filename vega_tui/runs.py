@@ -17,7 +17,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from trainer_core import rundir
+from trainer_core.contract import rundir
 from vega_tui.runner import run_status
 from vega_tui.store import Series
 
@@ -242,7 +242,7 @@ def loss_curve(run_dir: Path | str, max_points: int = 500) -> tuple[list[float],
     path = (Path(run_dir) / rundir.EVENTS).absolute()
     key = (path, max(4, max_points))
     try:
-        handle = open(path, "rb")
+        handle = open(path, "rb")  # noqa: SIM115 - the `with` below owns it; only open() errors are caught here
     except OSError:
         _curve_cache.pop(key, None)
         return [], []
@@ -286,7 +286,11 @@ def _add_step_line(series: Series, line: bytes) -> None:
     if not isinstance(event, dict) or event.get("type") != "step":
         return
     steps, losses = event.get("step_series") or [], event.get("loss_series") or []
-    pairs = zip(steps, losses) if steps and len(steps) == len(losses) else [(event.get("step"), event.get("loss"))]
+    pairs = (
+        zip(steps, losses, strict=True)
+        if steps and len(steps) == len(losses)
+        else [(event.get("step"), event.get("loss"))]
+    )
     for step, loss in pairs:
         if _number(step) is not None and _number(loss) is not None:
             series.append(step, loss)

@@ -1,6 +1,6 @@
 """Run state built from events: everything the run dashboard shows, in bounded memory.
 
-`RunStore.apply(events)` folds trainer events (trainer_core.protocol) into one `RunState`: status, progress,
+`RunStore.apply(events)` folds trainer events (trainer_core.contract.protocol) into one `RunState`: status, progress,
 chart series, markers, checkpoints, samples and a ring buffer of log lines. Memory stays bounded however long
 the run: every `Series` keeps at most `max_points` points by merging neighbours into min/max buckets (so a
 spike survives downsampling), logs are a fixed-size ring, markers, samples and checkpoints are capped.
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trainer_core.protocol import Event, UnknownEvent
+from trainer_core.contract.protocol import Event, UnknownEvent
 
 STATUSES = ("starting", "preloading", "training", "paused", "evaluating", "finished", "stopped", "failed", "crashed")
 # finished-event status -> dashboard status
@@ -447,7 +447,9 @@ class RunStore:
         if state.run_dir is None:
             state.run_dir = Path(e.run_dir)
             state.name = state.run_dir.name
-        self._log("info", "hello", f"trainer {e.trainer_version} pid {e.pid} on {e.host}; profile {e.profile_path}", e.t)
+        self._log(
+            "info", "hello", f"trainer {e.trainer_version} pid {e.pid} on {e.host}; profile {e.profile_path}", e.t
+        )
 
     def _on_resources(self, e: Any) -> None:
         self.state.resources = e.model_dump(exclude={"v", "seq", "type"})
@@ -479,8 +481,10 @@ class RunStore:
         state = self.state
         state.total_steps, state.planned_epochs = e.planned_steps, e.planned_epochs
         self._log(
-            "info", "calibration",
-            f"calibrated {e.samples_per_s:.1f} samples/s: {e.planned_epochs} epochs, {e.planned_steps} steps", e.t,
+            "info",
+            "calibration",
+            f"calibrated {e.samples_per_s:.1f} samples/s: {e.planned_epochs} epochs, {e.planned_steps} steps",
+            e.t,
         )
 
     # -- training progress ----------------------------------------------------------------------------------
@@ -513,13 +517,13 @@ class RunStore:
         series, step = self.state.series, e.step
         steps, losses = e.step_series, e.loss_series
         if steps and len(steps) == len(losses):
-            for x, y in zip(steps, losses):
+            for x, y in zip(steps, losses, strict=False):
                 self._append_loss(x, y)
         else:
             self._append_loss(step, e.loss)
         if steps and len(steps) == len(e.lr_series):
             lr = series["lr"]
-            for x, y in zip(steps, e.lr_series):
+            for x, y in zip(steps, e.lr_series, strict=False):
                 lr.append(x, y)
         else:
             series["lr"].append(step, e.lr)
@@ -567,8 +571,11 @@ class RunStore:
 
     def _on_profile_breakdown(self, e: Any) -> None:
         self.state.breakdown = {
-            "data": e.data_s, "transfer": e.transfer_s, "forward": e.forward_s,
-            "backward": e.backward_s, "optimizer": e.optimizer_s,
+            "data": e.data_s,
+            "transfer": e.transfer_s,
+            "forward": e.forward_s,
+            "backward": e.backward_s,
+            "optimizer": e.optimizer_s,
         }
 
     def _on_memory(self, e: Any) -> None:
@@ -620,7 +627,9 @@ class RunStore:
         else:  # the same step saved again (e.g. as best): refresh, no second marker
             row.path, row.bytes, row.t, row.epoch = e.path, e.bytes, e.t, e.epoch
             row.val_loss = _finite(e.val_loss) if e.val_loss is not None else row.val_loss
-        self._log("info", "checkpoint_saved", f"checkpoint saved at step {e.step}: {e.path} ({_fmt_bytes(e.bytes)})", e.t)
+        self._log(
+            "info", "checkpoint_saved", f"checkpoint saved at step {e.step}: {e.path} ({_fmt_bytes(e.bytes)})", e.t
+        )
 
     def _trim_checkpoints(self) -> None:
         rows = self.state.checkpoints

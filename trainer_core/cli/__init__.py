@@ -13,7 +13,7 @@ import sys
 import traceback
 
 from trainer_core import __version__
-from trainer_core.errors import VegaError
+from trainer_core.contract.errors import VegaError
 
 # Sub-command name -> module under trainer_core.cli that registers it.
 COMMANDS: dict[str, str] = {

@@ -35,9 +35,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--min-duration", type=float, default=0.3, metavar="S", help="shortest usable clip (s)")
     parser.add_argument("--max-duration", type=float, default=20.0, metavar="S", help="longest usable clip (s)")
     parser.add_argument("--workers", type=int, default=2, metavar="N", help="parallel file probes (default: 2)")
-    parser.add_argument("--cache-dir", type=Path, metavar="DIR",
-                        help="cache folder, as data.cache_dir (default: the user cache folder); unchanged files "
-                             "are not read again")
+    parser.add_argument(
+        "--cache-dir",
+        type=Path,
+        metavar="DIR",
+        help="cache folder, as data.cache_dir (default: the user cache folder); unchanged files are not read again",
+    )
     parser.add_argument("--no-cache", action="store_true", help="read every file, neither using nor writing the cache")
     parser.set_defaults(handler=run)
 
@@ -48,8 +51,9 @@ def run(args: argparse.Namespace) -> int:
     from trainer_core.data.scan_cache import scan_cache_folder
 
     cache = None if args.no_cache else scan_cache_folder(args.cache_dir)
-    report = scan_data(args.path, args.mode, args.min_duration, args.max_duration, workers=args.workers,
-                       cache_folder=cache)
+    report = scan_data(
+        args.path, args.mode, args.min_duration, args.max_duration, workers=args.workers, cache_folder=cache
+    )
     if args.json:
         print_json(report.to_dict(include_items=args.items))
     else:

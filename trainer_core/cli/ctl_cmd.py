@@ -13,9 +13,9 @@ import sys
 from pathlib import Path
 
 from trainer_core.cli.common import print_json
-from trainer_core.control_client import DEFAULT_TIMEOUT_S, ControlConnection
-from trainer_core.control_wait import DONE_EVENT, log_end, wait_until_done
-from trainer_core.protocol import COMMAND_NAMES, Event
+from trainer_core.cli.control_wait import DONE_EVENT, log_end, wait_until_done
+from trainer_core.contract.control_client import DEFAULT_TIMEOUT_S, ControlConnection
+from trainer_core.contract.protocol import COMMAND_NAMES, Event
 
 # A save of a big model or a validation of a capped set takes seconds to minutes; an hour means stuck.
 DEFAULT_WAIT_S = 3600.0
@@ -37,7 +37,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         help=f"seconds to wait for the reply (default {DEFAULT_TIMEOUT_S:g})",
     )
     parser.add_argument(
-        "--wait", type=positive_seconds, default=DEFAULT_WAIT_S, metavar="S", dest="wait",
+        "--wait",
+        type=positive_seconds,
+        default=DEFAULT_WAIT_S,
+        metavar="S",
+        dest="wait",
         help=f"save/evaluate: seconds to wait for the checkpoint / validation (default {DEFAULT_WAIT_S:g})",
     )
     parser.add_argument("--no-wait", action="store_true", help="save/evaluate: return once the command is queued")

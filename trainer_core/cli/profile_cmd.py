@@ -16,8 +16,8 @@ import argparse
 import sys
 
 from trainer_core.cli.common import add_set_option
-from trainer_core.errors import ProfileError
-from trainer_core.profile_loader import (
+from trainer_core.contract.errors import ProfileError
+from trainer_core.contract.profile_loader import (
     LoadedProfile,
     display_path,
     find_profile,

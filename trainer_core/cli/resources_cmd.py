@@ -11,8 +11,8 @@ import argparse
 from typing import Any
 
 from trainer_core.cli.common import print_json
-from trainer_core.errors import DeviceError
-from trainer_core.resources import (
+from trainer_core.contract.errors import DeviceError
+from trainer_core.contract.resources import (
     MODES,
     DeviceChoice,
     GpuInfo,

@@ -1,6 +1,6 @@
 """`trainer-core schema`: print the event protocol as JSON Schema (events, commands, replies).
 
-The document comes from `trainer_core.protocol.event_json_schema()`; its root validates one event line and
+The document comes from `trainer_core.contract.protocol.event_json_schema()`; its root validates one event line and
 `$defs` holds every model plus `Envelope`, `Command` and `CommandReply`. Torch-free.
 """
 
@@ -24,7 +24,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from trainer_core.protocol import event_json_schema
+    from trainer_core.contract.protocol import event_json_schema
 
     print_json(event_json_schema())
     return 0

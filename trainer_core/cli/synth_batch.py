@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trainer_core.atomic import atomic_write_text
-from trainer_core.errors import VegaError
+from trainer_core.contract.errors import VegaError
 
 if TYPE_CHECKING:
     from trainer_core.cli.synth_cmd import Synthesiser
@@ -30,7 +30,9 @@ def read_lines(path: Path) -> list[tuple[int, str]]:
     except FileNotFoundError:
         raise VegaError(f"--text-file {path}: no such file") from None
     except UnicodeDecodeError as exc:
-        raise VegaError(f"--text-file {path}: not UTF-8 text ({exc.reason} at byte {exc.start}); save it as UTF-8") from None
+        raise VegaError(
+            f"--text-file {path}: not UTF-8 text ({exc.reason} at byte {exc.start}); save it as UTF-8"
+        ) from None
     except OSError as exc:
         raise VegaError(f"--text-file {path}: cannot be read ({exc.strerror or exc})") from None
     lines = [(number, line.strip()) for number, line in enumerate(text.splitlines(), start=1) if line.strip()]

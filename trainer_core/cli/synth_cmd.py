@@ -21,12 +21,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trainer_core.cli.common import print_json
-from trainer_core.errors import VegaError
+from trainer_core.contract.errors import VegaError
 
 if TYPE_CHECKING:
+    from trainer_core.contract.profile import AudioSection, TtsSection
     from trainer_core.models.text_frontend import TextEncoder
     from trainer_core.models.tts import AcousticModel
-    from trainer_core.profile import AudioSection, TtsSection
 
 # Prefixes a wrapped model (DistributedDataParallel, torch.compile) adds to state dict names.
 WRAPPER_PREFIXES = ("module.", "_orig_mod.")
@@ -63,17 +63,31 @@ def register(sub: argparse._SubParsersAction) -> None:
     source.add_argument("--export", type=Path, metavar="DIR", help="an export folder (model.safetensors + config.json)")
     what = parser.add_mutually_exclusive_group(required=True)
     what.add_argument("--text", help="the text to say (with --out)")
-    what.add_argument("--text-file", type=Path, metavar="FILE",
-                      help="UTF-8 text, one sentence per line: each non-empty line becomes a wav (with --out-dir)")
+    what.add_argument(
+        "--text-file",
+        type=Path,
+        metavar="FILE",
+        help="UTF-8 text, one sentence per line: each non-empty line becomes a wav (with --out-dir)",
+    )
     parser.add_argument("--out", type=Path, metavar="FILE.wav", help="where to write the audio of --text")
-    parser.add_argument("--out-dir", type=Path, metavar="DIR",
-                        help="folder for --text-file: NNNN.wav per line (NNNN = the line number), index.json, index.csv")
     parser.add_argument(
-        "--length-scale", type=_positive_float, default=None, metavar="X",
+        "--out-dir",
+        type=Path,
+        metavar="DIR",
+        help="folder for --text-file: NNNN.wav per line (NNNN = the line number), index.json, index.csv",
+    )
+    parser.add_argument(
+        "--length-scale",
+        type=_positive_float,
+        default=None,
+        metavar="X",
         help="speaking-rate factor: above 1 is slower (default: the profile's tts.length_scale)",
     )
     parser.add_argument(
-        "--griffin-lim-iters", type=_positive_int, default=None, metavar="N",
+        "--griffin-lim-iters",
+        type=_positive_int,
+        default=None,
+        metavar="N",
         help="Griffin-Lim iterations (default: the profile's tts.griffin_lim_iters)",
     )
     parser.add_argument("--device", default="cpu", help="torch device to run the model on (default: cpu)")
@@ -101,7 +115,7 @@ def _strip_wrappers(state: dict[str, Any]) -> dict[str, Any]:
 
 
 def _profile_from_checkpoint(state: dict[str, Any], path: Path):
-    from trainer_core.profile_loader import load_profile_dict
+    from trainer_core.contract.profile_loader import load_profile_dict
 
     text = state.get("profile_toml") or ""
     try:
@@ -135,13 +149,13 @@ def load_from_checkpoint(path: Path, device: str = "cpu") -> Synthesiser:
 
 def load_from_export(folder: Path, device: str = "cpu") -> Synthesiser:
     """Rebuild the model and text encoder from an export folder (safetensors weights + config.json)."""
+    from pydantic import ValidationError
+
+    from trainer_core.contract.profile import AudioSection, TtsSection
     from trainer_core.engine.checkpoint import check_model_compatible
     from trainer_core.engine.export import load_exported
     from trainer_core.models.text_frontend import TextEncoder
     from trainer_core.models.tts import AcousticModel, config_from_dict
-    from pydantic import ValidationError
-
-    from trainer_core.profile import AudioSection, TtsSection
 
     weights, document = load_exported(folder)
     config = document.get("model") or {}
@@ -162,7 +176,7 @@ def synthesise_to_wav(
     synth: Synthesiser, text: str, out: Path, length_scale: float | None = None, iters: int | None = None
 ) -> dict[str, Any]:
     """Speak `text` into `out`; return what was written."""
-    from trainer_core.vocoder import mel_to_audio, write_wav
+    from trainer_core.models.vocoder import mel_to_audio, write_wav
 
     ids = synth.encoder.encode(text)
     if not ids:
@@ -171,8 +185,13 @@ def synthesise_to_wav(
     wave = mel_to_audio(mel, synth.audio, iters or synth.tts.griffin_lim_iters)
     path = write_wav(out, wave, synth.audio.sample_rate)
     rate = synth.audio.sample_rate
-    return {"out": str(path), "seconds": len(wave) / rate, "sample_rate": rate, "frames": int(mel.shape[1]),
-            "symbols": len(ids)}
+    return {
+        "out": str(path),
+        "seconds": len(wave) / rate,
+        "sample_rate": rate,
+        "frames": int(mel.shape[1]),
+        "symbols": len(ids),
+    }
 
 
 def _check_outputs(args: argparse.Namespace) -> list[tuple[int, str]] | None:
@@ -200,8 +219,10 @@ def _speak_lines(synth: Synthesiser, lines: list[tuple[int, str]], args: argpars
         print_json({"out_dir": str(args.out_dir), "written": len(rows) - len(failed), "failed": failed})
     else:
         seconds = sum(row["seconds"] or 0.0 for row in rows)
-        print(f"wrote {len(rows) - len(failed)} wavs ({seconds:.1f} s of speech) and index.json/index.csv to "
-              f"{args.out_dir}")
+        print(
+            f"wrote {len(rows) - len(failed)} wavs ({seconds:.1f} s of speech) and index.json/index.csv to "
+            f"{args.out_dir}"
+        )
         for row in failed:
             print(f"  line {row['line']} not spoken: {row['error']}")
     return 1 if failed else 0

@@ -28,12 +28,16 @@ def register(sub) -> None:
     p.add_argument("--mode", choices=["gpu", "cpu", "mixed"], help="compute mode (overrides compute.mode)")
     p.add_argument("--voice-mode", choices=["voice", "text", "auto"], help="data mode (overrides data.mode)")
     p.add_argument("--device", help="explicit device: cuda:N, mps or cpu (overrides compute.device)")
-    p.add_argument("--resume", metavar="auto|PATH", help="resume: 'auto' (newest complete checkpoint of --run-dir) or a file")
+    p.add_argument(
+        "--resume", metavar="auto|PATH", help="resume: 'auto' (newest complete checkpoint of --run-dir) or a file"
+    )
     p.add_argument("--events", choices=["-"], help="'-' also prints events as JSON lines on stdout")
     p.add_argument("--dry-run", action="store_true", help="resolve profile, device and data, print the plan, stop")
     p.add_argument("--json", action="store_true", help="with --dry-run: print the plan as JSON")
     p.add_argument(
-        "--nproc-per-node", type=int, metavar="N",
+        "--nproc-per-node",
+        type=int,
+        metavar="N",
         help="data-parallel training with N processes on this machine (one per GPU, or CPU processes), "
         "started through torchrun",
     )
@@ -56,13 +60,17 @@ def flag_overrides(args: argparse.Namespace) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from trainer_core.engine.distributed import World
     from trainer_core.plan import make_plan, plan_launch, render_plan
+    from trainer_core.world import World
 
     world = World.from_env()
     overrides = [*args.overrides, *flag_overrides(args)]
     plan = make_plan(
-        args.profile, overrides, run_dir=args.run_dir, resume=args.resume, use_machine_file=not args.no_machine_file,
+        args.profile,
+        overrides,
+        run_dir=args.run_dir,
+        resume=args.resume,
+        use_machine_file=not args.no_machine_file,
         world=world,
     )
     if args.nproc_per_node is not None and not world.active:
@@ -86,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _relaunch_under_torchrun(args: argparse.Namespace, plan) -> None:
     """Become torchrun with the planned number of processes; the run folder is fixed here for every rank."""
-    from trainer_core.engine.distributed import relaunch
+    from trainer_core.world import relaunch
 
     cli_args = sys.argv[1:]
     if args.run_dir is None:

@@ -17,7 +17,7 @@ import numpy as np
 import soundfile as sf
 import soxr
 
-from trainer_core.errors import VegaError
+from trainer_core.contract.errors import VegaError
 
 TRIM_FRAME_LENGTH = 2048
 TRIM_HOP_LENGTH = 512

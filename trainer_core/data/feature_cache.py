@@ -37,8 +37,8 @@ from typing import Any, BinaryIO
 import numpy as np
 import torch
 
+from trainer_core.contract.profile import AudioSection
 from trainer_core.data.cache_location import cache_folder, corpus_digest
-from trainer_core.profile import AudioSection
 
 log = logging.getLogger("trainer_core")
 

@@ -28,7 +28,7 @@ from typing import Literal
 import numpy as np
 import torch
 
-from trainer_core.profile import AudioSection
+from trainer_core.contract.profile import AudioSection
 
 Precision = Literal["float32", "float64"]
 # Neighbouring mel filters multiplied together: fewer, larger matmuls against a little wasted band.
@@ -60,7 +60,7 @@ class MelExtractor:
         self, audio_cfg: AudioSection, device: torch.device | str = "cpu", precision: Precision = "float32"
     ) -> None:
         if precision not in ("float32", "float64"):
-            raise ValueError(f"precision must be \"float32\" or \"float64\", got {precision!r}")
+            raise ValueError(f'precision must be "float32" or "float64", got {precision!r}')
         self.audio = audio_cfg
         self.device = torch.device(device)
         self.n_fft = audio_cfg.n_fft

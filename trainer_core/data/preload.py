@@ -24,19 +24,19 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from functools import partial
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
 import torch
 
+from trainer_core.contract.errors import DataError
+from trainer_core.contract.profile import AudioSection, Profile
 from trainer_core.data.audio import AudioDecodeError, load_audio
 from trainer_core.data.feature_cache import FeatureCache, feature_params
 from trainer_core.data.mel import MelExtractor
 from trainer_core.data.scan_report import DataReport, VoiceItem
-from trainer_core.errors import DataError
-from trainer_core.profile import AudioSection, Profile
 
 PreloadWhere = Literal["ram", "disk"]
 ProgressCallback = Callable[[dict[str, Any]], None]
@@ -235,23 +235,30 @@ def features_of(item: VoiceItem, audio: AudioSection, extractor: MelExtractor) -
 
 
 def _compute_misses(
-    items: list[VoiceItem], misses: list[int], profile: Profile, extractor: MelExtractor, cache: FeatureCache,
-    slots: _Slots, reporter: ProgressReporter,
+    items: list[VoiceItem],
+    misses: list[int],
+    profile: Profile,
+    extractor: MelExtractor,
+    cache: FeatureCache,
+    slots: _Slots,
+    reporter: ProgressReporter,
 ) -> None:
     """Whole-file workers compute the misses, longest first; the features are queued for the cache."""
     workers = max(1, profile.data.num_workers)
     order = sorted(misses, key=lambda i: -items[i].duration_s)
     compute = partial(features_of, audio=profile.audio, extractor=extractor)
-    with intra_op_threads(torch_threads_for(workers, extractor.device)):
-        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="vega-preload") as pool:
-            for index, result in zip(order, pool.map(compute, (items[i] for i in order)), strict=True):
-                if isinstance(result, str):
-                    slots.skipped[index] = result
-                    reporter.advance("decode")
-                    continue
-                cache.put(items[index].path, result)
-                slots.keep(index, result)
-                reporter.advance("decode", 1, result.numel() * 4)
+    with (
+        intra_op_threads(torch_threads_for(workers, extractor.device)),
+        ThreadPoolExecutor(max_workers=workers, thread_name_prefix="vega-preload") as pool,
+    ):
+        for index, result in zip(order, pool.map(compute, (items[i] for i in order)), strict=True):
+            if isinstance(result, str):
+                slots.skipped[index] = result
+                reporter.advance("decode")
+                continue
+            cache.put(items[index].path, result)
+            slots.keep(index, result)
+            reporter.advance("decode", 1, result.numel() * 4)
 
 
 def _write_cache(cache: FeatureCache, where: PreloadWhere) -> None:
@@ -259,7 +266,7 @@ def _write_cache(cache: FeatureCache, where: PreloadWhere) -> None:
     if not cache.flush() and where == "disk":
         raise DataError(
             f"cannot write the feature cache in {cache.entries_dir}: streaming from disk needs a writable "
-            "cache; set data.cache_dir to a writable folder, or data.preload = \"ram\""
+            'cache; set data.cache_dir to a writable folder, or data.preload = "ram"'
         )
 
 
@@ -297,7 +304,7 @@ def preload_voice(
 ) -> VoiceFeatures:
     """Features of every usable recording in `report`, cached on disk and kept in RAM or streamed from disk."""
     if where not in ("ram", "disk"):
-        raise ValueError(f"where must be \"ram\" or \"disk\", got {where!r}")
+        raise ValueError(f'where must be "ram" or "disk", got {where!r}')
     started = time.perf_counter()
     items = voice_items(report)
     cache = FeatureCache(profile.data.cache_dir, feature_params(profile.audio), report.path)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
+from trainer_core.contract.errors import DataError
 from trainer_core.data.audio_probe import (
     AudioProbe,
     DurationLimits,
@@ -24,6 +25,7 @@ from trainer_core.data.audio_probe import (
     supported_suffixes,
     unsupported_problem,
 )
+from trainer_core.data.scan_cache import ScanCache
 from trainer_core.data.scan_report import (
     PROBLEM_LABELS,
     DataReport,
@@ -33,7 +35,6 @@ from trainer_core.data.scan_report import (
     VoiceItem,
     VoiceSummary,
 )
-from trainer_core.data.scan_cache import ScanCache
 from trainer_core.data.text_probe import TEXT_SUFFIXES, TextProbe, probe_text
 from trainer_core.data.transcripts import (
     METADATA_NAME,
@@ -42,7 +43,6 @@ from trainer_core.data.transcripts import (
     parse_metadata,
     sidecar_paths,
 )
-from trainer_core.errors import DataError
 
 MODES = ("auto", "voice", "text")
 NO_EXTENSION = "(no extension)"
@@ -171,7 +171,7 @@ def _select_items(
     items: list[VoiceItem] = []
     problems: list[Problem] = []
     first_by_source: dict[str, Path] = {}
-    for probe, transcript in zip(probes, transcripts):
+    for probe, transcript in zip(probes, transcripts, strict=True):
         if probe.problem is not None:
             problems.append(probe.problem)
             continue
@@ -247,7 +247,7 @@ def _probe_all(
         cache.record(path, entry[1], probe.facts)
         return probe
 
-    for (index, _), probe in zip(missing, _parallel_map(read, missing, workers)):
+    for (index, _), probe in zip(missing, _parallel_map(read, missing, workers), strict=True):
         probes[index] = probe
     cache.save()
     return [probe for probe in probes if probe is not None]
@@ -263,7 +263,7 @@ def scan_voice(
     index = _transcript_index(inventory)
     transcripts = [index.lookup(audio) for audio in inventory.audio]
     cache = ScanCache(cache_folder, inventory.root) if cache_folder is not None and inventory.audio else None
-    probes = _probe_all(list(zip(inventory.audio, transcripts)), limits, workers, cache)
+    probes = _probe_all(list(zip(inventory.audio, transcripts, strict=True)), limits, workers, cache)
     items, file_problems = _select_items(probes, transcripts)
     problems = (
         index.table_problems()

@@ -81,8 +81,11 @@ class ScanCache:
         self._load()
 
     def _key_fields(self) -> dict[str, Any]:
-        return {"format_version": SCAN_CACHE_VERSION, "libsndfile": sf.__libsndfile_version__,
-                "root": os.path.abspath(self.root)}
+        return {
+            "format_version": SCAN_CACHE_VERSION,
+            "libsndfile": sf.__libsndfile_version__,
+            "root": os.path.abspath(self.root),
+        }
 
     def _load(self) -> None:
         try:
@@ -106,7 +109,7 @@ class ScanCache:
     def _key(self, path: Path) -> str:
         """The path inside the data folder (scanned paths all start with it), else the absolute path."""
         text = str(path)
-        return text[len(self._prefix):] if text.startswith(self._prefix) else os.path.abspath(text)
+        return text[len(self._prefix) :] if text.startswith(self._prefix) else os.path.abspath(text)
 
     def lookup(self, path: Path) -> tuple[tuple[int, int] | None, AudioFacts | None]:
         """(size and mtime_ns now, facts stored for exactly that size and mtime or None); stat before reading."""
@@ -133,8 +136,9 @@ class ScanCache:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             atomic_write_text(self.path, json.dumps({**self._key_fields(), "files": self._rows}, separators=(",", ":")))
         except OSError as exc:
-            log.warning("the data-scan cache %s cannot be written (%s): the next scan reads every file again",
-                        self.path, exc)
+            log.warning(
+                "the data-scan cache %s cannot be written (%s): the next scan reads every file again", self.path, exc
+            )
             return False
         self._stored = dict(self._rows)
         return True

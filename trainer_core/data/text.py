@@ -39,7 +39,7 @@ from pathlib import Path
 
 import torch
 
-from trainer_core.errors import DataError
+from trainer_core.contract.errors import DataError
 
 # Between documents in the training stream: a paragraph break, so samples never learn a control byte.
 SEPARATOR = b"\n\n"
@@ -78,7 +78,7 @@ class ReadStats:
             )
         if self.jsonl_bad_lines:
             out.append(
-                f"{self.jsonl_bad_lines} .jsonl line(s) are not JSON objects with a \"text\" string and were skipped"
+                f'{self.jsonl_bad_lines} .jsonl line(s) are not JSON objects with a "text" string and were skipped'
             )
         return out
 
@@ -131,7 +131,9 @@ def read_documents(path: Path, root: Path, stats: ReadStats) -> list[Document]:
     try:
         raw = path.read_bytes()
     except OSError as exc:
-        raise DataError(f"cannot read text file {path}: {exc.strerror or exc}; fix its permissions or remove it") from exc
+        raise DataError(
+            f"cannot read text file {path}: {exc.strerror or exc}; fix its permissions or remove it"
+        ) from exc
     key = relative_key(path, root)
     if path.suffix.lower() == ".jsonl":
         docs, utf8 = _read_jsonl(raw, key, stats)
@@ -216,7 +218,13 @@ class TextCorpus:
     """Training and validation byte streams with deterministic, resumable epoch orders."""
 
     def __init__(
-        self, train: torch.Tensor, val: torch.Tensor, context_bytes: int, seed: int, stats: ReadStats, root: Path,
+        self,
+        train: torch.Tensor,
+        val: torch.Tensor,
+        context_bytes: int,
+        seed: int,
+        stats: ReadStats,
+        root: Path,
         val_max_items: int = 0,
     ) -> None:
         self.val_max_items = val_max_items
@@ -233,7 +241,12 @@ class TextCorpus:
 
     @classmethod
     def from_files(
-        cls, files: Sequence[Path], root: Path, context_bytes: int, val_fraction: float, seed: int,
+        cls,
+        files: Sequence[Path],
+        root: Path,
+        context_bytes: int,
+        val_fraction: float,
+        seed: int,
         val_max_items: int = 0,
     ) -> TextCorpus:
         """Read, split and pack `files` (paths under `root`, the data folder)."""

@@ -100,7 +100,7 @@ def parse_metadata(path: Path, audio_suffixes: frozenset[str]) -> MetadataTable:
         table.problems.append(Problem(path, f"cannot read: {exc.strerror or exc}", "metadata_row"))
         return table
     if data.startswith(UTF8_BOM):
-        data = data[len(UTF8_BOM):]
+        data = data[len(UTF8_BOM) :]
     for line_no, raw in enumerate(data.split(b"\n"), start=1):
         raw = raw.rstrip(b"\r")
         if not raw.strip():
@@ -117,7 +117,7 @@ def read_sidecar(path: Path) -> str:
     """Read a `.txt`/`.lab` transcript; stray bytes are replaced rather than failing the file."""
     data = path.read_bytes()
     if data.startswith(UTF8_BOM):
-        data = data[len(UTF8_BOM):]
+        data = data[len(UTF8_BOM) :]
     return clean_text(data.decode("utf-8", errors="replace"))
 
 

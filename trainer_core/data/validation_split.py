@@ -56,8 +56,11 @@ class ValidationPlan:
 
     def to_dict(self) -> dict[str, object]:
         return {
-            "items": self.items, "capped": self.capped, "max_items": self.max_items,
-            "every_steps": self.every_steps, "interval_items": self.interval_items,
+            "items": self.items,
+            "capped": self.capped,
+            "max_items": self.max_items,
+            "every_steps": self.every_steps,
+            "interval_items": self.interval_items,
             "estimated_share": self.share,
             "estimate": "forward-only validation item ~ 1/3 of a training item; samples not counted",
         }

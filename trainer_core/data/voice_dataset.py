@@ -34,9 +34,9 @@ from typing import Any
 
 import torch
 
+from trainer_core.contract.errors import DataError
 from trainer_core.data.preload import VoiceFeatures
 from trainer_core.data.validation_split import capped_away, held_out_count
-from trainer_core.errors import DataError
 
 Batch = dict[str, torch.Tensor]
 TEXT_PAD_ID = 0

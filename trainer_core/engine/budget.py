@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 # Steps skipped before measuring: the first ones pay for allocator warm-up and lazy init.
 WARMUP_STEPS = 2

@@ -48,7 +48,7 @@ import torch
 from torch import nn
 
 from trainer_core.atomic import TEMP_PREFIX, TEMP_SUFFIX, atomic_write, atomic_write_text
-from trainer_core.errors import VegaError
+from trainer_core.contract.errors import VegaError
 
 CHECKPOINT_FORMAT = "vega-checkpoint"
 CHECKPOINT_VERSION = 1
@@ -162,7 +162,9 @@ class _PartialWriteHook:
         self._file.flush()  # make the partial bytes visible on disk, as a real interrupted write would
         self.written += half
         if self._fail_enospc:
-            raise OSError(errno.ENOSPC, "No space left on device (injected by " + FAULT_ENOSPC_ENV + ")", str(self._target))
+            raise OSError(
+                errno.ENOSPC, "No space left on device (injected by " + FAULT_ENOSPC_ENV + ")", str(self._target)
+            )
         time.sleep(self._hold_s)
         self._file.write(view[half:])
         self.written += len(view) - half
@@ -258,7 +260,7 @@ def _read_checkpoint(path: Path) -> dict[str, Any]:
     except Exception as exc:  # torch raises many types for damaged files; all mean "unusable"
         raise _describe_load_failure(exc) from exc
     if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
-        raise _Unreadable(f"not a Vega checkpoint (no \"format\": \"{CHECKPOINT_FORMAT}\" entry)")
+        raise _Unreadable(f'not a Vega checkpoint (no "format": "{CHECKPOINT_FORMAT}" entry)')
     version = state.get("version")
     if not isinstance(version, int) or version > CHECKPOINT_VERSION or version < 1:
         raise _Unreadable(
@@ -327,9 +329,7 @@ def _model_mismatches(expected: dict[str, Any], saved: dict[str, Any]) -> list[s
         elif not isinstance(saved[name], torch.Tensor):
             problems.append(f"{name}: checkpoint holds a {type(saved[name]).__name__}, not a tensor")
         elif saved[name].shape != tensor.shape:
-            problems.append(
-                f"{name}: checkpoint {_shape_text(saved[name].shape)} vs model {_shape_text(tensor.shape)}"
-            )
+            problems.append(f"{name}: checkpoint {_shape_text(saved[name].shape)} vs model {_shape_text(tensor.shape)}")
     problems.extend(f"unexpected in checkpoint: {name}" for name in saved if name not in expected)
     return problems
 
@@ -337,7 +337,7 @@ def _model_mismatches(expected: dict[str, Any], saved: dict[str, Any]) -> list[s
 def check_model_compatible(model: nn.Module, model_state: dict[str, Any]) -> None:
     """Refuse a model state_dict that does not fit `model` (names or shapes), naming the differences."""
     if not isinstance(model_state, dict):
-        raise CheckpointError("the checkpoint has no model weights (its \"model\" entry is not a state dict)")
+        raise CheckpointError('the checkpoint has no model weights (its "model" entry is not a state dict)')
     problems = _model_mismatches(model.state_dict(), model_state)
     if not problems:
         return
@@ -419,8 +419,7 @@ class CheckpointManager:
             raise CheckpointError(self._write_failure_message(target, exc, previous)) from exc
         except Exception as exc:  # pickling errors and the like: the state holds something torch.save cannot write
             raise CheckpointError(
-                f"could not write checkpoint {target}: {type(exc).__name__}: {exc}; "
-                f"{_previous_note(previous)}"
+                f"could not write checkpoint {target}: {type(exc).__name__}: {exc}; {_previous_note(previous)}"
             ) from exc
 
     def _write_failure_message(self, target: Path, exc: OSError, previous: Path | None) -> str:

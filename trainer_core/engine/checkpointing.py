@@ -23,14 +23,14 @@ from trainer_core.engine.rng import capture_rng_state, restore_rng_state
 from trainer_core.engine.schedule import set_total_steps
 
 if TYPE_CHECKING:
+    from trainer_core.contract.profile import Profile
     from trainer_core.engine.budget import TimeBudget
     from trainer_core.engine.checkpoint import CheckpointManager
-    from trainer_core.engine.distributed import World
     from trainer_core.engine.events import EventHub
     from trainer_core.engine.faults import FaultInjector
     from trainer_core.engine.loop_state import LoopState
     from trainer_core.engine.precision import NonfiniteTracker, PrecisionPolicy
-    from trainer_core.profile import Profile
+    from trainer_core.world import World
 
 log = logging.getLogger("trainer_core")
 
@@ -68,12 +68,20 @@ class CheckpointMixin:
         if self.world.active:
             extra.update(world_size=self.world.world_size, rank_rng=rank_rng)
         return new_checkpoint_state(
-            model=self.module.state_dict(), step=s.step, epoch=s.epoch, rng=capture_rng_state(),
-            optimizer=self.optimizer.state_dict(), scheduler=self.scheduler.state_dict(),
+            model=self.module.state_dict(),
+            step=s.step,
+            epoch=s.epoch,
+            rng=capture_rng_state(),
+            optimizer=self.optimizer.state_dict(),
+            scheduler=self.scheduler.state_dict(),
             scaler=scaler.state_dict() if scaler.is_enabled() else None,
-            data_position={"epoch": s.epoch, "item": s.item}, profile_toml=self.profile_toml,
-            precision=self.precision.name, micro_batch=s.micro_batch, grad_accum=s.grad_accum,
-            val_loss=self.last_val_loss, extra=extra,
+            data_position={"epoch": s.epoch, "item": s.item},
+            profile_toml=self.profile_toml,
+            precision=self.precision.name,
+            micro_batch=s.micro_batch,
+            grad_accum=s.grad_accum,
+            val_loss=self.last_val_loss,
+            extra=extra,
         )
 
     def save_checkpoint(self, is_best: bool = False) -> Path | None:
@@ -88,7 +96,10 @@ class CheckpointMixin:
             return None  # ranks other than 0 write nothing
         try:
             saved = self.checkpoints.save(
-                self.checkpoint_state(rank_rng), self.state.step, val_loss=self.last_val_loss, is_best=is_best,
+                self.checkpoint_state(rank_rng),
+                self.state.step,
+                val_loss=self.last_val_loss,
+                is_best=is_best,
                 hold_s=self.faults.checkpoint_hold_s(self._saves),
             )
         except CheckpointError as exc:
@@ -97,8 +108,13 @@ class CheckpointMixin:
         if self.budget is not None:
             self.budget.note_end_cost("checkpoint", saved.seconds)
         self.events.emit(
-            "checkpoint_saved", step=self.state.step, epoch=self.state.epoch, path=str(saved.path),
-            bytes=saved.bytes, val_loss=self.last_val_loss, seconds=saved.seconds,
+            "checkpoint_saved",
+            step=self.state.step,
+            epoch=self.state.epoch,
+            path=str(saved.path),
+            bytes=saved.bytes,
+            val_loss=self.last_val_loss,
+            seconds=saved.seconds,
         )
         for warning in saved.warnings:
             self.events.warn(warning, code="checkpoint_prune")
@@ -126,7 +142,9 @@ class CheckpointMixin:
         if self.world.active:
             self._restore_rank_streams(extra)
         return {
-            "step": self.state.step, "epoch": self.state.epoch, "item": self.state.item,
+            "step": self.state.step,
+            "epoch": self.state.epoch,
+            "item": self.state.item,
             "lr": self.optimizer.param_groups[0]["lr"],
             "loss_scale": self.precision.scaler.get_scale() if self.precision.scaler.is_enabled() else None,
         }
@@ -137,8 +155,11 @@ class CheckpointMixin:
         if saved_world != self.world.world_size:
             log.warning(
                 "the checkpoint was written by %d process(es), this run has %d: the effective batch changes "
-                "from %d to %d items per step", saved_world, self.world.world_size,
-                self.state.effective_batch * saved_world, self.state.effective_batch * self.world.world_size,
+                "from %d to %d items per step",
+                saved_world,
+                self.world.world_size,
+                self.state.effective_batch * saved_world,
+                self.state.effective_batch * self.world.world_size,
             )
         note = restore_rank_rng(extra.get("rank_rng"), self.world, self.device, self.profile.run.seed, self.state.step)
         if note:
@@ -150,7 +171,9 @@ class CheckpointMixin:
         while policy is not None and policy.name != saved:
             policy = policy.fallback()
         if policy is not None and policy.name != self.precision.name:
-            log.warning("continuing in %s: the checkpoint's run had fallen back from %s", policy.name, self.precision.name)
+            log.warning(
+                "continuing in %s: the checkpoint's run had fallen back from %s", policy.name, self.precision.name
+            )
             self.precision = policy
 
     def _reconcile_batch_with_profile(self) -> None:
@@ -159,7 +182,8 @@ class CheckpointMixin:
         if t.batch_size * t.grad_accum != s.effective_batch:
             log.warning(
                 "the effective batch changes from %d (checkpoint) to %d (train.batch_size x train.grad_accum)",
-                s.effective_batch, t.batch_size * t.grad_accum,
+                s.effective_batch,
+                t.batch_size * t.grad_accum,
             )
             s.micro_batch, s.grad_accum = t.batch_size, t.grad_accum
 
@@ -175,4 +199,3 @@ class CheckpointMixin:
             log.warning("the checkpoint is at step %d, already at or past the planned %d steps", s.step, s.total_steps)
         else:
             set_total_steps(self.scheduler, s.total_steps)
-

@@ -8,7 +8,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from trainer_core.protocol import Event
+from trainer_core.contract.protocol import Event
 
 
 class ConsoleProgress:

@@ -10,6 +10,7 @@ Torch-free.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import logging
@@ -23,13 +24,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from trainer_core.control_client import (
+from trainer_core.contract.control_client import (
     MAX_LINE_BYTES,
     ControlError,
     check_socket_path_length,
     control_socket_path,
 )
-from trainer_core.protocol import Command, CommandReply, ProtocolError, command_to_json, parse_command
+from trainer_core.contract.protocol import Command, CommandReply, ProtocolError, command_to_json, parse_command
 
 log = logging.getLogger(__name__)
 
@@ -91,8 +92,7 @@ def answer_line(line: bytes, handler: CommandHandler) -> CommandReply | None:
         return error_reply("malformed request: not UTF-8 text; send one JSON object per line")
     except json.JSONDecodeError as exc:
         return error_reply(
-            f"malformed JSON ({exc.msg} at column {exc.colno}); send one JSON object per line, "
-            'e.g. {"cmd": "pause"}'
+            f'malformed JSON ({exc.msg} at column {exc.colno}); send one JSON object per line, e.g. {{"cmd": "pause"}}'
         )
     try:
         command = parse_command(request)
@@ -280,10 +280,8 @@ class ControlServer:
     def _wake(self) -> None:
         if self._wake_writer is None:
             return
-        try:
+        with contextlib.suppress(OSError):  # the thread is already gone or the pipe is full: it wakes up anyway
             self._wake_writer.send(b"x")
-        except OSError:
-            pass  # the thread is already gone or the pipe is full: it wakes up anyway
 
     # -- the serving thread ---------------------------------------------------------------------------------------
 
@@ -319,10 +317,8 @@ class ControlServer:
 
     def _drain_wake(self) -> None:
         assert self._wake_reader is not None
-        try:
+        with contextlib.suppress(BlockingIOError):
             self._wake_reader.recv(4096)
-        except BlockingIOError:
-            pass
 
     def _accept_all(self) -> None:
         """Accept every pending connection; refuse those from another user with an error reply."""
@@ -427,10 +423,8 @@ class ControlServer:
         client.closed = True
         self._clients.discard(client)
         if self._selector is not None:
-            try:
+            with contextlib.suppress(KeyError, ValueError):
                 self._selector.unregister(client.sock)
-            except (KeyError, ValueError):
-                pass
         client.sock.close()
 
     # -- shutting down --------------------------------------------------------------------------------------------

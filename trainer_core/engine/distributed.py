@@ -6,7 +6,8 @@ Two ways in, one engine:
 - `torchrun ... -m trainer_core train ...` (multi-node too) starts the ranks directly.
 Either way each rank finds RANK / WORLD_SIZE / LOCAL_RANK / LOCAL_WORLD_SIZE in its environment (`World.from_env`).
 
-Rules the engine keeps (docs/architecture.md, "Two processes"): rank 0 alone writes to the run folder (events, checkpoints, samples, exports,
+Rules the engine keeps (docs/architecture.md, "Two processes"): rank 0 alone writes to the run folder (events,
+checkpoints, samples, exports,
 session.json, report); the other ranks write only `trainer-rank<N>.log`. Every collective is entered by all ranks
 at the same point of the loop, so no rank ever waits for one that went elsewhere:
   - once per step boundary, `StepSync.exchange`: any rank's stop request, rank 0's commands and its
@@ -16,28 +17,22 @@ at the same point of the loop, so no rank ever waits for one that went elsewhere
     and at the end (`gather_digests`).
 Control tensors stay on the CPU (gloo) even when the model trains on CUDA with NCCL.
 
-Torch is imported inside the functions that need it: the launcher and the plan use `World` without it.
+`World` and the launcher are in `trainer_core.world` (torch-free); torch is imported inside the functions here.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
-import os
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any
 
-from trainer_core.errors import VegaError
+from trainer_core.world import DistributedError, World
 
 if TYPE_CHECKING:
     import torch
     from torch import nn
 
-NPROC_FLAG = "--nproc-per-node"
-# The parent of a --nproc-per-node launch hands its warnings (fewer ranks, CPU fallback) to rank 0 through this.
-LAUNCH_NOTES_ENV = "VEGA_LAUNCH_NOTES"
 # Commands a step boundary carries from rank 0 to every rank; "stop" travels as a flag of its own.
 COMMAND_CODES = {"pause": 1, "resume": 2, "save": 3, "evaluate": 4}
 COMMAND_NAMES = {code: name for name, code in COMMAND_CODES.items()}
@@ -46,129 +41,6 @@ MAX_COMMANDS = 8
 # stop, finished, total_steps, step seconds, data seconds, command count, then MAX_COMMANDS codes.
 _SYNC_FIELDS = 6
 _DIGEST_BYTES = 64
-
-
-class DistributedError(VegaError):
-    """The torchrun environment is inconsistent, or the ranks cannot agree."""
-
-
-def rank_log_name(rank: int) -> str:
-    """The only file a rank other than 0 writes in the run folder."""
-    return f"trainer-rank{rank}.log"
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Who am I
-
-
-def _env_int(environ: Mapping[str, str], name: str, default: int | None = None) -> int:
-    raw = environ.get(name)
-    if raw is None:
-        if default is None:
-            raise DistributedError(f"{name} is not set, but other torchrun variables are: start ranks with torchrun")
-        return default
-    try:
-        return int(raw)
-    except ValueError:
-        raise DistributedError(f"{name}={raw!r} is not a whole number; start the ranks with torchrun") from None
-
-
-@dataclass(frozen=True)
-class World:
-    """This process's place among the training processes; `active` means torchrun started it."""
-
-    rank: int = 0
-    world_size: int = 1
-    local_rank: int = 0
-    local_world_size: int = 1
-    active: bool = False
-
-    @property
-    def is_main(self) -> bool:
-        return self.rank == 0
-
-    @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> World:
-        """The world torchrun described in the environment, or a single process when it did not."""
-        env = os.environ if environ is None else environ
-        if "WORLD_SIZE" not in env and "RANK" not in env:
-            return SINGLE
-        world_size = _env_int(env, "WORLD_SIZE")
-        rank = _env_int(env, "RANK")
-        local_rank = _env_int(env, "LOCAL_RANK", rank)
-        local_world_size = _env_int(env, "LOCAL_WORLD_SIZE", world_size)
-        if not 0 <= rank < world_size or not 0 <= local_rank < local_world_size:
-            raise DistributedError(
-                f"inconsistent torchrun environment: RANK={rank}, WORLD_SIZE={world_size}, LOCAL_RANK={local_rank}, "
-                f"LOCAL_WORLD_SIZE={local_world_size}"
-            )
-        return cls(rank, world_size, local_rank, local_world_size, active=True)
-
-    def describe(self) -> str:
-        return f"rank {self.rank} of {self.world_size} (local rank {self.local_rank} of {self.local_world_size})"
-
-
-SINGLE = World()
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Launching: trainer-core train --nproc-per-node N
-
-
-def _is_nproc_flag(token: str) -> bool:
-    """`--nproc-per-node`, `--nproc-per-node=2` and the prefixes argparse accepts for it (`--nproc 2`)."""
-    name = token.split("=", 1)[0]
-    return len(name) >= 4 and name.startswith("--np") and NPROC_FLAG.startswith(name)
-
-
-def without_nproc(cli_args: Sequence[str]) -> list[str]:
-    """The command-line arguments with `--nproc-per-node N` (in any spelling argparse takes) removed."""
-    out: list[str] = []
-    skip_value = False
-    for token in cli_args:
-        if skip_value:
-            skip_value = False
-        elif token == "--":
-            out.append(token)
-        elif _is_nproc_flag(token):
-            skip_value = "=" not in token
-        else:
-            out.append(token)
-    return out
-
-
-def launch_argv(nproc: int, cli_args: Sequence[str], python: str | None = None) -> list[str]:
-    """The torchrun command line (an argument list) that runs `trainer_core <cli_args>` on `nproc` local ranks."""
-    return [
-        python or sys.executable, "-m", "torch.distributed.run", "--standalone", NPROC_FLAG, str(nproc),
-        "-m", "trainer_core", *without_nproc(cli_args),
-    ]
-
-
-def relaunch(nproc: int, cli_args: Sequence[str], notes: Sequence[str] = ()) -> NoReturn:
-    """Replace this process by torchrun with `nproc` ranks (same pid: a dashboard keeps following it)."""
-    argv = launch_argv(nproc, cli_args)
-    env = dict(os.environ)
-    if notes:
-        env[LAUNCH_NOTES_ENV] = json.dumps(list(notes))
-    sys.stdout.flush()
-    sys.stderr.flush()
-    try:
-        os.execve(argv[0], argv, env)
-    except OSError as exc:
-        why = exc.strerror or exc
-        raise DistributedError(f"cannot start torchrun ({argv[0]} -m torch.distributed.run): {why}") from exc
-    raise AssertionError("unreachable")  # pragma: no cover - execve does not return
-
-
-def launch_notes(environ: Mapping[str, str] | None = None) -> list[str]:
-    """Warnings the launching parent left for rank 0 to report as events."""
-    raw = (os.environ if environ is None else environ).get(LAUNCH_NOTES_ENV, "")
-    try:
-        notes = json.loads(raw) if raw else []
-    except ValueError:
-        return []
-    return [str(note) for note in notes] if isinstance(notes, list) else []
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -268,7 +140,7 @@ def reduce_sums(world: World, sums: dict[str, float], items: int) -> tuple[dict[
     values = torch.tensor([sums.get(name, 0.0) for name in names] + [float(items)], dtype=torch.float64)
     dist.all_reduce(values)
     totals = values.tolist()
-    return dict(zip(names, totals[:-1])), int(totals[-1])
+    return dict(zip(names, totals[:-1], strict=True)), int(totals[-1])
 
 
 def shard_task_data(task: Any, world: World) -> None:
@@ -312,8 +184,9 @@ def gather_rank_rng(world: World, device: torch.device) -> list[dict[str, torch.
     rows = [flat.clone() for _ in range(world.world_size)]
     if world.active and world.world_size > 1:
         dist.all_gather(rows, flat)
-    return [{"cpu": row[:cpu_len].clone(), "cuda": row[cpu_len:].clone() if len(row) > cpu_len else None}
-            for row in rows]
+    return [
+        {"cpu": row[:cpu_len].clone(), "cuda": row[cpu_len:].clone() if len(row) > cpu_len else None} for row in rows
+    ]
 
 
 def restore_rank_rng(saved: Any, world: World, device: torch.device, seed: int, step: int) -> str | None:
@@ -389,8 +262,12 @@ def decode_sync_rows(rows: Sequence[Sequence[float]]) -> Agreement:
     count = int(first[5])
     commands = [COMMAND_NAMES[int(code)] for code in first[_SYNC_FIELDS : _SYNC_FIELDS + count]]
     return Agreement(
-        stop=any(row[0] > 0 for row in rows), finished=first[1] > 0, total_steps=int(first[2]), commands=commands,
-        step_seconds=[row[3] for row in rows], data_seconds=[row[4] for row in rows],
+        stop=any(row[0] > 0 for row in rows),
+        finished=first[1] > 0,
+        total_steps=int(first[2]),
+        commands=commands,
+        step_seconds=[row[3] for row in rows],
+        data_seconds=[row[4] for row in rows],
     )
 
 
@@ -428,8 +305,8 @@ class RankRates:
     def add(self, step_seconds: Sequence[float], data_seconds: Sequence[float], items_per_rank: int) -> None:
         if not self.seconds:
             self.seconds, self.data_seconds = [0.0] * self.world_size, [0.0] * self.world_size
-        self.seconds = [a + b for a, b in zip(self.seconds, step_seconds)]
-        self.data_seconds = [a + b for a, b in zip(self.data_seconds, data_seconds)]
+        self.seconds = [a + b for a, b in zip(self.seconds, step_seconds, strict=True)]
+        self.data_seconds = [a + b for a, b in zip(self.data_seconds, data_seconds, strict=True)]
         self.items_per_rank += items_per_rank
         self.steps += 1
 
@@ -438,6 +315,6 @@ class RankRates:
         if not self.steps:
             return {"rank_samples_per_s": [], "rank_data_wait_frac": []}
         rates = [self.items_per_rank / s if s > 0 else 0.0 for s in self.seconds]
-        waits = [d / s if s > 0 else 0.0 for d, s in zip(self.data_seconds, self.seconds)]
+        waits = [d / s if s > 0 else 0.0 for d, s in zip(self.data_seconds, self.seconds, strict=True)]
         self.seconds, self.data_seconds, self.items_per_rank, self.steps = [], [], 0, 0
         return {"rank_samples_per_s": rates, "rank_data_wait_frac": waits}

@@ -11,9 +11,8 @@ decisions; rank 0 alone writes samples.
 
 from __future__ import annotations
 
-import time
-
 import logging
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -23,13 +22,13 @@ from trainer_core.engine.distributed import reduce_sums
 from trainer_core.models.base import batch_to
 
 if TYPE_CHECKING:
+    from trainer_core.contract.profile import Profile
     from trainer_core.engine.budget import TimeBudget
-    from trainer_core.engine.distributed import World
     from trainer_core.engine.events import EventHub
     from trainer_core.engine.loop_state import LoopState
     from trainer_core.engine.precision import PrecisionPolicy
     from trainer_core.models.base import Task
-    from trainer_core.profile import Profile
+    from trainer_core.world import World
 
 log = logging.getLogger("trainer_core")
 
@@ -74,8 +73,14 @@ class EvaluationMixin:
         self.last_val_loss = means["total"]
         metric_name, metric_value = next(iter(metrics.items()), (None, None))
         self.events.emit(
-            "validation", step=self.state.step, epoch=self.state.epoch, loss=means["total"], losses=means,
-            metrics=metrics, metric_name=metric_name, metric_value=metric_value,
+            "validation",
+            step=self.state.step,
+            epoch=self.state.epoch,
+            loss=means["total"],
+            losses=means,
+            metrics=metrics,
+            metric_name=metric_name,
+            metric_value=metric_value,
         )
         if self.state.step > 0:  # the untrained baseline is a reference point, not a model worth keeping
             self._track_best(means["total"])
@@ -127,4 +132,3 @@ class EvaluationMixin:
                 )
         finally:
             model.train()
-

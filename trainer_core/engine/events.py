@@ -10,10 +10,11 @@ from __future__ import annotations
 import logging
 import sys
 import traceback
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
-from trainer_core.eventlog import EventWriter
-from trainer_core.protocol import EVENT_TYPES, Event
+from trainer_core.contract.eventlog import EventWriter
+from trainer_core.contract.protocol import EVENT_TYPES, Event
 
 Listener = Callable[[Event], None]
 # Set on a log record that already has its own event, so the bridge does not repeat it as a `log` event.

@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import json
 import time
-from datetime import datetime, timezone
+from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from safetensors import SafetensorError
@@ -29,7 +30,7 @@ from torch import nn
 
 from trainer_core import __version__ as VEGA_VERSION
 from trainer_core.atomic import atomic_write
-from trainer_core.errors import VegaError
+from trainer_core.contract.errors import VegaError
 
 EXPORT_FORMAT = "vega-export"
 EXPORT_VERSION = 1
@@ -70,7 +71,7 @@ def load_exported(out_dir: str | Path) -> tuple[dict[str, torch.Tensor], dict[st
     except (OSError, ValueError) as exc:
         raise ExportError(f"{config_path} is not valid JSON ({exc}); export the model again") from exc
     if not isinstance(config, dict) or config.get("format") != EXPORT_FORMAT:
-        raise ExportError(f"{config_path} is not a Vega export config (no \"format\": \"{EXPORT_FORMAT}\")")
+        raise ExportError(f'{config_path} is not a Vega export config (no "format": "{EXPORT_FORMAT}")')
     try:
         state = load_file(str(weights_path), device="cpu")
     except (SafetensorError, OSError, ValueError) as exc:
@@ -79,7 +80,9 @@ def load_exported(out_dir: str | Path) -> tuple[dict[str, torch.Tensor], dict[st
 
 
 def _untie_for_safetensors(state: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], list[list[str]]]:
-    """CPU, contiguous copies safe for safetensors; tensors sharing storage are cloned. Returns (tensors, tie groups)."""
+    """CPU, contiguous copies safe for safetensors; tensors sharing storage are cloned.
+
+    Returns (tensors, tie groups)."""
     seen_storages: set[tuple[str, int]] = set()
     aliases: dict[tuple[Any, ...], list[str]] = {}
     tensors: dict[str, torch.Tensor] = {}
@@ -89,7 +92,9 @@ def _untie_for_safetensors(state: dict[str, torch.Tensor]) -> tuple[dict[str, to
         shares_storage = storage_key in seen_storages
         seen_storages.add(storage_key)
         # The same data, shape and layout under two names is a tie (e.g. embedding == output weight).
-        aliases.setdefault((str(tensor.device), tensor.data_ptr(), tuple(tensor.shape), tensor.stride()), []).append(name)
+        aliases.setdefault((str(tensor.device), tensor.data_ptr(), tuple(tensor.shape), tensor.stride()), []).append(
+            name
+        )
         tensor = tensor.to("cpu").contiguous()
         # safetensors refuses two names over one storage, so every later one gets its own copy.
         tensors[name] = tensor.clone() if shares_storage else tensor
@@ -103,7 +108,7 @@ def _config_document(config: dict[str, Any], tensors: dict[str, torch.Tensor], t
         "format": EXPORT_FORMAT,
         "version": EXPORT_VERSION,
         "vega_version": VEGA_VERSION,
-        "created": datetime.fromtimestamp(now, tz=timezone.utc).isoformat(timespec="seconds"),
+        "created": datetime.fromtimestamp(now, tz=UTC).isoformat(timespec="seconds"),
         "created_unix": round(now, 3),
         "weights": WEIGHTS_FILENAME,
         # Tied names are one parameter in the model, so each group counts once.
@@ -130,4 +135,3 @@ def _write_or_fail(target: Path, write: Callable[[Any], object]) -> None:
         atomic_write(target, write)
     except (OSError, SafetensorError) as exc:
         raise ExportError(f"could not write {target}: {getattr(exc, 'strerror', None) or exc}") from exc
-

@@ -22,7 +22,7 @@ from collections.abc import Iterable
 
 import torch
 
-from trainer_core.profile import DebugSection
+from trainer_core.contract.profile import DebugSection
 
 OOM_ENV = "VEGA_FAULT_OOM_AT_STEPS"
 NONFINITE_ENV = "VEGA_FAULT_NONFINITE_AT_STEPS"

@@ -209,9 +209,7 @@ class VegaGradScaler:
         if not self._enabled:
             return
         if len(state_dict) == 0:
-            raise RuntimeError(
-                "The source state dict is empty, possibly because it was saved from a disabled scaler."
-            )
+            raise RuntimeError("The source state dict is empty, possibly because it was saved from a disabled scaler.")
         self._scale = _to_float32(float(state_dict["scale"]))
         self._growth_factor = float(state_dict["growth_factor"])
         self._backoff_factor = float(state_dict["backoff_factor"])

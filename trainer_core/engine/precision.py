@@ -18,8 +18,8 @@ from typing import Any, Literal
 
 import torch
 
+from trainer_core.contract.errors import DeviceError, ProfileError
 from trainer_core.engine.grad_scaler import VegaGradScaler
-from trainer_core.errors import DeviceError, ProfileError
 
 PRECISIONS = ("auto", "fp32", "fp16", "bf16")
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
@@ -33,7 +33,7 @@ SCALING_NAMES = {
 NO_AUTOCAST = contextlib.nullcontext()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def autocast_works(device_type: str, dtype: torch.dtype) -> bool:
     """Whether autocast to `dtype` really runs a matmul on this device type in the installed torch."""
     try:
@@ -47,7 +47,7 @@ def autocast_works(device_type: str, dtype: torch.dtype) -> bool:
         return False
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def native_scaler_works(device_type: str) -> bool:
     """Whether torch.amp.GradScaler(device_type) exists and runs a full step on that device."""
     try:
@@ -187,13 +187,17 @@ def _resolve_mps(requested: str, device: torch.device, bf16: bool, native: bool 
         return _policy("fp32", device, "none", bf16, "train.precision = fp32")
     if requested == "bf16":
         if not bf16:
-            raise ProfileError('train.precision = "bf16" but bf16 autocast does not work on this Mac/torch: '
-                               'set train.precision to "fp16" or "auto"')
+            raise ProfileError(
+                'train.precision = "bf16" but bf16 autocast does not work on this Mac/torch: '
+                'set train.precision to "fp16" or "auto"'
+            )
         return _policy("bf16", device, "none", bf16, "train.precision = bf16")
     if not mps_autocast_available():
         if requested == "fp16":
-            raise ProfileError('train.precision = "fp16" but fp16 autocast does not work on MPS with this torch: '
-                               'set train.precision to "fp32" or upgrade torch')
+            raise ProfileError(
+                'train.precision = "fp16" but fp16 autocast does not work on MPS with this torch: '
+                'set train.precision to "fp32" or upgrade torch'
+            )
         return _policy("fp32", device, "none", bf16, "auto: fp16 autocast does not work on MPS with this torch")
     native = native_scaler_works("mps") if native is None else native
     kind: ScalerKind = "torch" if native else "vega"
@@ -206,12 +210,15 @@ def _resolve_cpu(requested: str, device: torch.device, bf16: bool, _native: bool
         return _policy("fp32", device, "none", bf16, f"{requested}: CPU trains in fp32")
     if requested == "bf16":
         if not bf16:
-            raise ProfileError('train.precision = "bf16" but CPU bf16 autocast does not work with this torch: '
-                               'set train.precision to "fp32"')
+            raise ProfileError(
+                'train.precision = "bf16" but CPU bf16 autocast does not work with this torch: '
+                'set train.precision to "fp32"'
+            )
         return _policy("bf16", device, "none", bf16, "train.precision = bf16")
     if not (autocast_works("cpu", torch.float16) and native_scaler_works("cpu")):
-        raise ProfileError('train.precision = "fp16" is not supported on CPU by this torch: '
-                           'set train.precision to "bf16" or "fp32"')
+        raise ProfileError(
+            'train.precision = "fp16" is not supported on CPU by this torch: set train.precision to "bf16" or "fp32"'
+        )
     return _policy("fp16", device, "torch", bf16, "train.precision = fp16")
 
 

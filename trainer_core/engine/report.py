@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trainer_core import rundir
-from trainer_core.eventlog import read_all
+from trainer_core.contract import rundir
+from trainer_core.contract.eventlog import read_all
 
 
 def _series(events) -> dict[str, list]:
@@ -31,9 +31,9 @@ def write_report(run_dir: Path) -> Path:
 
     s = _series(read_all(run_dir / rundir.EVENTS))
     fig, (ax_loss, ax_lr, ax_tp) = plt.subplots(3, 1, figsize=(9, 9), sharex=True)
-    losses = [(x, y) for x, y in zip(s["step"], s["loss"]) if y is not None]
+    losses = [(x, y) for x, y in zip(s["step"], s["loss"], strict=False) if y is not None]
     if losses:
-        ax_loss.plot(*zip(*losses), label="train", linewidth=0.8)
+        ax_loss.plot(*zip(*losses, strict=False), label="train", linewidth=0.8)
     if s["val"]:
         ax_loss.plot(s["val_step"], s["val"], "o-", label="validation")
     ax_loss.set_ylabel("loss")

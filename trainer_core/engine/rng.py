@@ -103,7 +103,9 @@ def _as_byte_tensor(value: Any) -> torch.Tensor:
 
 def _restore_numpy(saved: dict[str, Any]) -> None:
     keys = saved["keys"].numpy().astype(np.uint32)
-    np.random.set_state((saved["name"], keys, int(saved["pos"]), int(saved["has_gauss"]), float(saved["cached_gaussian"])))
+    np.random.set_state(
+        (saved["name"], keys, int(saved["pos"]), int(saved["has_gauss"]), float(saved["cached_gaussian"]))
+    )
 
 
 def _restore_python(saved: dict[str, Any]) -> None:
@@ -115,10 +117,15 @@ def _restore_cuda(saved: list[Any]) -> list[str]:
     if not saved:
         return []
     if not torch.cuda.is_available():
-        return [f"the checkpoint holds RNG state for {len(saved)} CUDA device(s) but CUDA is not available here: not restored"]
+        return [
+            f"the checkpoint holds RNG state for {len(saved)} CUDA device(s) but CUDA is not available here: "
+            "not restored"
+        ]
     count = torch.cuda.device_count()
     if count != len(saved):
-        return [f"the checkpoint holds RNG state for {len(saved)} CUDA device(s) but {count} are visible here: not restored"]
+        return [
+            f"the checkpoint holds RNG state for {len(saved)} CUDA device(s) but {count} are visible here: not restored"
+        ]
     torch.cuda.set_rng_state_all([_as_byte_tensor(s) for s in saved])
     return []
 

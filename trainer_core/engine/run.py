@@ -16,18 +16,19 @@ import signal
 import sys
 import time
 import traceback
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
-from trainer_core import __version__, rundir
+from trainer_core import __version__
+from trainer_core.contract import rundir
+from trainer_core.contract.errors import VegaError
+from trainer_core.contract.eventlog import EventWriter
+from trainer_core.contract.profile_loader import profile_to_toml
 from trainer_core.engine.control_state import ControlState
-from trainer_core.engine.distributed import rank_log_name
 from trainer_core.engine.events import EventHub, NullEventWriter, setup_logging
-from trainer_core.errors import VegaError
-from trainer_core.eventlog import EventWriter
 from trainer_core.plan import TrainPlan
-from trainer_core.profile_loader import profile_to_toml
+from trainer_core.world import rank_log_name
 
 log = logging.getLogger("trainer_core")
 
@@ -116,8 +117,12 @@ class RunOutcome:
         except OSError as exc:  # the events tell the story too; a summary file must not crash the end
             hub.error(f"session.json not written in {run_dir}: {exc.strerror or exc}")
         hub.emit(
-            "finished", status=self.status, step=t.state.step if t else 0, epoch=t.state.epoch if t else 0,
-            seconds=seconds, summary=summary,
+            "finished",
+            status=self.status,
+            step=t.state.step if t else 0,
+            epoch=t.state.epoch if t else 0,
+            seconds=seconds,
+            summary=summary,
         )
 
 
@@ -163,7 +168,7 @@ def _tensorboard(plan: TrainPlan, hub: EventHub, run_dir: Path) -> Iterator[None
 
 def _refuse_a_live_run(run_dir: Path) -> None:
     """Two trainers in one run folder would interleave events and overwrite checkpoints: refuse early."""
-    from trainer_core.control_client import control_socket_path
+    from trainer_core.contract.control_client import control_socket_path
     from trainer_core.engine.control import socket_answers
 
     path = control_socket_path(run_dir)
@@ -177,14 +182,16 @@ def _refuse_a_live_run(run_dir: Path) -> None:
 @contextmanager
 def _control_socket(run_dir: Path, control: ControlState, hub: EventHub) -> Iterator[None]:
     """The control socket while training; where the path is too long for a socket, train without one."""
-    from trainer_core.control_client import ControlError, check_socket_path_length, control_socket_path
+    from trainer_core.contract.control_client import ControlError, check_socket_path_length, control_socket_path
     from trainer_core.engine.control import ControlServer
 
     try:
         check_socket_path_length(control_socket_path(run_dir))
     except ControlError as exc:
-        hub.warn(f"{exc}; training goes on without control commands (SIGTERM still stops it cleanly)",
-                 code="no_control_socket")
+        hub.warn(
+            f"{exc}; training goes on without control commands (SIGTERM still stops it cleanly)",
+            code="no_control_socket",
+        )
         yield
         return
     with ControlServer(run_dir, _command_handler(control, hub)):
@@ -192,7 +199,7 @@ def _control_socket(run_dir: Path, control: ControlState, hub: EventHub) -> Iter
 
 
 def _command_handler(control: ControlState, hub: EventHub):
-    from trainer_core.protocol import CommandReply
+    from trainer_core.contract.protocol import CommandReply
 
     def handle(command) -> CommandReply:
         # Runs on the socket thread: only enqueue and acknowledge; the loop acts at the next step.
@@ -223,22 +230,39 @@ def _announce(plan: TrainPlan, hub: EventHub, run_dir: Path) -> None:
     """The opening events: who we are, what the machine has, what was chosen and why."""
     p = plan.profile
     hub.emit(
-        "hello", trainer_version=__version__, pid=os.getpid(), host=os.uname().nodename,
-        profile_hash=_profile_hash(p), run_dir=str(run_dir), argv=sys.argv, python=sys.version.split()[0],
-        profile_path=str(plan.profile_path), resumed=plan.resume is not None, torch=_torch_version(),
-        world_size=plan.world.world_size, rank=plan.world.rank, backend=plan.backend,
+        "hello",
+        trainer_version=__version__,
+        pid=os.getpid(),
+        host=os.uname().nodename,
+        profile_hash=_profile_hash(p),
+        run_dir=str(run_dir),
+        argv=sys.argv,
+        python=sys.version.split()[0],
+        profile_path=str(plan.profile_path),
+        resumed=plan.resume is not None,
+        torch=_torch_version(),
+        world_size=plan.world.world_size,
+        rank=plan.world.rank,
+        backend=plan.backend,
     )
     r = plan.resources
     hub.emit(
-        "resources", cpu_cores=r.cpu_logical, ram_total_bytes=r.ram_total_bytes,
-        ram_available_bytes=r.ram_available_bytes, gpus=[g.to_dict() for g in r.gpus],
+        "resources",
+        cpu_cores=r.cpu_logical,
+        ram_total_bytes=r.ram_total_bytes,
+        ram_available_bytes=r.ram_available_bytes,
+        gpus=[g.to_dict() for g in r.gpus],
     )
     for warning in plan.notes:
         hub.warn(warning)
     data = plan.data
     hub.emit(
-        "data_scan", data_mode=data.mode, reason=data.reason, usable=data.usable_count,
-        skipped=len(data.problems), total_hours=data.voice.hours_usable,
+        "data_scan",
+        data_mode=data.mode,
+        reason=data.reason,
+        usable=data.usable_count,
+        skipped=len(data.problems),
+        total_hours=data.voice.hours_usable,
         problems=[pr.to_dict() for pr in data.problems],
     )
     for problem in data.problems:

@@ -21,7 +21,7 @@ import math
 import torch
 from torch.optim.lr_scheduler import LambdaLR
 
-from trainer_core.errors import ProfileError
+from trainer_core.contract.errors import ProfileError
 
 SCHEDULES = ("cosine", "cosine_restarts", "constant")
 
@@ -115,8 +115,13 @@ class ScheduleLambda:
 
     def __call__(self, step: int) -> float:
         return lr_factor(
-            step, self.schedule, self.warmup_steps, self.total_steps,
-            self.restart_period, self.restart_mult, self.min_lr_ratio,
+            step,
+            self.schedule,
+            self.warmup_steps,
+            self.total_steps,
+            self.restart_period,
+            self.restart_mult,
+            self.min_lr_ratio,
         )
 
 
@@ -141,8 +146,12 @@ def set_total_steps(scheduler: LambdaLR, total_steps: int) -> None:
     """
     for multiplier in scheduler.lr_lambdas:
         check_schedule(
-            multiplier.schedule, multiplier.warmup_steps, total_steps,
-            multiplier.restart_period, multiplier.restart_mult, multiplier.min_lr_ratio,
+            multiplier.schedule,
+            multiplier.warmup_steps,
+            total_steps,
+            multiplier.restart_period,
+            multiplier.restart_mult,
+            multiplier.min_lr_ratio,
         )
     for multiplier in scheduler.lr_lambdas:
         multiplier.total_steps = int(total_steps)
@@ -156,8 +165,12 @@ def set_warmup_steps(scheduler: LambdaLR, warmup_steps: int) -> None:
     """
     for multiplier in scheduler.lr_lambdas:
         check_schedule(
-            multiplier.schedule, warmup_steps, multiplier.total_steps,
-            multiplier.restart_period, multiplier.restart_mult, multiplier.min_lr_ratio,
+            multiplier.schedule,
+            warmup_steps,
+            multiplier.total_steps,
+            multiplier.restart_period,
+            multiplier.restart_mult,
+            multiplier.min_lr_ratio,
         )
     for multiplier in scheduler.lr_lambdas:
         multiplier.warmup_steps = int(warmup_steps)
@@ -167,8 +180,8 @@ def set_warmup_steps(scheduler: LambdaLR, warmup_steps: int) -> None:
 def _apply_current_lr(scheduler: LambdaLR) -> None:
     """Set the optimizer's LR for the scheduler's current step after its settings changed."""
     step = scheduler.last_epoch
-    new_lrs = [base * fn(step) for base, fn in zip(scheduler.base_lrs, scheduler.lr_lambdas)]
-    for group, lr in zip(scheduler.optimizer.param_groups, new_lrs):
+    new_lrs = [base * fn(step) for base, fn in zip(scheduler.base_lrs, scheduler.lr_lambdas, strict=True)]
+    for group, lr in zip(scheduler.optimizer.param_groups, new_lrs, strict=True):
         group["lr"] = lr
     # get_last_lr() reads this list; keep it in step with the optimizer.
     scheduler._last_lr = new_lrs

@@ -7,7 +7,7 @@ import os
 import time
 from pathlib import Path
 
-from trainer_core import rundir
+from trainer_core.contract import rundir
 from trainer_core.plan import TrainPlan
 
 

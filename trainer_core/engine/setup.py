@@ -14,18 +14,23 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from trainer_core.contract.errors import VegaError
+from trainer_core.contract.profile_loader import profile_to_toml
 from trainer_core.engine.checkpoint import find_resume, load_checkpoint
 from trainer_core.engine.control_state import ControlState
 from trainer_core.engine.distributed import (
-    DistributedError, gather_digests, gather_ints, parameter_digest, seed_rank_stream, shard_task_data,
+    gather_digests,
+    gather_ints,
+    parameter_digest,
+    seed_rank_stream,
+    shard_task_data,
 )
 from trainer_core.engine.events import EventHub
 from trainer_core.engine.precision import PrecisionPolicy, cuda_bf16_supported
 from trainer_core.engine.trainer import Trainer
-from trainer_core.errors import VegaError
-from trainer_core.models.base import build_task
+from trainer_core.models.registry import build_task
 from trainer_core.plan import TrainPlan
-from trainer_core.profile_loader import profile_to_toml
+from trainer_core.world import DistributedError
 
 log = logging.getLogger("trainer_core")
 
@@ -46,16 +51,27 @@ def build_trainer(plan: TrainPlan, hub: EventHub, control: ControlState, run_dir
     precision = PrecisionPolicy.resolve(p.train.precision, device.type, bf16_supported=bf16)
     d = plan.device
     hub.emit(
-        "device_selected", mode=p.compute.mode, device=d.device, reason=d.reason, fallback=d.fallback,
+        "device_selected",
+        mode=p.compute.mode,
+        device=d.device,
+        reason=d.reason,
+        fallback=d.fallback,
         precision=precision.name,
     )
     if device.type == "cuda":
         # TF32 only changes fp32 matmuls/convolutions; mixed-precision steps are unaffected.
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = p.train.tf32
-    log.info("precision: %s%s; torch %s", precision.describe(),
-             f"; TF32 {'on' if p.train.tf32 else 'off'}" if device.type == "cuda" else "", torch.__version__)
+    log.info(
+        "precision: %s%s; torch %s",
+        precision.describe(),
+        f"; TF32 {'on' if p.train.tf32 else 'off'}" if device.type == "cuda" else "",
+        torch.__version__,
+    )
     task = build_task(
-        p, plan.data, device, preload_where=plan.preload_where,
+        p,
+        plan.data,
+        device,
+        preload_where=plan.preload_where,
         progress=lambda fields: hub.emit("preload_progress", **fields),
     )
     preload = task.preload_done_event(plan.preload_reason)
@@ -70,7 +86,12 @@ def build_trainer(plan: TrainPlan, hub: EventHub, control: ControlState, run_dir
     # After the model is built, so every rank starts from the same weights but draws its own dropout masks.
     seed_rank_stream(p.run.seed, world)
     params = sum(x.numel() for x in trainer.module.parameters())
-    log.info("model: %s with %.2fM parameters; %d training items", type(task.model).__name__, params / 1e6, task.train_items())
+    log.info(
+        "model: %s with %.2fM parameters; %d training items",
+        type(task.model).__name__,
+        params / 1e6,
+        task.train_items(),
+    )
     if world.active:
         log.info("data-parallel: %s on %s; global batch %d", world.describe(), device, trainer.global_batch())
     return trainer
@@ -106,8 +127,13 @@ def resume_into(trainer: Trainer, plan: TrainPlan, hub: EventHub) -> None:
     _check_ranks_resumed_alike(trainer, path)
     scale = restored["loss_scale"]
     log.info(
-        "resumed from %s: step %d, epoch %d (item %d), lr %.6g%s", path, restored["step"], restored["epoch"],
-        restored["item"], restored["lr"], f", loss scale {scale:g}" if scale is not None else "",
+        "resumed from %s: step %d, epoch %d (item %d), lr %.6g%s",
+        path,
+        restored["step"],
+        restored["epoch"],
+        restored["item"],
+        restored["lr"],
+        f", loss scale {scale:g}" if scale is not None else "",
     )
     for difference in profile_differences(state.get("profile_toml", ""), trainer.profile_toml):
         log.warning("profile differs from the checkpoint's: %s", difference)
@@ -140,13 +166,22 @@ def _flatten(toml_text: str) -> dict[str, object]:
         data = tomllib.loads(toml_text)
     except tomllib.TOMLDecodeError:
         return {}
-    return {f"{section}.{key}": value for section, fields in data.items() if isinstance(fields, dict) for key, value in fields.items()}
+    return {
+        f"{section}.{key}": value
+        for section, fields in data.items()
+        if isinstance(fields, dict)
+        for key, value in fields.items()
+    }
 
 
 def profile_differences(saved_toml: str, current_toml: str) -> list[str]:
     """`section.key: old -> new` for every field that changed since the checkpoint was written."""
     old, new = _flatten(saved_toml), _flatten(current_toml)
-    return [f"{key}: {old.get(key)!r} -> {new.get(key)!r}" for key in sorted(old.keys() | new.keys()) if old.get(key) != new.get(key)]
+    return [
+        f"{key}: {old.get(key)!r} -> {new.get(key)!r}"
+        for key in sorted(old.keys() | new.keys())
+        if old.get(key) != new.get(key)
+    ]
 
 
 def finalize(trainer: Trainer, plan: TrainPlan, hub: EventHub, run_dir: Path) -> dict:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trainer_core.protocol import Event
+from trainer_core.contract.protocol import Event
 
 FOLDER = "tensorboard"
 
@@ -45,7 +45,7 @@ class TensorBoardScalars:
         self.writer.add_audio(tag, torch.from_numpy(wave[:, 0]), event.step, sample_rate=rate)
 
     def _step(self, event: Event) -> None:
-        for step, loss, lr in zip(event.step_series, event.loss_series, event.lr_series):
+        for step, loss, lr in zip(event.step_series, event.loss_series, event.lr_series, strict=False):
             if loss is not None:
                 self.writer.add_scalar("train/loss", loss, step)
             self.writer.add_scalar("train/lr", lr, step)

@@ -23,13 +23,13 @@ from pathlib import Path
 import psutil
 import torch
 
+from trainer_core.contract.errors import VegaError
+from trainer_core.contract.profile import Profile
 from trainer_core.engine.budget import TimeBudget
 from trainer_core.engine.checkpoint import CheckpointManager
 from trainer_core.engine.checkpointing import CheckpointMixin
 from trainer_core.engine.control_state import PAUSE_POLL_S, CommandsMixin, ControlState
-from trainer_core.engine.distributed import (
-    MAX_COMMANDS, SINGLE, Agreement, RankRates, StepSync, World, mean_over_ranks, wrap_model,
-)
+from trainer_core.engine.distributed import MAX_COMMANDS, Agreement, RankRates, StepSync, mean_over_ranks, wrap_model
 from trainer_core.engine.evaluation import EvaluationMixin
 from trainer_core.engine.events import EventHub
 from trainer_core.engine.faults import FaultInjector
@@ -39,10 +39,9 @@ from trainer_core.engine.precision import NonfiniteTracker, PrecisionPolicy
 from trainer_core.engine.profiler import StepProfiler
 from trainer_core.engine.schedule import build_lr_scheduler, set_total_steps, set_warmup_steps
 from trainer_core.engine.telemetry import StepRecord, StepWindow
-from trainer_core.engine.warmup import fitted_warmup, warmup_note
-from trainer_core.errors import VegaError
 from trainer_core.models.base import Batch, Task, batch_to, unwrap_model
-from trainer_core.profile import Profile
+from trainer_core.warmup import fitted_warmup, warmup_note
+from trainer_core.world import SINGLE, World
 
 log = logging.getLogger("trainer_core")
 # Non-finite steps in a row, in multiples of train.nonfinite_patience, after which fp32 gives up.
@@ -86,7 +85,10 @@ class Trainer(CommandsMixin, EvaluationMixin, CheckpointMixin):
         # Listed once for clipping: load_state_dict copies into these same Parameter objects, never replaces them.
         self._params = list(self.model.parameters())
         self.optimizer = torch.optim.AdamW(
-            self.model.parameters(), lr=t.lr, betas=t.betas, weight_decay=t.weight_decay,
+            self.model.parameters(),
+            lr=t.lr,
+            betas=t.betas,
+            weight_decay=t.weight_decay,
             fused=device.type == "cuda",
         )
         self.state = LoopState(micro_batch=t.batch_size, grad_accum=t.grad_accum)
@@ -139,7 +141,7 @@ class Trainer(CommandsMixin, EvaluationMixin, CheckpointMixin):
         return max(self.warmup_steps() + 1, t.epochs * self.steps_per_epoch())
 
     def warmup_steps(self) -> int:
-        """The warmup in use: fitted to the plan (engine.warmup), or train.warmup_steps until a budget's plan."""
+        """The warmup in use: fitted to the plan (trainer_core.warmup), or train.warmup_steps until a budget's plan."""
         fitted = self.state.warmup_steps
         return self.profile.train.warmup_steps if fitted is None else fitted
 
@@ -205,13 +207,15 @@ class Trainer(CommandsMixin, EvaluationMixin, CheckpointMixin):
             if self.early_stop_due():
                 log.info(
                     "early stopping at step %d: validation loss has not improved for %d evaluations "
-                    "(train.early_stopping_patience)", self.state.step, self.state.evals_since_best,
+                    "(train.early_stopping_patience)",
+                    self.state.step,
+                    self.state.evals_since_best,
                 )
                 break
         return self.complete()
 
     def next_request(self) -> str | None:
-        """"finished", "stop" or None (train on), after acting on queued commands; all ranks get the same answer."""
+        """ "finished", "stop" or None (train on), after acting on queued commands; all ranks get the same answer."""
         if self.world.active:
             return self._agree_on_requests()
         if self.finished():
@@ -247,8 +251,12 @@ class Trainer(CommandsMixin, EvaluationMixin, CheckpointMixin):
             self._pending_commands += queued
         sent, self._pending_commands = self._pending_commands[:MAX_COMMANDS], self._pending_commands[MAX_COMMANDS:]
         agreed = self.sync.exchange(
-            stop=self.control.stop_requested.is_set(), finished=main and self.finished(),
-            total_steps=self.state.total_steps, step_s=self._step_s, data_s=self._data_s, commands=sent,
+            stop=self.control.stop_requested.is_set(),
+            finished=main and self.finished(),
+            total_steps=self.state.total_steps,
+            step_s=self._step_s,
+            data_s=self._data_s,
+            commands=sent,
         )
         if agreed.total_steps != self.state.total_steps:  # rank 0's time budget re-planned the schedule
             if self.state.warmup_steps is None:  # its first plan: fit the warmup as rank 0 did
@@ -381,9 +389,11 @@ class Trainer(CommandsMixin, EvaluationMixin, CheckpointMixin):
                 self.scheduler.step()
                 self.state.step += 1
         self.profiler.step_done()
-        return StepOutcome(finite, loss, dict(zip(names, parts)), norm, items, lr)
+        return StepOutcome(finite, loss, dict(zip(names, parts, strict=True)), norm, items, lr)
 
-    def _read_step_values(self, rows: list[list[torch.Tensor]], grad_norm: torch.Tensor) -> tuple[float, float, list[float]]:
+    def _read_step_values(
+        self, rows: list[list[torch.Tensor]], grad_norm: torch.Tensor
+    ) -> tuple[float, float, list[float]]:
         """(loss, grad norm, loss parts) of the step, each loss the mean over its micro-batches.
 
         The step's one sync point: every micro-batch's losses and the gradient norm reach the host in a single
@@ -415,7 +425,10 @@ class Trainer(CommandsMixin, EvaluationMixin, CheckpointMixin):
         if self.budget is not None:
             self.budget.remeasure()
         self.events.emit(
-            "oom_recovered", step=s.step + 1, micro_batch=s.micro_batch, grad_accum=s.grad_accum,
+            "oom_recovered",
+            step=s.step + 1,
+            micro_batch=s.micro_batch,
+            grad_accum=s.grad_accum,
             message=f"{message}; freed memory ({action}), retrying the step",
         )
 
@@ -444,9 +457,18 @@ class Trainer(CommandsMixin, EvaluationMixin, CheckpointMixin):
         s = self.state
         scale = self.precision.scaler.get_scale() if self.precision.scaler.is_enabled() else None
         return StepRecord(
-            step=s.step, epoch=s.epoch, loss=o.loss, losses=o.losses, lr=o.lr,
-            grad_norm=o.grad_norm, loss_scale=scale, items=o.items, seconds=self._step_s,
-            data_seconds=self._data_s, micro_batch=s.micro_batch, grad_accum=s.grad_accum,
+            step=s.step,
+            epoch=s.epoch,
+            loss=o.loss,
+            losses=o.losses,
+            lr=o.lr,
+            grad_norm=o.grad_norm,
+            loss_scale=scale,
+            items=o.items,
+            seconds=self._step_s,
+            data_seconds=self._data_s,
+            micro_batch=s.micro_batch,
+            grad_accum=s.grad_accum,
         )
 
     def flush_telemetry(self) -> None:
@@ -480,7 +502,9 @@ class Trainer(CommandsMixin, EvaluationMixin, CheckpointMixin):
         ran_in, consecutive = self.precision.name, self.nonfinite.consecutive
         if fall_back:
             action += self._fall_back_precision()
-        self.events.emit("nonfinite", step=self.state.step + 1, action=action, consecutive=consecutive, precision=ran_in)
+        self.events.emit(
+            "nonfinite", step=self.state.step + 1, action=action, consecutive=consecutive, precision=ran_in
+        )
         if consecutive >= HOPELESS_PATIENCES * self.nonfinite.patience and self.precision.fallback() is None:
             # Without this a loss that is always NaN would skip steps, and consume data, forever.
             raise VegaError(
@@ -494,7 +518,9 @@ class Trainer(CommandsMixin, EvaluationMixin, CheckpointMixin):
             return "; already fp32, nothing safer to fall back to"
         old, self.precision = self.precision.name, safer
         self.nonfinite.reset()
-        self.events.warn(f"falling back from {old} to {safer.name} after repeated non-finite steps", code="precision_fallback")
+        self.events.warn(
+            f"falling back from {old} to {safer.name} after repeated non-finite steps", code="precision_fallback"
+        )
         return f"; falling back from {old} to {safer.name}"
 
     def _observe_budget(self, items: int) -> None:
@@ -510,8 +536,11 @@ class Trainer(CommandsMixin, EvaluationMixin, CheckpointMixin):
         self.state.total_steps = self._schedulable_length(plan.total_steps)
         set_total_steps(self.scheduler, self.state.total_steps)
         self.events.emit(
-            "calibration", samples_per_s=plan.samples_per_s, planned_epochs=plan.planned_epochs,
-            planned_steps=plan.total_steps, target_hours=self.profile.train.target_hours,
+            "calibration",
+            samples_per_s=plan.samples_per_s,
+            planned_epochs=plan.planned_epochs,
+            planned_steps=plan.total_steps,
+            target_hours=self.profile.train.target_hours,
         )
         if first_plan:
             self._announce_warmup(plan.total_steps)
@@ -519,13 +548,18 @@ class Trainer(CommandsMixin, EvaluationMixin, CheckpointMixin):
     def _schedulable_length(self, planned: int) -> int:
         """The schedule needs more steps than its warmup: a re-plan far below the first keeps warmup + 1 steps.
 
-        The first plan fitted the warmup to at most half its steps (engine.warmup), so this only acts when a
+        The first plan fitted the warmup to at most half its steps (trainer_core.warmup), so this only acts when a
         later re-plan (a slowdown, an OOM) shrinks the run below the warmup; the budget still ends the run on time.
         """
         shortest = self.warmup_steps() + 1
         if planned < shortest:
-            log.info("the time budget now fits about %d steps, fewer than the %d-step warmup: the LR schedule "
-                     "keeps %d steps (the budget still ends the run on time)", planned, self.warmup_steps(), shortest)
+            log.info(
+                "the time budget now fits about %d steps, fewer than the %d-step warmup: the LR schedule "
+                "keeps %d steps (the budget still ends the run on time)",
+                planned,
+                self.warmup_steps(),
+                shortest,
+            )
         return max(planned, shortest)
 
     def _periodic_eval_and_checkpoint(self, step: int) -> None:

@@ -13,9 +13,8 @@ repeating nothing: the engine simply calls `train_batches` again with the items 
 
 from __future__ import annotations
 
-import os
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -23,11 +22,8 @@ from typing import TYPE_CHECKING, Any, Literal
 import torch
 from torch import nn
 
-from trainer_core.errors import ProfileError, VegaError
-
 if TYPE_CHECKING:
-    from trainer_core.data.scan_report import DataReport
-    from trainer_core.profile import Profile
+    pass
 
 Batch = dict[str, torch.Tensor]
 SampleKind = Literal["text", "audio"]
@@ -102,56 +98,3 @@ def unwrap_model(model: nn.Module) -> nn.Module:
     """The plain module inside a DistributedDataParallel or torch.compile wrapper."""
     inner = getattr(model, "_orig_mod", model)
     return getattr(inner, "module", inner)
-
-
-def _scan_folder(profile: Profile, path: Path) -> DataReport:
-    # Imported here: the scan is torch-free and only needed when the caller passes a bare folder.
-    from trainer_core.data.scan import scan_data
-    from trainer_core.data.scan_cache import scan_cache_folder
-
-    data = profile.data
-    return scan_data(path, data.mode, data.min_duration_s, data.max_duration_s, data.num_workers,
-                     cache_folder=scan_cache_folder(data.cache_dir))
-
-
-def _resolve_mode(profile: Profile, report: DataReport) -> str:
-    """The data mode to train, checked against `model.kind`."""
-    kind = profile.model.kind
-    if kind == "lm" and report.mode != "text":
-        raise ProfileError(
-            f"model.kind = \"lm\" trains on text, but {report.path} was read as {report.mode} data: "
-            "set data.mode = \"text\" or point data.path at .txt/.md/.jsonl files"
-        )
-    if kind == "tts" and report.mode != "voice":
-        raise ProfileError(
-            f"model.kind = \"tts\" trains on recordings with transcripts, but {report.path} was read as "
-            f"{report.mode} data: set data.mode = \"voice\" or point data.path at audio with a metadata.csv"
-        )
-    return report.mode
-
-
-def build_task(
-    profile: Profile,
-    data: DataReport | str | os.PathLike[str],
-    device: torch.device | str,
-    *,
-    preload_where: str | None = None,
-    progress: Callable[[dict[str, Any]], None] | None = None,
-) -> Task:
-    """Build the task for a profile and its scanned data (a DataReport, or a folder to scan now).
-
-    Voice only: `preload_where` ("ram" or "disk", the plan's choice; default from data.preload, auto
-    meaning RAM) and `progress`, called with each preload_progress event's fields.
-    """
-    report = data if hasattr(data, "mode") else _scan_folder(profile, Path(data))
-    mode = _resolve_mode(profile, report)
-    if mode == "text":
-        # Imported here so that a voice task never pays for the text model's imports, and vice versa.
-        from trainer_core.models.lm import LmTask
-
-        return LmTask.from_report(profile, report, torch.device(device))
-    if mode == "voice":
-        from trainer_core.models.voice_task import VoiceTask
-
-        return VoiceTask(profile, report, torch.device(device), progress=progress, where=preload_where)
-    raise VegaError(f"unknown data mode {mode!r} for {report.path}: expected \"text\" or \"voice\"")

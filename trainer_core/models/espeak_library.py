@@ -4,7 +4,8 @@ The wheel ships `libespeak-ng.so` and its `espeak-ng-data` folder, so `pip insta
 a bare machine. Only three calls are bound: `espeak_Initialize` (synchronous mode, the wheel's data folder),
 `espeak_SetVoiceByName` (with the program's fallback to a language match), `espeak_TextToPhonemes` (IPA),
 which returns one clause per call and advances the text pointer, and `espeak_Synth` with a callback that
-collects 16-bit samples (benchmarks make voice corpora with it). The library keeps global state and is not thread-safe, so one lock guards every call.
+collects 16-bit samples (benchmarks make voice corpora with it). The library keeps global state and is not
+thread-safe, so one lock guards every call.
 """
 
 from __future__ import annotations
@@ -80,8 +81,16 @@ class EspeakLibrary:
         lib.espeak_SetSynthCallback.restype = None
         lib.espeak_SetParameter.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int]
         lib.espeak_SetParameter.restype = ctypes.c_int
-        lib.espeak_Synth.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_uint, ctypes.c_int, ctypes.c_uint,
-                                     ctypes.c_uint, ctypes.c_void_p, ctypes.c_void_p]
+        lib.espeak_Synth.argtypes = [
+            ctypes.c_char_p,
+            ctypes.c_size_t,
+            ctypes.c_uint,
+            ctypes.c_int,
+            ctypes.c_uint,
+            ctypes.c_uint,
+            ctypes.c_void_p,
+            ctypes.c_void_p,
+        ]
         lib.espeak_Synth.restype = ctypes.c_int
 
     def phonemize(self, text: str, voice: str) -> list[str]:

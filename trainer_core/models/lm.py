@@ -23,10 +23,11 @@ from torch import nn
 
 from trainer_core.data.text import TextCorpus
 from trainer_core.models.base import Batch, SampleResult, Task, count_parameters, unwrap_model
+from trainer_core.models.registry import TaskRequest, register_task
 
 if TYPE_CHECKING:
+    from trainer_core.contract.profile import Profile
     from trainer_core.data.scan_report import DataReport
-    from trainer_core.profile import Profile
 
 VOCAB_SIZE = 256
 INIT_STD = 0.02
@@ -252,3 +253,10 @@ class LmTask(Task):
             **self.corpus.describe(),
             "warnings": self.corpus.warnings(),
         }
+
+
+def _lm_task(request: TaskRequest) -> LmTask:
+    return LmTask.from_report(request.profile, request.report, request.device)
+
+
+register_task("text", _lm_task)

@@ -33,7 +33,7 @@ from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal
 
-from trainer_core.errors import ProfileError, VegaError
+from trainer_core.contract.errors import ProfileError, VegaError
 from trainer_core.models.espeak_library import EspeakLibraryError, library_or_reason
 
 TextUnits = Literal["chars", "phonemes"]
@@ -72,9 +72,9 @@ def espeak_path() -> str:
     path = shutil.which("espeak-ng")
     if path is None:
         raise EspeakError(
-            "tts.espeak_backend = \"binary\" needs the espeak-ng program, which is not on PATH "
+            'tts.espeak_backend = "binary" needs the espeak-ng program, which is not on PATH '
             "(Debian/Ubuntu: apt install espeak-ng; macOS: brew install espeak-ng), "
-            "or use tts.espeak_backend = \"library\" (pip install espeakng-loader)"
+            'or use tts.espeak_backend = "library" (pip install espeakng-loader)'
         )
     return path
 
@@ -82,19 +82,17 @@ def espeak_path() -> str:
 def espeak_backend(preference: str = "auto") -> EspeakBackend:
     """The backend to phonemize with for a `tts.espeak_backend` setting, or EspeakError saying what to install."""
     if preference not in ("auto", "library", "binary"):
-        raise ProfileError(f"tts.espeak_backend = {preference!r}: expected \"auto\", \"library\" or \"binary\"")
+        raise ProfileError(f'tts.espeak_backend = {preference!r}: expected "auto", "library" or "binary"')
     if preference in ("auto", "library"):
         library, why_not = library_or_reason()
         if library is not None:
             return "library"
         if preference == "library":
-            raise EspeakError(f"tts.espeak_backend = \"library\": {why_not}")
+            raise EspeakError(f'tts.espeak_backend = "library": {why_not}')
     if preference == "binary" or shutil.which("espeak-ng"):
         espeak_path()
         return "binary"
-    raise EspeakError(
-        f"tts.text_units = \"phonemes\" needs espeak-ng: {INSTALL_HINT}; or set tts.text_units = \"chars\""
-    )
+    raise EspeakError(f'tts.text_units = "phonemes" needs espeak-ng: {INSTALL_HINT}; or set tts.text_units = "chars"')
 
 
 def espeak_version(backend: EspeakBackend) -> str:
@@ -119,16 +117,13 @@ def resolve_units(requested: str, backend: str = "auto") -> TextUnits:
             return "chars"
         return "phonemes"
     if requested not in ("chars", "phonemes"):
-        raise ProfileError(f"tts.text_units = {requested!r}: expected \"chars\", \"phonemes\" or \"auto\"")
+        raise ProfileError(f'tts.text_units = {requested!r}: expected "chars", "phonemes" or "auto"')
     return requested  # type: ignore[return-value]
 
 
 def phonemize(text: str, voice: str, backend: EspeakBackend = "library", data_path: str | None = None) -> str:
     """IPA for `text` in `voice`; clauses joined by a space. `data_path` points the binary at other voice data."""
-    if backend == "library":
-        clauses = _library_clauses(text, voice)
-    else:
-        clauses = _binary_clauses(text, voice, data_path)
+    clauses = _library_clauses(text, voice) if backend == "library" else _binary_clauses(text, voice, data_path)
     return _WHITESPACE.sub(" ", " ".join(clauses)).strip()
 
 
@@ -146,7 +141,13 @@ def _binary_clauses(text: str, voice: str, data_path: str | None) -> list[str]:
     argv = [espeak_path(), "-q", "--ipa", "-v", voice, *([f"--path={data_path}"] if data_path else [])]
     try:
         result = subprocess.run(
-            argv, input=text, capture_output=True, text=True, encoding="utf-8", timeout=ESPEAK_TIMEOUT_S, check=False,
+            argv,
+            input=text,
+            capture_output=True,
+            text=True,
+            encoding="utf-8",
+            timeout=ESPEAK_TIMEOUT_S,
+            check=False,
         )
     except subprocess.TimeoutExpired as exc:
         raise EspeakError(f"espeak-ng took longer than {ESPEAK_TIMEOUT_S:.0f} s on {text[:60]!r}") from exc
@@ -170,7 +171,7 @@ class TextEncoder:
         espeak_backend_choice: str = "auto",
     ) -> None:
         if units not in ("chars", "phonemes"):
-            raise ValueError(f"units must be \"chars\" or \"phonemes\" (resolve \"auto\" first), got {units!r}")
+            raise ValueError(f'units must be "chars" or "phonemes" (resolve "auto" first), got {units!r}')
         self.units: TextUnits = units
         self.lowercase = lowercase
         self.espeak_voice = espeak_voice
@@ -223,7 +224,7 @@ class TextEncoder:
         # The library is in-process and serialised by its lock; only the binary gains from parallel processes.
         workers = ESPEAK_PARALLEL if self.backend == "binary" else 1
         with ThreadPoolExecutor(max_workers=workers) as pool:
-            for text, ipa in zip(todo, pool.map(self._phonemize_normalized, todo)):
+            for text, ipa in zip(todo, pool.map(self._phonemize_normalized, todo), strict=True):
                 self._phoneme_cache[text] = ipa
 
     def _phonemize_normalized(self, text: str) -> str:
@@ -284,13 +285,20 @@ class TextEncoder:
 
     @classmethod
     def from_symbol_codes(
-        cls, codes: Iterable[int], units: TextUnits, lowercase: bool, espeak_voice: str, espeak_backend_choice: str = "auto"
+        cls,
+        codes: Iterable[int],
+        units: TextUnits,
+        lowercase: bool,
+        espeak_voice: str,
+        espeak_backend_choice: str = "auto",
     ) -> TextEncoder:
         """Inverse of `symbol_codes`, with the settings from the profile."""
         codes = [int(c) for c in codes]
         if codes[: len(SPECIAL_SYMBOLS)] != [-1] * len(SPECIAL_SYMBOLS) or min(codes[2:], default=0) < 0:
             raise ProfileError("the checkpoint's text vocabulary is damaged (bad special symbols); use another one")
-        return cls([chr(c) for c in codes[len(SPECIAL_SYMBOLS) :]], units, lowercase, espeak_voice, espeak_backend_choice)
+        return cls(
+            [chr(c) for c in codes[len(SPECIAL_SYMBOLS) :]], units, lowercase, espeak_voice, espeak_backend_choice
+        )
 
 
 def _usable_backend(recorded: str) -> str:

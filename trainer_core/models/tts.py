@@ -30,12 +30,12 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from trainer_core.errors import VegaError
+from trainer_core.contract.errors import VegaError
 from trainer_core.models.alignment import durations_to_path, monotonic_alignment_search
 from trainer_core.models.tts_modules import DurationPredictor, FFTStack, length_mask
 
 if TYPE_CHECKING:
-    from trainer_core.profile import Profile
+    from trainer_core.contract.profile import Profile
 
 LOG_2PI = math.log(2 * math.pi)
 # A token never gets more frames than this at inference (about 0.9 s at 22050 Hz, hop 256): an
@@ -62,7 +62,13 @@ class TtsConfig:
     def from_profile(cls, profile: Profile, vocab_size: int) -> TtsConfig:
         m = profile.model
         return cls(
-            vocab_size, profile.audio.n_mels, m.hidden, m.encoder_layers, m.decoder_layers, m.heads, m.ffn_mult,
+            vocab_size,
+            profile.audio.n_mels,
+            m.hidden,
+            m.encoder_layers,
+            m.decoder_layers,
+            m.heads,
+            m.ffn_mult,
             m.dropout,
         )
 

@@ -27,13 +27,14 @@ from torch import nn
 from trainer_core.data.preload import PreloadWhere, VoiceFeatures, preload_voice
 from trainer_core.data.voice_dataset import VoiceDataset
 from trainer_core.models.base import Batch, SampleResult, Task, count_parameters, unwrap_model
+from trainer_core.models.registry import TaskRequest, register_task
 from trainer_core.models.text_frontend import TextEncoder
 from trainer_core.models.tts import AcousticModel, TtsConfig, build_tts_model
-from trainer_core.vocoder import mel_to_audio, write_wav
+from trainer_core.models.vocoder import mel_to_audio, write_wav
 
 if TYPE_CHECKING:
+    from trainer_core.contract.profile import Profile
     from trainer_core.data.scan_report import DataReport
-    from trainer_core.profile import Profile
 
 log = logging.getLogger("trainer_core")
 ARCHITECTURE = "mas-fft-tts"
@@ -48,7 +49,7 @@ def choose_where(where: str | None, profile: Profile) -> PreloadWhere:
     """The plan's choice when given, else data.preload, where "auto" means RAM (nobody measured memory)."""
     wanted = where or profile.data.preload
     if wanted not in ("ram", "disk", "auto"):
-        raise ValueError(f"preload place must be \"ram\" or \"disk\", got {wanted!r}")
+        raise ValueError(f'preload place must be "ram" or "disk", got {wanted!r}')
     return "disk" if wanted == "disk" else "ram"
 
 
@@ -96,8 +97,11 @@ class VoiceTask(Task):
             self.features, self.encoder.encode, d.val_fraction, profile.run.seed, val_max_items=d.val_max_items
         )
         self.dataset.pin_memory = self.device.type == "cuda"
-        log.info("validation: %d items (%d more capped away by data.val_max_items, training instead)",
-                 self.dataset.val_items(), self.dataset.val_capped)
+        log.info(
+            "validation: %d items (%d more capped away by data.val_max_items, training instead)",
+            self.dataset.val_items(),
+            self.dataset.val_capped,
+        )
         self.config = TtsConfig.from_profile(profile, self.encoder.vocab_size)
         codes, phonemes = self.encoder.symbol_codes(), self.encoder.units == "phonemes"
         self.model: AcousticModel = build_tts_model(self.config, profile.run.seed, codes, phonemes)
@@ -108,7 +112,11 @@ class VoiceTask(Task):
         f = self.features
         log.info(
             "preloaded %d recordings into %s in %.2f s (%d from the feature cache, %d decoded)",
-            len(f), "RAM" if f.where == "ram" else "the disk cache", f.seconds, f.cache_hits, f.decoded,
+            len(f),
+            "RAM" if f.where == "ram" else "the disk cache",
+            f.seconds,
+            f.cache_hits,
+            f.decoded,
         )
         for path, reason in f.skipped:
             log.warning("skipped %s at preload: %s", path, reason)
@@ -225,3 +233,12 @@ class VoiceTask(Task):
             ],
             "warnings": self.warnings(),
         }
+
+
+def _voice_task(request: TaskRequest) -> VoiceTask:
+    return VoiceTask(
+        request.profile, request.report, request.device, progress=request.progress, where=request.preload_where
+    )
+
+
+register_task("voice", _voice_task)

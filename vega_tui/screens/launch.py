@@ -1,7 +1,7 @@
 """The launch screen: pick a profile, data folder, data mode, compute mode and device, read the plan, Start.
 
 Everything slow runs on background threads that only post messages: probing the machine
-(`trainer_core.resources`, torch-free), validating profiles, watching the profile folders
+(`trainer_core.contract.resources`, torch-free), validating profiles, watching the profile folders
 (watchfiles), scanning the data folder (`trainer-core check-data --json`) and the preflight plan
 (`trainer-core train --dry-run --json`). Each check carries a generation number, so a late answer
 to an outdated question is dropped. Choices that follow the profile (modes, data folder) keep
@@ -34,9 +34,8 @@ from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import Button, Footer, Input, Static
 
-from trainer_core.errors import VegaError
-from trainer_core.rundir import propose_run_dir
-
+from trainer_core.contract.errors import VegaError
+from trainer_core.contract.rundir import propose_run_dir
 from vega_tui.screens import run_in_background
 from vega_tui.widgets.choice_list import ChoiceList
 from vega_tui.widgets.mode_picker import AUTO_DEVICE, compute_mode_choices, data_mode_choices, device_choices
@@ -44,7 +43,7 @@ from vega_tui.widgets.preflight import PreflightPanel, run_folder_parts
 from vega_tui.widgets.profile_list import ProfileEntry, ProfileList, default_profile_name, scan_profiles
 
 if TYPE_CHECKING:
-    from trainer_core.resources import DeviceChoice, MachineResources
+    from trainer_core.contract.resources import DeviceChoice, MachineResources
 
 # Typing in the data folder or moving through a list settles for this long before a check runs.
 DEBOUNCE_S = 0.4
@@ -126,7 +125,7 @@ def profile_defaults(entry: ProfileEntry | None) -> dict[str, str] | None:
     """The values a profile brings to the choices (None for an invalid profile: nothing to follow)."""
     if entry is None or entry.profile is None:
         return None
-    from trainer_core.profile_loader import display_path
+    from trainer_core.contract.profile_loader import display_path
 
     p = entry.profile
     return {
@@ -227,7 +226,7 @@ class LaunchScreen(Screen[None]):
     # ----------------------------------------------------------------------- background work
 
     def _probe_machine(self) -> None:
-        from trainer_core.resources import probe
+        from trainer_core.contract.resources import probe
 
         try:
             self.post_message(ResourcesProbed(probe(), None))
@@ -243,7 +242,7 @@ class LaunchScreen(Screen[None]):
     def _watch_profiles(self) -> None:
         import watchfiles  # imported on this thread: not needed for the first frame
 
-        from trainer_core.profile_loader import config_dir, repo_profiles_dir
+        from trainer_core.contract.profile_loader import config_dir, repo_profiles_dir
 
         folders = [str(path) for path in (config_dir(), repo_profiles_dir()) if path.is_dir()]
         if not folders:
@@ -394,7 +393,7 @@ class LaunchScreen(Screen[None]):
 
     def _show_modes(self) -> None:
         """Compute modes as the trainer's policy would pick them here, for this profile's GPU memory floor."""
-        from trainer_core.resources import describe_modes
+        from trainer_core.contract.resources import describe_modes
 
         entry = self.selection.profile
         min_gb = entry.profile.compute.min_gpu_memory_gb if entry and entry.profile else 2.0
@@ -493,7 +492,7 @@ class LaunchScreen(Screen[None]):
         run_in_background(self._dry_run, self.generation, argv, name="vega-dry-run")
 
     def _show_invalid_profile(self, entry: ProfileEntry | None) -> None:
-        from trainer_core.profile_loader import config_dir, display_path
+        from trainer_core.contract.profile_loader import config_dir, display_path
 
         panel = self.query_one(PreflightPanel)
         if entry is None:

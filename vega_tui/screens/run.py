@@ -26,9 +26,9 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer, TabbedContent, TabPane
 
-from trainer_core.control_client import ControlError
-from trainer_core.errors import VegaError
-from trainer_core.rundir import EVENTS, PROFILE
+from trainer_core.contract.control_client import ControlError
+from trainer_core.contract.errors import VegaError
+from trainer_core.contract.rundir import EVENTS, PROFILE
 from vega_tui import runner
 from vega_tui.follow import EventFollower
 from vega_tui.pending import PendingRequests
@@ -47,8 +47,8 @@ if TYPE_CHECKING:
     from textual.app import ComposeResult
     from textual.events import Resize
 
-    from trainer_core.protocol import Event
-    from trainer_core.resources import MachineResources
+    from trainer_core.contract.protocol import Event
+    from trainer_core.contract.resources import MachineResources
     from vega_tui.runner import TrainerProcess
 
 REFRESH_INTERVAL_S = 0.25  # widgets: 4 Hz, only when the store changed
@@ -62,8 +62,13 @@ ROOMY_SIZE = (110, 32)
 TABS = ("charts", "logs", "checkpoints", "samples", "resources")
 # Control keys that still answer after the run ended (see the hidden bindings below).
 ENDED_KEYS = (("p", "pause"), ("s", "save"), ("e", "evaluate"), ("x", "stop"))
-TAB_TITLES = {"charts": "Charts", "logs": "Logs", "checkpoints": "Checkpoints", "samples": "Samples",
-              "resources": "Resources"}
+TAB_TITLES = {
+    "charts": "Charts",
+    "logs": "Logs",
+    "checkpoints": "Checkpoints",
+    "samples": "Samples",
+    "resources": "Resources",
+}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -205,7 +210,10 @@ class RunScreen(Screen[None]):
 
     def on_mount(self) -> None:
         self.follower = EventFollower(
-            self.run_dir / EVENTS, self._on_follower_batch, max_batch=FOLLOW_BATCH, preview=self._preview,
+            self.run_dir / EVENTS,
+            self._on_follower_batch,
+            max_batch=FOLLOW_BATCH,
+            preview=self._preview,
             on_store=lambda store, exact: self.post_message(StoreReady(store, exact)),
             on_progress=lambda fraction: self.post_message(HistoryProgress(fraction)),
             make_store=lambda: RunStore(run_dir=self.run_dir),
@@ -391,8 +399,7 @@ class RunScreen(Screen[None]):
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """Show tab-specific keys on their tab only, and Pause or Resume as the trainer's state asks."""
-        tab_actions = {"toggle_log_scale": "charts", "next_chart": "charts", "log_filter": "logs",
-                       "log_search": "logs"}
+        tab_actions = {"toggle_log_scale": "charts", "next_chart": "charts", "log_filter": "logs", "log_search": "logs"}
         if action in tab_actions:
             return self._active_tab() == tab_actions[action]
         if action in ("pause", "resume", "save", "evaluate", "stop"):
@@ -573,9 +580,12 @@ class RunScreen(Screen[None]):
         if files is not None and files.export_files:
             self.notify(f"export: {files.export_dir} ({', '.join(files.export_files)})", timeout=10)
         else:
-            self.notify(f"no export in {self.run_dir / 'export'}: the trainer writes model.safetensors + config.json "
-                        "there when a run completes or is stopped (x stops and exports)", severity="warning",
-                        timeout=10)
+            self.notify(
+                f"no export in {self.run_dir / 'export'}: the trainer writes model.safetensors + config.json "
+                "there when a run completes or is stopped (x stops and exports)",
+                severity="warning",
+                timeout=10,
+            )
         self._scan_files([(row.step, row.path) for row in self.state.checkpoints.values()])
 
     # -- sample actions ------------------------------------------------------------------------------------

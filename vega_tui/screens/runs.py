@@ -22,16 +22,23 @@ from textual.timer import Timer
 from textual.widgets import DataTable, Footer, Static
 from textual_plotext import PlotextPlot
 
-from trainer_core.profile_loader import display_path
-
+from trainer_core.contract.profile_loader import display_path
 from vega_tui.runs import RunSummary, default_runs_root, list_runs, loss_curve
 from vega_tui.screens import run_in_background
 
 REFRESH_S = 2.0
 CURVE_POINTS = 400
 STATUS_STYLES = {"live": "bold green", "stopped": "yellow", "failed": "bold red", "crashed": "bold red", "empty": "dim"}
-COLUMNS = (("mark", " "), ("run", "run"), ("status", "status"), ("profile", "profile"), ("step", "step"),
-           ("best", "best val"), ("loss", "last loss"), ("time", "time"))
+COLUMNS = (
+    ("mark", " "),
+    ("run", "run"),
+    ("status", "status"),
+    ("profile", "profile"),
+    ("step", "step"),
+    ("best", "best val"),
+    ("loss", "last loss"),
+    ("time", "time"),
+)
 
 Curve = tuple[str, list[float], list[float]]
 
@@ -172,7 +179,7 @@ class RunsScreen(Screen[None]):
         """Update the table in place when the same runs are listed, else rebuild it; True when the set changed."""
         table = self.query_one(DataTable)
         keys = [str(run.path) for run in runs]
-        self.runs = dict(zip(keys, runs))
+        self.runs = dict(zip(keys, runs, strict=True))
         self.marked = [key for key in self.marked if key in self.runs]
         if keys == [str(row.value) for row in table.rows]:
             for key in keys:
@@ -246,7 +253,7 @@ class RunsScreen(Screen[None]):
         plt.xlabel("step")
         plt.yscale("log" if self.log_scale else "linear")
         for name, xs, ys in curves:
-            points = [(x, y) for x, y in zip(xs, ys) if y > 0 or not self.log_scale]
+            points = [(x, y) for x, y in zip(xs, ys, strict=True) if y > 0 or not self.log_scale]
             if points:
                 plt.plot([p[0] for p in points], [p[1] for p in points], label=name, marker="braille")
         plot.refresh()
@@ -297,4 +304,3 @@ class RunsScreen(Screen[None]):
 
     def action_back(self) -> None:
         self.app.pop_screen()
-

@@ -21,7 +21,9 @@ def phase_fractions(breakdown: dict[str, float]) -> list[tuple[str, str, float]]
     """(label, colour, fraction of the step) per phase; fractions sum to 1 (all 0 when nothing was timed)."""
     times = [max(0.0, float(breakdown.get(key, 0.0) or 0.0)) for key, _, _ in PHASES]
     total = sum(times)
-    return [(label, color, (t / total) if total > 0 else 0.0) for (_, label, color), t in zip(PHASES, times)]
+    return [
+        (label, color, (t / total) if total > 0 else 0.0) for (_, label, color), t in zip(PHASES, times, strict=True)
+    ]
 
 
 def bar_cells(fractions: list[float], width: int) -> list[int]:
@@ -52,7 +54,7 @@ def breakdown_text(breakdown: dict[str, float] | None, width: int) -> Text:
     tail = legend(parts)
     bar_width = max(4, width - head.cell_len - tail.cell_len)
     line = head
-    for (_, color, _), cells in zip(parts, bar_cells([p[2] for p in parts], bar_width)):
+    for (_, color, _), cells in zip(parts, bar_cells([p[2] for p in parts], bar_width), strict=True):
         line.append("█" * cells, style=color)
     line.append_text(tail)
     line.no_wrap = True

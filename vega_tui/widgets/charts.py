@@ -68,7 +68,7 @@ class ChartData:
 def finite_points(xs: Sequence[float], ys: Sequence[float], positive: bool = False) -> tuple[list[float], list[float]]:
     """Drop NaN/inf values (a skipped step), and values <= 0 on a log axis, which plotext cannot place."""
     keep_x, keep_y = [], []
-    for x, y in zip(xs, ys):
+    for x, y in zip(xs, ys, strict=False):
         if y is None or not math.isfinite(y) or (positive and y <= 0):
             continue
         keep_x.append(x)
@@ -100,15 +100,22 @@ def downsample_minmax(xs: Sequence[float], ys: Sequence[float], columns: int) ->
     return out_x, out_y
 
 
-def _emit_extremes(xs: Sequence[float], ys: Sequence[float], low_i: int, high_i: int,
-                   out_x: list[float], out_y: list[float]) -> None:
+def _emit_extremes(
+    xs: Sequence[float], ys: Sequence[float], low_i: int, high_i: int, out_x: list[float], out_y: list[float]
+) -> None:
     for i in sorted({low_i, high_i}):
         out_x.append(xs[i])
         out_y.append(ys[i])
 
 
 def series_line(
-    state: RunState, key: str, label: str, color: str, *, scale: float = 1.0, positive: bool = False,
+    state: RunState,
+    key: str,
+    label: str,
+    color: str,
+    *,
+    scale: float = 1.0,
+    positive: bool = False,
     scatter: bool = False,
 ) -> Line | None:
     """A `Line` from one store series (None when the series is missing or has no finite point)."""
@@ -135,11 +142,13 @@ def marker_steps(state: RunState) -> dict[str, list[int]]:
 
 def loss_chart(state: RunState, log_y: bool = False) -> ChartData:
     """Training loss (raw and smoothed) and validation loss, with markers on the step axis."""
-    lines = _present((
-        series_line(state, "loss", "loss", "gray", positive=log_y),
-        series_line(state, "loss_smooth", "smoothed", "cyan", positive=log_y),
-        series_line(state, "val_loss", "validation", "orange", positive=log_y, scatter=True),
-    ))
+    lines = _present(
+        (
+            series_line(state, "loss", "loss", "gray", positive=log_y),
+            series_line(state, "loss_smooth", "smoothed", "cyan", positive=log_y),
+            series_line(state, "val_loss", "validation", "orange", positive=log_y, scatter=True),
+        )
+    )
     title = "loss (log scale)" if log_y else "loss"
     return ChartData(title, lines, marker_steps(state), log_y=log_y)
 
@@ -168,10 +177,12 @@ def throughput_chart(state: RunState) -> ChartData:
 
 def memory_chart(state: RunState) -> ChartData:
     """Device and host memory in GiB, with OOM markers (an OOM halves the batch and changes both)."""
-    lines = _present((
-        series_line(state, "mem_device", "device", "magenta", scale=GIB),
-        series_line(state, "mem_host", "host", "blue", scale=GIB),
-    ))
+    lines = _present(
+        (
+            series_line(state, "mem_device", "device", "magenta", scale=GIB),
+            series_line(state, "mem_host", "host", "blue", scale=GIB),
+        )
+    )
     faults = {kind: steps for kind, steps in marker_steps(state).items() if kind == "oom"}
     return ChartData("memory (GiB)", lines, faults)
 

@@ -55,7 +55,7 @@ def locate(run_dir: Path, recorded: str | Path, sub: str) -> Path:
     the recorded path (`samples/step-00000060/01.wav` keeps its step folder), under `run_dir / sub`. The
     recorded absolute path is not trusted, so a run folder copied or moved elsewhere shows its own files."""
     parts = Path(recorded).parts
-    below = parts[len(parts) - parts[::-1].index(sub):] if sub in parts else parts[-1:]
+    below = parts[len(parts) - parts[::-1].index(sub) :] if sub in parts else parts[-1:]
     if not below or ".." in below:
         below = parts[-1:]
     return run_dir.joinpath(sub, *below)
@@ -93,9 +93,7 @@ def loss_points(state: RunState) -> list[tuple[float, float]]:
     return sorted(series.points()) if series is not None else []  # a resumed run revisits earlier steps
 
 
-def row_cells(
-    row: CheckpointRow, loss: float | None, facts: FileFacts | None, reference_t: float | None
-) -> list:
+def row_cells(row: CheckpointRow, loss: float | None, facts: FileFacts | None, reference_t: float | None) -> list:
     """The table cells for one checkpoint."""
     best = Text("★ best", style="bold green") if row.best else Text("")
     if facts is not None and not facts.exists:
@@ -190,7 +188,7 @@ class CheckpointPanel(Vertical):
             self._add_columns()
         else:
             table.clear()
-        for row, row_cells_ in zip(rows, cells):
+        for row, row_cells_ in zip(rows, cells, strict=True):
             table.add_row(*row_cells_, key=str(row.step))
         if selected is not None and str(selected) in {str(row.step) for row in rows}:
             table.move_cursor(row=table.get_row_index(str(selected)))

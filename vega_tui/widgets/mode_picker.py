@@ -1,6 +1,6 @@
 """Choices for the launch screen's compute mode, device and data mode lists.
 
-Plain functions from `trainer_core.resources` results to `Choice` rows, so that what the list says
+Plain functions from `trainer_core.contract.resources` results to `Choice` rows, so that what the list says
 a mode would pick is exactly the trainer's own policy (`describe_modes`), evaluated on this machine.
 """
 
@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from vega_tui.widgets.choice_list import Choice
 
 if TYPE_CHECKING:
-    from trainer_core.resources import DeviceChoice, GpuInfo, MachineResources
+    from trainer_core.contract.resources import DeviceChoice, GpuInfo, MachineResources
 
 COMPUTE_MODES = ("gpu", "cpu", "mixed")
 DATA_MODES = ("voice", "text", "auto")

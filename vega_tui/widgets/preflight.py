@@ -78,7 +78,9 @@ def plan_renderable(rows: list[tuple[str, Text | str]]) -> RenderableType:
 
 def plan_rows(plan: dict[str, Any]) -> list[tuple[str, Text | str]]:
     """The summary as (label, value) rows, in reading order."""
-    from trainer_core.profile_loader import display_path  # pydantic-heavy module: not on the first frame's path
+    from trainer_core.contract.profile_loader import (
+        display_path,  # pydantic-heavy module: not on the first frame's path
+    )
 
     rows: list[tuple[str, Text | str]] = [("device", _device_text(plan.get("device", {})))]
     data = plan.get("data", {})

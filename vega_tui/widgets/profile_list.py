@@ -1,7 +1,7 @@
 """The profile picker: shipped and user profiles, each shown valid or with its validation errors.
 
 `scan_profiles()` is plain Python (run it in a worker thread); `ProfileList` only displays the result.
-Validation is the trainer's own (`trainer_core.profile_loader.resolve_profile`, torch-free), with the
+Validation is the trainer's own (`trainer_core.contract.profile_loader.resolve_profile`, torch-free), with the
 machine file and the dashboard's `--set` overrides applied, so what shows as valid here starts there.
 """
 
@@ -12,12 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from trainer_core.errors import VegaError
-
+from trainer_core.contract.errors import VegaError
 from vega_tui.widgets.choice_list import Choice, ChoiceList
 
 if TYPE_CHECKING:
-    from trainer_core.profile import Profile
+    from trainer_core.contract.profile import Profile
 
 DEMO_PROFILE = "demo"
 
@@ -44,14 +43,14 @@ class ProfileEntry:
 def scan_profiles(overrides: Sequence[str] = ()) -> list[ProfileEntry]:
     """Every profile available by name, validated (blocking: call it from a worker thread)."""
     # Imported here, off the first frame's path: the profile schema builds pydantic models at import.
-    from trainer_core.profile_loader import list_profiles, repo_profiles_dir
+    from trainer_core.contract.profile_loader import list_profiles, repo_profiles_dir
 
     shipped = repo_profiles_dir().resolve()
     return [_entry(path, shipped, overrides) for path in list_profiles()]
 
 
 def _entry(path: Path, shipped: Path, overrides: Sequence[str]) -> ProfileEntry:
-    from trainer_core.profile_loader import display_path, resolve_profile
+    from trainer_core.contract.profile_loader import display_path, resolve_profile
 
     origin = "shipped" if path.resolve().parent == shipped else "user"
     try:

@@ -1,6 +1,6 @@
 """Live machine resources: per-GPU utilisation, memory and temperature; CPU; RAM.
 
-`read_resources()` calls `trainer_core.resources.probe()` (NVML + psutil, never torch) and is meant for a
+`read_resources()` calls `trainer_core.contract.resources.probe()` (NVML + psutil, never torch) and is meant for a
 worker thread every couple of seconds; the widgets only render the `MachineResources` they are handed.
 `ResourcesPanel` is the detailed tab, `ResourceLine` the one-line summary shown on roomy terminals.
 """
@@ -17,8 +17,8 @@ from textual.widgets import Static
 from vega_tui.widgets.status import format_bytes
 
 if TYPE_CHECKING:
-    from trainer_core.resources import MachineResources
-    from trainer_core.nvml import GpuInfo
+    from trainer_core.contract.nvml import GpuInfo
+    from trainer_core.contract.resources import MachineResources
 
 PROBE_INTERVAL_S = 2.0
 BAR_WIDTH = 20
@@ -26,7 +26,7 @@ BAR_WIDTH = 20
 
 def read_resources() -> MachineResources:
     """One probe of the machine (blocking: NVML and psutil). Imported lazily to keep start-up fast."""
-    from trainer_core.resources import probe
+    from trainer_core.contract.resources import probe
 
     return probe(check_torch=False)
 
@@ -66,8 +66,14 @@ def resources_table(res: MachineResources) -> Table:
         memory = f"{format_bytes(gpu.memory_used_bytes)} / {format_bytes(gpu.memory_total_bytes)}"
         temperature = "—" if gpu.temperature_c is None else f"{gpu.temperature_c:.0f}°C"
         util = None if gpu.utilization_pct is None else gpu.utilization_pct / 100
-        table.add_row(gpu.label, meter(util, 10), _pct(gpu.utilization_pct), memory,
-                      meter(gpu_memory_fraction(gpu), 10), temperature)
+        table.add_row(
+            gpu.label,
+            meter(util, 10),
+            _pct(gpu.utilization_pct),
+            memory,
+            meter(gpu_memory_fraction(gpu), 10),
+            temperature,
+        )
     cpu = None if res.cpu_percent is None else res.cpu_percent / 100
     table.add_row(f"CPU ({res.cpu_logical} threads)", meter(cpu, 10), _pct(res.cpu_percent), "", "", "")
     ram = f"{format_bytes(ram_used(res))} / {format_bytes(res.ram_total_bytes)}"
@@ -123,4 +129,3 @@ class ResourceLine(Static):
             self.update(Text("resources: —" if live else "", style="dim"))
             return
         self.update(resources_summary(res))
-

@@ -59,7 +59,10 @@ def scp_command(host: str | None, path: Path) -> str:
 def play(player: list[str], path: Path) -> subprocess.Popen[bytes]:
     """Start the player on a file (argument list, own session, no pipes: it never blocks the dashboard)."""
     return subprocess.Popen(
-        [*player, str(path)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [*player, str(path)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
 
@@ -150,8 +153,9 @@ class SamplesPanel(Vertical):
 
     def compose(self) -> ComposeResult:
         yield SampleList(id="sample-list")
-        yield Static("no samples yet: the trainer writes them at each evaluation (press e to evaluate now)",
-                     id="sample-detail")
+        yield Static(
+            "no samples yet: the trainer writes them at each evaluation (press e to evaluate now)", id="sample-detail"
+        )
 
     @property
     def list_view(self) -> SampleList:

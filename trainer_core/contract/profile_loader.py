@@ -38,8 +38,8 @@ import tomli_w
 from pydantic import BaseModel, ValidationError
 
 import trainer_core
-from trainer_core.errors import ProfileError
-from trainer_core.profile import PATH_FIELDS, Profile, field_descriptions
+from trainer_core.contract.errors import ProfileError
+from trainer_core.contract.profile import PATH_FIELDS, Profile, field_descriptions
 
 MachineFileArg = Path | str | None | Literal["default"]
 

@@ -439,7 +439,7 @@ EVENT_MODELS: tuple[type[Event], ...] = (
 EVENT_TYPES: dict[str, type[Event]] = {model.model_fields["type"].default: model for model in EVENT_MODELS}
 
 # Built from EVENT_MODELS so that adding an event type means adding it in one place.
-AnyEvent = Annotated[Union[EVENT_MODELS], Field(discriminator="type")]  # type: ignore[valid-type]
+AnyEvent = Annotated[Union[EVENT_MODELS], Field(discriminator="type")]  # type: ignore[valid-type]  # noqa: UP007 - built from a tuple, no | spelling
 
 
 @cache
@@ -585,10 +585,10 @@ COMMAND_MODELS: tuple[type[CommandBase], ...] = (
     StopCommand,
 )
 COMMAND_NAMES: tuple[str, ...] = tuple(model.model_fields["cmd"].default for model in COMMAND_MODELS)
-_COMMAND_TYPES: dict[str, type[CommandBase]] = dict(zip(COMMAND_NAMES, COMMAND_MODELS))
+_COMMAND_TYPES: dict[str, type[CommandBase]] = dict(zip(COMMAND_NAMES, COMMAND_MODELS, strict=True))
 
 Command = Annotated[
-    Union[PauseCommand, ResumeCommand, SaveCommand, EvaluateCommand, StopCommand],
+    PauseCommand | ResumeCommand | SaveCommand | EvaluateCommand | StopCommand,
     Field(discriminator="cmd"),
 ]
 
@@ -609,11 +609,11 @@ def parse_command(obj: str | bytes | bytearray | dict[str, Any]) -> Command:
     if isinstance(obj, (str, bytes, bytearray)):
         obj = _load_json_object(obj)
     if not isinstance(obj, dict):
-        raise ProtocolError(f"a command must be a JSON object like {{\"cmd\": \"pause\"}}, got {type(obj).__name__}")
+        raise ProtocolError(f'a command must be a JSON object like {{"cmd": "pause"}}, got {type(obj).__name__}')
     name = obj.get("cmd")
     choices = ", ".join(COMMAND_NAMES)
     if name is None:
-        raise ProtocolError(f"missing 'cmd'; send {{\"cmd\": \"<command>\"}} with one of: {choices}")
+        raise ProtocolError(f'missing \'cmd\'; send {{"cmd": "<command>"}} with one of: {choices}')
     model = _COMMAND_TYPES.get(name) if isinstance(name, str) else None
     if model is None:
         raise ProtocolError(f"unknown command {name!r}; expected one of: {choices}")

@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from trainer_core.errors import DeviceError
+from trainer_core.contract.errors import DeviceError
 
 FAKE_GPUS_ENV = "VEGA_FAKE_GPUS"
 GIB = 1024**3
@@ -136,7 +136,7 @@ def parse_compute_capability(value: Any, where: str = "compute_capability") -> t
     try:
         major, minor = (int(p) for p in parts)
     except (TypeError, ValueError):
-        raise DeviceError(f"{where}: compute_capability must look like \"8.6\" or [8, 6], got {value!r}") from None
+        raise DeviceError(f'{where}: compute_capability must look like "8.6" or [8, 6], got {value!r}') from None
     return (major, minor)
 
 

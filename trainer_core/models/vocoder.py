@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from trainer_core.errors import VegaError
+from trainer_core.contract.errors import VegaError
 
 if TYPE_CHECKING:
     import torch
 
-    from trainer_core.profile import AudioSection
+    from trainer_core.contract.profile import AudioSection
 
 # Peak level of written samples: loud enough to hear, with headroom against clipping.
 PEAK_LEVEL = 0.9
@@ -71,8 +71,10 @@ def mel_power_to_magnitude(power: torch.Tensor, a: AudioSection) -> torch.Tensor
     """(n_mels, T) mel power -> (1 + n_fft // 2, T) linear magnitude, non-negative least squares."""
     import torch
 
-    basis, pinv, step = (x.to(power.device) if isinstance(x, torch.Tensor) else x
-                         for x in _inverse_parts(a.sample_rate, a.n_fft, a.n_mels, a.f_min, a.f_max))
+    basis, pinv, step = (
+        x.to(power.device) if isinstance(x, torch.Tensor) else x
+        for x in _inverse_parts(a.sample_rate, a.n_fft, a.n_mels, a.f_min, a.f_max)
+    )
     linear = (pinv @ power).clamp_(min=0.0)
     for _ in range(NNLS_STEPS):
         linear = (linear - step * (basis.T @ (basis @ linear - power))).clamp_(min=0.0)

@@ -2,7 +2,7 @@
 
 Torch-free by design: the dashboard imports this module to validate and describe profiles.
 Every field carries a one-line `description` that the dashboard shows beside it.
-Loading (TOML, `extends`, machine file, `--set`) lives in `trainer_core.profile_loader`.
+Loading (TOML, `extends`, machine file, `--set`) lives in `trainer_core.contract.profile_loader`.
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ class DataSection(Section):
     mode: DataMode = Field("auto", description="voice, text, or auto (detect from the data folder).")
     val_fraction: float = Field(0.05, ge=0.0, le=0.5, description="Fraction of items held out for validation.")
     val_max_items: int = Field(
-        64, ge=0,
+        64,
+        ge=0,
         description="Cap on validation items (0: no cap), the same fixed choice on every start and resume; "
         "keeps validation a few % of the time on big corpora. Voice: the rest train; text: unused windows.",
     )
@@ -112,9 +113,7 @@ class TrainSection(Section):
     @model_validator(mode="after")
     def _warmup_fits(self) -> TrainSection:
         if self.max_steps is not None and self.warmup_steps >= self.max_steps:
-            raise ValueError(
-                f"warmup_steps ({self.warmup_steps}) must be shorter than max_steps ({self.max_steps})"
-            )
+            raise ValueError(f"warmup_steps ({self.warmup_steps}) must be shorter than max_steps ({self.max_steps})")
         return self
 
 

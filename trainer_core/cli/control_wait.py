@@ -12,10 +12,10 @@ import os
 import time
 from pathlib import Path
 
-from trainer_core.control_client import ControlError
-from trainer_core.eventlog import EventReader
-from trainer_core.protocol import Event
-from trainer_core.rundir import EVENTS
+from trainer_core.contract.control_client import ControlError
+from trainer_core.contract.eventlog import EventReader
+from trainer_core.contract.protocol import Event
+from trainer_core.contract.rundir import EVENTS
 
 # The event that says each waitable command is done.
 DONE_EVENT = {"save": "checkpoint_saved", "evaluate": "validation"}
@@ -30,8 +30,9 @@ def log_end(run_dir: Path | str) -> int:
         return 0
 
 
-def wait_until_done(run_dir: Path | str, cmd: str, start_offset: int, timeout: float, trainer_pid: int | None = None
-                    ) -> Event:
+def wait_until_done(
+    run_dir: Path | str, cmd: str, start_offset: int, timeout: float, trainer_pid: int | None = None
+) -> Event:
     """The first `DONE_EVENT[cmd]` event written after `start_offset`; ControlError if the run ends, the trainer
     process is gone, or `timeout` seconds pass first (the request then stays queued in the trainer)."""
     wanted = DONE_EVENT[cmd]

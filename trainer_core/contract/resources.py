@@ -1,7 +1,7 @@
 """What this machine offers (CPU, RAM, GPUs, MPS) and which device each compute mode picks.
 
 The dashboard imports this module, so it never imports torch at import time. `probe()` reads
-CPU and RAM with psutil and GPUs through a `GpuSource` (NVML by default, see `trainer_core.nvml`);
+CPU and RAM with psutil and GPUs through a `GpuSource` (NVML by default, see `trainer_core.contract.nvml`);
 only `probe(check_torch=True)`, used by the trainer, imports torch to learn what NVML cannot tell:
 whether the installed torch can drive the GPUs, and whether MPS works on macOS.
 
@@ -26,8 +26,8 @@ from typing import Any, Literal
 
 import psutil
 
-from trainer_core.errors import DeviceError
-from trainer_core.nvml import GIB, GpuInfo, GpuSource, NvmlSource, StaticGpuSource, default_gpu_source
+from trainer_core.contract.errors import DeviceError
+from trainer_core.contract.nvml import GIB, GpuInfo, GpuSource, NvmlSource, StaticGpuSource, default_gpu_source
 
 __all__ = [
     "MODES",
@@ -191,9 +191,7 @@ def _torch_cuda_problem(torch: Any, messages: list[str]) -> str:
     return f"torch {torch.__version__} (CUDA {torch.version.cuda}) cannot initialise CUDA{detail}"
 
 
-def _accelerator_note(
-    gpus: list[GpuInfo], source: GpuSource, mps: bool, mps_verified: bool, torch_note: str
-) -> str:
+def _accelerator_note(gpus: list[GpuInfo], source: GpuSource, mps: bool, mps_verified: bool, torch_note: str) -> str:
     if gpus:
         note = f"{len(gpus)} NVIDIA GPU" + ("s" if len(gpus) > 1 else "")
         if isinstance(source, StaticGpuSource):

@@ -9,7 +9,7 @@ import os
 import time
 from pathlib import Path
 
-from trainer_core.errors import VegaError
+from trainer_core.contract.errors import VegaError
 
 EVENTS = "events.jsonl"
 PROFILE = "profile.toml"

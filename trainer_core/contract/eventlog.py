@@ -17,6 +17,7 @@ Torch-free: the dashboard imports this module. Only stdlib and pydantic (through
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import queue
@@ -30,8 +31,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, BinaryIO, TextIO
 
-from trainer_core.errors import VegaError
-from trainer_core.protocol import PROTOCOL_VERSION, Event, ProtocolError, event_to_json, parse_event
+from trainer_core.contract.errors import VegaError
+from trainer_core.contract.protocol import PROTOCOL_VERSION, Event, ProtocolError, event_to_json, parse_event
 
 # Lines waiting for a slow stdout before new ones are dropped: minutes of coalesced events.
 DEFAULT_STDOUT_QUEUE_LINES = 10_000
@@ -59,10 +60,8 @@ def _write_all(fd: int, data: bytes) -> None:
 
 def _report(message: str) -> None:
     """One line on stderr; a closed or broken stderr must not turn a report into a crash."""
-    try:
+    with contextlib.suppress(OSError, ValueError):
         print(f"vega: {message}", file=sys.stderr, flush=True)
-    except (OSError, ValueError):
-        pass
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -271,10 +270,8 @@ class EventWriter:
     def _close_fd(self) -> None:
         if self._fd is not None:
             fd, self._fd = self._fd, None
-            try:
+            with contextlib.suppress(OSError):
                 os.close(fd)
-            except OSError:
-                pass
 
 
 def _stdout_stream(stdout: bool | TextIO | None) -> TextIO | None:
@@ -305,7 +302,7 @@ def _terminate_partial_line(fd: int) -> None:
 def last_seq(path: Path | str) -> int | None:
     """The `seq` of the last valid event in a log, reading backwards from its end; None if there is none."""
     try:
-        handle = open(path, "rb")
+        handle = open(path, "rb")  # noqa: SIM115 - the `with` below owns it; only open() errors are caught here
     except FileNotFoundError:
         return None
     with handle:
@@ -393,7 +390,7 @@ class EventReader:
 
     def _read_new_bytes(self) -> bytes:
         try:
-            handle = open(self.path, "rb")
+            handle = open(self.path, "rb")  # noqa: SIM115 - the `with` below owns it; only open() errors are caught here
         except (FileNotFoundError, NotADirectoryError):
             self.pending_bytes = 0
             return b""

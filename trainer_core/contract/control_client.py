@@ -15,9 +15,9 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from trainer_core.errors import VegaError
-from trainer_core.protocol import CommandReply
-from trainer_core.rundir import SOCKET
+from trainer_core.contract.errors import VegaError
+from trainer_core.contract.protocol import CommandReply
+from trainer_core.contract.rundir import SOCKET
 
 # One request or reply line may not exceed this; the server enforces the same bound.
 MAX_LINE_BYTES = 64 * 1024
@@ -142,7 +142,9 @@ class ControlConnection:
         if not hasattr(socket, "SO_PEERCRED"):
             return None
         try:
-            pid, _, _ = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+            pid, _, _ = struct.unpack(
+                "3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+            )
         except OSError:
             return None
         return pid or None

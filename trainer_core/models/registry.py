@@ -1,0 +1,118 @@
+"""The task registry: which Task class trains a data mode, looked up by name instead of imported.
+
+Built-in tasks register themselves when their module is imported (`register_task` at the bottom of
+`models.lm` and `models.voice_task`); `build_task` imports a built-in's module only when its mode is asked
+for, so a voice run never pays for the text model's imports and `base` never imports its subclasses.
+External tasks (the task API) register through the same `register_task`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+import torch
+
+from trainer_core.contract.errors import ProfileError, VegaError
+
+if TYPE_CHECKING:
+    from trainer_core.contract.profile import Profile
+    from trainer_core.data.scan_report import DataReport
+    from trainer_core.models.base import Task
+
+# Data mode -> the module whose import registers its built-in task.
+BUILTIN_TASK_MODULES: dict[str, str] = {
+    "text": "trainer_core.models.lm",
+    "voice": "trainer_core.models.voice_task",
+}
+
+
+@dataclass(frozen=True)
+class TaskRequest:
+    """Everything a task factory gets: the profile, the scanned data and where to train."""
+
+    profile: Profile
+    report: DataReport
+    device: torch.device
+    preload_where: str | None = None
+    """Voice: "ram" or "disk", the plan's choice (None: data.preload, auto meaning RAM)."""
+    progress: Callable[[dict[str, Any]], None] | None = None
+    """Called with each preload_progress event's fields."""
+
+
+class TaskFactory(Protocol):
+    def __call__(self, request: TaskRequest) -> Task: ...
+
+
+_FACTORIES: dict[str, TaskFactory] = {}
+
+
+def register_task(mode: str, factory: TaskFactory) -> None:
+    """Make `factory` the task for data mode `mode` (registering a mode again replaces its factory)."""
+    _FACTORIES[mode] = factory
+
+
+def task_factory(mode: str) -> TaskFactory:
+    """The factory registered for `mode`, importing its built-in module first when it has one."""
+    if mode not in _FACTORIES and mode in BUILTIN_TASK_MODULES:
+        importlib.import_module(BUILTIN_TASK_MODULES[mode])
+    try:
+        return _FACTORIES[mode]
+    except KeyError:
+        known = sorted(set(_FACTORIES) | set(BUILTIN_TASK_MODULES))
+        raise VegaError(f"no task is registered for data mode {mode!r}: known modes are {', '.join(known)}") from None
+
+
+def build_task(
+    profile: Profile,
+    data: DataReport | str | os.PathLike[str],
+    device: torch.device | str,
+    *,
+    preload_where: str | None = None,
+    progress: Callable[[dict[str, Any]], None] | None = None,
+) -> Task:
+    """Build the task for a profile and its scanned data (a DataReport, or a folder to scan now).
+
+    Voice only: `preload_where` ("ram" or "disk", the plan's choice; default from data.preload, auto
+    meaning RAM) and `progress`, called with each preload_progress event's fields.
+    """
+    report = data if hasattr(data, "mode") else _scan_folder(profile, Path(data))
+    mode = _resolve_mode(profile, report)
+    request = TaskRequest(profile, report, torch.device(device), preload_where=preload_where, progress=progress)
+    return task_factory(mode)(request)
+
+
+def _scan_folder(profile: Profile, path: Path) -> DataReport:
+    # Imported here: the scan is torch-free and only needed when the caller passes a bare folder.
+    from trainer_core.data.scan import scan_data
+    from trainer_core.data.scan_cache import scan_cache_folder
+
+    data = profile.data
+    return scan_data(
+        path,
+        data.mode,
+        data.min_duration_s,
+        data.max_duration_s,
+        data.num_workers,
+        cache_folder=scan_cache_folder(data.cache_dir),
+    )
+
+
+def _resolve_mode(profile: Profile, report: DataReport) -> str:
+    """The data mode to train, checked against `model.kind`."""
+    kind = profile.model.kind
+    if kind == "lm" and report.mode != "text":
+        raise ProfileError(
+            f'model.kind = "lm" trains on text, but {report.path} was read as {report.mode} data: '
+            'set data.mode = "text" or point data.path at .txt/.md/.jsonl files'
+        )
+    if kind == "tts" and report.mode != "voice":
+        raise ProfileError(
+            f'model.kind = "tts" trains on recordings with transcripts, but {report.path} was read as '
+            f'{report.mode} data: set data.mode = "voice" or point data.path at audio with a metadata.csv'
+        )
+    return report.mode
