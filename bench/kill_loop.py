@@ -31,6 +31,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -242,7 +243,7 @@ def check_event_log(run_dir: Path, tally: Tally) -> None:
             broken += 1
     if broken > tally.previous_cut_lines:
         tally.fail("event_log_damage", f"{broken - tally.previous_cut_lines} complete line(s) do not parse")
-    if any(b <= a for a, b in zip(seqs, seqs[1:], strict=True)):
+    if any(b <= a for a, b in pairwise(seqs)):
         tally.fail("event_log_damage", "seq numbers repeat or go back")
     tally.previous_cut_lines += 1 if tail else 0
 

@@ -20,6 +20,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -565,7 +566,7 @@ async def test_layout_has_no_overlap_on_any_tab(size: tuple[int, int], tmp_path:
             regions = {selector: screen.query_one(selector).region for selector in parts}
             assert all(region.area > 0 for region in regions.values()), (tab, regions)
             ordered = list(regions.values())
-            for upper, lower in zip(ordered, ordered[1:], strict=True):
+            for upper, lower in pairwise(ordered):
                 assert upper.bottom <= lower.y, (tab, upper, lower)
             assert ordered[-1].bottom <= size[1]
             pane = screen.query_one(f"#tab-{tab}")

@@ -29,6 +29,7 @@ from trainer_core.contract.resources import (
     probe,
     select_device,
 )
+from trainer_core.torch_check import TORCH
 
 NO_GPU_NOTE = "no NVIDIA driver (NVML library not found)"
 
@@ -452,7 +453,7 @@ def test_check_torch_marks_gpus_a_cpu_torch_cannot_use() -> None:
 
     if torch.cuda.is_available():
         pytest.skip("needs a torch that cannot use CUDA")
-    resources = probe(source=_DriverSeesOneGpu(), check_torch=True)
+    resources = probe(source=_DriverSeesOneGpu(), torch_check=TORCH)
     assert resources.gpus[0].torch_usable is False
     assert "cannot" in resources.torch_note or "without CUDA" in resources.torch_note
     assert resources.torch_note in resources.accelerator_note
@@ -461,17 +462,18 @@ def test_check_torch_marks_gpus_a_cpu_torch_cannot_use() -> None:
     assert select_device("mixed", resources=resources).fallback
 
 
-def test_probe_never_imports_torch_without_check_torch() -> None:
+def test_probe_never_imports_torch_without_a_torch_check() -> None:
     code = (
-        "import sys, trainer_core.contract.resources as r; r.probe(); r.probe(check_torch=True); "
-        "r.describe_modes(r.probe()); print('torch' in sys.modules)"
+        "import sys, trainer_core.contract.resources as r; r.probe(); r.describe_modes(r.probe()); "
+        "a = 'torch' in sys.modules; from trainer_core import torch_check; torch_check.probe_with_torch(); "
+        "print(a, 'torch' in sys.modules)"
     )
     env = {k: v for k, v in os.environ.items() if k != FAKE_GPUS_ENV}
     out = subprocess.run([sys.executable, "-W", "error", "-c", code], capture_output=True, text=True, env=env)
     assert (out.returncode, out.stderr) == (0, "")
-    # check_torch only imports torch when NVML found GPUs (or on macOS, for MPS).
+    # The torch check only imports torch when NVML found GPUs (or on macOS, for MPS).
     expected = "True" if sys.platform == "darwin" or ctypes.util.find_library("nvidia-ml") else "False"
-    assert out.stdout.strip() == expected
+    assert out.stdout.split() == ["False", expected]
 
 
 # --- the CLI, as a real subprocess -------------------------------------------------------------

@@ -9,6 +9,7 @@ import random
 import sys
 import time
 import tracemalloc
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -239,7 +240,7 @@ def test_ema_is_smoother_than_the_raw_loss() -> None:
     assert smooth[0] == raw[0]  # bias-corrected: no pull towards zero at the start
 
     def roughness(ys: list[float]) -> float:
-        return sum(abs(b - a) for a, b in zip(ys, ys[1:], strict=True))
+        return sum(abs(b - a) for a, b in pairwise(ys))
 
     assert roughness(smooth) < roughness(raw) / 5
     assert smooth[-1] == pytest.approx(2.0, abs=0.2)

@@ -23,6 +23,7 @@ from trainer_core.contract.resources import DeviceChoice, GpuInfo, MachineResour
 from trainer_core.data.scan import DataReport, estimate_preload_bytes, scan_data
 from trainer_core.data.scan_cache import scan_cache_folder
 from trainer_core.data.validation_split import ValidationPlan, capped_away, held_out_count, plan_validation
+from trainer_core.torch_check import TORCH
 from trainer_core.warmup import fitted_warmup, warmup_note
 from trainer_core.world import SINGLE, World, launch_notes
 
@@ -304,7 +305,7 @@ def make_plan(
     profile = load_profile(path, overrides, machine_file="default" if use_machine_file else None)
     if profile.data.path is None:
         raise DataError(f"{path}: no data folder: set data.path in the profile or pass --data DIR")
-    resources = probe(check_torch=profile.compute.mode != "cpu")
+    resources = probe(torch_check=TORCH if profile.compute.mode != "cpu" else None)
     if world.active:
         device = select_rank_device(profile, world, resources)
     else:

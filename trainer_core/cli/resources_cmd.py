@@ -21,6 +21,7 @@ from trainer_core.contract.resources import (
     probe,
     select_device,
 )
+from trainer_core.torch_check import TORCH
 
 GIB = 1024**3
 
@@ -60,7 +61,7 @@ def _non_negative_float(text: str) -> float:
 
 
 def run(args: argparse.Namespace) -> int:
-    resources = probe(check_torch=not args.no_torch)
+    resources = probe(torch_check=None if args.no_torch else TORCH)
     modes = describe_modes(resources, args.min_gpu_memory_gb)
     selected: DeviceChoice | DeviceError | None = None
     if args.mode is not None or args.device is not None:

@@ -2,8 +2,8 @@
 
 The dashboard imports this module, so it never imports torch at import time. `probe()` reads
 CPU and RAM with psutil and GPUs through a `GpuSource` (NVML by default, see `trainer_core.contract.nvml`);
-only `probe(check_torch=True)`, used by the trainer, imports torch to learn what NVML cannot tell:
-whether the installed torch can drive the GPUs, and whether MPS works on macOS.
+the trainer passes a `TorchCheck` (`trainer_core.torch_check`, outside this torch-free wing) to learn what
+NVML cannot tell: whether the installed torch can drive the GPUs, and whether MPS works on macOS.
 
 `select_device()` is the compute-mode policy:
   gpu   - an accelerator is required: the CUDA GPU with the most free memory, else MPS, else DeviceError.
@@ -15,14 +15,12 @@ An explicit device (`cuda:1`, `cuda`, `mps`, `cpu`) overrides the choice after v
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import platform
 import re
 import sys
-import warnings
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import psutil
 
@@ -80,15 +78,25 @@ class MachineResources:
 # Probing
 
 
-def probe(source: GpuSource | None = None, check_torch: bool = False) -> MachineResources:
-    """Read CPU, RAM, GPUs and MPS. Cheap without `check_torch` (safe to poll every 2 s)."""
+class TorchCheck(Protocol):
+    """What only torch can tell about the GPUs; the trainer's `trainer_core.torch_check.TORCH` answers it."""
+
+    def usable_gpus(self, gpus: list[GpuInfo]) -> tuple[list[GpuInfo], str]:
+        """The GPUs marked usable or not by the installed torch, and a note when torch cannot use CUDA."""
+        ...
+
+    def mps_available(self) -> bool: ...
+
+
+def probe(source: GpuSource | None = None, torch_check: TorchCheck | None = None) -> MachineResources:
+    """Read CPU, RAM, GPUs and MPS. Cheap without `torch_check` (safe to poll every 2 s)."""
     source = default_gpu_source() if source is None else source
     gpus = source.read()
     torch_note = ""
     # Only real devices can be cross-checked: torch cannot see injected fake GPUs.
-    if check_torch and gpus and isinstance(source, NvmlSource):
-        gpus, torch_note = _apply_torch_view(gpus)
-    mps, mps_verified = _mps_available(check_torch)
+    if torch_check is not None and gpus and isinstance(source, NvmlSource):
+        gpus, torch_note = torch_check.usable_gpus(gpus)
+    mps, mps_verified = _mps_available(torch_check)
     logical, physical = _cpu_counts()
     memory = psutil.virtual_memory()
     return MachineResources(
@@ -122,73 +130,14 @@ def _cpu_percent() -> float | None:
     return float(value)
 
 
-def _mps_available(check_torch: bool) -> tuple[bool, bool]:
-    """(available, verified by torch). Only macOS has MPS, so other systems never import torch here."""
+def _mps_available(torch_check: TorchCheck | None) -> tuple[bool, bool]:
+    """(available, verified by torch). Only macOS has MPS, so other systems never ask torch."""
     if sys.platform != "darwin":
         return False, True
-    if not check_torch:
+    if torch_check is None:
         # Without torch, Apple silicon is the best sign we have that MPS will work.
         return platform.machine() == "arm64", False
-    import torch
-
-    return bool(torch.backends.mps.is_available()), True
-
-
-def _apply_torch_view(gpus: list[GpuInfo]) -> tuple[list[GpuInfo], str]:
-    """Mark which NVML GPUs the installed torch can drive, with torch's own indices and capability."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        try:
-            import torch
-        except (ImportError, OSError) as exc:
-            # A torch built for another CUDA can fail at import; report it instead of a traceback.
-            return [dataclasses.replace(gpu, torch_usable=False) for gpu in gpus], f"torch cannot be imported ({exc})"
-        usable = torch.cuda.is_available()
-        devices = [_torch_device(torch, i) for i in range(torch.cuda.device_count())] if usable else []
-    if not usable:
-        note = _torch_cuda_problem(torch, [str(w.message) for w in caught])
-        return [dataclasses.replace(gpu, torch_usable=False) for gpu in gpus], note
-    matched = [_match_torch_device(gpu, position, devices) for position, gpu in enumerate(gpus)]
-    return sorted(matched, key=lambda gpu: gpu.index), ""
-
-
-def _torch_device(torch: Any, index: int) -> tuple[str | None, tuple[int, int]]:
-    props = torch.cuda.get_device_properties(index)
-    try:
-        uuid = _uuid_key(str(props.uuid))
-    except Exception:  # older torch builds have no uuid on device properties
-        uuid = None
-    return uuid, (int(props.major), int(props.minor))
-
-
-def _uuid_key(uuid: str | None) -> str | None:
-    """NVML says `GPU-3f2a…`, torch says `3f2a…`: compare without the prefix."""
-    if not uuid:
-        return None
-    text = uuid.strip().lower()
-    return text.split("-", 1)[1] if text.startswith(("gpu-", "mig-")) else text
-
-
-def _match_torch_device(gpu: GpuInfo, position: int, devices: list[tuple[str | None, tuple[int, int]]]) -> GpuInfo:
-    key = _uuid_key(gpu.uuid)
-    if key and all(uuid for uuid, _ in devices):
-        hits = [i for i, (uuid, _) in enumerate(devices) if uuid == key]
-        if not hits:
-            return dataclasses.replace(gpu, torch_usable=False)
-        index = hits[0]
-    else:
-        # No UUIDs to compare: assume torch numbers the devices as NVML does (PCI order).
-        index = position
-        if index >= len(devices):
-            return dataclasses.replace(gpu, torch_usable=False)
-    return dataclasses.replace(gpu, index=index, torch_usable=True, compute_capability=devices[index][1])
-
-
-def _torch_cuda_problem(torch: Any, messages: list[str]) -> str:
-    if torch.version.cuda is None:
-        return f"the installed torch {torch.__version__} was built without CUDA"
-    detail = f": {messages[0]}" if messages else ""
-    return f"torch {torch.__version__} (CUDA {torch.version.cuda}) cannot initialise CUDA{detail}"
+    return torch_check.mps_available(), True
 
 
 def _accelerator_note(gpus: list[GpuInfo], source: GpuSource, mps: bool, mps_verified: bool, torch_note: str) -> str:
@@ -247,7 +196,8 @@ def select_device(
     device: str | None = None,
     resources: MachineResources | None = None,
 ) -> DeviceChoice:
-    """Apply the compute-mode policy; without `resources` the machine is probed (with torch)."""
+    """Apply the compute-mode policy to `resources` (the trainer passes `torch_check.probe_with_torch()`);
+    without them the machine is probed without torch."""
     if mode not in MODES:
         raise DeviceError(f"compute mode {mode!r} is not one of {', '.join(MODES)}")
     if device is not None:
@@ -256,10 +206,10 @@ def select_device(
         if kind == "cpu":
             reason = f"explicit device cpu (compute mode {mode})"
             return DeviceChoice(mode=mode, device="cpu", kind="cpu", reason=reason)
-        return _explicit_accelerator(mode, kind, index, min_gpu_memory_gb, resources or probe(check_torch=True))
+        return _explicit_accelerator(mode, kind, index, min_gpu_memory_gb, resources or probe())
     if mode == "cpu":
         return _cpu_mode(resources)  # never probes: cpu mode must not touch an accelerator
-    resources = resources or probe(check_torch=True)
+    resources = resources or probe()
     return _gpu_mode(resources, min_gpu_memory_gb) if mode == "gpu" else _mixed_mode(resources, min_gpu_memory_gb)
 
 
