@@ -28,6 +28,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from trainer_core.tiny_profiles import tiny_settings
+
 if TYPE_CHECKING:
     from trainer_core.contract.eventlog import EventWriter
     from trainer_core.engine.control_state import ControlState
@@ -42,6 +44,9 @@ DATA = Path(os.environ.get("VEGA_BENCH_DATA") or BENCH / ".data")
 RESULTS = DATA / "results"
 # Text the espeak-ng voice corpus is read from: the bundled demo text (public domain novel).
 CORPUS_TEXT = REPO / "trainer_core" / "demo" / "text" / "corpus"
+# `--tiny` smoke settings over the shipped lm-small / tts-small profiles: the tiny model of trainer_core.tiny_profiles.
+LM_TINY = [*tiny_settings("lm"), "data.context_bytes=32", "train.batch_size=4"]
+TTS_TINY = tiny_settings("tts")
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -383,7 +383,7 @@ def live_run_cpu(term: Terminal, scratch: Path, env: dict[str, str], seconds: fl
     run_dir = scratch / "live-run"
     sets = ["compute.mode=cpu", "train.max_steps=1000000", "logging.report=false"]
     if tiny:
-        sets += ["model.hidden=32", "model.encoder_layers=1", "data.context_bytes=32", "train.warmup_steps=2"]
+        sets += [*common.LM_TINY, "train.warmup_steps=2"]
     argv = [sys.executable, "-m", "trainer_core", "train", "--profile", "lm-small", "--run-dir", str(run_dir)]
     for item in sets:
         argv += ["--set", item]

@@ -23,7 +23,6 @@ import common
 
 # (profile, overrides) of the demo models; TTS trains on the generated voice folder so that an epoch
 # holds more steps than the measurement (an epoch end would add validation time to the window).
-LM_TINY = ["model.hidden=32", "model.encoder_layers=1", "data.context_bytes=32", "train.batch_size=4"]
 WATCHED = (
     ("events", "hub", "emit"),
     ("writer", "writer", "emit"),
@@ -41,7 +40,7 @@ def watch(run: common.VegaRun, totals: dict[str, float]) -> None:
         "hub": run.hub,
         "writer": run.writer,
         "memory": run.trainer.memory,
-        "window": run.trainer.window,
+        "window": run.trainer.telemetry.window,
         "profiler": run.trainer.profiler,
     }
     for key, owner, method in WATCHED:
@@ -91,6 +90,7 @@ def measure_model(profile: str, overrides: list[str], warmup: int, steps: int) -
 def synthetic_growth(rate: float, seconds: float, interval_s: float) -> dict[str, float]:
     """Drive StepWindow + EventHub + EventWriter with a simulated clock at `rate` steps/s."""
     from trainer_core.contract.eventlog import EventWriter
+    from trainer_core.contract.protocol import StepEvent
     from trainer_core.engine.events import EventHub
     from trainer_core.engine.telemetry import StepRecord, StepWindow
 
@@ -107,7 +107,7 @@ def synthetic_growth(rate: float, seconds: float, interval_s: float) -> dict[str
             loss = 2.0 + 1.0 / step
             window.add(StepRecord(step, 0, loss, {"ce": loss}, 3e-4, 0.8, None, 16, 1.0 / rate, 0.0, 16, 1))
             if window.due():
-                hub.emit("step", **window.flush(), mem_device_bytes=None, eta_s=100.0)
+                hub.emit(StepEvent(**(window.flush() or {}), mem_device_bytes=None, eta_s=100.0))
     cpu = time.process_time() - cpu0
     lines, size = len(path.read_bytes().splitlines()), path.stat().st_size
     shutil.rmtree(folder, ignore_errors=True)
@@ -130,7 +130,7 @@ def main() -> int:
     voice = common.voice_data(args.files, args.tiny, result.notes)
     models = {
         "demo (TTS)": ("demo", common.voice_overrides(voice)),
-        "lm-small": ("lm-small", LM_TINY if args.tiny else []),
+        "lm-small": ("lm-small", common.LM_TINY if args.tiny else []),
     }
     phase_s = phase_cost_s(2000 if args.tiny else 20000)
     for label, (profile, overrides) in models.items():

@@ -38,7 +38,6 @@ SIZES = {
         "train.batch_size=8",
     ],
 }
-SMOKE = ["model.hidden=32", "model.encoder_layers=1", "data.context_bytes=32", "train.batch_size=4"]
 SIDES = ("vega", "lightning", "raw")
 
 
@@ -239,7 +238,7 @@ def main() -> int:
     )
     quiet_lightning()
     for label in args.sizes.split(","):
-        overrides = SMOKE if args.tiny else SIZES[label]
+        overrides = common.LM_TINY if args.tiny else SIZES[label]
         report_size(result, label, measure_size(overrides, warmup, steps[label], repeats))
     result.notes.append("lm-tiny = lm-small with hidden 64, 2 layers, 2 heads, context 64, batch 8")
     if args.tiny:

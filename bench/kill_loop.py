@@ -40,49 +40,30 @@ import common
 from trainer_core.contract.eventlog import EventReader
 from trainer_core.contract.protocol import Event, ProtocolError, parse_event
 from trainer_core.engine.checkpoint import CheckpointError, list_checkpoints, load_checkpoint, read_best
+from trainer_core.tiny_profiles import tiny_profile
 
 KEEP_LAST = 2
-PROFILE = """\
-[run]
-name = "kill-loop"
-seed = 11
 
-[data]
-mode = "text"
-context_bytes = 32
-val_fraction = 0.1
 
-[model]
-kind = "lm"
-hidden = 64
-encoder_layers = 2
-heads = 2
-ffn_mult = 2
+def kill_loop_profile(keep_last: int, hold_s: float) -> str:
+    """The tiny LM (trainer_core.tiny_profiles) twice as wide and deep, saving at every step."""
+    return tiny_profile(
+        "lm",
+        run={"name": "kill-loop", "seed": 11},
+        model={"hidden": 64, "encoder_layers": 2, "dropout": None},
+        train={
+            "lr": 1e-3,
+            "max_steps": 1000000,
+            "eval_every_steps": 7,
+            "checkpoint_every_steps": 1,
+            "keep_last": keep_last,
+        },
+        sample={"max_new_bytes": 8},
+        logging={"step_interval_s": 0.1},
+        debug={"hold_checkpoint_write_s": hold_s},
+    )
 
-[train]
-batch_size = 8
-lr = 1e-3
-warmup_steps = 5
-max_steps = 1000000
-eval_every_steps = 7
-checkpoint_every_steps = 1
-keep_last = {keep_last}
 
-[compute]
-mode = "cpu"
-num_threads = 1
-
-[sample]
-prompts = ["The "]
-max_new_bytes = 8
-
-[logging]
-step_interval_s = 0.1
-report = false
-
-[debug]
-hold_checkpoint_write_s = {hold_s}
-"""
 WORDS = [
     "the",
     "river",
@@ -153,7 +134,7 @@ def write_workspace(root: Path, hold_s: float) -> tuple[Path, Path]:
         lines = [" ".join(rng.choice(WORDS) for _ in range(12)).capitalize() + "." for _ in range(60)]
         (corpus / f"doc-{n}.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
     profile = root / "kill.toml"
-    profile.write_text(PROFILE.format(keep_last=KEEP_LAST, hold_s=hold_s), encoding="utf-8")
+    profile.write_text(kill_loop_profile(KEEP_LAST, hold_s), encoding="utf-8")
     (root / "config").mkdir()
     return profile, corpus
 

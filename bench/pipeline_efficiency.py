@@ -26,9 +26,6 @@ from typing import Any
 
 import common
 
-LM_TINY = ["model.hidden=32", "model.encoder_layers=1", "data.context_bytes=32", "train.batch_size=4"]
-TTS_TINY = ["model.hidden=32", "model.encoder_layers=1", "model.decoder_layers=1", "model.heads=2"]
-
 
 class Limit:
     """The stripped loop of one model: the task's initial model and its first batches, resident."""
@@ -132,8 +129,8 @@ def main() -> int:
     )
     voice = common.voice_data(args.files, args.tiny, result.notes)
     models = {
-        "lm-small": ("lm-small", LM_TINY if args.tiny else []),
-        "tts-small": ("tts-small", common.voice_overrides(voice) + (TTS_TINY if args.tiny else [])),
+        "lm-small": ("lm-small", common.LM_TINY if args.tiny else []),
+        "tts-small": ("tts-small", common.voice_overrides(voice) + (common.TTS_TINY if args.tiny else [])),
     }
     for label in args.models.split(","):
         profile, overrides = models[label]

@@ -49,7 +49,6 @@ SPAWN_WARM_TARGET_S = 30.0
 # Spawned trainers that have not taken a step by then are recorded as timed out (inf).
 SPAWN_TIMEOUT_S = 900.0
 CPU = ["compute.mode=cpu", "logging.step_interval_s=0.05", "logging.report=false"]
-TTS_TINY = ["model.hidden=32", "model.encoder_layers=1", "model.decoder_layers=1", "model.heads=2"]
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -183,9 +182,9 @@ def validation_share(profile: str, overrides: list[str], steps: int, scratch: Pa
     run = common.build_vega(plan, run_dir)
     totals: dict[str, float] = {}
     trainer = run.trainer
-    trainer.make_samples()  # the vocoder's one-time set-up (imports, first calls) is not what is measured
-    trainer.validate = common.timed(trainer.validate, totals, "validate")  # type: ignore[method-assign]
-    trainer.make_samples = common.timed(trainer.make_samples, totals, "samples")  # type: ignore[method-assign]
+    trainer.evaluator.make_samples()  # the vocoder's one-time set-up (imports, first calls) is not what is measured
+    trainer.evaluator.validate = common.timed(trainer.evaluator.validate, totals, "validate")  # type: ignore[method-assign]
+    trainer.evaluator.make_samples = common.timed(trainer.evaluator.make_samples, totals, "samples")  # type: ignore[method-assign]
     t0 = time.perf_counter()
     stamps = common.fit_steps(run, steps)
     wall = stamps[-1] - t0
@@ -286,7 +285,7 @@ def measure(result: common.Result, corpus: Path, scratch: Path, steps: int, ever
     result.add("scan, cold (empty scan cache)", cold, "s", detail=f"{usable:,} usable files")
     result.add("scan, warm (scan cache filled)", warm, "s", detail=f"{cold / warm:.1f}x faster than cold")
     caches = scratch / "cache"
-    tts_extra = TTS_TINY if tiny else []
+    tts_extra = common.TTS_TINY if tiny else []
     spawn_cold = spawn_to_first_step("demo", corpus, caches, scratch, [])
     spawn_warm = spawn_to_first_step("demo", corpus, caches, scratch, [])
     spawn_tts = spawn_to_first_step("tts-small", corpus, caches, scratch, tts_extra)

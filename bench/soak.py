@@ -33,47 +33,27 @@ import common
 import psutil
 
 from trainer_core.contract.eventlog import read_all
+from trainer_core.tiny_profiles import tiny_profile
 
 STEP_INTERVAL_S = 0.5
 KEEP_LAST = 3
-PROFILE = f"""\
-[run]
-name = "soak"
-seed = 5
-
-[data]
-mode = "text"
-context_bytes = 64
-val_fraction = 0.1
-
-[model]
-kind = "lm"
-hidden = 64
-encoder_layers = 2
-heads = 2
-ffn_mult = 2
-
-[train]
-batch_size = 8
-lr = 1e-3
-warmup_steps = 50
-max_steps = 100000000
-eval_every_steps = 3000
-checkpoint_every_steps = 3000
-keep_last = {KEEP_LAST}
-
-[compute]
-mode = "cpu"
-num_threads = 1
-
-[sample]
-prompts = ["The "]
-max_new_bytes = 32
-
-[logging]
-step_interval_s = {STEP_INTERVAL_S}
-report = false
-"""
+# The tiny LM (trainer_core.tiny_profiles) twice as wide and deep, training "forever".
+PROFILE = tiny_profile(
+    "lm",
+    run={"name": "soak", "seed": 5},
+    data={"context_bytes": 64},
+    model={"hidden": 64, "encoder_layers": 2, "dropout": None},
+    train={
+        "lr": 1e-3,
+        "warmup_steps": 50,
+        "max_steps": 100000000,
+        "eval_every_steps": 3000,
+        "checkpoint_every_steps": 3000,
+        "keep_last": KEEP_LAST,
+    },
+    sample={"max_new_bytes": 32},
+    logging={"step_interval_s": STEP_INTERVAL_S},
+)
 WAIT_S = 120.0
 
 

@@ -94,7 +94,7 @@ def cold_seconds(checkpoint: Path, scratch: Path, repeats: int, preload: str = "
 def batch_rate(checkpoint: Path, scratch: Path, sentences: list[str]) -> tuple[float, float]:
     """(sentences per second, seconds of speech per second of work) for the loaded model speaking each line."""
     from trainer_core.cli.synth_batch import speak_lines
-    from trainer_core.cli.synth_cmd import load_from_checkpoint
+    from trainer_core.cli.synthesiser import load_from_checkpoint
 
     synth = load_from_checkpoint(checkpoint)
     args = argparse.Namespace(out_dir=scratch / "batch", length_scale=None, griffin_lim_iters=None)

@@ -19,9 +19,7 @@ from pathlib import Path
 import common
 
 TINY_MODEL = [
-    "model.hidden=32",
-    "model.encoder_layers=1",
-    "data.context_bytes=32",
+    *common.LM_TINY,
     "train.warmup_steps=2",
     "sample.max_new_bytes=8",
     "logging.report=false",

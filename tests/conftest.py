@@ -25,6 +25,7 @@ import pytest
 
 from trainer_core.contract.eventlog import read_all
 from trainer_core.contract.protocol import Event
+from trainer_core.tiny_profiles import tiny_profile
 
 REPO = Path(__file__).resolve().parent.parent
 WORDS = [
@@ -63,41 +64,7 @@ WORDS = [
     "morning",
 ]
 # The tiny profile every end-to-end test starts from; tests change fields with --set.
-TINY_PROFILE = """\
-[run]
-name = "e2e"
-seed = 7
-
-[data]
-mode = "text"
-context_bytes = 32
-val_fraction = 0.1
-
-[model]
-kind = "lm"
-hidden = 32
-encoder_layers = 1
-heads = 2
-ffn_mult = 2
-dropout = 0.1
-
-[train]
-batch_size = 8
-lr = 3e-3
-warmup_steps = 5
-
-[compute]
-mode = "cpu"
-num_threads = 1
-
-[sample]
-prompts = ["The "]
-max_new_bytes = 16
-
-[logging]
-step_interval_s = 0.05
-report = false
-"""
+TINY_PROFILE = tiny_profile("lm", run={"name": "e2e"})
 # Fields set on every run unless a test overrides them (None removes one: the profile default applies).
 DEFAULT_SETTINGS: dict[str, Any] = {"train.max_steps": 40}
 # Generous: other test processes share the two cores.
@@ -105,52 +72,18 @@ DEMO_VOICE = REPO / "trainer_core" / "demo" / "voice"
 
 
 def tiny_voice_profile(
-    name: str, steps: int, eval_every: int, sentences: list[str], seed: int = 3, extra: str = ""
+    name: str, steps: int, eval_every: int, sentences: list[str], seed: int = 3, logging: dict[str, Any] | None = None
 ) -> str:
-    """A TOML profile for a seconds-long voice run on the bundled demo corpus (CPU, one thread, tiny model);
-    `extra` is appended (e.g. more `[logging]` keys)."""
-    quoted = ", ".join(json.dumps(s) for s in sentences)
-    return f"""
-[run]
-name = "{name}"
-seed = {seed}
-
-[data]
-path = "{DEMO_VOICE}"
-mode = "voice"
-val_fraction = 0.1
-cache_dir = "cache"
-
-[model]
-kind = "tts"
-hidden = 32
-encoder_layers = 1
-decoder_layers = 1
-heads = 2
-ffn_mult = 2
-dropout = 0.0
-
-[train]
-batch_size = 8
-lr = 3e-3
-warmup_steps = 2
-max_steps = {steps}
-eval_every_steps = {eval_every}
-
-[compute]
-mode = "cpu"
-num_threads = 1
-
-[tts]
-text_units = "chars"
-griffin_lim_iters = 4
-
-[sample]
-sentences = [{quoted}]
-
-[logging]
-report = false
-{extra}"""
+    """A TOML profile for a seconds-long voice run on the bundled demo corpus (CPU, one thread, tiny model)."""
+    return tiny_profile(
+        "tts",
+        run={"name": name, "seed": seed},
+        data={"path": str(DEMO_VOICE), "cache_dir": "cache"},
+        train={"warmup_steps": 2, "max_steps": steps, "eval_every_steps": eval_every},
+        tts={"text_units": "chars", "griffin_lim_iters": 4},
+        sample={"sentences": sentences},
+        logging={"step_interval_s": None, **(logging or {})},
+    )
 
 
 RUN_TIMEOUT_S = 90.0

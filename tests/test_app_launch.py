@@ -25,6 +25,7 @@ from textual.widgets import Button, Input, Static
 from trainer_core.contract.eventlog import read_all
 from trainer_core.contract.profile_loader import repo_profiles_dir
 from trainer_core.contract.resources import describe_modes, probe
+from trainer_core.tiny_profiles import tiny_profile
 from vega_tui.app import VegaApp
 from vega_tui.screens.launch import LaunchScreen
 from vega_tui.widgets.choice_list import ChoiceList
@@ -65,42 +66,17 @@ def write_text_corpus(folder: Path, files: int = 3, lines: int = 40) -> Path:
     return folder
 
 
-def tiny_profile(data: Path, runs: Path, max_steps: int = 30) -> str:
-    """A byte-level LM small enough to train in seconds on one CPU thread."""
-    return f"""\
-[run]
-name = "tiny"
-runs_dir = {json.dumps(str(runs))}
-
-[data]
-path = {json.dumps(str(data))}
-mode = "text"
-context_bytes = 32
-
-[model]
-kind = "lm"
-hidden = 32
-encoder_layers = 1
-heads = 2
-ffn_mult = 2
-
-[train]
-batch_size = 8
-warmup_steps = 2
-max_steps = {max_steps}
-
-[compute]
-mode = "cpu"
-num_threads = 1
-
-[sample]
-prompts = ["The "]
-max_new_bytes = 8
-
-[logging]
-step_interval_s = 0.1
-report = false
-"""
+def launch_profile(data: Path, runs: Path, max_steps: int = 30) -> str:
+    """The tiny LM profile (trainer_core.tiny_profiles) on `data`, writing runs under `runs`."""
+    return tiny_profile(
+        "lm",
+        run={"runs_dir": str(runs), "seed": None},
+        data={"path": str(data), "val_fraction": None},
+        model={"dropout": None},
+        train={"warmup_steps": 2, "max_steps": max_steps, "lr": None},
+        sample={"max_new_bytes": 8},
+        logging={"step_interval_s": 0.1},
+    )
 
 
 @pytest.fixture
@@ -227,7 +203,7 @@ async def test_demo_preselected_and_enter_would_start_it(config: Path) -> None:
 
 async def test_invalid_profile_shows_its_error_and_disables_start(config: Path, tmp_path: Path) -> None:
     data = write_text_corpus(tmp_path / "data")
-    bad = tiny_profile(data, tmp_path / "runs").replace("batch_size = 8", "batch_size = -4")
+    bad = launch_profile(data, tmp_path / "runs").replace("batch_size = 8", "batch_size = -4")
     (config / "profiles" / "broken.toml").write_text(bad, encoding="utf-8")
     app = VegaApp()
     async with app.run_test(size=(120, 40)) as pilot:
@@ -250,16 +226,16 @@ async def test_invalid_profile_shows_its_error_and_disables_start(config: Path, 
 async def test_profile_edited_on_disk_refreshes_the_list(config: Path, tmp_path: Path) -> None:
     data = write_text_corpus(tmp_path / "data")
     path = config / "profiles" / "mine.toml"
-    path.write_text(tiny_profile(data, tmp_path / "runs"), encoding="utf-8")
+    path.write_text(launch_profile(data, tmp_path / "runs"), encoding="utf-8")
     app = VegaApp()
     async with app.run_test(size=(120, 40)) as pilot:
         profiles = launch(app).query_one(ProfileList)
         await wait_until(pilot, lambda: "mine" in profiles.entries and profiles.entries["mine"].valid, "mine valid")
         await pilot.pause(0.3)  # let the watcher settle on the folder before the edit
-        path.write_text(tiny_profile(data, tmp_path / "runs").replace("hidden = 32", "hidden = 33"), encoding="utf-8")
+        path.write_text(launch_profile(data, tmp_path / "runs").replace("hidden = 32", "hidden = 33"), encoding="utf-8")
         await wait_until(pilot, lambda: not profiles.entries["mine"].valid, "the edit to show up")
         assert "heads (2) must divide hidden (33)" in option_texts(profiles)["mine"][0]
-        (config / "profiles" / "second.toml").write_text(tiny_profile(data, tmp_path / "runs"), encoding="utf-8")
+        (config / "profiles" / "second.toml").write_text(launch_profile(data, tmp_path / "runs"), encoding="utf-8")
         await wait_until(pilot, lambda: "second" in profiles.entries, "a new profile file to appear")
 
 
@@ -292,7 +268,7 @@ async def test_data_folder_with_nothing_usable_says_why(
 async def test_preflight_shows_the_plan(config: Path, tmp_path: Path) -> None:
     data = write_text_corpus(tmp_path / "data")
     (data / "empty.txt").write_text("", encoding="utf-8")
-    (config / "profiles" / "tiny.toml").write_text(tiny_profile(data, tmp_path / "runs"), encoding="utf-8")
+    (config / "profiles" / "tiny.toml").write_text(launch_profile(data, tmp_path / "runs"), encoding="utf-8")
     app = VegaApp()
     async with app.run_test(size=(120, 40)) as pilot:
         screen = launch(app)
@@ -323,7 +299,7 @@ async def test_preflight_shows_the_plan(config: Path, tmp_path: Path) -> None:
 async def test_preflight_shows_validation_items_capped_and_share(config: Path, tmp_path: Path) -> None:
     data = write_text_corpus(tmp_path / "data", files=30)
     profile = (
-        tiny_profile(data, tmp_path / "runs")
+        launch_profile(data, tmp_path / "runs")
         .replace("context_bytes = 32\n", "context_bytes = 32\nval_fraction = 0.5\nval_max_items = 3\n")
         .replace("warmup_steps = 2\n", "warmup_steps = 2\neval_every_steps = 5\n")
     )
@@ -357,7 +333,7 @@ async def test_start_runs_a_real_trainer_and_opens_its_dashboard(config: Path, t
     from vega_tui.screens.run import RunScreen
 
     data = write_text_corpus(tmp_path / "data")
-    (config / "profiles" / "tiny.toml").write_text(tiny_profile(data, tmp_path / "elsewhere"), encoding="utf-8")
+    (config / "profiles" / "tiny.toml").write_text(launch_profile(data, tmp_path / "elsewhere"), encoding="utf-8")
     runs = tmp_path / "runs"
     app = VegaApp(runs_root=runs)  # --runs-root wins over the profile's runs_dir
     async with app.run_test(size=(80, 24)) as pilot:

@@ -33,6 +33,7 @@ from trainer_core.contract.eventlog import read_all
 from trainer_core.contract.nvml import GpuInfo
 from trainer_core.contract.protocol import Event
 from trainer_core.contract.resources import MachineResources
+from trainer_core.tiny_profiles import tiny_profile
 from vega_tui import app as vega_app
 from vega_tui import runner
 from vega_tui.app import VegaApp
@@ -608,41 +609,14 @@ def test_dashboard_imports_no_heavy_modules() -> None:
 # ------------------------------------------------------------------------------------------------ a live trainer
 
 
-TINY_PROFILE = """\
-[run]
-name = "live"
-
-[data]
-mode = "text"
-context_bytes = 32
-val_fraction = 0.1
-
-[model]
-kind = "lm"
-hidden = 32
-encoder_layers = 1
-heads = 2
-ffn_mult = 2
-
-[train]
-batch_size = 8
-warmup_steps = 5
-max_steps = 100000
-eval_every_steps = 100000
-checkpoint_every_epochs = 100000
-
-[compute]
-mode = "cpu"
-num_threads = 1
-
-[sample]
-prompts = ["The "]
-max_new_bytes = 8
-
-[logging]
-step_interval_s = 0.1
-report = false
-"""
+TINY_PROFILE = tiny_profile(
+    "lm",
+    run={"name": "live", "seed": None},
+    model={"dropout": None},
+    train={"max_steps": 100000, "eval_every_steps": 100000, "checkpoint_every_epochs": 100000, "lr": None},
+    sample={"max_new_bytes": 8},
+    logging={"step_interval_s": 0.1},
+)
 
 
 @pytest.fixture

@@ -114,7 +114,7 @@ def test_accumulating_two_half_batches_gives_the_gradients_of_the_whole_batch(tm
     whole, w1 = new_trainer(tmp_path, corpus, "whole", "train.batch_size=8", "model.dropout=0")
     halves, w2 = new_trainer(tmp_path, corpus, "halves", "train.batch_size=4", "train.grad_accum=2", "model.dropout=0")
     try:
-        a, b = whole.train_step(), halves.train_step()
+        a, b = whole.runner.run(), halves.runner.run()
     finally:
         w1.close()
         w2.close()
@@ -134,8 +134,8 @@ def test_clipping_acts_on_the_live_parameters_after_a_restore(tmp_path: Path, co
     first, w1 = new_trainer(tmp_path, corpus, "first", "train.grad_clip=0.01")
     try:
         for _ in range(3):
-            first.train_step()
-        saved = first.save_checkpoint()
+            first.runner.run()
+        saved = first.checkpointer.save()
     finally:
         w1.close()
     resumed, w2 = new_trainer(tmp_path, corpus, "resumed", "train.grad_clip=0.01")
@@ -144,7 +144,7 @@ def test_clipping_acts_on_the_live_parameters_after_a_restore(tmp_path: Path, co
         with torch.no_grad():  # weights changed in place after the trainer was built
             for p in resumed.module.parameters():
                 p.mul_(1.5)
-        outcome = resumed.train_step()
+        outcome = resumed.runner.run()
     finally:
         w2.close()
     assert outcome.applied and outcome.grad_norm > 0.01  # reported before clipping
@@ -158,8 +158,8 @@ def test_batches_follow_the_epoch_order_through_an_oom_retry_and_an_epoch_end(tm
     steps = trainer.steps_per_epoch() + 2
     try:
         for _ in range(steps):  # the loop of Trainer.fit, without its stop and end
-            trainer.after_step(trainer.train_step())
-            if trainer.remaining_items() < trainer.global_batch():
+            trainer.after_step(trainer.runner.run())
+            if trainer.task.train_items() - trainer.state.item < trainer.global_batch():
                 trainer.end_epoch()
     finally:
         writer.close()
@@ -177,17 +177,17 @@ def test_a_resumed_trainer_reads_on_from_the_checkpoints_position(tmp_path: Path
     first, w1 = new_trainer(tmp_path, corpus, "first")
     later = record_inputs(first)
     try:
-        first.train_step(), first.train_step()
-        saved = first.save_checkpoint()
-        first.train_step()
+        first.runner.run(), first.runner.run()
+        saved = first.checkpointer.save()
+        first.runner.run()
     finally:
         w1.close()
     resumed, w2 = new_trainer(tmp_path, corpus, "resumed")
     try:
-        resumed.train_step()  # its own iterator moves ahead first; the restore must move it back
+        resumed.runner.run()  # its own iterator moves ahead first; the restore must move it back
         resumed.restore(load_checkpoint(saved))
         again = record_inputs(resumed)
-        resumed.train_step()
+        resumed.runner.run()
     finally:
         w2.close()
     torch.testing.assert_close(again[0], later[2], rtol=0, atol=0)
@@ -196,8 +196,8 @@ def test_a_resumed_trainer_reads_on_from_the_checkpoints_position(tmp_path: Path
 def test_a_nonfinite_step_is_skipped_and_reported_with_its_finite_parts(tmp_path: Path, corpus: Path) -> None:
     trainer, writer = new_trainer(tmp_path, corpus, "run", "debug.nonfinite_at_steps=[2]")
     try:
-        trainer.train_step()
-        outcome = trainer.train_step()
+        trainer.runner.run()
+        outcome = trainer.runner.run()
     finally:
         writer.close()
     assert not outcome.applied and math.isnan(outcome.loss) and trainer.state.step == 1

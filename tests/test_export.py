@@ -59,7 +59,7 @@ def test_round_trip_with_tied_weights(tmp_path: Path) -> None:
 def test_file_is_plain_safetensors(tmp_path: Path) -> None:
     weights_path, _ = export_model(TiedByteLM(), MODEL_CONFIG, tmp_path)
     with safe_open(str(weights_path), framework="pt") as handle:
-        assert "head.weight" in handle and handle.get_tensor("mix.bias").shape == (16,)
+        assert "head.weight" in handle.keys() and handle.get_tensor("mix.bias").shape == (16,)  # noqa: SIM118 - safe_open has no __contains__
 
 
 def test_export_replaces_a_previous_export(tmp_path: Path) -> None:

@@ -23,7 +23,8 @@ from trainer_core.contract.protocol import Event
 from vega_tui.follow import EventFollower
 from vega_tui.history_worker import EXIT_PARENT_GONE, PROGRESS, HistoryChild, HistoryFailed, HistoryRequest
 from vega_tui.preview import PreviewPlan, read_preview, wants_preview
-from vega_tui.store import RunState, RunStore
+from vega_tui.run_state import RunState
+from vega_tui.store import RunStore
 
 STEPS = 4000
 PLAN = PreviewPlan(min_bytes=256 * 1024, head_bytes=16 * 1024, tail_bytes=64 * 1024, samples=60)

@@ -18,48 +18,28 @@ import pytest
 from trainer_core.contract.control_client import ControlError
 from trainer_core.contract.eventlog import read_all
 from trainer_core.contract.protocol import Event
+from trainer_core.tiny_profiles import tiny_profile
 from vega_tui import runner
 from vega_tui.runner import RunnerError, TrainerProcess
 
 FIXTURES = Path(__file__).parent / "fixtures" / "events"
 # A byte-level model small enough to start in a few seconds and to step quickly on one CPU thread;
 # it trains "forever" (max_steps) so that tests decide when it stops.
-PROFILE = """\
-[run]
-name = "runner-test"
-seed = 3
-
-[data]
-mode = "text"
-context_bytes = 16
-val_fraction = 0.1
-
-[model]
-kind = "lm"
-hidden = 16
-encoder_layers = 1
-heads = 2
-ffn_mult = 2
-
-[train]
-batch_size = 4
-warmup_steps = 2
-max_steps = 1000000
-eval_every_steps = 1000000
-checkpoint_every_steps = 1000000
-
-[compute]
-mode = "cpu"
-num_threads = 1
-
-[sample]
-prompts = ["The "]
-max_new_bytes = 8
-
-[logging]
-step_interval_s = 0.05
-report = false
-"""
+PROFILE = tiny_profile(
+    "lm",
+    run={"name": "runner-test", "seed": 3},
+    data={"context_bytes": 16},
+    model={"hidden": 16, "dropout": None},
+    train={
+        "batch_size": 4,
+        "warmup_steps": 2,
+        "lr": None,
+        "max_steps": 1000000,
+        "eval_every_steps": 1000000,
+        "checkpoint_every_steps": 1000000,
+    },
+    sample={"max_new_bytes": 8},
+)
 WAIT_S = 90.0  # generous: other test processes share the CPU
 
 

@@ -16,7 +16,8 @@ import pytest
 
 from trainer_core.contract.eventlog import EventReader, read_all
 from trainer_core.contract.protocol import Event, StepEvent, parse_event
-from vega_tui.store import RunStore, Series
+from vega_tui.run_state import Series
+from vega_tui.store import RunStore
 
 FIXTURES = Path(__file__).parent / "fixtures" / "events"
 

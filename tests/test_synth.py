@@ -120,7 +120,7 @@ def test_synth_errors_are_one_clear_line(run_dir, tmp_path: Path) -> None:
 
 
 def test_loading_helpers_refuse_text_with_nothing_to_say(run_dir, tmp_path: Path) -> None:
-    from trainer_core.cli.synth_cmd import load_from_export, synthesise_to_wav
+    from trainer_core.cli.synthesiser import load_from_export, synthesise_to_wav
 
     run, _ = run_dir
     synth = load_from_export(run / "export")

@@ -17,7 +17,7 @@ from trainer_core.contract.eventlog import read_all
 REPO = Path(__file__).resolve().parent.parent
 STEPS = 6
 
-PROFILE = tiny_voice_profile("board", STEPS, 3, ["Hello.", "A second sentence."], seed=4, extra="tensorboard = true\n")
+PROFILE = tiny_voice_profile("board", STEPS, 3, ["Hello.", "A second sentence."], seed=4, logging={"tensorboard": True})
 
 
 def train(root: Path, extra_pythonpath: str = "") -> tuple[subprocess.CompletedProcess, Path]:

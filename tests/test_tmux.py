@@ -26,34 +26,29 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+import tomli_w
+
+from trainer_core.tiny_profiles import TINY
 
 pytestmark = pytest.mark.skipif(
     shutil.which("tmux") is None, reason="tmux is not installed (apt install tmux; macOS: brew install tmux)"
 )
 
 VEGA_TUI = [sys.executable, "-m", "vega_tui"]
-MACHINE_FILE = """\
-[model]
-hidden = 32
-encoder_layers = 1
-decoder_layers = 1
-heads = 2
-ffn_mult = 2
-
-[train]
-max_steps = 1000000
-warmup_steps = 5
-eval_every_steps = 1000000
-checkpoint_every_epochs = 1000000
-
-[compute]
-mode = "cpu"
-num_threads = 1
-
-[logging]
-step_interval_s = 0.2
-report = false
-"""
+# The tiny voice model (trainer_core.tiny_profiles) over whatever profile the dashboard starts, training "forever".
+MACHINE_FILE = tomli_w.dumps(
+    {
+        "model": {k: v for k, v in TINY["tts"]["model"].items() if k not in ("kind", "dropout")},
+        "train": {
+            "max_steps": 1000000,
+            "warmup_steps": 5,
+            "eval_every_steps": 1000000,
+            "checkpoint_every_epochs": 1000000,
+        },
+        "compute": TINY["tts"]["compute"],
+        "logging": {"step_interval_s": 0.2, "report": False},
+    }
+)
 STEP = re.compile(r"\bstep (\d+)")
 
 

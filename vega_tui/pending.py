@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from vega_tui.store import ENDED, RunState
+from vega_tui.run_state import ENDED, RunState
 
 WAIT_LABELS = {"save": "saving…", "evaluate": "evaluating…"}
 

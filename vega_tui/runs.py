@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from trainer_core.contract import rundir
+from vega_tui.run_state import Series
 from vega_tui.runner import run_status
-from vega_tui.store import Series
 
 # How much of the end of events.jsonl a summary reads when there is no session.json.
 SUMMARY_TAIL_BYTES = 256 * 1024

@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from trainer_core.cli.common import print_json
+from trainer_core.contract.units import format_bytes
 
 if TYPE_CHECKING:
     from trainer_core.data.scan_report import DataReport, Problem
@@ -72,15 +73,6 @@ def _histogram_text(histogram: dict[str, int], unit: str = "") -> str:
     return ", ".join(f"{key}{unit} × {count}" for key, count in histogram.items()) or "-"
 
 
-def _format_bytes(size: int) -> str:
-    value = float(size)
-    for unit in ("B", "KB", "MB", "GB"):
-        if value < 1024 or unit == "GB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{value:.1f} TB"
-
-
 def _voice_rows(report: DataReport) -> list[tuple[str, str]]:
     v = report.voice
     durations = "-"
@@ -91,7 +83,7 @@ def _voice_rows(report: DataReport) -> list[tuple[str, str]]:
         ("unsupported audio", str(v.unsupported_files)),
         ("hours usable / all", f"{v.hours_usable:.3f} / {v.hours_all:.3f} h"),
         ("clip length min / mean / max", durations),
-        ("audio size", f"{_format_bytes(v.usable_bytes)} usable of {_format_bytes(v.audio_bytes)}"),
+        ("audio size", f"{format_bytes(v.usable_bytes)} usable of {format_bytes(v.audio_bytes)}"),
         ("formats", _histogram_text(v.formats)),
         ("sample rates", _histogram_text(v.sample_rates, " Hz")),
         ("channels", _histogram_text(v.channels)),
@@ -104,7 +96,7 @@ def _text_rows(report: DataReport) -> list[tuple[str, str]]:
     return [
         ("text files", f"{t.files} ({t.usable} usable, {t.skipped} skipped)"),
         ("by extension", _histogram_text(t.by_extension)),
-        ("size", f"{_format_bytes(t.bytes)} ({t.text_bytes} bytes of text)"),
+        ("size", f"{format_bytes(t.bytes)} ({t.text_bytes} bytes of text)"),
         ("lines", str(t.lines)),
         ("non-UTF-8 files", str(t.non_utf8_files)),
         ("jsonl lines without text", str(t.jsonl_lines_without_text)),

@@ -21,9 +21,8 @@ from trainer_core.contract.resources import (
     probe,
     select_device,
 )
+from trainer_core.contract.units import GIB, format_bytes
 from trainer_core.torch_check import TORCH
-
-GIB = 1024**3
 
 
 def register(sub: Any) -> None:
@@ -125,7 +124,7 @@ def _machine_table(resources: MachineResources) -> Any:
     table.add_column("what", style="bold")
     table.add_column("value")
     table.add_row("CPU", Text(_cpu_text(resources)))
-    ram = f"{_gib(resources.ram_total_bytes)} total, {_gib(resources.ram_available_bytes)} available"
+    ram = f"{format_bytes(resources.ram_total_bytes)} total, {format_bytes(resources.ram_available_bytes)} available"
     table.add_row("RAM", Text(ram))
     table.add_row("NVIDIA GPUs", Text(str(len(resources.gpus))))
     table.add_row("Apple MPS", Text("available" if resources.mps_available else "not available"))
@@ -150,7 +149,7 @@ def _gpu_table(gpus: list[GpuInfo]) -> Any:
         cells = [
             f"cuda:{gpu.index}",
             gpu.name,
-            f"{gpu.memory_free_bytes / GIB:.1f} / {_gib(gpu.memory_total_bytes)}",
+            f"{gpu.memory_free_bytes / GIB:.1f} / {format_bytes(gpu.memory_total_bytes)}",
             _optional(gpu.utilization_pct, "{:.0f} %"),
             _optional(gpu.temperature_c, "{:.0f} °C"),
             _optional(gpu.power_w, "{:.0f} W"),
@@ -182,7 +181,3 @@ def _modes_table(modes: dict[str, DeviceChoice | str], min_gb: float) -> Any:
 
 def _optional(value: float | None, template: str) -> str:
     return "-" if value is None else template.format(value)
-
-
-def _gib(n_bytes: int) -> str:
-    return f"{n_bytes / GIB:.1f} GiB"

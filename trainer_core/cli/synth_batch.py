@@ -18,7 +18,7 @@ from trainer_core.atomic import atomic_write_text
 from trainer_core.contract.errors import VegaError
 
 if TYPE_CHECKING:
-    from trainer_core.cli.synth_cmd import Synthesiser
+    from trainer_core.cli.synthesiser import Synthesiser
 
 INDEX_FIELDS = ("line", "file", "text", "seconds", "error")
 
@@ -52,7 +52,7 @@ def prepare_out_dir(path: Path) -> None:
 
 def speak_lines(synth: Synthesiser, lines: list[tuple[int, str]], args: argparse.Namespace) -> list[dict[str, Any]]:
     """Speak each line into the out folder; one index row per line (with `error` set where it failed)."""
-    from trainer_core.cli.synth_cmd import synthesise_to_wav
+    from trainer_core.cli.synthesiser import synthesise_to_wav
 
     width = max(4, len(str(lines[-1][0])))
     rows = []

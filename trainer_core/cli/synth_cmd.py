@@ -15,21 +15,15 @@ loaded model, and a line that cannot be spoken is listed in the index while the 
 from __future__ import annotations
 
 import argparse
-import tomllib
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from trainer_core.cli.common import print_json
+from trainer_core.cli.synthesiser import Synthesiser, load_from_checkpoint, load_from_export, synthesise_to_wav
 from trainer_core.contract.errors import VegaError
 
 if TYPE_CHECKING:
-    from trainer_core.contract.profile import AudioSection, TtsSection
-    from trainer_core.models.text_frontend import TextEncoder
-    from trainer_core.models.tts import AcousticModel
-
-# Prefixes a wrapped model (DistributedDataParallel, torch.compile) adds to state dict names.
-WRAPPER_PREFIXES = ("module.", "_orig_mod.")
+    pass
 
 
 def _positive_float(text: str) -> float:
@@ -93,105 +87,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--device", default="cpu", help="torch device to run the model on (default: cpu)")
     parser.add_argument("--json", action="store_true", help="print what was written as JSON")
     parser.set_defaults(handler=run)
-
-
-@dataclass
-class Synthesiser:
-    """A rebuilt TTS model with what it needs to turn text into a WAV file."""
-
-    model: AcousticModel
-    encoder: TextEncoder
-    audio: AudioSection
-    tts: TtsSection
-
-
-def _strip_wrappers(state: dict[str, Any]) -> dict[str, Any]:
-    out = {}
-    for name, value in state.items():
-        for prefix in WRAPPER_PREFIXES:
-            name = name.removeprefix(prefix)
-        out[name] = value
-    return out
-
-
-def _profile_from_checkpoint(state: dict[str, Any], path: Path):
-    from trainer_core.contract.profile_loader import load_profile_dict
-
-    text = state.get("profile_toml") or ""
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise VegaError(f"checkpoint {path}: its profile TOML does not parse ({exc}); use another checkpoint") from exc
-    return load_profile_dict(data, base_dir=path.parent, source=f"{path} (profile_toml)")
-
-
-def load_from_checkpoint(path: Path, device: str = "cpu") -> Synthesiser:
-    """Rebuild the model and text encoder from a training checkpoint (loaded weights-only)."""
-    from trainer_core.engine.checkpoint import check_model_compatible, load_checkpoint
-    from trainer_core.models.text_frontend import TextEncoder
-    from trainer_core.models.tts import AcousticModel, TtsConfig
-
-    state = load_checkpoint(path)
-    weights = _strip_wrappers(state.get("model") or {})
-    if "text_symbols" not in weights:
-        raise VegaError(f"checkpoint {path} is not a TTS model (no text vocabulary in it); synth needs a voice run")
-    profile = _profile_from_checkpoint(state, path)
-    codes = [int(c) for c in weights["text_symbols"].tolist()]
-    phonemes = "text_phonemes" in weights and int(weights["text_phonemes"]) == 1
-    t = profile.tts
-    units = "phonemes" if phonemes else "chars"
-    encoder = TextEncoder.from_symbol_codes(codes, units, t.lowercase, t.espeak_voice, t.espeak_backend)
-    model = AcousticModel(TtsConfig.from_profile(profile, len(codes)), codes, phonemes)
-    check_model_compatible(model, weights)
-    model.load_state_dict(weights)
-    return Synthesiser(model.to(device).eval(), encoder, profile.audio, profile.tts)
-
-
-def load_from_export(folder: Path, device: str = "cpu") -> Synthesiser:
-    """Rebuild the model and text encoder from an export folder (safetensors weights + config.json)."""
-    from pydantic import ValidationError
-
-    from trainer_core.contract.profile import AudioSection, TtsSection
-    from trainer_core.engine.checkpoint import check_model_compatible
-    from trainer_core.engine.export import load_exported
-    from trainer_core.models.text_frontend import TextEncoder
-    from trainer_core.models.tts import AcousticModel, config_from_dict
-
-    weights, document = load_exported(folder)
-    config = document.get("model") or {}
-    if config.get("kind") != "tts":
-        raise VegaError(f"{folder} holds a {config.get('kind', 'unknown')!r} model, not a TTS voice; synth needs one")
-    encoder = TextEncoder.from_state(config.get("text") or {})
-    model = AcousticModel(config_from_dict(config), encoder.symbol_codes(), encoder.units == "phonemes")
-    check_model_compatible(model, weights)
-    model.load_state_dict(weights)
-    try:
-        audio, tts = AudioSection(**config.get("audio", {})), TtsSection(**config.get("tts", {}))
-    except (ValidationError, TypeError) as exc:
-        raise VegaError(f"{folder}/config.json has bad audio or tts settings ({exc}); re-export the model") from exc
-    return Synthesiser(model.to(device).eval(), encoder, audio, tts)
-
-
-def synthesise_to_wav(
-    synth: Synthesiser, text: str, out: Path, length_scale: float | None = None, iters: int | None = None
-) -> dict[str, Any]:
-    """Speak `text` into `out`; return what was written."""
-    from trainer_core.models.vocoder import mel_to_audio, write_wav
-
-    ids = synth.encoder.encode(text)
-    if not ids:
-        raise VegaError(f"nothing to say: {text!r} has no symbols after normalisation")
-    mel = synth.model.synthesise(ids, length_scale or synth.tts.length_scale)
-    wave = mel_to_audio(mel, synth.audio, iters or synth.tts.griffin_lim_iters)
-    path = write_wav(out, wave, synth.audio.sample_rate)
-    rate = synth.audio.sample_rate
-    return {
-        "out": str(path),
-        "seconds": len(wave) / rate,
-        "sample_rate": rate,
-        "frames": int(mel.shape[1]),
-        "symbols": len(ids),
-    }
 
 
 def _check_outputs(args: argparse.Namespace) -> list[tuple[int, str]] | None:

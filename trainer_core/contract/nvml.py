@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from trainer_core.contract.errors import DeviceError
+from trainer_core.contract.units import GIB
 
 FAKE_GPUS_ENV = "VEGA_FAKE_GPUS"
-GIB = 1024**3
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -108,8 +108,8 @@ class Event(BaseModel):
 
     model_config = ConfigDict(extra="allow")
 
-    v: Count = Field(PROTOCOL_VERSION, ge=1, description="protocol version of the writer")
-    seq: Count = Field(0, ge=0, description="line number in the log, from 0, one per line: a jump is a gap")
+    v: Count = Field(default=PROTOCOL_VERSION, ge=1, description="protocol version of the writer")
+    seq: Count = Field(default=0, ge=0, description="line number in the log, from 0, one per line: a jump is a gap")
     t: Timestamp = Field(default_factory=time.time, description="unix time the event was written")
     type: str = Field(description="event type: the discriminator")
 
@@ -159,7 +159,9 @@ class HelloEvent(Event):
     torch: str | None = None
     world_size: Count = 1
     rank: Count = 0
-    backend: str | None = Field(None, description="torch.distributed backend under torchrun (gloo, nccl), else null")
+    backend: str | None = Field(
+        default=None, description="torch.distributed backend under torchrun (gloo, nccl), else null"
+    )
     profile_path: PathText | None = None
     resumed: bool = False
 
@@ -265,7 +267,7 @@ class StepEvent(Event):
     step_series: list[Count] = Field(default_factory=list, description="every step number in the window")
     loss_series: list[Real | None] = Field(default_factory=list, description="total loss of each step in the window")
     lr_series: list[Real] = Field(default_factory=list, description="learning rate of each step in the window")
-    world_size: Count = Field(1, description="training processes (DDP ranks); samples_per_s counts all of them")
+    world_size: Count = Field(default=1, description="training processes (DDP ranks); samples_per_s counts all of them")
     rank_samples_per_s: list[Real] = Field(
         default_factory=list, description="DDP: each rank's own samples/s over the window, in rank order"
     )
@@ -290,7 +292,7 @@ class MemoryEvent(Event):
     """Memory pressure changed level; `action` says what the trainer did about it ("none" when nothing)."""
 
     type: Literal["memory"] = "memory"
-    level: Literal["low", "moderate", "high", "critical"]
+    level: MemoryLevel
     used_frac: Real
     action: str = "none"
 
@@ -321,7 +323,7 @@ class ValidationEvent(Event):
     epoch: Count
     loss: Real | None
     losses: dict[str, Real] = Field(default_factory=dict)
-    metric_name: str | None = Field(None, description="an extra metric, e.g. bits_per_byte")
+    metric_name: str | None = Field(default=None, description="an extra metric, e.g. bits_per_byte")
     metric_value: Real | None = None
     metrics: dict[str, Real] = Field(default_factory=dict, description="all task metrics, e.g. bits_per_byte")
 
@@ -386,7 +388,7 @@ class ResumedEvent(Event):
 class WarningEvent(Event):
     type: Literal["warning"] = "warning"
     message: str
-    code: str | None = Field(None, description="stable machine-readable name, e.g. cpu_fallback")
+    code: str | None = Field(default=None, description="stable machine-readable name, e.g. cpu_fallback")
 
 
 class ErrorEvent(Event):
@@ -395,11 +397,15 @@ class ErrorEvent(Event):
     traceback: str | None = None
 
 
+FinishedStatus = Literal["completed", "stopped", "failed"]
+MemoryLevel = Literal["low", "moderate", "high", "critical"]
+
+
 class FinishedEvent(Event):
     """Last line of a run that ended by itself; a log without it belongs to a crashed trainer."""
 
     type: Literal["finished"] = "finished"
-    status: Literal["completed", "stopped", "failed"]
+    status: FinishedStatus
     step: Count
     epoch: Count
     seconds: Real
@@ -548,7 +554,7 @@ class CommandBase(BaseModel):
 
     model_config = ConfigDict(extra="ignore")
 
-    id: str | None = Field(None, description="client id, echoed in the reply and the command_ack event")
+    id: str | None = Field(default=None, description="client id, echoed in the reply and the command_ack event")
 
 
 class PauseCommand(CommandBase):

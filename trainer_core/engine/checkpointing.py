@@ -1,155 +1,167 @@
-"""Saving and restoring the Trainer: everything an exact resume needs, in one checkpoint.
+"""Saving and restoring a run: everything an exact resume needs, in one checkpoint (the Trainer's component).
 
-A mixin rather than a separate object because a checkpoint is the loop's own state (model, optimizer,
-scheduler, scaler, RNG, counters, data position); the Trainer provides the attributes listed on the class.
-The file format and the atomic write live in `engine.checkpoint`.
+A checkpoint holds the loop's own state (model, every optimizer group with its schedule, the loss scaler,
+RNG, counters, data position); the file format and the atomic write live in `engine.checkpoint`.
 
-Under DDP every rank enters `save_checkpoint` at the same step (the loop's decisions agree), because the
-checkpoint gathers each rank's random streams; rank 0 alone writes the file, holding the unwrapped model's
-weights. On resume every rank reads the same file and takes its own streams back.
+Under DDP every rank enters `save` at the same step (the loop's decisions agree), because the checkpoint
+gathers each rank's random streams; rank 0 alone writes the file, holding the unwrapped model's weights.
+On resume every rank reads the same file and takes its own streams back.
 """
 
 from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import torch
-
-from trainer_core.engine.checkpoint import CheckpointError, check_model_compatible, new_checkpoint_state
+from trainer_core.contract.profile import Profile
+from trainer_core.contract.protocol import CheckpointSavedEvent
+from trainer_core.engine.checkpoint import (
+    CheckpointError,
+    CheckpointManager,
+    check_model_compatible,
+    new_checkpoint_state,
+)
 from trainer_core.engine.distributed import gather_rank_rng, restore_rank_rng
+from trainer_core.engine.events import EventHub
+from trainer_core.engine.faults import FaultInjector
+from trainer_core.engine.loop_state import LoopState
+from trainer_core.engine.precision import NonfiniteTracker, PrecisionPolicy
 from trainer_core.engine.rng import capture_rng_state, restore_rng_state
-from trainer_core.engine.schedule import set_total_steps
-
-if TYPE_CHECKING:
-    from trainer_core.contract.profile import Profile
-    from trainer_core.engine.budget import TimeBudget
-    from trainer_core.engine.checkpoint import CheckpointManager
-    from trainer_core.engine.events import EventHub
-    from trainer_core.engine.faults import FaultInjector
-    from trainer_core.engine.loop_state import LoopState
-    from trainer_core.engine.precision import NonfiniteTracker, PrecisionPolicy
-    from trainer_core.world import World
+from trainer_core.engine.run_length import RunLength
+from trainer_core.engine.step import StepRunner
+from trainer_core.models.base import unwrap_model
+from trainer_core.world import World
 
 log = logging.getLogger("trainer_core")
 
 
-class CheckpointMixin:
-    """Needs: profile, profile_toml, model, module, device, world, optimizer, scheduler, precision, state,
-    nonfinite, budget, checkpoints (None on ranks other than 0), faults, events, last_val_loss and
-    planned_total_steps()."""
+class Checkpointer:
+    """Writes checkpoints of the run (rank 0; `manager` is None elsewhere) and restores one into it."""
 
-    profile: Profile
-    profile_toml: str
-    model: torch.nn.Module
-    module: torch.nn.Module
-    device: torch.device
-    world: World
-    optimizer: torch.optim.Optimizer
-    scheduler: Any
-    precision: PrecisionPolicy
-    state: LoopState
-    nonfinite: NonfiniteTracker
-    budget: TimeBudget | None
-    checkpoints: CheckpointManager | None
-    faults: FaultInjector
-    events: EventHub
-    last_val_loss: float | None
-    _saves: int
-    _last_save_step: int
+    def __init__(
+        self,
+        profile: Profile,
+        profile_toml: str,
+        runner: StepRunner,
+        state: LoopState,
+        nonfinite: NonfiniteTracker,
+        run_length: RunLength,
+        manager: CheckpointManager | None,
+        world: World,
+        faults: FaultInjector,
+        events: EventHub,
+    ) -> None:
+        self.profile, self.profile_toml, self.runner, self.state = profile, profile_toml, runner, state
+        self.nonfinite, self.run_length, self.manager, self.world = nonfinite, run_length, manager, world
+        self.faults, self.events = faults, events
+        self.val_loss: float | None = None  # the last validation loss, saved with each checkpoint
+        self.saves = 0
+        self.last_save_step = -1
 
-    def checkpoint_state(self, rank_rng: list | None = None) -> dict:
-        s = self.state
-        scaler = self.precision.scaler
+    def state_dict(self, rank_rng: list[Any] | None = None) -> dict[str, Any]:
+        s, runner = self.state, self.runner
+        scaler = runner.precision.scaler
         extra: dict[str, Any] = {"loop": s.state_dict(), "nonfinite": self.nonfinite.state_dict()}
-        if self.budget is not None:
-            extra["budget_elapsed_s"] = self.budget.elapsed()
+        if self.run_length.budget is not None:
+            extra["budget_elapsed_s"] = self.run_length.budget.elapsed()
         if self.world.active:
             extra.update(world_size=self.world.world_size, rank_rng=rank_rng)
+        groups = runner.groups.state_dict()
         return new_checkpoint_state(
-            model=self.module.state_dict(),
+            model=unwrap_model(runner.model).state_dict(),
             step=s.step,
             epoch=s.epoch,
             rng=capture_rng_state(),
-            optimizer=self.optimizer.state_dict(),
-            scheduler=self.scheduler.state_dict(),
+            optimizer=groups.pop("optimizer"),
+            scheduler=groups.pop("scheduler"),
             scaler=scaler.state_dict() if scaler.is_enabled() else None,
             data_position={"epoch": s.epoch, "item": s.item},
             profile_toml=self.profile_toml,
-            precision=self.precision.name,
+            precision=runner.precision.name,
             micro_batch=s.micro_batch,
             grad_accum=s.grad_accum,
-            val_loss=self.last_val_loss,
-            extra=extra,
+            val_loss=self.val_loss,
+            extra={**extra, **({"optimizer_groups": groups} if groups else {})},
         )
 
-    def save_checkpoint(self, is_best: bool = False) -> Path | None:
+    def saved_at(self, step: int) -> bool:
+        """Whether `step` already has its checkpoint; under DDP from memory, so every rank answers alike."""
+        if self.world.active or self.manager is None:
+            return self.last_save_step == step
+        return self.manager.path_for(step).exists()
+
+    def save(self, is_best: bool = False) -> Path | None:
         """Save now; a failed write is reported and training goes on (the previous file is intact)."""
         if self.state.step == 0:
             return None
-        self._saves += 1
-        self._last_save_step = self.state.step
+        self.saves += 1
+        self.last_save_step = self.state.step
         # A collective: every rank is here at this step, each handing rank 0 its random streams.
-        rank_rng = gather_rank_rng(self.world, self.device) if self.world.active else None
-        if self.checkpoints is None:
+        rank_rng = gather_rank_rng(self.world, self.runner.device) if self.world.active else None
+        if self.manager is None:
             return None  # ranks other than 0 write nothing
         try:
-            saved = self.checkpoints.save(
-                self.checkpoint_state(rank_rng),
+            saved = self.manager.save(
+                self.state_dict(rank_rng),
                 self.state.step,
-                val_loss=self.last_val_loss,
+                val_loss=self.val_loss,
                 is_best=is_best,
-                hold_s=self.faults.checkpoint_hold_s(self._saves),
+                hold_s=self.faults.checkpoint_hold_s(self.saves),
             )
         except CheckpointError as exc:
             self.events.error(str(exc))
             return None
-        if self.budget is not None:
-            self.budget.note_end_cost("checkpoint", saved.seconds)
+        self.run_length.note_end_cost("checkpoint", saved.seconds)
         self.events.emit(
-            "checkpoint_saved",
-            step=self.state.step,
-            epoch=self.state.epoch,
-            path=str(saved.path),
-            bytes=saved.bytes,
-            val_loss=self.last_val_loss,
-            seconds=saved.seconds,
+            CheckpointSavedEvent(
+                step=self.state.step,
+                epoch=self.state.epoch,
+                path=str(saved.path),
+                bytes=saved.bytes,
+                val_loss=self.val_loss,
+                seconds=saved.seconds,
+            )
         )
         for warning in saved.warnings:
             self.events.warn(warning, code="checkpoint_prune")
         return saved.path
 
-    def restore(self, state: dict) -> dict:
+    def restore(self, state: dict[str, Any]) -> dict[str, Any]:
         """Load a checkpoint's states so the next step is exactly the one after it was saved."""
-        check_model_compatible(self.module, state["model"])
-        self.module.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
-        self._adopt_saved_precision(state.get("precision"))
-        if state.get("scaler") and self.precision.scaler.is_enabled():
-            self.precision.scaler.load_state_dict(state["scaler"])
+        runner = self.runner
+        module = unwrap_model(runner.model)
+        check_model_compatible(module, state["model"])
+        module.load_state_dict(state["model"])
         extra = state.get("extra") or {}
+        runner.groups.load_state_dict(
+            {"optimizer": state["optimizer"], "scheduler": state["scheduler"], **extra.get("optimizer_groups", {})}
+        )
+        self._adopt_saved_precision(state.get("precision"))
+        scaler = runner.precision.scaler
+        if state.get("scaler") and scaler.is_enabled():
+            scaler.load_state_dict(state["scaler"])
         self.state.load_state_dict(extra["loop"])
         if "warmup_steps" not in extra["loop"]:  # written before warmups were fitted: the saved schedule's warmup
-            self.state.warmup_steps = self.scheduler.lr_lambdas[0].warmup_steps
+            self.state.warmup_steps = runner.groups.warmup_steps()
         self.nonfinite.load_state_dict(extra.get("nonfinite", {}))
         self._reconcile_batch_with_profile()
-        self._reconcile_length_with_profile(extra.get("budget_elapsed_s"))
-        self.last_val_loss = state.get("val_loss")
+        self.run_length.restored(extra.get("budget_elapsed_s"))
+        self.val_loss = state.get("val_loss")
         for note in restore_rng_state(state["rng"]):
             self.events.warn(note, code="rng_not_restored")
         if self.world.active:
             self._restore_rank_streams(extra)
+        s = self.state
         return {
-            "step": self.state.step,
-            "epoch": self.state.epoch,
-            "item": self.state.item,
-            "lr": self.optimizer.param_groups[0]["lr"],
-            "loss_scale": self.precision.scaler.get_scale() if self.precision.scaler.is_enabled() else None,
+            "step": s.step,
+            "epoch": s.epoch,
+            "item": s.item,
+            "lr": runner.groups.main.lr(),
+            "loss_scale": scaler.get_scale() if scaler.is_enabled() else None,
         }
 
-    def _restore_rank_streams(self, extra: dict) -> None:
+    def _restore_rank_streams(self, extra: dict[str, Any]) -> None:
         """Each rank's own dropout stream back; a different world size changes the effective batch."""
         saved_world = extra.get("world_size", 1)
         if saved_world != self.world.world_size:
@@ -161,20 +173,21 @@ class CheckpointMixin:
                 self.state.effective_batch * saved_world,
                 self.state.effective_batch * self.world.world_size,
             )
-        note = restore_rank_rng(extra.get("rank_rng"), self.world, self.device, self.profile.run.seed, self.state.step)
+        note = restore_rank_rng(
+            extra.get("rank_rng"), self.world, self.runner.device, self.profile.run.seed, self.state.step
+        )
         if note:
             log.warning("%s", note)
 
     def _adopt_saved_precision(self, saved: str | None) -> None:
         """Keep a precision fallback the saved run had made, instead of repeating the failures."""
-        policy: PrecisionPolicy | None = self.precision
+        current = self.runner.precision
+        policy: PrecisionPolicy | None = current
         while policy is not None and policy.name != saved:
             policy = policy.fallback()
-        if policy is not None and policy.name != self.precision.name:
-            log.warning(
-                "continuing in %s: the checkpoint's run had fallen back from %s", policy.name, self.precision.name
-            )
-            self.precision = policy
+        if policy is not None and policy.name != current.name:
+            log.warning("continuing in %s: the checkpoint's run had fallen back from %s", policy.name, current.name)
+            self.runner.precision = policy
 
     def _reconcile_batch_with_profile(self) -> None:
         """An OOM-reduced micro-batch carries over; a batch the profile changed on purpose wins."""
@@ -186,16 +199,3 @@ class CheckpointMixin:
                 t.batch_size * t.grad_accum,
             )
             s.micro_batch, s.grad_accum = t.batch_size, t.grad_accum
-
-    def _reconcile_length_with_profile(self, budget_elapsed_s: float | None) -> None:
-        """The current profile decides how long to train (a resumed run may be extended)."""
-        s = self.state
-        if self.budget is not None:
-            # The time budget covers the whole run: time already trained counts against it.
-            self.budget.started -= budget_elapsed_s or 0.0
-        else:
-            s.total_steps = self.planned_total_steps()
-        if s.step >= s.total_steps:
-            log.warning("the checkpoint is at step %d, already at or past the planned %d steps", s.step, s.total_steps)
-        else:
-            set_total_steps(self.scheduler, s.total_steps)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from trainer_core.contract.protocol import Event
+from trainer_core.contract.protocol import CalibrationEvent, CheckpointSavedEvent, Event, StepEvent, ValidationEvent
 
 
 class ConsoleProgress:
@@ -38,16 +38,15 @@ class ConsoleProgress:
         self.progress.stop()
 
     def on_event(self, event: Event) -> None:
-        kind = event.type
-        if kind == "step":
+        if isinstance(event, StepEvent):
             eta = f"  ETA {event.eta_s / 60:.1f} min" if event.eta_s is not None else ""
             loss = f"{event.loss:.4f}" if event.loss is not None else "nan"
             info = f"loss {loss}  {event.samples_per_s:.1f} samples/s{self.val}{eta}"
             self.progress.update(self.task_id, completed=event.step, info=info, steps=self._steps(event.step))
-        elif kind == "calibration":
+        elif isinstance(event, CalibrationEvent):
             self.total = event.planned_steps
             self.progress.update(self.task_id, total=event.planned_steps)
-        elif kind == "validation":
+        elif isinstance(event, ValidationEvent):
             self.val = f"  val {event.loss:.4f}" if event.loss is not None else "  val nan"
-        elif kind == "checkpoint_saved":
+        elif isinstance(event, CheckpointSavedEvent):
             self.progress.console.print(f"saved {event.path}")

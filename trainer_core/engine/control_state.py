@@ -1,7 +1,9 @@
 """Requests from the control socket and from signals, handed to the loop at step boundaries.
 
 The socket thread and signal handlers only enqueue (`ControlState`); the loop acts on them between
-steps (`CommandsMixin`, part of the Trainer), so no lock is held while training.
+steps (`Controller`, the Trainer's control component), so no lock is held while training. Under DDP the
+step-boundary exchange (`StepSync`) hands rank 0's commands, its plan and every rank's stop flag to all
+ranks, so every rank acts alike; while paused, every rank waits together.
 """
 
 from __future__ import annotations
@@ -9,13 +11,20 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING
 
+from trainer_core.contract.protocol import PausedEvent, ResumedEvent
+from trainer_core.engine.distributed import MAX_COMMANDS, Agreement, StepSync
+
 if TYPE_CHECKING:
-    from trainer_core.engine.budget import TimeBudget
+    from trainer_core.engine.checkpointing import Checkpointer
+    from trainer_core.engine.evaluation import Evaluator
     from trainer_core.engine.events import EventHub
     from trainer_core.engine.loop_state import LoopState
+    from trainer_core.engine.run_length import RunLength
+    from trainer_core.engine.step import StepRunner
+    from trainer_core.engine.telemetry import Telemetry
+    from trainer_core.world import World
 
 # How often a paused loop looks for new commands.
 PAUSE_POLL_S = 0.05
@@ -44,18 +53,33 @@ class ControlState:
                 return out
 
 
-class CommandsMixin:
-    """The loop's side of control: pause, resume, save, evaluate, stop. Needs: control, events, state,
-    budget, started, flush_telemetry(), save_checkpoint() and validate()."""
+class Controller:
+    """The loop's side of control: pause, resume, save, evaluate, stop; under DDP agreed at each step boundary."""
 
-    control: ControlState
-    events: EventHub
-    state: LoopState
-    budget: TimeBudget | None
-    started: float
+    def __init__(
+        self,
+        control: ControlState,
+        state: LoopState,
+        world: World,
+        events: EventHub,
+        runner: StepRunner,
+        run_length: RunLength,
+        telemetry: Telemetry,
+        checkpointer: Checkpointer,
+        evaluator: Evaluator,
+    ) -> None:
+        self.control, self.state, self.world, self.events = control, state, world, events
+        self.runner, self.run_length, self.telemetry = runner, run_length, telemetry
+        self.checkpointer, self.evaluator = checkpointer, evaluator
+        self.sync = StepSync(world)
+        self._pending: list[str] = []  # rank 0's commands waiting for a step boundary with room
 
-    def handle_requests(self) -> str | None:
-        """Act on commands queued by the socket or signals; returns "stop" when the run must end."""
+    def next_request(self) -> str | None:
+        """ "finished", "stop" or None (train on), after acting on queued commands; all ranks get the same answer."""
+        if self.world.active:
+            return self._agree_on_requests()
+        if self.run_length.finished():
+            return "finished"
         if self._run_commands(self.control.drain()) == "stop":
             return "stop"
         return self._wait_while_paused() if self.control.paused else None
@@ -69,16 +93,16 @@ class CommandsMixin:
 
     def _run_command(self, cmd: str) -> None:
         if cmd == "save":
-            self.save_checkpoint()
+            self.checkpointer.save()
         elif cmd == "evaluate":
-            self.validate()
+            self.evaluator.validate()
         elif cmd == "pause" and not self.control.paused:
             self.control.paused = True
-            self.flush_telemetry()
-            self.events.emit("paused", step=self.state.step)
+            self.telemetry.flush()
+            self.events.emit(PausedEvent(step=self.state.step))
         elif cmd == "resume" and self.control.paused:
             self.control.paused = False
-            self.events.emit("resumed", step=self.state.step)
+            self.events.emit(ResumedEvent(step=self.state.step))
 
     def _wait_while_paused(self) -> str | None:
         paused_at = time.monotonic()
@@ -86,17 +110,49 @@ class CommandsMixin:
             time.sleep(PAUSE_POLL_S)
             if self._run_commands(self.control.drain()) == "stop":
                 return "stop"
-        # Time spent paused is not training time: keep ETA and the time budget honest.
-        pause = time.monotonic() - paused_at
-        self.started += pause
-        if self.budget is not None:
-            self.budget.started += pause
+        self._paused_for(time.monotonic() - paused_at)
         return None
 
-    if TYPE_CHECKING:  # provided by the Trainer and its other mixins
+    def _paused_for(self, seconds: float) -> None:
+        # Time spent paused is not training time: keep ETA and the time budget honest.
+        self.telemetry.pause(seconds)
+        self.run_length.pause(seconds)
 
-        def flush_telemetry(self) -> None: ...
+    def _agree_on_requests(self) -> str | None:
+        """The DDP step boundary: exchange, act on rank 0's commands; while paused, every rank waits together."""
+        paused_at: float | None = None
+        while True:
+            agreed = self._exchange()
+            if agreed.finished and paused_at is None:
+                return "finished"
+            if agreed.stop:
+                return "stop"
+            self._run_commands(agreed.commands)
+            if not self.control.paused:
+                break
+            paused_at = paused_at or time.monotonic()
+            time.sleep(PAUSE_POLL_S)
+        if paused_at is not None:
+            self._paused_for(time.monotonic() - paused_at)
+        return None
 
-        def save_checkpoint(self, is_best: bool = False) -> Path | None: ...
-
-        def validate(self) -> float | None: ...
+    def _exchange(self) -> Agreement:
+        """One StepSync exchange: this rank's stop flag and timings, rank 0's commands and decisions."""
+        main, runner = self.world.is_main, self.runner
+        queued = [cmd for cmd in self.control.drain() if cmd != "stop"]  # stop travels as a flag
+        if main:
+            self._pending += queued
+        sent, self._pending = self._pending[:MAX_COMMANDS], self._pending[MAX_COMMANDS:]
+        agreed = self.sync.exchange(
+            stop=self.control.stop_requested.is_set(),
+            finished=main and self.run_length.finished(),
+            total_steps=self.state.total_steps,
+            step_s=runner.step_s,
+            data_s=runner.data_s,
+            commands=sent,
+        )
+        self.run_length.adopt(agreed.total_steps)  # rank 0's time budget may have re-planned the schedule
+        if main and agreed.step_seconds[0] > 0:
+            self.telemetry.rates.add(agreed.step_seconds, agreed.data_seconds, self.state.effective_batch)
+        runner.step_s = runner.data_s = 0.0  # each step's timings travel once
+        return agreed

@@ -1,8 +1,4 @@
-"""Validation, samples, best-model tracking and early stopping: the evaluation half of the Trainer.
-
-A mixin rather than a separate object because evaluation reads and writes the same loop state the
-train loop owns (step, best validation loss, the model's train/eval mode); the Trainer provides the
-attributes listed on the class.
+"""Validation, samples, best-model tracking and early stopping: the Trainer's evaluation component.
 
 Under DDP each rank evaluates its round-robin share of the validation batches and the sums are added over
 ranks, so every rank sees the same validation loss and takes the same best-model and early-stopping
@@ -14,42 +10,48 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import torch
 
+from trainer_core.contract.profile import Profile
+from trainer_core.contract.protocol import BestModelEvent, SampleEvent, ValidationEvent
+from trainer_core.engine.checkpointing import Checkpointer
 from trainer_core.engine.distributed import reduce_sums
-from trainer_core.models.base import batch_to
-
-if TYPE_CHECKING:
-    from trainer_core.contract.profile import Profile
-    from trainer_core.engine.budget import TimeBudget
-    from trainer_core.engine.events import EventHub
-    from trainer_core.engine.loop_state import LoopState
-    from trainer_core.engine.precision import PrecisionPolicy
-    from trainer_core.models.base import Task
-    from trainer_core.world import World
+from trainer_core.engine.events import EventHub
+from trainer_core.engine.loop_state import LoopState
+from trainer_core.engine.run_length import RunLength
+from trainer_core.engine.step import StepRunner
+from trainer_core.engine.telemetry import Telemetry
+from trainer_core.models.base import Task, batch_to, unwrap_model
+from trainer_core.world import World
 
 log = logging.getLogger("trainer_core")
 
 
-class EvaluationMixin:
-    """Needs: profile, task, model, module (the model without a DDP wrapper), world, device, precision, events,
-    state, run_dir, last_val_loss, budget, flush_telemetry() and save_checkpoint(is_best=...)."""
+class Evaluator:
+    """Validates the model the step runner trains; a new best is checkpointed through `checkpointer`."""
 
-    profile: Profile
-    task: Task
-    model: torch.nn.Module
-    module: torch.nn.Module
-    world: World
-    device: torch.device
-    precision: PrecisionPolicy
-    events: EventHub
-    state: LoopState
-    run_dir: Path
-    last_val_loss: float | None
-    budget: TimeBudget | None
-    _last_val_step: int
+    def __init__(
+        self,
+        profile: Profile,
+        task: Task,
+        runner: StepRunner,
+        state: LoopState,
+        world: World,
+        events: EventHub,
+        run_dir: Path,
+        checkpointer: Checkpointer,
+        telemetry: Telemetry,
+        run_length: RunLength,
+    ) -> None:
+        self.profile, self.task, self.runner, self.state, self.world = profile, task, runner, state, world
+        self.events, self.run_dir, self.checkpointer = events, run_dir, checkpointer
+        self.telemetry, self.run_length = telemetry, run_length
+        self.last_val_step = -1
+
+    @property
+    def module(self) -> torch.nn.Module:
+        return unwrap_model(self.runner.model)
 
     def validate(self) -> float | None:
         """Mean validation losses, metrics, samples; saves a best checkpoint on improvement."""
@@ -57,30 +59,30 @@ class EvaluationMixin:
         try:
             return self._validate()
         finally:
-            if self.budget is not None:
-                self.budget.note_end_cost("validate", time.perf_counter() - started)
+            self.run_length.note_end_cost("validate", time.perf_counter() - started)
 
     @torch.no_grad()
     def _validate(self) -> float | None:
-        self.flush_telemetry()
-        self._last_val_step = self.state.step
+        self.telemetry.flush()
+        self.last_val_step = self.state.step
         means = self._mean_val_losses()
         if self.world.is_main:
             self.make_samples()
         if means is None:
             return None
         metrics = self.task.val_metrics(means)
-        self.last_val_loss = means["total"]
+        self.checkpointer.val_loss = means["total"]
         metric_name, metric_value = next(iter(metrics.items()), (None, None))
         self.events.emit(
-            "validation",
-            step=self.state.step,
-            epoch=self.state.epoch,
-            loss=means["total"],
-            losses=means,
-            metrics=metrics,
-            metric_name=metric_name,
-            metric_value=metric_value,
+            ValidationEvent(
+                step=self.state.step,
+                epoch=self.state.epoch,
+                loss=means["total"],
+                losses=means,
+                metrics=metrics,
+                metric_name=metric_name,
+                metric_value=metric_value,
+            )
         )
         if self.state.step > 0:  # the untrained baseline is a reference point, not a model worth keeping
             self._track_best(means["total"])
@@ -89,6 +91,7 @@ class EvaluationMixin:
     def _mean_val_losses(self) -> dict[str, float] | None:
         """Item-weighted mean of each loss over the validation set; None when nothing is held out."""
         model = self.module  # no DDP forward: evaluation needs no gradient sync
+        device = self.runner.device
         model.eval()
         sums: dict[str, float] = {}
         items = 0
@@ -96,8 +99,8 @@ class EvaluationMixin:
             for batch in self.task.val_batches(self.state.micro_batch):
                 # Weight by batch size: the last validation batch may be smaller.
                 n = next(iter(batch.values())).shape[0]
-                batch = batch_to(batch, self.device, non_blocking=self.device.type == "cuda")
-                with self.precision.autocast():
+                batch = batch_to(batch, device, non_blocking=device.type == "cuda")
+                with self.runner.precision.autocast():
                     losses = self.task.compute_losses(model, batch)
                 for name, value in losses.items():
                     sums[name] = sums.get(name, 0.0) + float(value) * n
@@ -111,9 +114,9 @@ class EvaluationMixin:
         s = self.state
         if s.best_val is None or val_loss < s.best_val:
             s.best_val, s.evals_since_best = val_loss, 0
-            saved = self.save_checkpoint(is_best=True)
+            saved = self.checkpointer.save(is_best=True)
             if saved is not None:
-                self.events.emit("best_model", step=s.step, path=str(saved), val_loss=val_loss)
+                self.events.emit(BestModelEvent(step=s.step, path=str(saved), val_loss=val_loss))
         else:
             s.evals_since_best += 1
 
@@ -128,7 +131,7 @@ class EvaluationMixin:
         try:
             for sample in self.task.make_samples(model, out_dir, self.state.step):
                 self.events.emit(
-                    "sample", step=self.state.step, kind=sample.kind, path=str(sample.path), text=sample.text
+                    SampleEvent(step=self.state.step, kind=sample.kind, path=str(sample.path), text=sample.text)
                 )
         finally:
             model.train()

@@ -11,12 +11,13 @@ import logging
 import sys
 import traceback
 from collections.abc import Callable
-from typing import Any
+from typing import Literal
 
 from trainer_core.contract.eventlog import EventWriter
-from trainer_core.contract.protocol import EVENT_TYPES, Event
+from trainer_core.contract.protocol import ErrorEvent, Event, LogEvent, WarningEvent
 
 Listener = Callable[[Event], None]
+LogLevel = Literal["debug", "info", "warning", "error", "critical"]
 # Set on a log record that already has its own event, so the bridge does not repeat it as a `log` event.
 NO_EVENT = "vega_no_event"
 log = logging.getLogger("trainer_core")
@@ -33,20 +34,19 @@ class NullEventWriter:
 
 
 class EventHub:
-    """Builds typed events, appends them to events.jsonl and tells local listeners (console)."""
+    """Appends protocol events (built by the caller, so type-checked) to events.jsonl and tells local listeners."""
 
     def __init__(self, writer: EventWriter | NullEventWriter, listeners: list[Listener] | None = None) -> None:
         self.writer = writer
         self.listeners = list(listeners or [])
 
-    def emit(self, type: str, **fields: Any) -> None:
-        """Never raises: a telemetry bug must not stop training; it is reported on stderr instead."""
+    def emit(self, event: Event) -> None:
+        """Write one protocol event and tell the listeners. Never raises: telemetry must not stop training."""
         try:
-            event = EVENT_TYPES[type].model_validate(fields)
-        except Exception as exc:  # an engine bug building an event; keep training
-            print(f"vega: dropped malformed {type!r} event: {exc}", file=sys.stderr)
+            self.writer.emit(event)
+        except Exception as exc:  # the writer already survives I/O errors; anything else is a bug to report
+            print(f"vega: dropped {event.type!r} event: {exc}", file=sys.stderr)
             return
-        self.writer.emit(event)
         for listener in self.listeners:
             try:
                 listener(event)
@@ -56,14 +56,14 @@ class EventHub:
     def warn(self, message: str, code: str | None = None) -> None:
         """A `warning` event, also written to trainer.log (without a duplicate `log` event)."""
         log.warning("%s", message, extra={NO_EVENT: True})
-        self.emit("warning", message=message, code=code)
+        self.emit(WarningEvent(message=message, code=code))
 
     def error(self, message: str, tb: str | None = None) -> None:
         """An `error` event, also written to trainer.log (without a duplicate `log` event)."""
         log.error("%s", message, extra={NO_EVENT: True})
         if tb:
             log.error("%s", tb, extra={NO_EVENT: True})
-        self.emit("error", message=message, traceback=tb)
+        self.emit(ErrorEvent(message=message, traceback=tb))
 
 
 class EventLogHandler(logging.Handler):
@@ -76,15 +76,25 @@ class EventLogHandler(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         if getattr(record, NO_EVENT, False):
             return
-        level = record.levelname.lower()
-        self.hub.emit("log", level="warning" if level == "warn" else level, message=record.getMessage())
+        self.hub.emit(LogEvent(level=_level_name(record.levelno), message=record.getMessage()))
+
+
+def _level_name(levelno: int) -> LogLevel:
+    """The protocol's name for a logging level (custom levels round down to the nearest standard one)."""
+    if levelno >= logging.CRITICAL:
+        return "critical"
+    if levelno >= logging.ERROR:
+        return "error"
+    if levelno >= logging.WARNING:
+        return "warning"
+    return "info" if levelno >= logging.INFO else "debug"
 
 
 class CurrentStderrHandler(logging.StreamHandler):
     """Writes to whatever sys.stderr is at the time: a live progress display swaps it to draw around logs."""
 
     @property
-    def stream(self):  # type: ignore[override]
+    def stream(self):  # noqa: ANN202 - a property standing in for StreamHandler's attribute
         return sys.stderr
 
     @stream.setter

@@ -13,13 +13,20 @@ from dataclasses import dataclass
 import psutil
 import torch
 
+from trainer_core.contract.protocol import MemoryLevel
+
 # Upper bounds of each level as a fraction of device memory.
-LEVELS: tuple[tuple[float, str], ...] = ((0.60, "low"), (0.75, "moderate"), (0.85, "high"), (float("inf"), "critical"))
+LEVELS: tuple[tuple[float, MemoryLevel], ...] = (
+    (0.60, "low"),
+    (0.75, "moderate"),
+    (0.85, "high"),
+    (float("inf"), "critical"),
+)
 # Host RAM is read through /proc; once a second is plenty and keeps the per-step cost near zero.
 HOST_READ_INTERVAL_S = 1.0
 
 
-def level_for(fraction: float) -> str:
+def level_for(fraction: float) -> MemoryLevel:
     for bound, name in LEVELS:
         if fraction < bound:
             return name
@@ -28,7 +35,7 @@ def level_for(fraction: float) -> str:
 
 @dataclass
 class MemoryChange:
-    level: str
+    level: MemoryLevel
     used_frac: float
     action: str
 
@@ -38,7 +45,7 @@ class MemoryManager:
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
-        self.level = "low"
+        self.level: MemoryLevel = "low"
         self._total = self._device_total()
         self._next_host_read = 0.0
         self._host_frac = 0.0
@@ -52,9 +59,9 @@ class MemoryManager:
         return None
 
     def used_fraction(self) -> float:
-        if self.device.type == "cuda":
+        if self._total and self.device.type == "cuda":
             return torch.cuda.memory_reserved(self.device) / self._total
-        if self.device.type == "mps":
+        if self._total and self.device.type == "mps":
             return torch.mps.driver_allocated_memory() / self._total
         now = time.monotonic()
         if now >= self._next_host_read:

@@ -19,16 +19,30 @@ import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from trainer_core import __version__
 from trainer_core.contract import rundir
 from trainer_core.contract.errors import VegaError
 from trainer_core.contract.eventlog import EventWriter
 from trainer_core.contract.profile_loader import profile_to_toml
+from trainer_core.contract.protocol import (
+    CommandAckEvent,
+    DataProblem,
+    DataScanEvent,
+    FinishedEvent,
+    FinishedStatus,
+    GpuInfo,
+    HelloEvent,
+    ResourcesEvent,
+)
 from trainer_core.engine.control_state import ControlState
 from trainer_core.engine.events import EventHub, NullEventWriter, setup_logging
 from trainer_core.plan import TrainPlan
 from trainer_core.world import rank_log_name
+
+if TYPE_CHECKING:
+    from trainer_core.engine.trainer import Trainer
 
 log = logging.getLogger("trainer_core")
 
@@ -90,16 +104,16 @@ class RunOutcome:
 
     def __init__(self, started: float) -> None:
         self.started = started
-        self.status = "failed"
+        self.status: FinishedStatus = "failed"
         self.exit_code = 0
         self.error: BaseException | None = None
-        self.trainer = None
-        self.summary: dict = {}
+        self.trainer: Trainer | None = None
+        self.summary: dict[str, Any] = {}
 
     def fail(self, exc: BaseException, hub: EventHub, exit_code: int, tb: str | None = None) -> None:
         self.status, self.exit_code, self.error = "failed", exit_code, exc
         if self.trainer is not None:
-            self.trainer.flush_telemetry()  # the steps before the failure belong in the log
+            self.trainer.telemetry.flush()  # the steps before the failure belong in the log
         hub.error(str(exc) or type(exc).__name__, tb=tb)
 
     def finish(self, hub: EventHub, run_dir: Path, plan: TrainPlan) -> None:
@@ -117,16 +131,17 @@ class RunOutcome:
         except OSError as exc:  # the events tell the story too; a summary file must not crash the end
             hub.error(f"session.json not written in {run_dir}: {exc.strerror or exc}")
         hub.emit(
-            "finished",
-            status=self.status,
-            step=t.state.step if t else 0,
-            epoch=t.state.epoch if t else 0,
-            seconds=seconds,
-            summary=summary,
+            FinishedEvent(
+                status=self.status,
+                step=t.state.step if t else 0,
+                epoch=t.state.epoch if t else 0,
+                seconds=seconds,
+                summary=summary,
+            )
         )
 
 
-def _train(plan: TrainPlan, hub: EventHub, control: ControlState, run_dir: Path, outcome: RunOutcome) -> str:
+def _train(plan: TrainPlan, hub: EventHub, control: ControlState, run_dir: Path, outcome: RunOutcome) -> FinishedStatus:
     from trainer_core.engine.setup import build_trainer, check_ranks_agree, finalize, resume_into
 
     trainer = build_trainer(plan, hub, control, run_dir)
@@ -204,7 +219,7 @@ def _command_handler(control: ControlState, hub: EventHub):
     def handle(command) -> CommandReply:
         # Runs on the socket thread: only enqueue and acknowledge; the loop acts at the next step.
         control.request(command.cmd)
-        hub.emit("command_ack", cmd=command.cmd, id=command.id, ok=True, detail="queued")
+        hub.emit(CommandAckEvent(cmd=command.cmd, id=command.id, ok=True, detail="queued"))
         return CommandReply(ok=True, cmd=command.cmd, id=command.id, error=None)
 
     return handle
@@ -230,40 +245,43 @@ def _announce(plan: TrainPlan, hub: EventHub, run_dir: Path) -> None:
     """The opening events: who we are, what the machine has, what was chosen and why."""
     p = plan.profile
     hub.emit(
-        "hello",
-        trainer_version=__version__,
-        pid=os.getpid(),
-        host=os.uname().nodename,
-        profile_hash=_profile_hash(p),
-        run_dir=str(run_dir),
-        argv=sys.argv,
-        python=sys.version.split()[0],
-        profile_path=str(plan.profile_path),
-        resumed=plan.resume is not None,
-        torch=_torch_version(),
-        world_size=plan.world.world_size,
-        rank=plan.world.rank,
-        backend=plan.backend,
+        HelloEvent(
+            trainer_version=__version__,
+            pid=os.getpid(),
+            host=os.uname().nodename,
+            profile_hash=_profile_hash(p),
+            run_dir=str(run_dir),
+            argv=sys.argv,
+            python=sys.version.split()[0],
+            profile_path=str(plan.profile_path),
+            resumed=plan.resume is not None,
+            torch=_torch_version(),
+            world_size=plan.world.world_size,
+            rank=plan.world.rank,
+            backend=plan.backend,
+        )
     )
     r = plan.resources
     hub.emit(
-        "resources",
-        cpu_cores=r.cpu_logical,
-        ram_total_bytes=r.ram_total_bytes,
-        ram_available_bytes=r.ram_available_bytes,
-        gpus=[g.to_dict() for g in r.gpus],
+        ResourcesEvent(
+            cpu_cores=r.cpu_logical,
+            ram_total_bytes=r.ram_total_bytes,
+            ram_available_bytes=r.ram_available_bytes,
+            gpus=[GpuInfo(**g.to_dict()) for g in r.gpus],
+        )
     )
     for warning in plan.notes:
         hub.warn(warning)
     data = plan.data
     hub.emit(
-        "data_scan",
-        data_mode=data.mode,
-        reason=data.reason,
-        usable=data.usable_count,
-        skipped=len(data.problems),
-        total_hours=data.voice.hours_usable,
-        problems=[pr.to_dict() for pr in data.problems],
+        DataScanEvent(
+            data_mode=data.mode,
+            reason=data.reason,
+            usable=data.usable_count,
+            skipped=len(data.problems),
+            total_hours=data.voice.hours_usable,
+            problems=[DataProblem(**pr.to_dict()) for pr in data.problems],
+        )
     )
     for problem in data.problems:
         log.warning("skipped %s: %s", problem.path, problem.reason)

@@ -14,8 +14,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from trainer_core.contract import rundir
 from trainer_core.contract.errors import VegaError
 from trainer_core.contract.profile_loader import profile_to_toml
+from trainer_core.contract.protocol import DeviceSelectedEvent, PreloadDoneEvent, PreloadProgressEvent, WarningEvent
 from trainer_core.engine.checkpoint import find_resume, load_checkpoint
 from trainer_core.engine.control_state import ControlState
 from trainer_core.engine.distributed import (
@@ -51,12 +53,13 @@ def build_trainer(plan: TrainPlan, hub: EventHub, control: ControlState, run_dir
     precision = PrecisionPolicy.resolve(p.train.precision, device.type, bf16_supported=bf16)
     d = plan.device
     hub.emit(
-        "device_selected",
-        mode=p.compute.mode,
-        device=d.device,
-        reason=d.reason,
-        fallback=d.fallback,
-        precision=precision.name,
+        DeviceSelectedEvent(
+            mode=p.compute.mode,
+            device=d.device,
+            reason=d.reason,
+            fallback=d.fallback,
+            precision=precision.name,
+        )
     )
     if device.type == "cuda":
         # TF32 only changes fp32 matmuls/convolutions; mixed-precision steps are unaffected.
@@ -72,11 +75,11 @@ def build_trainer(plan: TrainPlan, hub: EventHub, control: ControlState, run_dir
         plan.data,
         device,
         preload_where=plan.preload_where,
-        progress=lambda fields: hub.emit("preload_progress", **fields),
+        progress=lambda fields: hub.emit(PreloadProgressEvent(**fields)),
     )
     preload = task.preload_done_event(plan.preload_reason)
     if preload is not None:
-        hub.emit("preload_done", **preload)
+        hub.emit(PreloadDoneEvent(**preload))
     _check_one_batch_fits(plan, task.train_items())
     for warning in task.describe().get("warnings", []):
         hub.warn(warning, code="data")
@@ -195,7 +198,7 @@ def finalize(trainer: Trainer, plan: TrainPlan, hub: EventHub, run_dir: Path) ->
         try:
             weights, _ = export_model(trainer.module, config, run_dir / "export")
         except ExportError as exc:  # the checkpoints hold the trained model; say so rather than fail the run
-            hub.error(f"{exc}; the trained weights are in {trainer.checkpoints.folder}")
+            hub.error(f"{exc}; the trained weights are in {run_dir / rundir.CHECKPOINTS}")
         else:
             out["export"] = str(weights)
             log.info("exported %s", weights)
@@ -203,5 +206,5 @@ def finalize(trainer: Trainer, plan: TrainPlan, hub: EventHub, run_dir: Path) ->
         try:
             out["report"] = str(write_report(run_dir))
         except Exception as exc:  # a plotting problem must not fail a finished run
-            hub.emit("warning", code="report_failed", message=f"report.png not written: {exc}")
+            hub.emit(WarningEvent(code="report_failed", message=f"report.png not written: {exc}"))
     return out

@@ -1,4 +1,4 @@
-"""Coalesces per-step metrics into at most one `step` event per window (bounded log growth).
+"""Telemetry: per-step metrics coalesced into at most one `step` event per window (bounded log growth).
 
 Each event carries the latest scalars plus the per-step series of the window, so every chart
 can be redrawn at full resolution from the log whatever the step rate.
@@ -10,6 +10,19 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from trainer_core.contract.protocol import MemoryEvent, ProfileBreakdownEvent, StepEvent
+from trainer_core.engine.distributed import RankRates
+
+if TYPE_CHECKING:
+    from trainer_core.contract.profile import Profile
+    from trainer_core.engine.events import EventHub
+    from trainer_core.engine.loop_state import LoopState
+    from trainer_core.engine.memory import MemoryManager
+    from trainer_core.engine.profiler import StepProfiler
+    from trainer_core.engine.run_length import RunLength
+    from trainer_core.world import World
 
 
 @dataclass
@@ -52,7 +65,7 @@ class StepWindow:
     def due(self) -> bool:
         return bool(self.records) and self.clock() - self.opened_at >= self.interval_s
 
-    def flush(self) -> dict | None:
+    def flush(self) -> dict[str, Any] | None:
         """Fields for one `step` event covering the window, or None when empty."""
         if not self.records:
             return None
@@ -79,3 +92,74 @@ class StepWindow:
         self.records = []
         self.opened_at = self.clock()
         return fields
+
+
+class Telemetry:
+    """The loop's reporting: coalesced `step` events, memory and profile-breakdown events, and the ETA.
+
+    Under DDP the step events also carry each rank's throughput (`rates`, fed by the step-boundary exchange).
+    """
+
+    def __init__(
+        self,
+        profile: Profile,
+        state: LoopState,
+        world: World,
+        events: EventHub,
+        memory: MemoryManager,
+        profiler: StepProfiler,
+        run_length: RunLength,
+    ) -> None:
+        self.state, self.world, self.events = state, world, events
+        self.memory, self.profiler, self.run_length = memory, profiler, run_length
+        self.window = StepWindow(profile.logging.step_interval_s)
+        self.rates = RankRates(world.world_size)
+        self.last_loss: float | None = None
+        self.started = time.monotonic()
+        self.first_step = 0  # where this process started counting (a resumed run starts late)
+
+    def start(self) -> None:
+        """The loop starts now: the ETA counts steps from here."""
+        self.started, self.first_step = time.monotonic(), self.state.step
+
+    def pause(self, seconds: float) -> None:
+        """Paused time is not training time: keep the ETA honest."""
+        self.started += seconds
+
+    def record(self, record: StepRecord) -> None:
+        self.last_loss = record.loss
+        self.window.add(record)
+
+    def observe_memory(self) -> None:
+        """A `memory` event when the memory pressure level changed."""
+        change = self.memory.observe()
+        if change is not None:
+            self.events.emit(MemoryEvent(level=change.level, used_frac=change.used_frac, action=change.action))
+
+    def report_due(self) -> None:
+        """A `step` event and a profile breakdown, each when its interval has passed."""
+        if self.window.due():
+            self.flush()
+        if self.profiler.due():
+            self.events.emit(ProfileBreakdownEvent(**self.profiler.flush()))
+
+    def flush(self) -> None:
+        """The `step` event of the steps recorded since the last one (nothing when there are none)."""
+        fields = self.window.flush()
+        if fields is None:
+            return
+        fields["mem_device_bytes"] = self.memory.device_bytes()
+        fields["mem_host_bytes"] = self.memory.host_bytes()
+        fields["eta_s"] = self.eta_s()
+        if self.world.active:
+            fields.update(world_size=self.world.world_size, **self.rates.flush())
+        self.events.emit(StepEvent(**fields))
+
+    def eta_s(self) -> float | None:
+        if self.run_length.budget is not None:
+            return self.run_length.eta_s()
+        done_here = self.state.step - self.first_step
+        if done_here <= 0:
+            return None
+        rate = done_here / max(1e-9, time.monotonic() - self.started)
+        return max(0, self.state.total_steps - self.state.step) / rate

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trainer_core.contract.protocol import Event
+from trainer_core.contract.protocol import Event, SampleEvent, StepEvent, ValidationEvent
 
 FOLDER = "tensorboard"
 
@@ -22,17 +22,17 @@ class TensorBoardScalars:
         self.writer = SummaryWriter(log_dir=str(run_dir / FOLDER))
 
     def on_event(self, event: Event) -> None:
-        if event.type == "step":
+        if isinstance(event, StepEvent):
             self._step(event)
-        elif event.type == "validation":
+        elif isinstance(event, ValidationEvent):
             if event.loss is not None:
                 self.writer.add_scalar("val/loss", event.loss, event.step)
             for name, value in event.metrics.items():
                 self.writer.add_scalar(f"val/{name}", value, event.step)
-        elif event.type == "sample" and event.kind == "audio":
+        elif isinstance(event, SampleEvent) and event.kind == "audio":
             self._audio(event)
 
-    def _audio(self, event: Event) -> None:
+    def _audio(self, event: SampleEvent) -> None:
         """The sample's wav, as TensorBoard audio tagged by sentence (`samples/01`), so steps line up."""
         import soundfile
         import torch
@@ -44,7 +44,7 @@ class TensorBoardScalars:
         tag = f"samples/{Path(event.path).stem}"
         self.writer.add_audio(tag, torch.from_numpy(wave[:, 0]), event.step, sample_rate=rate)
 
-    def _step(self, event: Event) -> None:
+    def _step(self, event: StepEvent) -> None:
         for step, loss, lr in zip(event.step_series, event.loss_series, event.lr_series, strict=False):
             if loss is not None:
                 self.writer.add_scalar("train/loss", loss, step)

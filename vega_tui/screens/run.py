@@ -33,8 +33,9 @@ from vega_tui import runner
 from vega_tui.follow import EventFollower
 from vega_tui.pending import PendingRequests
 from vega_tui.preview import DEFAULT_PLAN, PreviewPlan
+from vega_tui.run_state import ENDED, RunState
 from vega_tui.screens.confirm import ConfirmScreen
-from vega_tui.store import ENDED, RunState, RunStore
+from vega_tui.store import RunStore
 from vega_tui.widgets.breakdown import BreakdownBar
 from vega_tui.widgets.charts import ChartGrid
 from vega_tui.widgets.checkpoints import CheckpointPanel, RunFiles, scan_run_files

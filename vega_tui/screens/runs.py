@@ -23,6 +23,7 @@ from textual.widgets import DataTable, Footer, Static
 from textual_plotext import PlotextPlot
 
 from trainer_core.contract.profile_loader import display_path
+from trainer_core.contract.units import format_duration, format_number
 from vega_tui.runs import RunSummary, default_runs_root, list_runs, loss_curve
 from vega_tui.screens import run_in_background
 
@@ -55,18 +56,6 @@ class CurvesLoaded(Message):
         self.generation, self.curves = generation, curves
 
 
-def format_duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    seconds = int(seconds)
-    hours, rest = divmod(seconds, 3600)
-    return f"{hours}h{rest // 60:02d}m" if hours else f"{rest // 60}m{rest % 60:02d}s"
-
-
-def format_loss(value: float | None) -> str:
-    return "-" if value is None else f"{value:.4g}"
-
-
 def run_cells(run: RunSummary, marked: bool) -> dict[str, str | Text]:
     """One table row, keyed by column."""
     return {
@@ -75,8 +64,8 @@ def run_cells(run: RunSummary, marked: bool) -> dict[str, str | Text]:
         "status": Text(run.status, style=STATUS_STYLES.get(run.status, "")),
         "profile": run.profile or "-",
         "step": str(run.step) if run.step is not None else "-",
-        "best": format_loss(run.best_val_loss),
-        "loss": format_loss(run.final_loss),
+        "best": format_number(run.best_val_loss),
+        "loss": format_number(run.final_loss),
         "time": format_duration(run.duration_s),
     }
 

@@ -22,13 +22,14 @@ from textual.containers import Container
 from textual.widget import Widget
 from textual_plotext import PlotextPlot
 
+from trainer_core.contract.units import GIB
+
 if TYPE_CHECKING:
     from textual.app import App, ComposeResult
     from textual.timer import Timer
 
-    from vega_tui.store import RunState, Series
+    from vega_tui.run_state import RunState, Series
 
-GIB = 1024**3
 
 # Marker kind -> (plotext marker character, colour, legend label). Faults also get a vertical line.
 MARKER_STYLES: dict[str, tuple[str, str, str]] = {

@@ -21,12 +21,12 @@ from textual.binding import Binding
 from textual.containers import Vertical
 from textual.widgets import DataTable, Static
 
-from vega_tui.widgets.status import format_bytes, format_duration, format_number
+from trainer_core.contract.units import format_bytes, format_duration, format_number
 
 if TYPE_CHECKING:
     from textual.app import ComposeResult
 
-    from vega_tui.store import CheckpointRow, RunState
+    from vega_tui.run_state import CheckpointRow, RunState
 
 CHECKPOINTS_DIR = "checkpoints"
 EXPORT_DIR = "export"

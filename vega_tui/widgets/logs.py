@@ -23,7 +23,7 @@ from vega_tui.widgets.log_view import LogView, text_measure
 if TYPE_CHECKING:
     from textual.app import ComposeResult
 
-    from vega_tui.store import LogLine, RunState
+    from vega_tui.run_state import LogLine, RunState
 
 LEVELS = ("debug", "info", "warning", "error")
 LEVEL_RANK = {"debug": 0, "info": 1, "warning": 2, "error": 3, "critical": 4}

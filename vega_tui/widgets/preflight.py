@@ -16,24 +16,12 @@ from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
 
+from trainer_core.contract.units import format_bytes, format_duration
+
 MAX_PROBLEMS_SHOWN = 3
 # Above this estimated share of wall time spent validating, the preflight shows it as a warning.
 HIGH_VALIDATION_SHARE = 0.1
 _STAMP = re.compile(r"-\d{8}-\d{6}(-\d+)?$")
-
-
-def format_bytes(size: float) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if size < 1024 or unit == "GB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{size:.1f} TB"
-
-
-def format_hours(hours: float) -> str:
-    if hours < 1 / 60:
-        return f"{hours * 3600:.0f} s"
-    return f"{hours * 60:.1f} min" if hours < 1 else f"{hours:.2f} h"
 
 
 def run_folder_parts(plan: dict[str, Any]) -> tuple[Path, str]:
@@ -110,7 +98,7 @@ def _data_text(data: dict[str, Any]) -> str:
     usable, skipped = data.get("usable", 0), data.get("skipped", 0)
     parts = [str(data.get("mode", "?")), f"{usable} usable, {skipped} skipped"]
     if data.get("mode") == "voice" and data.get("hours"):
-        parts.append(format_hours(float(data["hours"])))
+        parts.append(format_duration(float(data["hours"]) * 3600))
     return " · ".join(parts)
 
 

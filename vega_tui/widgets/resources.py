@@ -14,7 +14,7 @@ from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
 
-from vega_tui.widgets.status import format_bytes
+from trainer_core.contract.units import format_bytes
 
 if TYPE_CHECKING:
     from trainer_core.contract.nvml import GpuInfo
@@ -28,7 +28,7 @@ def read_resources() -> MachineResources:
     """One probe of the machine (blocking: NVML and psutil). Imported lazily to keep start-up fast."""
     from trainer_core.contract.resources import probe
 
-    return probe(check_torch=False)
+    return probe()
 
 
 def meter(fraction: float | None, width: int = BAR_WIDTH) -> Text:

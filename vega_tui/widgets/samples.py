@@ -28,7 +28,7 @@ from vega_tui.widgets.logs import clean
 if TYPE_CHECKING:
     from textual.app import ComposeResult
 
-    from vega_tui.store import RunState, SampleRow
+    from vega_tui.run_state import RunState, SampleRow
 
 SAMPLES_DIR = "samples"
 MAX_TEXT_LINES = 8

@@ -12,10 +12,11 @@ from typing import TYPE_CHECKING
 from rich.text import Text
 from textual.widgets import Static
 
-from vega_tui.store import ENDED as ENDED_STATES
+from trainer_core.contract.units import format_duration
+from vega_tui.run_state import ENDED as ENDED_STATES
 
 if TYPE_CHECKING:
-    from vega_tui.store import RunState
+    from vega_tui.run_state import RunState
 
 STATE_STYLES = {
     "starting": "bold",
@@ -28,42 +29,6 @@ STATE_STYLES = {
     "failed": "bold red",
     "crashed": "bold red",
 }
-
-
-def format_duration(seconds: float | None) -> str:
-    """`45s`, `12m05s`, `3h07m`, `2d04h`; `—` when unknown."""
-    if seconds is None or not math.isfinite(seconds) or seconds < 0:
-        return "—"
-    whole = int(seconds)
-    if whole < 60:
-        return f"{whole}s"
-    minutes, secs = divmod(whole, 60)
-    if minutes < 60:
-        return f"{minutes}m{secs:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    if hours < 48:
-        return f"{hours}h{minutes:02d}m"
-    days, hours = divmod(hours, 24)
-    return f"{days}d{hours:02d}h"
-
-
-def format_bytes(n_bytes: float | None) -> str:
-    """`512 B`, `1.5 KiB`, `3.2 GiB`; `—` when unknown."""
-    if n_bytes is None or not math.isfinite(n_bytes) or n_bytes < 0:
-        return "—"
-    value = float(n_bytes)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if value < 1024 or unit == "TiB":
-            return f"{int(value)} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return "—"  # unreachable: the loop returns at TiB
-
-
-def format_number(value: float | None, digits: int = 4) -> str:
-    """A loss with `digits` significant digits, trailing zeros kept (`5.000`); `—` for missing/non-finite."""
-    if value is None or not math.isfinite(value):
-        return "—"
-    return f"{value:#.{digits}g}".rstrip(".")
 
 
 def format_rate(value: float | None) -> str:
