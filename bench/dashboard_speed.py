@@ -214,7 +214,7 @@ class StreamWriter(threading.Thread):
         self.stop = threading.Event()
 
     def run(self) -> None:
-        from trainer_core.contract.protocol import event_to_json, parse_event
+        from trainer_core.contract.event_lines import event_to_json, parse_event
 
         burst, beat = max(1, self.rate // 100), 0
         next_t = time.perf_counter()
@@ -423,7 +423,7 @@ def ingest_costs(run_dir: Path, sample: int) -> dict[str, float]:
     """In-process costs behind opening a big log: one liveness check, and per line parse and store costs."""
     import json
 
-    from trainer_core.contract.protocol import parse_event
+    from trainer_core.contract.event_lines import parse_event
     from vega_tui import runner
     from vega_tui.store import RunStore
 
@@ -719,7 +719,7 @@ def report_open(result: common.Result, term: Terminal, lines: int, repeats: int,
         "the history read by the follower's child process (vega_tui.history_worker), no UI running",
     )
     result.add(
-        "diagnosis: protocol.parse_event per line",
+        "diagnosis: event_lines.parse_event per line",
         costs["parse_us"],
         "µs",
         detail=f"{costs['parse_us'] * lines / 1e6:.1f} s for {lines:,} lines; json.loads alone "

@@ -90,7 +90,6 @@ def measure_model(profile: str, overrides: list[str], warmup: int, steps: int) -
 def synthetic_growth(rate: float, seconds: float, interval_s: float) -> dict[str, float]:
     """Drive StepWindow + EventHub + EventWriter with a simulated clock at `rate` steps/s."""
     from trainer_core.contract.eventlog import EventWriter
-    from trainer_core.contract.protocol import StepEvent
     from trainer_core.engine.events import EventHub
     from trainer_core.engine.telemetry import StepRecord, StepWindow
 
@@ -107,7 +106,10 @@ def synthetic_growth(rate: float, seconds: float, interval_s: float) -> dict[str
             loss = 2.0 + 1.0 / step
             window.add(StepRecord(step, 0, loss, {"ce": loss}, 3e-4, 0.8, None, 16, 1.0 / rate, 0.0, 16, 1))
             if window.due():
-                hub.emit(StepEvent(**(window.flush() or {}), mem_device_bytes=None, eta_s=100.0))
+                event = window.flush()
+                if event is not None:
+                    event.eta_s = 100.0
+                    hub.emit(event)
     cpu = time.process_time() - cpu0
     lines, size = len(path.read_bytes().splitlines()), path.stat().st_size
     shutil.rmtree(folder, ignore_errors=True)

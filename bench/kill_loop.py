@@ -37,8 +37,9 @@ from typing import Any
 
 import common
 
+from trainer_core.contract.event_lines import parse_event
 from trainer_core.contract.eventlog import EventReader
-from trainer_core.contract.protocol import Event, ProtocolError, parse_event
+from trainer_core.contract.protocol import Event, ProtocolError
 from trainer_core.engine.checkpoint import CheckpointError, list_checkpoints, load_checkpoint, read_best
 from trainer_core.tiny_profiles import tiny_profile
 

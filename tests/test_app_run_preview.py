@@ -14,7 +14,8 @@ from textual.pilot import Pilot
 from vega_tui import app as vega_app
 from vega_tui.app import VegaApp
 from vega_tui.screens import run as run_screen_module
-from vega_tui.screens.run import RunScreen, StoreReady
+from vega_tui.screens.run import RunScreen
+from vega_tui.screens.run_messages import StoreReady
 from vega_tui.widgets.charts import ChartGrid
 from vega_tui.widgets.logs import LogPane
 from vega_tui.widgets.status import ProblemBanner, StatusLine

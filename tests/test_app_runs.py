@@ -93,8 +93,8 @@ async def test_runs_listed_with_state_profile_loss_and_duration(runs_root: Path)
         assert completed["profile"] == "lm-small"
         assert completed["step"] == "60"
         assert completed["best"] == "4.535"  # best validation loss of the recorded run
-        assert completed["time"] == "0m17s"
-        assert row_of(screen, "lm_failed")["best"] == "-"  # failed before its first validation
+        assert completed["time"] == "17s"  # one duration format everywhere (trainer_core.contract.units)
+        assert row_of(screen, "lm_failed")["best"] == "—"  # failed before its first validation
 
 
 async def test_marked_runs_have_their_loss_curves_overlaid(runs_root: Path) -> None:

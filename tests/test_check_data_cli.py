@@ -53,7 +53,7 @@ def test_duration_and_mode_options_are_applied(tmp_path: Path) -> None:
     result = check_data(folder, "--json", "--max-duration", "0.5", "--min-duration", "0.1")
     assert result.returncode == 2
     assert "none of the 3 audio files" in result.stderr and "too long" in result.stderr
-    text_mode = check_data(folder, "--mode", "text")
+    text_mode = check_data(folder, "--data-mode", "text")
     assert text_mode.returncode == 2
     assert "text mode needs .txt/.md/.jsonl files" in text_mode.stderr
 

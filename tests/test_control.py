@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from trainer_core.contract.control_client import ControlConnection, ControlError, send_command
-from trainer_core.contract.protocol import COMMAND_NAMES, Command, CommandReply
+from trainer_core.contract.control_protocol import COMMAND_NAMES, Command, CommandReply
 from trainer_core.engine.control import ControlServer, peer_refusal, read_peer_uid
 
 pytestmark = pytest.mark.timeout(60)

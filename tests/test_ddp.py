@@ -153,10 +153,10 @@ def test_any_rank_stops_everyone_and_commands_come_from_rank_zero() -> None:
 
 def test_rank_rates_are_each_ranks_own_samples_per_second() -> None:
     rates = RankRates(world_size=2)
-    assert rates.flush() == {"rank_samples_per_s": [], "rank_data_wait_frac": []}
+    assert rates.flush() == ([], [])
     rates.add([0.5, 1.0], [0.25, 0.0], items_per_rank=8)
     rates.add([0.5, 1.0], [0.25, 0.5], items_per_rank=8)
-    assert rates.flush() == {"rank_samples_per_s": [16.0, 8.0], "rank_data_wait_frac": [0.5, 0.25]}
+    assert rates.flush() == ([16.0, 8.0], [0.5, 0.25])  # samples/s, data-wait fraction per rank
 
 
 # ---------------------------------------------------------------------------------------------------------------

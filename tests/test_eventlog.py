@@ -15,15 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from trainer_core.contract.event_lines import event_to_json
 from trainer_core.contract.eventlog import EventLogError, EventReader, EventWriter, last_seq, read_all
-from trainer_core.contract.protocol import (
-    LogEvent,
-    PausedEvent,
-    ProtocolError,
-    StepEvent,
-    UnknownEvent,
-    event_to_json,
-)
+from trainer_core.contract.protocol import LogEvent, PausedEvent, ProtocolError, StepEvent, UnknownEvent
 
 
 def step_event(step: int) -> StepEvent:

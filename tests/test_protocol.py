@@ -13,21 +13,10 @@ import numpy as np
 import pytest
 
 from trainer_core.contract import protocol
-from trainer_core.contract.protocol import (
-    COMMAND_NAMES,
-    EVENT_MODELS,
-    EVENT_TYPES,
-    CommandReply,
-    Event,
-    ProtocolError,
-    StepEvent,
-    UnknownEvent,
-    command_to_json,
-    event_json_schema,
-    event_to_json,
-    parse_command,
-    parse_event,
-)
+from trainer_core.contract.control_protocol import COMMAND_NAMES, CommandReply, command_to_json, parse_command
+from trainer_core.contract.event_lines import event_to_json, parse_event
+from trainer_core.contract.event_schema import event_json_schema
+from trainer_core.contract.protocol import EVENT_MODELS, EVENT_TYPES, Event, ProtocolError, StepEvent, UnknownEvent
 
 GPU = {
     "index": 0,

@@ -23,8 +23,9 @@ import pytest
 from conftest import REPO, TINY_PROFILE
 
 from trainer_core.contract.control_client import MAX_LINE_BYTES, ControlError, open_control_socket
+from trainer_core.contract.control_protocol import CommandReply
 from trainer_core.contract.eventlog import read_all
-from trainer_core.contract.protocol import CommandReply, Event
+from trainer_core.contract.protocol import Event
 from vega_tui import runner
 from vega_tui.follow import EventFollower
 from vega_tui.runner import TrainerProcess

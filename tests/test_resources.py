@@ -17,7 +17,7 @@ import warnings
 import pytest
 
 from trainer_core.contract.errors import DeviceError
-from trainer_core.contract.nvml import FAKE_GPUS_ENV, GIB, fake_gpus_from_env, visible_device_order
+from trainer_core.contract.nvml import FAKE_GPUS_ENV, fake_gpus_from_env, visible_device_order
 from trainer_core.contract.resources import (
     DeviceChoice,
     GpuInfo,
@@ -29,6 +29,7 @@ from trainer_core.contract.resources import (
     probe,
     select_device,
 )
+from trainer_core.contract.units import GIB
 from trainer_core.torch_check import TORCH
 
 NO_GPU_NOTE = "no NVIDIA driver (NVML library not found)"

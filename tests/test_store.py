@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from trainer_core.contract.event_lines import parse_event
 from trainer_core.contract.eventlog import EventReader, read_all
-from trainer_core.contract.protocol import Event, StepEvent, parse_event
+from trainer_core.contract.protocol import Event, StepEvent
 from vega_tui.run_state import Series
 from vega_tui.store import RunStore
 

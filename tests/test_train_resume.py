@@ -7,7 +7,8 @@ from pathlib import Path
 
 from conftest import TrainerLauncher, finished, of_type, step_rows
 
-from trainer_core.contract.protocol import ProtocolError, parse_event
+from trainer_core.contract.event_lines import parse_event
+from trainer_core.contract.protocol import ProtocolError
 
 # A short sleep in every forward pass keeps the tiny model's run alive long enough to signal it mid-run.
 SLOW = {"VEGA_FAULT_STEP_SLEEP_S": "0.05"}

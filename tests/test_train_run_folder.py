@@ -18,7 +18,7 @@ import pytest
 from conftest import TrainerLauncher, TrainerProcess, finished, of_type
 from safetensors.torch import load_file
 
-from trainer_core.contract.protocol import parse_event
+from trainer_core.contract.event_lines import parse_event
 from trainer_core.engine.checkpoint import load_checkpoint, read_best
 
 FULL = {

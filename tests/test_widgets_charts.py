@@ -8,7 +8,7 @@ import math
 import pytest
 from textual.app import App, ComposeResult
 
-from trainer_core.contract.protocol import parse_event
+from trainer_core.contract.event_lines import parse_event
 from vega_tui.store import RunStore
 from vega_tui.widgets.charts import ChartGrid, downsample_minmax
 

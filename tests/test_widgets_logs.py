@@ -9,7 +9,7 @@ import pytest
 from rich.text import Text
 from textual.app import App, ComposeResult
 
-from trainer_core.contract.protocol import parse_event
+from trainer_core.contract.event_lines import parse_event
 from vega_tui.run_state import LogLine
 from vega_tui.store import RunStore
 from vega_tui.widgets.log_view import LogView, text_measure

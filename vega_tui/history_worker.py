@@ -96,10 +96,11 @@ def read_history(request: HistoryRequest, on_progress: Any) -> HistoryResult:
     if reader.offset != request.stop:
         raise HistoryFailed(f"{path} ends at byte {reader.offset}, before the {request.stop} bytes its preview saw")
     store.note_reader(reader.malformed, reader.gaps)
+    dev, ino = request.identity  # a plain tuple, even if the request carried a list
     return HistoryResult(
         store,
         reader.offset,
-        tuple(request.identity),
+        (dev, ino),
         reader.malformed,
         reader.gaps,
         reader.missing,

@@ -24,8 +24,8 @@ from typing import Any
 
 from trainer_core.contract import rundir
 from trainer_core.contract.control_client import ControlError, control_socket_path, send_command
+from trainer_core.contract.control_protocol import COMMAND_NAMES, CommandReply
 from trainer_core.contract.errors import VegaError
-from trainer_core.contract.protocol import COMMAND_NAMES, CommandReply
 
 STDOUT_LOG = "stdout.log"
 # How long `send` waits for a live trainer's reply: long enough for a busy step, short enough for a UI.
@@ -61,7 +61,7 @@ def train_argv(
     run_dir: str | Path | None,
     data: str | Path | None = None,
     mode: str | None = None,
-    voice_mode: str | None = None,
+    data_mode: str | None = None,
     device: str | None = None,
     overrides: Iterable[str] = (),
     resume: str | Path | None = None,
@@ -73,8 +73,8 @@ def train_argv(
     options = {
         "--run-dir": run_dir,
         "--data": data,
-        "--mode": mode,
-        "--voice-mode": voice_mode,
+        "--compute-mode": mode,
+        "--data-mode": data_mode,
         "--device": device,
         "--resume": resume,
     }

@@ -12,6 +12,7 @@ import json
 import math
 import os
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -286,7 +287,7 @@ def _add_step_line(series: Series, line: bytes) -> None:
     if not isinstance(event, dict) or event.get("type") != "step":
         return
     steps, losses = event.get("step_series") or [], event.get("loss_series") or []
-    pairs = (
+    pairs: Iterable[tuple[Any, Any]] = (  # JSON values, checked by _number before use
         zip(steps, losses, strict=True)
         if steps and len(steps) == len(losses)
         else [(event.get("step"), event.get("loss"))]

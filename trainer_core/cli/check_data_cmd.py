@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.table import Table
 
+from trainer_core.cli.commands import SUMMARIES
 from trainer_core.cli.common import print_json
 from trainer_core.contract.units import format_bytes
 
@@ -26,11 +27,14 @@ MAX_PROBLEM_ROWS = 50
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
         "check-data",
-        help="scan a data folder: counts, hours, formats and every problem file",
+        help=SUMMARIES["check-data"],
         description="Scan a data folder (audio with transcripts, or text files) and report what training would use.",
     )
     parser.add_argument("path", metavar="DIR", type=Path, help="the data folder")
-    parser.add_argument("--mode", choices=["auto", "voice", "text"], default="auto", help="data mode (default: auto)")
+    parser.add_argument(
+        "--data-mode", "--mode", dest="data_mode", choices=["auto", "voice", "text"], default="auto",
+        help="data mode (default: auto); --mode is the older spelling",
+    )  # fmt: skip
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--items", action="store_true", help="with --json: include every usable item")
     parser.add_argument("--min-duration", type=float, default=0.3, metavar="S", help="shortest usable clip (s)")
@@ -53,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
 
     cache = None if args.no_cache else scan_cache_folder(args.cache_dir)
     report = scan_data(
-        args.path, args.mode, args.min_duration, args.max_duration, workers=args.workers, cache_folder=cache
+        args.path, args.data_mode, args.min_duration, args.max_duration, workers=args.workers, cache_folder=cache
     )
     if args.json:
         print_json(report.to_dict(include_items=args.items))

@@ -12,10 +12,12 @@ import argparse
 import sys
 from pathlib import Path
 
+from trainer_core.cli.commands import SUMMARIES
 from trainer_core.cli.common import print_json
 from trainer_core.cli.control_wait import DONE_EVENT, log_end, wait_until_done
 from trainer_core.contract.control_client import DEFAULT_TIMEOUT_S, ControlConnection
-from trainer_core.contract.protocol import COMMAND_NAMES, Event
+from trainer_core.contract.control_protocol import COMMAND_NAMES
+from trainer_core.contract.protocol import Event
 
 # A save of a big model or a validation of a capped set takes seconds to minutes; an hour means stuck.
 DEFAULT_WAIT_S = 3600.0
@@ -24,7 +26,7 @@ DEFAULT_WAIT_S = 3600.0
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
         "ctl",
-        help="send a command (pause, resume, save, evaluate, stop) to a running trainer",
+        help=SUMMARIES["ctl"],
         description="Send one command to the trainer serving RUN_DIR over its control socket and print the reply.",
     )
     parser.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="the run folder of a live trainer")

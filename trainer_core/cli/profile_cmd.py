@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from trainer_core.cli.commands import SUMMARIES
 from trainer_core.cli.common import add_set_option
 from trainer_core.contract.errors import ProfileError
 from trainer_core.contract.profile_loader import (
@@ -29,7 +30,7 @@ from trainer_core.contract.profile_loader import (
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser("profile", help="validate, show or list training profiles")
+    parser = sub.add_parser("profile", help=SUMMARIES["profile"])
     actions = parser.add_subparsers(dest="profile_command", metavar="ACTION")
     actions.required = True
     _register_validate(actions)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from trainer_core.cli.commands import SUMMARIES
 from trainer_core.cli.common import print_json
 from trainer_core.contract.errors import DeviceError
 from trainer_core.contract.resources import (
@@ -28,11 +29,14 @@ from trainer_core.torch_check import TORCH
 def register(sub: Any) -> None:
     parser = sub.add_parser(
         "resources",
-        help="show CPU, RAM, GPUs and what each compute mode would use",
+        help=SUMMARIES["resources"],
         description="Show this machine's CPU, RAM, GPUs (NVML) and MPS, and the device each compute mode would pick.",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON document instead of tables")
-    parser.add_argument("--mode", choices=MODES, help="check this compute mode: exit 2 if it cannot be satisfied")
+    parser.add_argument(
+        "--compute-mode", "--mode", dest="compute_mode", choices=MODES,
+        help="check this compute mode: exit 2 if it cannot be satisfied; --mode is the older spelling",
+    )  # fmt: skip
     parser.add_argument("--device", help="check an explicit device (cpu, mps, cuda, cuda:N) under --mode")
     parser.add_argument(
         "--min-gpu-memory-gb",
@@ -63,9 +67,9 @@ def run(args: argparse.Namespace) -> int:
     resources = probe(torch_check=None if args.no_torch else TORCH)
     modes = describe_modes(resources, args.min_gpu_memory_gb)
     selected: DeviceChoice | DeviceError | None = None
-    if args.mode is not None or args.device is not None:
+    if args.compute_mode is not None or args.device is not None:
         try:
-            selected = select_device(args.mode or "mixed", args.min_gpu_memory_gb, args.device, resources)
+            selected = select_device(args.compute_mode or "mixed", args.min_gpu_memory_gb, args.device, resources)
         except DeviceError as exc:
             selected = exc
     if args.json:

@@ -18,6 +18,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from trainer_core.cli.commands import SUMMARIES
 from trainer_core.cli.common import print_json
 from trainer_core.cli.synthesiser import Synthesiser, load_from_checkpoint, load_from_export, synthesise_to_wav
 from trainer_core.contract.errors import VegaError
@@ -49,7 +50,7 @@ def _positive_int(text: str) -> int:
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
         "synth",
-        help="synthesise speech from text with a trained TTS checkpoint or export",
+        help=SUMMARIES["synth"],
         description="Speak TEXT with a trained voice (Griffin-Lim audio) and write a 16-bit WAV file.",
     )
     source = parser.add_mutually_exclusive_group(required=True)

@@ -15,7 +15,7 @@ from trainer_core.contract.errors import VegaError
 
 if TYPE_CHECKING:
     from trainer_core.contract.profile import AudioSection, TtsSection
-    from trainer_core.models.text_frontend import TextEncoder
+    from trainer_core.models.text_frontend import TextEncoder, TextUnits
     from trainer_core.models.tts import AcousticModel
 
 # Prefixes a wrapped model (DistributedDataParallel, torch.compile) adds to state dict names.
@@ -66,7 +66,7 @@ def load_from_checkpoint(path: Path, device: str = "cpu") -> Synthesiser:
     codes = [int(c) for c in weights["text_symbols"].tolist()]
     phonemes = "text_phonemes" in weights and int(weights["text_phonemes"]) == 1
     t = profile.tts
-    units = "phonemes" if phonemes else "chars"
+    units: TextUnits = "phonemes" if phonemes else "chars"
     encoder = TextEncoder.from_symbol_codes(codes, units, t.lowercase, t.espeak_voice, t.espeak_backend)
     model = AcousticModel(TtsConfig.from_profile(profile, len(codes)), codes, phonemes)
     check_model_compatible(model, weights)

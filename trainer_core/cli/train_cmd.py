@@ -13,20 +13,27 @@ import json
 import sys
 from pathlib import Path
 
+from trainer_core.cli.commands import SUMMARIES
 from trainer_core.cli.common import add_set_option, print_json
 
 
 def register(sub) -> None:
     p = sub.add_parser(
         "train",
-        help="train a model from a profile (--dry-run prints the plan without training)",
+        help=SUMMARIES["train"],
         description="Train from a profile. Flags below override the profile for this run only.",
     )
     p.add_argument("--profile", default="demo", help="profile file, or the name of a shipped/user profile")
     p.add_argument("--data", type=Path, help="data folder (overrides data.path)")
     p.add_argument("--run-dir", type=Path, help="run folder to create (default: <runs_dir>/<name>-<time>)")
-    p.add_argument("--mode", choices=["gpu", "cpu", "mixed"], help="compute mode (overrides compute.mode)")
-    p.add_argument("--voice-mode", choices=["voice", "text", "auto"], help="data mode (overrides data.mode)")
+    p.add_argument(
+        "--compute-mode", "--mode", dest="compute_mode", choices=["gpu", "cpu", "mixed"],
+        help="compute mode (overrides compute.mode); --mode is the older spelling",
+    )  # fmt: skip
+    p.add_argument(
+        "--data-mode", "--voice-mode", dest="data_mode", choices=["voice", "text", "auto"],
+        help="data mode (overrides data.mode); --voice-mode is the older spelling",
+    )  # fmt: skip
     p.add_argument("--device", help="explicit device: cuda:N, mps or cpu (overrides compute.device)")
     p.add_argument(
         "--resume", metavar="auto|PATH", help="resume: 'auto' (newest complete checkpoint of --run-dir) or a file"
@@ -50,10 +57,10 @@ def flag_overrides(args: argparse.Namespace) -> list[str]:
     out: list[str] = []
     if args.data is not None:
         out.append(f"data.path={json.dumps(str(args.data.expanduser().resolve()))}")
-    if args.mode:
-        out.append(f"compute.mode={json.dumps(args.mode)}")
-    if args.voice_mode:
-        out.append(f"data.mode={json.dumps(args.voice_mode)}")
+    if args.compute_mode:
+        out.append(f"compute.mode={json.dumps(args.compute_mode)}")
+    if args.data_mode:
+        out.append(f"data.mode={json.dumps(args.data_mode)}")
     if args.device:
         out.append(f"compute.device={json.dumps(args.device)}")
     return out

@@ -15,8 +15,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from trainer_core.contract.control_protocol import CommandReply
 from trainer_core.contract.errors import VegaError
-from trainer_core.contract.protocol import CommandReply
 from trainer_core.contract.rundir import SOCKET
 
 # One request or reply line may not exceed this; the server enforces the same bound.

@@ -32,7 +32,8 @@ from types import TracebackType
 from typing import Any, BinaryIO, TextIO
 
 from trainer_core.contract.errors import VegaError
-from trainer_core.contract.protocol import PROTOCOL_VERSION, Event, ProtocolError, event_to_json, parse_event
+from trainer_core.contract.event_lines import event_to_json, parse_event
+from trainer_core.contract.protocol import PROTOCOL_VERSION, Event, ProtocolError
 
 # Lines waiting for a slow stdout before new ones are dropped: minutes of coalesced events.
 DEFAULT_STDOUT_QUEUE_LINES = 10_000
@@ -132,22 +133,22 @@ class LineMirror:
                 self._stream.write(line.decode("utf-8"))
                 self._stream.flush()
             else:
-                self._write_fd(line)
+                self._write_fd(self._fd, line)
             return True
         except (OSError, ValueError):
             self._broken = True
             return False
 
-    def _write_fd(self, line: bytes) -> None:
+    def _write_fd(self, fd: int, line: bytes) -> None:
         view = memoryview(line)
         while view:
             try:
-                view = view[os.write(self._fd, view) :]
+                view = view[os.write(fd, view) :]
             except BlockingIOError:
                 # Someone left the descriptor non-blocking: wait until it drains instead of giving up.
                 if self._stop.is_set():
                     return
-                select.select([], [self._fd], [], 0.5)
+                select.select([], [fd], [], 0.5)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -238,7 +239,7 @@ class EventWriter:
             self.lost_lines += 1
             return
         try:
-            _write_all(self._open(), line)
+            _write_all(self._open(self.path), line)
         except OSError as exc:
             self._on_write_error(exc)
             return
@@ -246,10 +247,10 @@ class EventWriter:
             self._failing = False
             _report(f"event log {self.path} is writable again; {self.lost_lines} event(s) were lost")
 
-    def _open(self) -> int:
+    def _open(self, path: Path) -> int:
         if self._fd is None:
             flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
-            fd = os.open(self.path, flags, 0o644)
+            fd = os.open(path, flags, 0o644)
             try:
                 _terminate_partial_line(fd)
             except OSError:

@@ -273,7 +273,7 @@ class NvmlSource:
 
     def _read_one(self, cuda_index: int, handle: Any, uuid: str | None) -> GpuInfo | None:
         nvml = self._nvml
-        memory = self._query(nvml.nvmlDeviceGetMemoryInfo, handle)
+        memory = self._memory(handle)
         if memory is None:
             return None  # a GPU without memory figures (lost, or resetting) is useless to the policy
         utilization = self._query(nvml.nvmlDeviceGetUtilizationRates, handle)
@@ -291,6 +291,17 @@ class NvmlSource:
             compute_capability=self._query(nvml.nvmlDeviceGetCudaComputeCapability, handle),
         )
 
+    def _memory(self, handle: Any) -> Any:
+        """Memory figures as nvidia-smi shows them: version 2 leaves out the driver's reservation (about
+        0.5 GiB on an H100), which version 1 counts as used; older drivers and bindings only have version 1."""
+        nvml = self._nvml
+        version = getattr(nvml, "nvmlMemory_v2", None)
+        if version is not None:
+            memory = self._query(nvml.nvmlDeviceGetMemoryInfo, handle, version=version)
+            if memory is not None:
+                return memory
+        return self._query(nvml.nvmlDeviceGetMemoryInfo, handle)
+
     def _temperature(self, handle: Any) -> float | None:
         nvml = self._nvml
         sensor = nvml.NVML_TEMPERATURE_GPU
@@ -301,11 +312,11 @@ class NvmlSource:
                 return float(value)
         return None
 
-    def _query(self, fn: Callable[..., Any], *args: Any) -> Any:
+    def _query(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """One NVML call; NotSupported, NoPermission and friends become None, never an exception."""
         try:
-            value = fn(*args)
-        except self._nvml.NVMLError:
+            value = fn(*args, **kwargs)
+        except (self._nvml.NVMLError, TypeError):  # TypeError: bindings without the keyword
             return None
         # Old bindings return bytes for names and UUIDs; current ones return str.
         return value.decode() if isinstance(value, bytes) else value

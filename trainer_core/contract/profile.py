@@ -23,29 +23,29 @@ class Section(BaseModel):
 
 
 class RunSection(Section):
-    name: str = Field("vega", min_length=1, description="Run name; run folders are <name>-<YYYYmmdd-HHMMSS>.")
-    runs_dir: Path | None = Field(None, description="Folder where run folders are created (default: ./runs).")
-    seed: int = Field(1234, ge=0, description="Random seed for weights, data order and sampling.")
+    name: str = Field(default="vega", min_length=1, description="Run name; run folders are <name>-<YYYYmmdd-HHMMSS>.")
+    runs_dir: Path | None = Field(default=None, description="Folder where run folders are created (default: ./runs).")
+    seed: int = Field(default=1234, ge=0, description="Random seed for weights, data order and sampling.")
 
 
 class DataSection(Section):
-    path: Path | None = Field(None, description="Data folder: audio with transcripts, or text files.")
-    mode: DataMode = Field("auto", description="voice, text, or auto (detect from the data folder).")
-    val_fraction: float = Field(0.05, ge=0.0, le=0.5, description="Fraction of items held out for validation.")
+    path: Path | None = Field(default=None, description="Data folder: audio with transcripts, or text files.")
+    mode: DataMode = Field(default="auto", description="voice, text, or auto (detect from the data folder).")
+    val_fraction: float = Field(default=0.05, ge=0.0, le=0.5, description="Fraction of items held out for validation.")
     val_max_items: int = Field(
-        64,
+        default=64,
         ge=0,
         description="Cap on validation items (0: no cap), the same fixed choice on every start and resume; "
         "keeps validation a few % of the time on big corpora. Voice: the rest train; text: unused windows.",
     )
-    min_duration_s: float = Field(0.3, ge=0.0, description="Audio shorter than this is skipped as too short.")
-    max_duration_s: float = Field(20.0, gt=0.0, description="Audio longer than this is skipped as too long.")
+    min_duration_s: float = Field(default=0.3, ge=0.0, description="Audio shorter than this is skipped as too short.")
+    max_duration_s: float = Field(default=20.0, gt=0.0, description="Audio longer than this is skipped as too long.")
     preload: Literal["auto", "ram", "disk"] = Field(
-        "auto", description="auto: RAM when the estimate fits, else disk cache; ram or disk to force."
+        default="auto", description="auto: RAM when the estimate fits, else disk cache; ram or disk to force."
     )
-    cache_dir: Path | None = Field(None, description="Feature cache folder (default: the user cache folder).")
-    num_workers: int = Field(2, ge=0, le=64, description="Parallel decode workers for preloading.")
-    context_bytes: int = Field(256, ge=8, le=65536, description="Text mode: bytes per training sequence.")
+    cache_dir: Path | None = Field(default=None, description="Feature cache folder (default: the user cache folder).")
+    num_workers: int = Field(default=2, ge=0, le=64, description="Parallel decode workers for preloading.")
+    context_bytes: int = Field(default=256, ge=8, le=65536, description="Text mode: bytes per training sequence.")
 
     @model_validator(mode="after")
     def _durations_ordered(self) -> DataSection:
@@ -57,13 +57,13 @@ class DataSection(Section):
 
 
 class ModelSection(Section):
-    kind: Literal["auto", "tts", "lm"] = Field("auto", description="Model family; auto follows the data mode.")
-    hidden: int = Field(256, ge=8, le=8192, description="Hidden size of the transformer layers.")
-    encoder_layers: int = Field(4, ge=1, le=64, description="Text encoder layers (TTS) or layers (LM).")
-    decoder_layers: int = Field(4, ge=1, le=64, description="Mel decoder layers (TTS only).")
-    heads: int = Field(2, ge=1, le=64, description="Attention heads; must divide hidden.")
-    ffn_mult: int = Field(4, ge=1, le=16, description="Feed-forward width as a multiple of hidden.")
-    dropout: float = Field(0.1, ge=0.0, lt=1.0, description="Dropout probability.")
+    kind: Literal["auto", "tts", "lm"] = Field(default="auto", description="Model family; auto follows the data mode.")
+    hidden: int = Field(default=256, ge=8, le=8192, description="Hidden size of the transformer layers.")
+    encoder_layers: int = Field(default=4, ge=1, le=64, description="Text encoder layers (TTS) or layers (LM).")
+    decoder_layers: int = Field(default=4, ge=1, le=64, description="Mel decoder layers (TTS only).")
+    heads: int = Field(default=2, ge=1, le=64, description="Attention heads; must divide hidden.")
+    ffn_mult: int = Field(default=4, ge=1, le=16, description="Feed-forward width as a multiple of hidden.")
+    dropout: float = Field(default=0.1, ge=0.0, lt=1.0, description="Dropout probability.")
 
     @model_validator(mode="after")
     def _heads_divide_hidden(self) -> ModelSection:
@@ -73,41 +73,46 @@ class ModelSection(Section):
 
 
 class TrainSection(Section):
-    batch_size: int = Field(8, ge=1, le=65536, description="Micro-batch size (items per forward pass).")
-    grad_accum: int = Field(1, ge=1, le=4096, description="Micro-batches accumulated per optimizer step.")
-    lr: float = Field(3e-4, gt=0.0, le=1.0, description="Peak learning rate (AdamW).")
-    weight_decay: float = Field(0.01, ge=0.0, le=1.0, description="AdamW weight decay.")
-    betas: tuple[float, float] = Field((0.9, 0.99), description="AdamW beta1 and beta2.")
+    batch_size: int = Field(default=8, ge=1, le=65536, description="Micro-batch size (items per forward pass).")
+    grad_accum: int = Field(default=1, ge=1, le=4096, description="Micro-batches accumulated per optimizer step.")
+    lr: float = Field(default=3e-4, gt=0.0, le=1.0, description="Peak learning rate (AdamW).")
+    weight_decay: float = Field(default=0.01, ge=0.0, le=1.0, description="AdamW weight decay.")
+    betas: tuple[float, float] = Field(default=(0.9, 0.99), description="AdamW beta1 and beta2.")
     schedule: Literal["cosine", "cosine_restarts", "constant"] = Field(
-        "cosine", description="LR schedule after warmup: cosine to zero, cosine with warm restarts, or constant."
+        default="cosine",
+        description="LR schedule after warmup: cosine to zero, cosine with warm restarts, or constant.",
     )
-    warmup_steps: int = Field(100, ge=0, description="Linear warmup steps from 0 to the peak LR.")
-    restart_period: int = Field(1000, ge=1, description="cosine_restarts: steps in the first cycle.")
-    restart_mult: int = Field(1, ge=1, le=16, description="cosine_restarts: cycle length multiplier.")
-    epochs: int = Field(10, ge=1, description="Epochs to train (unless max_steps or target_hours decide).")
-    max_steps: int | None = Field(None, ge=1, description="Stop after this many optimizer steps (overrides epochs).")
+    warmup_steps: int = Field(default=100, ge=0, description="Linear warmup steps from 0 to the peak LR.")
+    restart_period: int = Field(default=1000, ge=1, description="cosine_restarts: steps in the first cycle.")
+    restart_mult: int = Field(default=1, ge=1, le=16, description="cosine_restarts: cycle length multiplier.")
+    epochs: int = Field(default=10, ge=1, description="Epochs to train (unless max_steps or target_hours decide).")
+    max_steps: int | None = Field(
+        default=None, ge=1, description="Stop after this many optimizer steps (overrides epochs)."
+    )
     target_hours: float | None = Field(
-        None, gt=0.0, le=10000.0, description="Time budget: plan epochs to finish in this many hours."
+        default=None, gt=0.0, le=10000.0, description="Time budget: plan epochs to finish in this many hours."
     )
-    grad_clip: float = Field(1.0, ge=0.0, description="Max gradient norm; 0 disables clipping.")
+    grad_clip: float = Field(default=1.0, ge=0.0, description="Max gradient norm; 0 disables clipping.")
     precision: Literal["auto", "fp32", "fp16", "bf16"] = Field(
-        "auto", description="auto: bf16/fp16 mixed precision on accelerators, fp32 on CPU."
+        default="auto", description="auto: bf16/fp16 mixed precision on accelerators, fp32 on CPU."
     )
     tf32: bool = Field(
-        True, description="CUDA (Ampere and newer): fp32 matmuls use TF32 tensor cores; off for bit-exact fp32."
+        default=True, description="CUDA (Ampere and newer): fp32 matmuls use TF32 tensor cores; off for bit-exact fp32."
     )
-    eval_every_steps: int | None = Field(None, ge=1, description="Validate every N steps (default: each epoch).")
+    eval_every_steps: int | None = Field(
+        default=None, ge=1, description="Validate every N steps (default: each epoch)."
+    )
     validate_at_start: bool = Field(
-        False, description="Validate once before the first step: a baseline for the validation curve."
+        default=False, description="Validate once before the first step: a baseline for the validation curve."
     )
-    checkpoint_every_epochs: int = Field(1, ge=1, description="Save a checkpoint every N epochs.")
-    checkpoint_every_steps: int | None = Field(None, ge=1, description="Also save every N steps.")
-    keep_last: int = Field(3, ge=1, le=1000, description="Checkpoints kept besides the best one.")
+    checkpoint_every_epochs: int = Field(default=1, ge=1, description="Save a checkpoint every N epochs.")
+    checkpoint_every_steps: int | None = Field(default=None, ge=1, description="Also save every N steps.")
+    keep_last: int = Field(default=3, ge=1, le=1000, description="Checkpoints kept besides the best one.")
     early_stopping_patience: int | None = Field(
-        None, ge=1, description="Stop after N validations without improvement (off when unset)."
+        default=None, ge=1, description="Stop after N validations without improvement (off when unset)."
     )
     nonfinite_patience: int = Field(
-        3, ge=1, description="Non-finite steps in a row before falling back to a safer precision."
+        default=3, ge=1, description="Non-finite steps in a row before falling back to a safer precision."
     )
 
     @model_validator(mode="after")
@@ -118,24 +123,30 @@ class TrainSection(Section):
 
 
 class ComputeSection(Section):
-    mode: ComputeMode = Field("mixed", description="gpu (required), cpu (never an accelerator), or mixed.")
-    device: str | None = Field(None, description="Explicit device (cuda:1, mps, cpu) overriding the mode's choice.")
-    min_gpu_memory_gb: float = Field(2.0, ge=0.0, description="mixed: GPUs with less free memory are not used.")
-    num_threads: int | None = Field(None, ge=1, le=1024, description="CPU threads for torch (default: all cores).")
+    mode: ComputeMode = Field(default="mixed", description="gpu (required), cpu (never an accelerator), or mixed.")
+    device: str | None = Field(
+        default=None, description="Explicit device (cuda:1, mps, cpu) overriding the mode's choice."
+    )
+    min_gpu_memory_gb: float = Field(default=2.0, ge=0.0, description="mixed: GPUs with less free memory are not used.")
+    num_threads: int | None = Field(
+        default=None, ge=1, le=1024, description="CPU threads for torch (default: all cores)."
+    )
 
 
 class AudioSection(Section):
-    sample_rate: int = Field(22050, ge=8000, le=192000, description="Training sample rate; audio is resampled to it.")
-    n_fft: int = Field(1024, ge=64, le=16384, description="FFT size for mel spectrograms.")
-    hop_length: int = Field(256, ge=16, le=8192, description="Samples between mel frames.")
-    win_length: int = Field(1024, ge=16, le=16384, description="Window length; at most n_fft.")
-    n_mels: int = Field(80, ge=8, le=512, description="Mel bands.")
-    f_min: float = Field(0.0, ge=0.0, description="Lowest mel frequency in Hz.")
-    f_max: float | None = Field(8000.0, gt=0.0, description="Highest mel frequency in Hz (default: Nyquist).")
-    log_floor: float = Field(1e-5, gt=0.0, description="Floor added before taking the log of mel power.")
-    trim_silence: bool = Field(True, description="Trim leading and trailing silence before features.")
-    trim_top_db: float = Field(40.0, gt=0.0, description="Silence threshold for trimming, dB below peak.")
-    normalize: bool = Field(False, description="Peak-normalise each clip before features.")
+    sample_rate: int = Field(
+        default=22050, ge=8000, le=192000, description="Training sample rate; audio is resampled to it."
+    )
+    n_fft: int = Field(default=1024, ge=64, le=16384, description="FFT size for mel spectrograms.")
+    hop_length: int = Field(default=256, ge=16, le=8192, description="Samples between mel frames.")
+    win_length: int = Field(default=1024, ge=16, le=16384, description="Window length; at most n_fft.")
+    n_mels: int = Field(default=80, ge=8, le=512, description="Mel bands.")
+    f_min: float = Field(default=0.0, ge=0.0, description="Lowest mel frequency in Hz.")
+    f_max: float | None = Field(default=8000.0, gt=0.0, description="Highest mel frequency in Hz (default: Nyquist).")
+    log_floor: float = Field(default=1e-5, gt=0.0, description="Floor added before taking the log of mel power.")
+    trim_silence: bool = Field(default=True, description="Trim leading and trailing silence before features.")
+    trim_top_db: float = Field(default=40.0, gt=0.0, description="Silence threshold for trimming, dB below peak.")
+    normalize: bool = Field(default=False, description="Peak-normalise each clip before features.")
 
     @model_validator(mode="after")
     def _window_fits(self) -> AudioSection:
@@ -157,59 +168,67 @@ class SampleSection(Section):
         default_factory=lambda: ["The ", "Once upon a time"],
         description="Prompts continued at each evaluation (LM).",
     )
-    max_new_bytes: int = Field(200, ge=1, le=100000, description="LM samples: bytes generated per prompt.")
-    temperature: float = Field(0.8, gt=0.0, le=10.0, description="LM samples: sampling temperature.")
+    max_new_bytes: int = Field(default=200, ge=1, le=100000, description="LM samples: bytes generated per prompt.")
+    temperature: float = Field(default=0.8, gt=0.0, le=10.0, description="LM samples: sampling temperature.")
 
 
 class TtsSection(Section):
     text_units: Literal["chars", "phonemes", "auto"] = Field(
-        "chars",
+        default="chars",
         description="TTS input: chars, phonemes (IPA from espeak-ng), or auto (phonemes when an espeak-ng "
         "backend works, else chars).",
     )
     espeak_backend: Literal["auto", "library", "binary"] = Field(
-        "auto",
+        default="auto",
         description="Where phonemes come from: library (espeak-ng from the espeakng-loader wheel, in-process), "
         "binary (the espeak-ng program on PATH), or auto (the library when it loads, else the program).",
     )
-    lowercase: bool = Field(True, description="Lowercase transcripts before encoding them (characters only).")
+    lowercase: bool = Field(default=True, description="Lowercase transcripts before encoding them (characters only).")
     espeak_voice: str = Field(
-        "en-us",
+        default="en-us",
         min_length=1,
         pattern=r"^[A-Za-z0-9][A-Za-z0-9_+\-]*$",
         description="espeak-ng voice for phonemes (e.g. en-us, de, fr).",
     )
-    prior_loss_weight: float = Field(1.0, ge=0.0, description="Weight of the alignment (prior) loss in the total.")
-    duration_loss_weight: float = Field(1.0, ge=0.0, description="Weight of the duration predictor loss in the total.")
-    griffin_lim_iters: int = Field(
-        32, ge=1, le=1000, description="Griffin-Lim iterations when turning mels into audio."
+    prior_loss_weight: float = Field(
+        default=1.0, ge=0.0, description="Weight of the alignment (prior) loss in the total."
     )
-    length_scale: float = Field(1.0, gt=0.0, le=10.0, description="Speaking-rate factor for samples (>1 is slower).")
+    duration_loss_weight: float = Field(
+        default=1.0, ge=0.0, description="Weight of the duration predictor loss in the total."
+    )
+    griffin_lim_iters: int = Field(
+        default=32, ge=1, le=1000, description="Griffin-Lim iterations when turning mels into audio."
+    )
+    length_scale: float = Field(
+        default=1.0, gt=0.0, le=10.0, description="Speaking-rate factor for samples (>1 is slower)."
+    )
 
 
 class LoggingSection(Section):
-    level: Literal["debug", "info", "warning", "error"] = Field("info", description="Lowest log level written.")
+    level: Literal["debug", "info", "warning", "error"] = Field(default="info", description="Lowest log level written.")
     step_interval_s: float = Field(
-        0.5, ge=0.05, le=60.0, description="Step events are coalesced over this window (bounded log growth)."
+        default=0.5, ge=0.05, le=60.0, description="Step events are coalesced over this window (bounded log growth)."
     )
-    profile_interval_s: float = Field(5.0, ge=0.5, le=3600.0, description="Seconds between profiler breakdowns.")
-    tensorboard: bool = Field(False, description="Also write TensorBoard scalars to the run folder.")
-    report: bool = Field(True, description="Write report.png (loss, LR, throughput) at the end.")
+    profile_interval_s: float = Field(
+        default=5.0, ge=0.5, le=3600.0, description="Seconds between profiler breakdowns."
+    )
+    tensorboard: bool = Field(default=False, description="Also write TensorBoard scalars to the run folder.")
+    report: bool = Field(default=True, description="Write report.png (loss, LR, throughput) at the end.")
 
 
 class DebugSection(Section):
     oom_at_steps: list[int] = Field(default_factory=list, description="Raise a real OutOfMemoryError at these steps.")
     nonfinite_at_steps: list[int] = Field(default_factory=list, description="Make the loss NaN at these steps.")
     hold_checkpoint_write_s: float = Field(
-        0.0, ge=0.0, le=3600.0, description="Pause mid-way through each checkpoint write (fault tests)."
+        default=0.0, ge=0.0, le=3600.0, description="Pause mid-way through each checkpoint write (fault tests)."
     )
-    fail_at_step: int | None = Field(None, ge=0, description="Raise an error at this step (crash tests).")
+    fail_at_step: int | None = Field(default=None, ge=0, description="Raise an error at this step (crash tests).")
 
 
 class Profile(Section):
     """A whole training profile, as resolved from its file, its parents and overrides."""
 
-    extends: str | None = Field(None, description="Parent profile file, relative to this one.")
+    extends: str | None = Field(default=None, description="Parent profile file, relative to this one.")
     run: RunSection = Field(default_factory=RunSection, description="Run naming, location and seed.")
     data: DataSection = Field(default_factory=DataSection, description="Where the data is and how to read it.")
     model: ModelSection = Field(default_factory=ModelSection, description="Model family and size.")

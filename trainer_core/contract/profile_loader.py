@@ -14,7 +14,7 @@ to the parent, and the resolved profile holds only absolute paths.
 Validation runs on the merged result. Each pydantic error is attributed to the layer that
 introduced it (the first layer after which the error is present in every merged prefix), and
 every error becomes one line of a single `ProfileError` naming that layer, the dotted field,
-the value and the rule.
+the value and the rule (the wording is `profile_messages`'s).
 
 The config folder is `$VEGA_CONFIG_DIR` when set, else `platformdirs.user_config_dir("vega")`.
 Torch-free: the dashboard imports this module.
@@ -23,8 +23,6 @@ Torch-free: the dashboard imports this module.
 from __future__ import annotations
 
 import datetime
-import difflib
-import json
 import os
 import re
 import tomllib
@@ -35,11 +33,13 @@ from typing import Any, Literal
 
 import platformdirs
 import tomli_w
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
+from pydantic_core import ErrorDetails
 
 import trainer_core
 from trainer_core.contract.errors import ProfileError
 from trainer_core.contract.profile import PATH_FIELDS, Profile, field_descriptions
+from trainer_core.contract.profile_messages import describe_error, join_problems, section_models, show_value
 
 MachineFileArg = Path | str | None | Literal["default"]
 
@@ -222,7 +222,7 @@ def _layers_from_data(
 def _parent_file(parent_ref: Any, label: str, base_dir: Path, chain: list[Path]) -> Path:
     """The absolute file an `extends` value names, checked for type, existence and cycles."""
     if not isinstance(parent_ref, str) or not parent_ref:
-        shown = _show_value(parent_ref)
+        shown = show_value(parent_ref)
         raise ProfileError(f"{label}: extends = {shown}: expected a file name, relative to this profile")
     parent = Path(os.path.normpath(base_dir / Path(parent_ref).expanduser()))
     seen = [os.path.realpath(item) for item in chain]
@@ -288,23 +288,14 @@ def parse_override_value(raw: str, wants_text: bool = False) -> Any:
 def _text_fields() -> set[tuple[str, str]]:
     """(section, key) of fields that hold text or paths: bare `--set` values stay text for them."""
     fields: set[tuple[str, str]] = set()
-    for section, model in _section_models().items():
+    for section, model in section_models().items():
         for key, field in model.model_fields.items():
             if {str, Path} & set(typing.get_args(field.annotation) or (field.annotation,)):
                 fields.add((section, key))
     return fields
 
 
-# ---------------------------------------------------------------- validation and messages
-
-
-def _section_models() -> dict[str, type[BaseModel]]:
-    """Section name -> its pydantic model, in schema order."""
-    models: dict[str, type[BaseModel]] = {}
-    for name, field in Profile.model_fields.items():
-        if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel):
-            models[name] = field.annotation
-    return models
+# ---------------------------------------------------------------- validation
 
 
 def validate_layers(layers: list[Layer], title: str) -> Profile:
@@ -322,10 +313,10 @@ def validate_layers(layers: list[Layer], title: str) -> Profile:
     except ValidationError as exc:
         errors = exc.errors(include_url=False)
     problems = [f"{layers[_culprit(err, prefixes)].source}: {describe_error(err)}" for err in errors]
-    raise ProfileError(_join_problems(problems, title))
+    raise ProfileError(join_problems(problems, title))
 
 
-def _culprit(err: dict[str, Any], prefixes: list[dict[str, Any]]) -> int:
+def _culprit(err: ErrorDetails, prefixes: list[dict[str, Any]]) -> int:
     """Index of the layer that introduced `err`: it is present after that layer and every later one."""
     key = _error_key(err)
     for index in range(len(prefixes) - 1, 0, -1):
@@ -342,125 +333,12 @@ def _error_keys(data: dict[str, Any]) -> set[tuple[Any, ...]]:
     return set()
 
 
-def _error_key(err: dict[str, Any]) -> tuple[Any, ...]:
+def _error_key(err: ErrorDetails) -> tuple[Any, ...]:
     """What identifies an error across prefixes: a changed value is a new error, a moved table is not."""
     loc, kind = tuple(err["loc"]), err["type"]
     if kind == "extra_forbidden" or (len(loc) == 1 and kind == "value_error"):
         return (loc, kind, err["msg"])
     return (loc, kind, err["msg"], repr(err.get("input")))
-
-
-def _join_problems(problems: list[str], title: str) -> str:
-    """One problem as one line; several under a first line that names the profile and counts them."""
-    if len(problems) == 1:
-        return problems[0]
-    body = "\n".join(f"  {problem}" for problem in problems)
-    return f"invalid profile {title} ({len(problems)} problems):\n{body}"
-
-
-_TYPE_RULES = {
-    "int_type": "expected an integer",
-    "int_parsing": "expected an integer",
-    "int_from_float": "expected an integer",
-    "float_type": "expected a number",
-    "float_parsing": "expected a number",
-    "string_type": "expected a string",
-    "bool_type": "expected true or false",
-    "bool_parsing": "expected true or false",
-    "list_type": "expected a list",
-    "tuple_type": "expected a list",
-    "dict_type": "expected a table",
-    "model_type": "expected a table",
-    "model_attributes_type": "expected a table",
-    "path_type": "expected a path (a string)",
-}
-
-_BOUND_RULES = {"greater_than_equal": ">=", "greater_than": ">", "less_than_equal": "<=", "less_than": "<"}
-
-
-def describe_error(err: dict[str, Any]) -> str:
-    """One pydantic error as 'train.batch_size = -4: must be >= 1' (no source prefix)."""
-    loc, kind = tuple(err["loc"]), err["type"]
-    if kind == "extra_forbidden":
-        return _unknown_key_message(loc, err.get("input"))
-    if kind == "value_error" and len(loc) == 1:
-        return f"[{loc[0]}] {_strip_value_error(err['msg'])}"
-    if kind == "missing" and loc and isinstance(loc[-1], int):
-        return f"{_dotted(loc[:-1])} = {_show_value(err.get('input'))}: too few items (item {loc[-1]} is missing)"
-    return f"{_dotted(loc)} = {_show_value(err.get('input'))}: {_rule(err)}"
-
-
-def _rule(err: dict[str, Any]) -> str:
-    kind, ctx = err["type"], err.get("ctx") or {}
-    if kind in _TYPE_RULES:
-        return _TYPE_RULES[kind]
-    if kind in _BOUND_RULES:
-        bound = next(iter(ctx.values()))
-        return f"must be {_BOUND_RULES[kind]} {_show_number(bound)}"
-    if kind == "literal_error":
-        return f"must be one of {ctx['expected']}"
-    if kind == "string_too_short" and ctx.get("min_length") == 1:
-        return "must not be empty"
-    if kind == "value_error":
-        return _strip_value_error(err["msg"])
-    return err["msg"][0].lower() + err["msg"][1:] if err["msg"] else kind
-
-
-def _strip_value_error(msg: str) -> str:
-    return msg.removeprefix("Value error, ")
-
-
-def _unknown_key_message(loc: tuple[Any, ...], value: Any) -> str:
-    """'unknown key 'train.bath_size' (did you mean 'train.batch_size'?)' and the like."""
-    models = _section_models()
-    if len(loc) == 1:
-        return _unknown_top_level_message(str(loc[0]), isinstance(value, dict), models)
-    section, key = str(loc[0]), str(loc[1])
-    valid = list(models[section].model_fields) if section in models else []
-    close = difflib.get_close_matches(key, valid, n=1)
-    if close:
-        return f"unknown key '{section}.{key}' (did you mean '{section}.{close[0]}'?)"
-    elsewhere = [name for name, model in models.items() if key in model.model_fields]
-    if elsewhere:
-        return f"unknown key '{section}.{key}' (did you mean '{elsewhere[0]}.{key}'?)"
-    return f"unknown key '{section}.{key}' (valid keys in [{section}]: {', '.join(valid)})"
-
-
-def _unknown_top_level_message(name: str, is_table: bool, models: dict[str, type[BaseModel]]) -> str:
-    sections = list(models)
-    close = difflib.get_close_matches(name, sections, n=1)
-    if is_table or close:
-        hint = f"did you mean '{close[0]}'?" if close else f"valid sections: {', '.join(sections)}"
-        return f"unknown section '{name}' ({hint})"
-    owners = [section for section, model in models.items() if name in model.model_fields]
-    if owners:
-        return f"unknown top-level key '{name}' (did you mean '{owners[0]}.{name}'?)"
-    return f"unknown top-level key '{name}' (keys go in a section: {', '.join(sections)})"
-
-
-def _dotted(loc: tuple[Any, ...]) -> str:
-    """('train', 'betas', 0) -> 'train.betas[0]'."""
-    text = ""
-    for part in loc:
-        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
-    return text
-
-
-def _show_number(value: Any) -> str:
-    return f"{value:g}" if isinstance(value, float) else str(value)
-
-
-def _show_value(value: Any) -> str:
-    """A value as it would be written in TOML, for messages."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (str, Path)):
-        return json.dumps(str(value))
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_show_value(item) for item in value) + "]"
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"{key} = {_show_value(item)}" for key, item in value.items()) + "}"
-    return repr(value)
 
 
 # ---------------------------------------------------------------- public loading API

@@ -3,7 +3,8 @@
 Events travel as one compact JSON object per line in `RUN/events.jsonl`:
 `{"v": 1, "seq": 17, "t": 1763790000.123, "type": "step", ...}`. Every type is a pydantic model below,
 named `<Name>Event`; `AnyEvent` is their discriminated union on `type`. Commands for the control socket
-(`{"cmd": "pause", "id": "..."}`) and their replies are defined here too.
+(`{"cmd": "pause", "id": "..."}`) and their replies are in `contract.control_protocol`; reading and
+writing lines is `contract.event_lines`.
 
 Wire rules, decided once for every reader and writer:
 - Numbers are JSON numbers, never preformatted strings; a string in a number field is rejected.
@@ -22,7 +23,6 @@ Torch-free: the dashboard imports this module. Only stdlib and pydantic.
 
 from __future__ import annotations
 
-import json
 import math
 import operator
 import os
@@ -36,7 +36,6 @@ from pydantic import (
     ConfigDict,
     Field,
     TypeAdapter,
-    ValidationError,
     WithJsonSchema,
 )
 
@@ -449,229 +448,6 @@ AnyEvent = Annotated[Union[EVENT_MODELS], Field(discriminator="type")]  # type: 
 
 
 @cache
-def _event_adapter() -> TypeAdapter[Any]:
+def event_adapter() -> TypeAdapter[Event]:
     # Built on first use: the union's validator costs a few milliseconds that a bare import should not pay.
     return TypeAdapter(AnyEvent)
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Reading and writing event lines
-
-
-def parse_event(obj: str | bytes | bytearray | dict[str, Any]) -> Event:
-    """One event from a JSON line or a decoded object.
-
-    Known types give their typed model, unknown types an `UnknownEvent` holding every field. Raises
-    ProtocolError for anything that is not an event: not JSON, not an object, a missing or invalid
-    envelope (`v`, `seq`, `t`, `type`), or a known type with invalid fields.
-    """
-    if isinstance(obj, (str, bytes, bytearray)):
-        try:
-            # Fast path: pydantic parses and dispatches in one go; errors and unknown types go the slow way.
-            event = _event_adapter().validate_json(obj)
-        except ValidationError:
-            event = _validate_object(_load_json_object(obj))
-    elif isinstance(obj, dict):
-        event = _validate_object(obj)
-    else:
-        raise ProtocolError(f"an event must be a JSON object, got {type(obj).__name__}")
-    _check_envelope(event)
-    return event
-
-
-def _load_json_object(text: str | bytes | bytearray) -> dict[str, Any]:
-    try:
-        obj = json.loads(text)
-    except UnicodeDecodeError as exc:
-        raise ProtocolError(f"not UTF-8 text ({exc.reason}): {_snippet(text)}") from None
-    except json.JSONDecodeError as exc:
-        raise ProtocolError(f"not JSON ({exc.msg} at column {exc.colno}): {_snippet(text)}") from None
-    if not isinstance(obj, dict):
-        raise ProtocolError(f"expected a JSON object, got {type(obj).__name__}: {_snippet(text)}")
-    return obj
-
-
-def _validate_object(obj: dict[str, Any]) -> Event:
-    kind = obj.get("type")
-    if not isinstance(kind, str) or not kind:
-        raise ProtocolError(f"missing or invalid 'type' (got {kind!r}); every event names its type")
-    model = EVENT_TYPES.get(kind, UnknownEvent)
-    try:
-        return model.model_validate(obj)
-    except ValidationError as exc:
-        raise ProtocolError(f"invalid {kind!r} event: {describe_validation_error(exc)}") from None
-
-
-def _check_envelope(event: Event) -> None:
-    missing = [name for name in ENVELOPE_FIELDS if name not in event.model_fields_set]
-    if missing:
-        raise ProtocolError(f"{event.type!r} event lacks envelope field(s) {', '.join(missing)}")
-
-
-def describe_validation_error(exc: ValidationError, limit: int = 5) -> str:
-    """A short one-line account of pydantic errors: `field: message; ...`."""
-    parts = []
-    for error in exc.errors()[:limit]:
-        where = ".".join(str(part) for part in error["loc"]) or "(object)"
-        parts.append(f"{where}: {error['msg']}")
-    if exc.error_count() > limit:
-        parts.append(f"and {exc.error_count() - limit} more")
-    return "; ".join(parts)
-
-
-def _snippet(text: str | bytes | bytearray, limit: int = 80) -> str:
-    if isinstance(text, (bytes, bytearray)):
-        text = bytes(text).decode("utf-8", errors="replace")
-    return repr(text[:limit] + ("…" if len(text) > limit else ""))
-
-
-def event_to_json(event: Event) -> str:
-    """One compact line (no newline) for an event. Non-finite floats become null (see the module docstring);
-    numeric scalars in free-form fields (numpy, torch) become numbers, other odd objects their str()."""
-    return event.model_dump_json(fallback=_json_fallback)
-
-
-def _json_fallback(value: Any) -> Any:
-    if isinstance(value, os.PathLike):
-        return os.fspath(value)
-    if hasattr(value, "__index__"):
-        return operator.index(value)
-    if hasattr(value, "__float__"):
-        return _finite_or_none(float(value))
-    return str(value)
-
-
-def _finite_or_none(value: float) -> float | None:
-    return value if math.isfinite(value) else None
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Control commands: `{"cmd": "pause", "id": "<optional client id>"}` one per line, answered by CommandReply
-
-
-class CommandBase(BaseModel):
-    """Fields every command has. Unknown fields are ignored so that newer clients still work."""
-
-    model_config = ConfigDict(extra="ignore")
-
-    id: str | None = Field(default=None, description="client id, echoed in the reply and the command_ack event")
-
-
-class PauseCommand(CommandBase):
-    cmd: Literal["pause"] = "pause"
-
-
-class ResumeCommand(CommandBase):
-    cmd: Literal["resume"] = "resume"
-
-
-class SaveCommand(CommandBase):
-    """Write a checkpoint now."""
-
-    cmd: Literal["save"] = "save"
-
-
-class EvaluateCommand(CommandBase):
-    """Run validation and write samples now."""
-
-    cmd: Literal["evaluate"] = "evaluate"
-
-
-class StopCommand(CommandBase):
-    """Save a checkpoint, then exit."""
-
-    cmd: Literal["stop"] = "stop"
-
-
-COMMAND_MODELS: tuple[type[CommandBase], ...] = (
-    PauseCommand,
-    ResumeCommand,
-    SaveCommand,
-    EvaluateCommand,
-    StopCommand,
-)
-COMMAND_NAMES: tuple[str, ...] = tuple(model.model_fields["cmd"].default for model in COMMAND_MODELS)
-_COMMAND_TYPES: dict[str, type[CommandBase]] = dict(zip(COMMAND_NAMES, COMMAND_MODELS, strict=True))
-
-Command = Annotated[
-    PauseCommand | ResumeCommand | SaveCommand | EvaluateCommand | StopCommand,
-    Field(discriminator="cmd"),
-]
-
-
-class CommandReply(BaseModel):
-    """The trainer's answer on the socket: ok, or an error saying what was wrong with the request."""
-
-    model_config = ConfigDict(extra="allow")
-
-    ok: bool
-    cmd: str | None = None
-    id: str | None = None
-    error: str | None = None
-
-
-def parse_command(obj: str | bytes | bytearray | dict[str, Any]) -> Command:
-    """One command from a request line or a decoded object; ProtocolError says what is wrong and what to send."""
-    if isinstance(obj, (str, bytes, bytearray)):
-        obj = _load_json_object(obj)
-    if not isinstance(obj, dict):
-        raise ProtocolError(f'a command must be a JSON object like {{"cmd": "pause"}}, got {type(obj).__name__}')
-    name = obj.get("cmd")
-    choices = ", ".join(COMMAND_NAMES)
-    if name is None:
-        raise ProtocolError(f'missing \'cmd\'; send {{"cmd": "<command>"}} with one of: {choices}')
-    model = _COMMAND_TYPES.get(name) if isinstance(name, str) else None
-    if model is None:
-        raise ProtocolError(f"unknown command {name!r}; expected one of: {choices}")
-    try:
-        return model.model_validate(obj)
-    except ValidationError as exc:
-        raise ProtocolError(f"invalid {name!r} command: {describe_validation_error(exc)}") from None
-
-
-def command_to_json(command: CommandBase | CommandReply) -> str:
-    """One compact line (no newline) for a command or a reply."""
-    return command.model_dump_json()
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# JSON Schema export (`trainer-core schema`)
-
-SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
-
-
-def event_json_schema() -> dict[str, Any]:
-    """The protocol as one JSON Schema document.
-
-    The root validates one event line as this version writes it (a `oneOf` over the event models, with
-    an OpenAPI-style `discriminator` hint on `type`). `$defs` holds every model, plus `Envelope` (the
-    fields any line has, whatever its type: what a forward-compatible reader may rely on), `Command`
-    (a request on the control socket) and `CommandReply`. Refer to them as `#/$defs/Command` etc.
-    """
-    events = _event_adapter().json_schema()
-    commands = TypeAdapter(Command).json_schema()
-    reply = CommandReply.model_json_schema()
-    defs: dict[str, Any] = {**events.pop("$defs"), **commands.pop("$defs"), **reply.pop("$defs", {})}
-    for model in EVENT_MODELS:
-        _require_envelope(defs[model.__name__])
-    defs["Envelope"] = _require_envelope(Event.model_json_schema() | {"title": "Envelope"})
-    defs["Command"] = commands
-    defs["CommandReply"] = reply
-    return {
-        "$schema": SCHEMA_DIALECT,
-        "title": "Vega trainer event protocol",
-        "description": (
-            f"Protocol version {PROTOCOL_VERSION}: one JSON object per line in RUN/events.jsonl. Readers must "
-            "ignore unknown event types and unknown fields. Non-finite floats are written as null."
-        ),
-        "x-protocol-version": PROTOCOL_VERSION,
-        **events,
-        "$defs": defs,
-    }
-
-
-def _require_envelope(schema: dict[str, Any]) -> dict[str, Any]:
-    # Defaults make the envelope optional when building a model in Python, but every written line has it.
-    required = list(schema.get("required", []))
-    schema["required"] = [name for name in ENVELOPE_FIELDS if name not in required] + required
-    return schema

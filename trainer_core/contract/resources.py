@@ -25,7 +25,8 @@ from typing import Any, Literal, Protocol
 import psutil
 
 from trainer_core.contract.errors import DeviceError
-from trainer_core.contract.nvml import GIB, GpuInfo, GpuSource, NvmlSource, StaticGpuSource, default_gpu_source
+from trainer_core.contract.nvml import GpuInfo, GpuSource, NvmlSource, StaticGpuSource, default_gpu_source
+from trainer_core.contract.units import GIB
 
 __all__ = [
     "MODES",

@@ -271,7 +271,7 @@ class FeatureCache:
         offset = 0
         with _atomic_file(data_path) as handle:
             for key, (size, mtime_ns), block in blocks:
-                handle.write(memoryview(np.ascontiguousarray(block, dtype=np.float32)).cast("B"))
+                handle.write(np.ascontiguousarray(block, dtype=np.float32).data.cast("B"))
                 entries[key] = Entry(size, mtime_ns, offset, len(block) // self.n_mels)
                 offset += len(block)
         index = {

@@ -9,6 +9,7 @@ is a triangle between its neighbours' centres, scaled to unit area (2 / bandwidt
 from __future__ import annotations
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 _F_SP = 200.0 / 3  # Hz per mel on the linear part
 _MIN_LOG_HZ = 1000.0
@@ -16,15 +17,21 @@ _MIN_LOG_MEL = _MIN_LOG_HZ / _F_SP
 _LOG_STEP = np.log(6.4) / 27.0
 
 
-def hz_to_mel(hz: np.ndarray) -> np.ndarray:
-    hz = np.asarray(hz, dtype=np.float64)
-    linear = hz / _F_SP
-    return np.where(hz >= _MIN_LOG_HZ, _MIN_LOG_MEL + np.log(np.maximum(hz, 1e-10) / _MIN_LOG_HZ) / _LOG_STEP, linear)
+def hz_to_mel(hz: ArrayLike) -> np.ndarray:
+    """Slaney mel scale of `hz` (a number or an array of them)."""
+    hz_arr = np.asarray(hz, dtype=np.float64)
+    linear = hz_arr / _F_SP
+    return np.where(
+        hz_arr >= _MIN_LOG_HZ, _MIN_LOG_MEL + np.log(np.maximum(hz_arr, 1e-10) / _MIN_LOG_HZ) / _LOG_STEP, linear
+    )
 
 
-def mel_to_hz(mel: np.ndarray) -> np.ndarray:
-    mel = np.asarray(mel, dtype=np.float64)
-    return np.where(mel >= _MIN_LOG_MEL, _MIN_LOG_HZ * np.exp(_LOG_STEP * (mel - _MIN_LOG_MEL)), _F_SP * mel)
+def mel_to_hz(mel: ArrayLike) -> np.ndarray:
+    """Inverse of hz_to_mel."""
+    mel_arr = np.asarray(mel, dtype=np.float64)
+    return np.where(
+        mel_arr >= _MIN_LOG_MEL, _MIN_LOG_HZ * np.exp(_LOG_STEP * (mel_arr - _MIN_LOG_MEL)), _F_SP * mel_arr
+    )
 
 
 def mel_filterbank(sample_rate: int, n_fft: int, n_mels: int, f_min: float, f_max: float | None) -> np.ndarray:

@@ -64,12 +64,13 @@ def clean_text(text: str) -> str:
     return " ".join(text.split())
 
 
-def _decode_line(raw: bytes, line_no: int, path: Path) -> tuple[str | None, Problem | None]:
+def _decode_line(raw: bytes, line_no: int, path: Path) -> str | Problem:
+    """The line's text, or the Problem saying why it is not valid UTF-8."""
     try:
-        return raw.decode("utf-8"), None
+        return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         reason = f"line {line_no}: not valid UTF-8 ({exc.reason} at byte {exc.start}); save {path.name} as UTF-8"
-        return None, Problem(path, reason, "metadata_row")
+        return Problem(path, reason, "metadata_row")
 
 
 def _parse_row(text: str, line_no: int, table: MetadataTable, audio_suffixes: frozenset[str]) -> None:
@@ -105,11 +106,11 @@ def parse_metadata(path: Path, audio_suffixes: frozenset[str]) -> MetadataTable:
         raw = raw.rstrip(b"\r")
         if not raw.strip():
             continue
-        text, problem = _decode_line(raw, line_no, path)
-        if problem is not None:
-            table.problems.append(problem)
+        decoded = _decode_line(raw, line_no, path)
+        if isinstance(decoded, Problem):
+            table.problems.append(decoded)
             continue
-        _parse_row(text, line_no, table, audio_suffixes)
+        _parse_row(decoded, line_no, table, audio_suffixes)
     return table
 
 

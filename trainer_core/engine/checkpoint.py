@@ -183,7 +183,7 @@ def _write_torch_atomically(obj: Any, target: Path, hold_s: float = 0.0, fail_en
 
     def write(file: Any) -> int:
         hook = _PartialWriteHook(file, hold_s, fail_enospc, target)
-        torch.save(obj, hook)
+        torch.save(obj, hook)  # type: ignore[arg-type]  # torch.save needs only write/flush; its hint wants IO[bytes]
         return hook.written
 
     return atomic_write(target, write)

@@ -30,7 +30,8 @@ from trainer_core.contract.control_client import (
     check_socket_path_length,
     control_socket_path,
 )
-from trainer_core.contract.protocol import Command, CommandReply, ProtocolError, command_to_json, parse_command
+from trainer_core.contract.control_protocol import Command, CommandReply, command_to_json, parse_command
+from trainer_core.contract.protocol import ProtocolError
 
 log = logging.getLogger(__name__)
 

@@ -310,11 +310,11 @@ class RankRates:
         self.items_per_rank += items_per_rank
         self.steps += 1
 
-    def flush(self) -> dict[str, list[float]]:
-        """`rank_samples_per_s` and `rank_data_wait_frac` for a step event (empty lists before any step)."""
+    def flush(self) -> tuple[list[float], list[float]]:
+        """(`rank_samples_per_s`, `rank_data_wait_frac`) for a step event (empty lists before any step)."""
         if not self.steps:
-            return {"rank_samples_per_s": [], "rank_data_wait_frac": []}
+            return [], []
         rates = [self.items_per_rank / s if s > 0 else 0.0 for s in self.seconds]
         waits = [d / s if s > 0 else 0.0 for d, s in zip(self.data_seconds, self.seconds, strict=True)]
         self.seconds, self.data_seconds, self.items_per_rank, self.steps = [], [], 0, 0
-        return {"rank_samples_per_s": rates, "rank_data_wait_frac": waits}
+        return rates, waits

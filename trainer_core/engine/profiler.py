@@ -39,14 +39,16 @@ class CudaPhase:
     __slots__ = ("name", "profiler", "_start")
 
     def __init__(self, name: str, profiler: StepProfiler) -> None:
-        self.name, self.profiler, self._start = name, profiler, None
+        self.name, self.profiler = name, profiler
+        self._start: torch.cuda.Event | None = None
 
     def __enter__(self) -> None:
-        self._start = torch.cuda.Event(enable_timing=True)
-        self._start.record()
+        start = torch.cuda.Event(enable_timing=True)
+        start.record()
+        self._start = start
 
     def __exit__(self, exc_type: Any, *_: Any) -> None:
-        if exc_type is None:
+        if exc_type is None and self._start is not None:
             end = torch.cuda.Event(enable_timing=True)
             end.record()
             self.profiler.add_events(self.name, self._start, end)

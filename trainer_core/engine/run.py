@@ -214,7 +214,7 @@ def _control_socket(run_dir: Path, control: ControlState, hub: EventHub) -> Iter
 
 
 def _command_handler(control: ControlState, hub: EventHub):
-    from trainer_core.contract.protocol import CommandReply
+    from trainer_core.contract.control_protocol import CommandReply
 
     def handle(command) -> CommandReply:
         # Runs on the socket thread: only enqueue and acknowledge; the loop acts at the next step.

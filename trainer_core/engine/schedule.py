@@ -139,12 +139,23 @@ def build_lr_scheduler(
     return LambdaLR(optimizer, multiplier)
 
 
+def _multipliers(scheduler: LambdaLR) -> list[ScheduleLambda]:
+    """The scheduler's ScheduleLambda multipliers; a LambdaLR not made by build_lr_scheduler is refused."""
+    multipliers: list[ScheduleLambda] = []
+    for multiplier in scheduler.lr_lambdas:
+        if not isinstance(multiplier, ScheduleLambda):
+            raise TypeError(f"expected a scheduler from build_lr_scheduler, got a {type(multiplier).__name__} lambda")
+        multipliers.append(multiplier)
+    return multipliers
+
+
 def set_total_steps(scheduler: LambdaLR, total_steps: int) -> None:
     """Re-plan the schedule's length (time budget, OOM) keeping its progress; applies immediately.
 
     Raises ProfileError, leaving the schedule unchanged, when the new length cannot hold the warmup.
     """
-    for multiplier in scheduler.lr_lambdas:
+    multipliers = _multipliers(scheduler)
+    for multiplier in multipliers:
         check_schedule(
             multiplier.schedule,
             multiplier.warmup_steps,
@@ -153,7 +164,7 @@ def set_total_steps(scheduler: LambdaLR, total_steps: int) -> None:
             multiplier.restart_mult,
             multiplier.min_lr_ratio,
         )
-    for multiplier in scheduler.lr_lambdas:
+    for multiplier in multipliers:
         multiplier.total_steps = int(total_steps)
     _apply_current_lr(scheduler)
 
@@ -163,7 +174,8 @@ def set_warmup_steps(scheduler: LambdaLR, warmup_steps: int) -> None:
 
     Raises ProfileError, leaving the schedule unchanged, when the schedule's length cannot hold the warmup.
     """
-    for multiplier in scheduler.lr_lambdas:
+    multipliers = _multipliers(scheduler)
+    for multiplier in multipliers:
         check_schedule(
             multiplier.schedule,
             warmup_steps,
@@ -172,7 +184,7 @@ def set_warmup_steps(scheduler: LambdaLR, warmup_steps: int) -> None:
             multiplier.restart_mult,
             multiplier.min_lr_ratio,
         )
-    for multiplier in scheduler.lr_lambdas:
+    for multiplier in multipliers:
         multiplier.warmup_steps = int(warmup_steps)
     _apply_current_lr(scheduler)
 

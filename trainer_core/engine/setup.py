@@ -114,7 +114,9 @@ def _check_one_batch_fits(plan: TrainPlan, train_items: int) -> None:
 
 
 def resume_into(trainer: Trainer, plan: TrainPlan, hub: EventHub) -> None:
-    """Restore a checkpoint into a freshly built trainer and say what was restored."""
+    """Restore a checkpoint into a freshly built trainer and say what was restored (nothing without --resume)."""
+    if plan.resume is None:
+        return
     if plan.resume == "auto":
         found = find_resume(trainer.run_dir)
         if found is None:

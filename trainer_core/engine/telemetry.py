@@ -10,7 +10,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from trainer_core.contract.protocol import MemoryEvent, ProfileBreakdownEvent, StepEvent
 from trainer_core.engine.distributed import RankRates
@@ -65,33 +65,33 @@ class StepWindow:
     def due(self) -> bool:
         return bool(self.records) and self.clock() - self.opened_at >= self.interval_s
 
-    def flush(self) -> dict[str, Any] | None:
-        """Fields for one `step` event covering the window, or None when empty."""
+    def flush(self) -> StepEvent | None:
+        """One `step` event covering the window, or None when empty."""
         if not self.records:
             return None
         recs, last = self.records, self.records[-1]
         seconds = sum(r.seconds for r in recs)
         items = sum(r.items for r in recs)
-        fields = {
-            "step": last.step,
-            "epoch": last.epoch,
-            "loss": finite_or_none(last.loss),
-            "losses": {k: v for k, v in last.losses.items() if math.isfinite(v)},
-            "lr": last.lr,
-            "grad_norm": finite_or_none(last.grad_norm),
-            "loss_scale": last.loss_scale,
-            "samples_per_s": items / seconds if seconds > 0 else 0.0,
-            "data_wait_frac": sum(r.data_seconds for r in recs) / seconds if seconds > 0 else 0.0,
-            "micro_batch": last.micro_batch,
-            "grad_accum": last.grad_accum,
-            "steps_in_window": len(recs),
-            "step_series": [r.step for r in recs],
-            "loss_series": [finite_or_none(r.loss) for r in recs],
-            "lr_series": [r.lr for r in recs],
-        }
+        event = StepEvent(
+            step=last.step,
+            epoch=last.epoch,
+            loss=finite_or_none(last.loss),
+            losses={k: v for k, v in last.losses.items() if math.isfinite(v)},
+            lr=last.lr,
+            grad_norm=finite_or_none(last.grad_norm),
+            loss_scale=last.loss_scale,
+            samples_per_s=items / seconds if seconds > 0 else 0.0,
+            data_wait_frac=sum(r.data_seconds for r in recs) / seconds if seconds > 0 else 0.0,
+            micro_batch=last.micro_batch,
+            grad_accum=last.grad_accum,
+            steps_in_window=len(recs),
+            step_series=[r.step for r in recs],
+            loss_series=[finite_or_none(r.loss) for r in recs],
+            lr_series=[r.lr for r in recs],
+        )
         self.records = []
         self.opened_at = self.clock()
-        return fields
+        return event
 
 
 class Telemetry:
@@ -145,15 +145,16 @@ class Telemetry:
 
     def flush(self) -> None:
         """The `step` event of the steps recorded since the last one (nothing when there are none)."""
-        fields = self.window.flush()
-        if fields is None:
+        event = self.window.flush()
+        if event is None:
             return
-        fields["mem_device_bytes"] = self.memory.device_bytes()
-        fields["mem_host_bytes"] = self.memory.host_bytes()
-        fields["eta_s"] = self.eta_s()
+        event.mem_device_bytes = self.memory.device_bytes()
+        event.mem_host_bytes = self.memory.host_bytes()
+        event.eta_s = self.eta_s()
         if self.world.active:
-            fields.update(world_size=self.world.world_size, **self.rates.flush())
-        self.events.emit(StepEvent(**fields))
+            event.world_size = self.world.world_size
+            event.rank_samples_per_s, event.rank_data_wait_frac = self.rates.flush()
+        self.events.emit(event)
 
     def eta_s(self) -> float | None:
         if self.run_length.budget is not None:

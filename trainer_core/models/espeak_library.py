@@ -119,7 +119,7 @@ class EspeakLibrary:
             raise EspeakLibraryError(f"espeak-ng could not speak {text[:60]!r} (status {status})")
         return b"".join(chunks)
 
-    def _collect(self, wav: ctypes.POINTER(ctypes.c_short), count: int, _events: int) -> int:
+    def _collect(self, wav: ctypes._Pointer[ctypes.c_short], count: int, _events: int) -> int:
         if wav and count > 0:
             self._chunks.append(ctypes.string_at(wav, count * 2))
         return 0

@@ -156,6 +156,8 @@ def generate(
     `generator` must live on the model's device. The caller chooses train/eval mode (eval for samples).
     """
     inner = unwrap_model(model)
+    if not isinstance(inner, ByteLM):
+        raise TypeError(f"generate needs a ByteLM, got {type(inner).__name__}")
     device = next(inner.parameters()).device
     context = inner.config.context_bytes
     sequence = torch.tensor(list(prompt_bytes or EMPTY_PROMPT), dtype=torch.long, device=device)

@@ -80,7 +80,7 @@ def build_task(
     Voice only: `preload_where` ("ram" or "disk", the plan's choice; default from data.preload, auto
     meaning RAM) and `progress`, called with each preload_progress event's fields.
     """
-    report = data if hasattr(data, "mode") else _scan_folder(profile, Path(data))
+    report = _scan_folder(profile, Path(data)) if isinstance(data, (str, os.PathLike)) else data
     mode = _resolve_mode(profile, report)
     request = TaskRequest(profile, report, torch.device(device), preload_where=preload_where, progress=progress)
     return task_factory(mode)(request)

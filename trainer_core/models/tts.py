@@ -91,6 +91,12 @@ def expand_to_frames(path: torch.Tensor, per_token: torch.Tensor) -> torch.Tenso
 class AcousticModel(nn.Module):
     """Text ids to log-mel frames; `forward` returns the training losses, `synthesise` a mel."""
 
+    # Buffers (registered in __init__), declared so that type checkers see tensors rather than Tensor | Module.
+    text_symbols: torch.Tensor
+    text_phonemes: torch.Tensor
+    mel_mean: torch.Tensor
+    mel_std: torch.Tensor
+
     def __init__(self, config: TtsConfig, symbol_codes: list[int] | None = None, phonemes: bool = False) -> None:
         super().__init__()
         self.config = config

@@ -86,18 +86,34 @@ def griffin_lim(magnitude: torch.Tensor, a: AudioSection, n_iter: int) -> torch.
     import torch
 
     window = torch.hann_window(a.win_length, periodic=True, device=magnitude.device)
-    stft = dict(n_fft=a.n_fft, hop_length=a.hop_length, win_length=a.win_length, window=window, center=True)
+
+    def istft(spec: torch.Tensor) -> torch.Tensor:
+        return torch.istft(
+            spec, n_fft=a.n_fft, hop_length=a.hop_length, win_length=a.win_length, window=window, center=True
+        )
+
+    def stft(wave: torch.Tensor) -> torch.Tensor:
+        return torch.stft(
+            wave,
+            n_fft=a.n_fft,
+            hop_length=a.hop_length,
+            win_length=a.win_length,
+            window=window,
+            center=True,
+            pad_mode="constant",
+            return_complex=True,
+        )
+
     generator = torch.Generator(device="cpu").manual_seed(0)
     phase = torch.rand(magnitude.shape, generator=generator).to(magnitude.device)
     angles = torch.polar(torch.ones_like(magnitude), 2 * torch.pi * phase)
     previous = torch.zeros_like(angles)
     for _ in range(n_iter):
-        wave = torch.istft(magnitude * angles, **stft)
-        rebuilt = torch.stft(wave, pad_mode="constant", return_complex=True, **stft)
+        rebuilt = stft(istft(magnitude * angles))
         angles = rebuilt.sub(previous, alpha=MOMENTUM / (1 + MOMENTUM))
         angles.div_(angles.abs().add_(1e-16))  # in place: this loop is most of a sentence's cost
         previous = rebuilt
-    return torch.istft(magnitude * angles, **stft)
+    return istft(magnitude * angles)
 
 
 def normalise_peak(audio: np.ndarray, level: float = PEAK_LEVEL) -> np.ndarray:

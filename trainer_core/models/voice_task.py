@@ -148,6 +148,8 @@ class VoiceTask(Task):
     def make_samples(self, model: nn.Module, out_dir: Path, step: int) -> list[SampleResult]:
         """Synthesise every `sample.sentences` entry to `out_dir/step-<step>/<NN>.wav` (01, 02, ...)."""
         inner = unwrap_model(model)
+        if not isinstance(inner, AcousticModel):
+            raise TypeError(f"voice samples need an AcousticModel, got {type(inner).__name__}")
         was_training = inner.training
         inner.eval()
         try:
@@ -155,7 +157,7 @@ class VoiceTask(Task):
         finally:
             inner.train(was_training)
 
-    def _write_samples(self, model: nn.Module, folder: Path) -> list[SampleResult]:
+    def _write_samples(self, model: AcousticModel, folder: Path) -> list[SampleResult]:
         tts, audio = self.profile.tts, self.profile.audio
         results = []
         for number, sentence in enumerate(self.profile.sample.sentences, start=1):

@@ -20,6 +20,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Static
+from textual.widgets.button import ButtonVariant
 
 
 class ConfirmScreen(ModalScreen[Any]):
@@ -44,7 +45,7 @@ class ConfirmScreen(ModalScreen[Any]):
             yield Static(self.question, id="confirm-question", markup=False)
             with Horizontal(id="confirm-buttons"):
                 for index, (key, label, _value) in enumerate(self.choices):
-                    variant = "primary" if index == 0 else "default"
+                    variant: ButtonVariant = "primary" if index == 0 else "default"
                     yield Button(Text(f"{label} [{key}]"), id=f"confirm-{index}", variant=variant)  # Text: no markup
 
     def on_mount(self) -> None:

@@ -17,11 +17,8 @@ dashboard. The demo profile is preselected and Start has focus, so Enter alone s
 
 from __future__ import annotations
 
-import json
-import sys
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,7 +26,6 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.message import Message
 from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import Button, Footer, Input, Static
@@ -37,6 +33,21 @@ from textual.widgets import Button, Footer, Input, Static
 from trainer_core.contract.errors import VegaError
 from trainer_core.contract.rundir import propose_run_dir
 from vega_tui.screens import run_in_background
+from vega_tui.screens.launch_messages import (
+    BackgroundProblem,
+    DataChecked,
+    PlanReady,
+    ProfilesChanged,
+    ProfilesScanned,
+    ResourcesProbed,
+)
+from vega_tui.screens.launch_selection import (
+    Selection,
+    check_data_argv,
+    detection_text,
+    overrides_with_runs_root,
+    profile_defaults,
+)
 from vega_tui.widgets.choice_list import ChoiceList
 from vega_tui.widgets.mode_picker import AUTO_DEVICE, compute_mode_choices, data_mode_choices, device_choices
 from vega_tui.widgets.preflight import PreflightPanel, run_folder_parts
@@ -49,103 +60,6 @@ if TYPE_CHECKING:
 DEBOUNCE_S = 0.4
 # A dry run scans the data folder; big corpora take a while, but never forever.
 CHECK_TIMEOUT_S = 300.0
-
-
-# ------------------------------------------------------------------------------------------ messages
-
-
-class ResourcesProbed(Message):
-    def __init__(self, resources: MachineResources | None, error: str | None) -> None:
-        super().__init__()
-        self.resources, self.error = resources, error
-
-
-class ProfilesScanned(Message):
-    def __init__(self, entries: list[ProfileEntry]) -> None:
-        super().__init__()
-        self.entries = entries
-
-
-class ProfilesChanged(Message):
-    """A profile file (or the machine file) changed on disk."""
-
-
-class BackgroundProblem(Message):
-    """Something a background thread could not do; shown as a warning, the screen keeps working."""
-
-    def __init__(self, text: str) -> None:
-        super().__init__()
-        self.text = text
-
-
-class DataChecked(Message):
-    def __init__(self, generation: int, report: dict[str, Any] | None, error: str | None) -> None:
-        super().__init__()
-        self.generation, self.report, self.error = generation, report, error
-
-
-class PlanReady(Message):
-    def __init__(self, generation: int, plan: dict[str, Any] | None, error: str | None) -> None:
-        super().__init__()
-        self.generation, self.plan, self.error = generation, plan, error
-
-
-# ------------------------------------------------------------------------------------------ state
-
-
-@dataclass
-class Selection:
-    """What the user picked; the argv of both the dry run and the real run are built from it."""
-
-    profile: ProfileEntry | None = None
-    data_folder: str = ""
-    data_mode: str | None = None
-    compute_mode: str | None = None
-    device: str = AUTO_DEVICE
-    overrides: list[str] = field(default_factory=list)
-
-    def argv(self, run_dir: Path | None, dry_run: bool) -> list[str]:
-        from vega_tui.runner import train_argv
-
-        assert self.profile is not None
-        return train_argv(
-            str(self.profile.path),
-            run_dir=run_dir,
-            data=Path(self.data_folder).expanduser() if self.data_folder else None,
-            mode=self.compute_mode,
-            voice_mode=self.data_mode,
-            device=None if self.device == AUTO_DEVICE else self.device,
-            overrides=list(self.overrides),
-            dry_run=dry_run,
-            json=dry_run,
-        )
-
-
-def profile_defaults(entry: ProfileEntry | None) -> dict[str, str] | None:
-    """The values a profile brings to the choices (None for an invalid profile: nothing to follow)."""
-    if entry is None or entry.profile is None:
-        return None
-    from trainer_core.contract.profile_loader import display_path
-
-    p = entry.profile
-    return {
-        "compute-mode": p.compute.mode,
-        "data-mode": p.data.mode,
-        "data-folder": display_path(p.data.path) if p.data.path else "",
-    }
-
-
-def check_data_argv(folder: str, mode: str, entry: ProfileEntry | None) -> list[str]:
-    """`trainer-core check-data` with the profile's duration limits, as the trainer will scan."""
-    folder_arg = str(Path(folder).expanduser())
-    argv = [sys.executable, "-m", "trainer_core", "check-data", folder_arg, "--mode", mode, "--json"]
-    if entry is not None and entry.profile is not None:
-        d = entry.profile.data
-        argv += ["--min-duration", str(d.min_duration_s), "--max-duration", str(d.max_duration_s)]
-        argv += ["--workers", str(max(1, d.num_workers))]
-        if d.cache_dir is not None:  # the trainer's scan cache: a check now makes the dry run and start quick
-            argv += ["--cache-dir", str(d.cache_dir)]
-    return argv
 
 
 # ------------------------------------------------------------------------------------------ screen
@@ -164,7 +78,7 @@ class LaunchScreen(Screen[None]):
 
     def __init__(self, runs_root: Path | None = None, overrides: Sequence[str] = ()) -> None:
         super().__init__()
-        self.selection = Selection(overrides=_overrides_with_runs_root(overrides, runs_root))
+        self.selection = Selection(overrides=overrides_with_runs_root(overrides, runs_root))
         self.resources: MachineResources | None = None
         self.probe_error: str | None = None
         self.modes: dict[str, DeviceChoice | str] | None = None
@@ -420,7 +334,7 @@ class LaunchScreen(Screen[None]):
         elif self.data_error is not None:
             detect.update(f"✗ {self.data_error}")
         elif self.data_report is not None:
-            detect.update(_detection_text(self.data_report))
+            detect.update(detection_text(self.data_report))
         else:
             detect.update("checking the data folder…")
 
@@ -542,18 +456,3 @@ def _section(title: str, *children: Any) -> Vertical:
     section = Vertical(*children, classes="section")
     section.border_title = title
     return section
-
-
-def _overrides_with_runs_root(overrides: Sequence[str], runs_root: Path | None) -> list[str]:
-    """`--runs-root` sends new runs there too, as a `--set run.runs_dir=...` after the user's own."""
-    items = list(overrides)
-    if runs_root is not None:
-        items.append(f"run.runs_dir={json.dumps(str(Path(runs_root).expanduser().resolve()))}")
-    return items
-
-
-def _detection_text(report: dict[str, Any]) -> str:
-    reason = str(report.get("reason") or report.get("mode") or "")
-    problems = len(report.get("problems", []))
-    skipped = f"; {problems} file(s) skipped" if problems else ""
-    return f"→ {reason}{skipped}"

@@ -9,7 +9,8 @@ lives, spawning a resumed trainer) runs in thread workers that post messages bac
 widget.
 
 Layout: status line, (resources line on roomy terminals), crash/failure banner, tabs (Charts, Logs,
-Checkpoints, Samples, Resources; keys 1-5), profiler bar, footer. See run.tcss.
+Checkpoints, Samples, Resources; keys 1-5), profiler bar, footer. See run.tcss, and next to this module
+run_layout.py (widgets, tabs, keys), run_messages.py and run_actions.py (what the workers do).
 """
 
 from __future__ import annotations
@@ -20,33 +21,49 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from textual import work
-from textual.binding import Binding
 from textual.css.query import NoMatches
-from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import Footer, TabbedContent, TabPane
+from textual.widgets import TabbedContent
 
-from trainer_core.contract.control_client import ControlError
 from trainer_core.contract.errors import VegaError
-from trainer_core.contract.rundir import EVENTS, PROFILE
-from vega_tui import runner
+from trainer_core.contract.rundir import EVENTS
 from vega_tui.follow import EventFollower
 from vega_tui.pending import PendingRequests
 from vega_tui.preview import DEFAULT_PLAN, PreviewPlan
 from vega_tui.run_state import ENDED, RunState
+from vega_tui.screens import run_actions
 from vega_tui.screens.confirm import ConfirmScreen
+from vega_tui.screens.run_layout import (
+    CONTROL_ACTIONS,
+    ROOMY_SIZE,
+    RUN_BINDINGS,
+    TAB_ACTIONS,
+    TAB_FOCUS,
+    compose_run_layout,
+)
+from vega_tui.screens.run_messages import (
+    CommandReplied,
+    EventsArrived,
+    FilesScanned,
+    HistoryProgress,
+    ResourcesRead,
+    ResumeSpawned,
+    StoreReady,
+    TrainerChecked,
+)
 from vega_tui.store import RunStore
 from vega_tui.widgets.breakdown import BreakdownBar
 from vega_tui.widgets.charts import ChartGrid
-from vega_tui.widgets.checkpoints import CheckpointPanel, RunFiles, scan_run_files
+from vega_tui.widgets.checkpoints import CheckpointPanel, scan_run_files
 from vega_tui.widgets.logs import LogPane
 from vega_tui.widgets.resources import PROBE_INTERVAL_S, ResourceLine, ResourcesPanel, read_resources
-from vega_tui.widgets.samples import SamplesPanel, find_player, play
+from vega_tui.widgets.samples import SamplesPanel, find_player
 from vega_tui.widgets.status import ProblemBanner, StatusLine
 
 if TYPE_CHECKING:
     from textual.app import ComposeResult
     from textual.events import Resize
+    from textual.notifications import SeverityLevel
 
     from trainer_core.contract.protocol import Event
     from trainer_core.contract.resources import MachineResources
@@ -58,80 +75,6 @@ LIVENESS_INTERVAL_S = 1.0
 BINDINGS_SETTLE_S = 0.05  # footer refreshes asked for within this time become one
 # Events per message while catching up on a long log: small enough that one batch never stalls the UI.
 FOLLOW_BATCH = 1000
-# Width and height from which every chart and the resources line fit at once.
-ROOMY_SIZE = (110, 32)
-TABS = ("charts", "logs", "checkpoints", "samples", "resources")
-# Control keys that still answer after the run ended (see the hidden bindings below).
-ENDED_KEYS = (("p", "pause"), ("s", "save"), ("e", "evaluate"), ("x", "stop"))
-TAB_TITLES = {
-    "charts": "Charts",
-    "logs": "Logs",
-    "checkpoints": "Checkpoints",
-    "samples": "Samples",
-    "resources": "Resources",
-}
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Messages from threads
-
-
-class EventsArrived(Message):
-    """A batch of events from the follower thread, with the reader's running counters."""
-
-    def __init__(self, events: list[Event], malformed: int, gaps: int) -> None:
-        super().__init__()
-        self.events, self.malformed, self.gaps = events, malformed, gaps
-
-
-class StoreReady(Message):
-    """A store built by the follower thread: a preview of a big log (exact False), then its whole history."""
-
-    def __init__(self, store: RunStore, exact: bool) -> None:
-        super().__init__()
-        self.store, self.exact = store, exact
-
-
-class HistoryProgress(Message):
-    def __init__(self, fraction: float) -> None:
-        super().__init__()
-        self.fraction = fraction
-
-
-class ResourcesRead(Message):
-    def __init__(self, resources: MachineResources | None, error: str | None = None) -> None:
-        super().__init__()
-        self.resources, self.error = resources, error
-
-
-class FilesScanned(Message):
-    def __init__(self, files: RunFiles) -> None:
-        super().__init__()
-        self.files = files
-
-
-class TrainerChecked(Message):
-    """Whether the trainer process lives; for a dead one, the run's status on disk and trainer.log's tail."""
-
-    def __init__(self, alive: bool, status: str | None = None, log_tail: list[str] | None = None) -> None:
-        super().__init__()
-        self.alive, self.status, self.log_tail = alive, status, log_tail or []
-
-
-class CommandReplied(Message):
-    def __init__(self, cmd: str, ok: bool, text: str, then_exit: bool = False) -> None:
-        super().__init__()
-        self.cmd, self.ok, self.text, self.then_exit = cmd, ok, text, then_exit
-
-
-class ResumeSpawned(Message):
-    def __init__(self, process: TrainerProcess | None, step: int, error: str | None = None) -> None:
-        super().__init__()
-        self.process, self.step, self.error = process, step, error
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# The screen
 
 
 class RunScreen(Screen[None]):
@@ -143,24 +86,7 @@ class RunScreen(Screen[None]):
 
     CSS_PATH = "run.tcss"
     _bindings_refresh_queued = False  # see refresh_bindings
-
-    BINDINGS = [
-        Binding("p", "pause", "Pause", tooltip="Pause training (the trainer keeps its state)"),
-        Binding("p", "resume", "Resume", tooltip="Resume training"),
-        Binding("s", "save", "Save", tooltip="Save a checkpoint now"),
-        Binding("e", "evaluate", "Eval", tooltip="Validate and write samples now"),
-        Binding("x", "stop", "Stop", tooltip="Save a checkpoint, then stop the trainer (asks first)"),
-        Binding("d", "detach", "Detach", tooltip="Leave the trainer running and close this view"),
-        Binding("q", "quit", "Quit", tooltip="Quit; asks whether to stop a live run"),
-        Binding("l", "toggle_log_scale", "Log y", tooltip="Loss chart: log or linear scale"),
-        Binding("c", "next_chart", "Chart", tooltip="Show the next secondary chart"),
-        Binding("f", "log_filter", "Level", tooltip="Log pane: cycle the lowest level shown"),
-        Binding("slash", "log_search", "Search", tooltip="Log pane: search"),
-        # Without a live trainer the controls leave the footer, but the keys still answer (a stale socket,
-        # a run that ended) instead of doing nothing.
-        *(Binding(key, f"ended_control('{cmd}')", show=False) for key, cmd in ENDED_KEYS),
-        *(Binding(str(i + 1), f"show_tab('{name}')", TAB_TITLES[name], show=False) for i, name in enumerate(TABS)),
-    ]
+    BINDINGS = RUN_BINDINGS
 
     def __init__(
         self,
@@ -192,22 +118,7 @@ class RunScreen(Screen[None]):
     # -- layout --------------------------------------------------------------------------------------------
 
     def compose(self) -> ComposeResult:
-        yield StatusLine(id="status")
-        yield ResourceLine(id="resource-line")
-        yield ProblemBanner(id="problem")
-        with TabbedContent(id="tabs", initial="tab-charts"):
-            with TabPane(f"1 {TAB_TITLES['charts']}", id="tab-charts"):
-                yield ChartGrid(id="charts")
-            with TabPane(f"2 {TAB_TITLES['logs']}", id="tab-logs"):
-                yield LogPane(id="logs")
-            with TabPane(f"3 {TAB_TITLES['checkpoints']}", id="tab-checkpoints"):
-                yield CheckpointPanel(self.run_dir, id="checkpoints")
-            with TabPane(f"4 {TAB_TITLES['samples']}", id="tab-samples"):
-                yield SamplesPanel(self.run_dir, id="samples")
-            with TabPane(f"5 {TAB_TITLES['resources']}", id="tab-resources"):
-                yield ResourcesPanel(id="resources")
-        yield BreakdownBar(id="breakdown")
-        yield Footer(compact=True)
+        yield from compose_run_layout(self.run_dir)
 
     def on_mount(self) -> None:
         self.follower = EventFollower(
@@ -215,8 +126,8 @@ class RunScreen(Screen[None]):
             self._on_follower_batch,
             max_batch=FOLLOW_BATCH,
             preview=self._preview,
-            on_store=lambda store, exact: self.post_message(StoreReady(store, exact)),
-            on_progress=lambda fraction: self.post_message(HistoryProgress(fraction)),
+            on_store=self._on_follower_store,
+            on_progress=self._on_follower_progress,
             make_store=lambda: RunStore(run_dir=self.run_dir),
         )
         self.set_interval(REFRESH_INTERVAL_S, self.refresh_widgets)
@@ -245,6 +156,12 @@ class RunScreen(Screen[None]):
     def _on_follower_batch(self, events: list[Event], malformed: int, gaps: int) -> None:
         # Runs on the follower thread: hand the batch to the app thread, never touch widgets here.
         self.post_message(EventsArrived(events, malformed, gaps))
+
+    def _on_follower_store(self, store: RunStore, exact: bool) -> None:
+        self.post_message(StoreReady(store, exact))  # follower thread, as above
+
+    def _on_follower_progress(self, fraction: float) -> None:
+        self.post_message(HistoryProgress(fraction))  # follower thread, as above
 
     def on_events_arrived(self, message: EventsArrived) -> None:
         self.store.apply(message.events)
@@ -342,19 +259,9 @@ class RunScreen(Screen[None]):
 
     @work(thread=True, exclusive=True, group="liveness")
     def _check_trainer(self) -> None:
-        """Is the trainer alive? For a dead one: did it finish (events say so) or crash (then the log tail)."""
-        process = self.process
-        alive = process.alive() if process is not None else runner.is_alive(self.run_dir)
-        if alive:
-            self.post_message(TrainerChecked(True))
-            return
-        if self.follower is None or not self.follower.wait_caught_up(0):
-            return  # judge a dead trainer only once its whole log is queued ahead of this verdict
-        status = runner.run_status(self.run_dir)
-        if status == "empty" and process is not None:
-            status = "crashed"  # our trainer exited before its first event (a bad profile, a broken venv)
-        tail = runner.log_tail(self.run_dir) if status == "crashed" else []
-        self.post_message(TrainerChecked(False, status, tail))
+        verdict = run_actions.check_trainer(self.run_dir, self.process, self.follower)
+        if verdict is not None:
+            self.post_message(verdict)
 
     def on_trainer_checked(self, message: TrainerChecked) -> None:
         was_alive, self.trainer_alive = self.trainer_alive, message.alive
@@ -376,9 +283,8 @@ class RunScreen(Screen[None]):
         self._focus_tab(name)
 
     def _focus_tab(self, name: str) -> None:
-        targets = {"logs": "#log-view", "checkpoints": "#ckpt-table", "samples": "#sample-list"}
-        if name in targets:
-            self.query_one(targets[name]).focus()
+        if name in TAB_FOCUS:
+            self.query_one(TAB_FOCUS[name]).focus()
 
     def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
         self.refresh_bindings()
@@ -400,10 +306,9 @@ class RunScreen(Screen[None]):
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """Show tab-specific keys on their tab only, and Pause or Resume as the trainer's state asks."""
-        tab_actions = {"toggle_log_scale": "charts", "next_chart": "charts", "log_filter": "logs", "log_search": "logs"}
-        if action in tab_actions:
-            return self._active_tab() == tab_actions[action]
-        if action in ("pause", "resume", "save", "evaluate", "stop"):
+        if action in TAB_ACTIONS:
+            return self._active_tab() == TAB_ACTIONS[action]
+        if action in CONTROL_ACTIONS:
             if not self.is_live():
                 return False
             return action not in ("pause", "resume") or (self.state.status == "paused") == (action == "resume")
@@ -513,18 +418,12 @@ class RunScreen(Screen[None]):
         self.run_worker(lambda: self._send_blocking(cmd, then_exit), thread=True, group="commands")
 
     def _send_blocking(self, cmd: str, then_exit: bool) -> None:
-        try:
-            reply = runner.send(self.run_dir, cmd)
-        except (ControlError, VegaError, OSError) as exc:
-            self.post_message(CommandReplied(cmd, False, str(exc), then_exit))
-            return
-        text = "sent; the trainer acknowledged it" if reply.ok else f"refused: {reply.error or 'no reason given'}"
-        self.post_message(CommandReplied(cmd, reply.ok, text, then_exit))
+        self.post_message(run_actions.send_control(self.run_dir, cmd, then_exit))
 
     def on_command_replied(self, message: CommandReplied) -> None:
         if not message.ok:
             self.pending.forget(message.cmd)
-        severity = "information" if message.ok else "error"
+        severity: SeverityLevel = "information" if message.ok else "error"
         self.notify(f"{message.cmd}: {message.text}", severity=severity, timeout=6)
         if message.then_exit and message.ok:
             self.app.exit()  # quit after "stop it" only once the trainer took the command
@@ -535,36 +434,16 @@ class RunScreen(Screen[None]):
         """Start a new trainer in this run folder that resumes from the highlighted checkpoint."""
         panel = self.query_one(CheckpointPanel)
         step = panel.selected_step()
-        problem = self._resume_problem(panel, step)
+        problem = run_actions.resume_problem(panel.files, step, self.is_live())
         if problem:
             self.notify(problem, severity="warning", timeout=6)
             return
         assert step is not None and panel.files is not None
         self._spawn_resume(panel.files.checkpoints[step].path, step)
 
-    def _resume_problem(self, panel: CheckpointPanel, step: int | None) -> str | None:
-        if self.is_live():
-            return "the trainer is still running this run: stop it (x) before resuming from a checkpoint"
-        if step is None:
-            return "no checkpoint selected"
-        facts = panel.files.checkpoints.get(step) if panel.files else None
-        if facts is None or not facts.exists:
-            return f"the checkpoint of step {step} is not on disk any more; pick another one"
-        return None
-
     @work(thread=True, exclusive=True, group="resume")
     def _spawn_resume(self, checkpoint: Path, step: int) -> None:
-        profile = self.run_dir / PROFILE  # the run's own frozen profile: the resumed run trains the same job
-        if not profile.is_file():
-            self.post_message(ResumeSpawned(None, step, f"{profile} is missing: the trainer needs it to resume"))
-            return
-        argv = runner.train_argv(profile, run_dir=self.run_dir, resume=checkpoint)
-        try:
-            process = runner.TrainerProcess.spawn(argv, self.run_dir)
-        except (VegaError, OSError) as exc:
-            self.post_message(ResumeSpawned(None, step, str(exc)))
-            return
-        self.post_message(ResumeSpawned(process, step))
+        self.post_message(run_actions.spawn_resume(self.run_dir, checkpoint, step))
 
     def on_resume_spawned(self, message: ResumeSpawned) -> None:
         if message.process is None:
@@ -577,16 +456,8 @@ class RunScreen(Screen[None]):
         self.action_show_tab("charts")
 
     def action_show_export(self) -> None:
-        files = self.query_one(CheckpointPanel).files
-        if files is not None and files.export_files:
-            self.notify(f"export: {files.export_dir} ({', '.join(files.export_files)})", timeout=10)
-        else:
-            self.notify(
-                f"no export in {self.run_dir / 'export'}: the trainer writes model.safetensors + config.json "
-                "there when a run completes or is stopped (x stops and exports)",
-                severity="warning",
-                timeout=10,
-            )
+        text, severity = run_actions.export_notice(self.query_one(CheckpointPanel).files, self.run_dir)
+        self.notify(text, severity=severity, timeout=10)
         self._scan_files([(row.step, row.path) for row in self.state.checkpoints.values()])
 
     # -- sample actions ------------------------------------------------------------------------------------
@@ -605,12 +476,4 @@ class RunScreen(Screen[None]):
 
     @work(thread=True, group="play")
     def _play(self, player: list[str], path: Path) -> None:
-        if not path.is_file():
-            self.post_message(CommandReplied("play", False, f"{path} is not on this machine any more"))
-            return
-        try:
-            play(player, path)
-        except OSError as exc:
-            self.post_message(CommandReplied("play", False, f"cannot play {path}: {exc.strerror or exc}"))
-        else:
-            self.post_message(CommandReplied("play", True, f"playing {path.name} with {Path(player[0]).name}"))
+        self.post_message(run_actions.play_sample(player, path))

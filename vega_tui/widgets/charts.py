@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -304,7 +304,8 @@ class RunChart(PlotextPlot):
         span = _step_range(data)
         if span is not None:
             ticks = step_ticks(*span)
-            self.plt.xticks(ticks, [str(tick) for tick in ticks])
+            positions: list[float] = list(ticks)  # plotext's stubs want floats; the values stay whole numbers
+            self.plt.xticks(positions, [str(tick) for tick in ticks])
         if plotted:
             low, high = min(plotted), max(plotted)
             self.plt.yticks(*(log_ticks(low, high) if data.log_y else value_ticks(low, high)))
@@ -323,7 +324,7 @@ class RunChart(PlotextPlot):
             return Text(f"{self.data.title if self.data else 'chart'}: cannot draw ({exc!r})", style="red")
 
 
-CHART_BUILDERS = {
+CHART_BUILDERS: dict[str, Callable[[RunState], ChartData]] = {
     "loss": loss_chart,
     "parts": parts_chart,
     "lr": lr_chart,
@@ -373,7 +374,7 @@ class ChartGrid(Container):
                 self._catch_up_in(wait)  # so the last change is drawn even if the run then goes quiet
                 continue
             builder = CHART_BUILDERS[chart.build_name]
-            data = builder(state, self.log_y) if chart.build_name == "loss" else builder(state)
+            data = loss_chart(state, self.log_y) if chart.build_name == "loss" else builder(state)
             if chart.needs_draw(data):
                 self._pending[chart.build_name] = (chart, data)
         if self._pending and not self._draw_scheduled:

@@ -69,7 +69,7 @@ def _preload_text(state: RunState) -> str:
 def status_first_line(state: RunState, now: float | None) -> Text:
     """`name · STATE · step 120/600 · epoch 1/5 · 3m05s · ETA 12m00s`."""
     line = Text(no_wrap=True, overflow="ellipsis")
-    line.append(state.name or state.run_dir.name, style="bold")
+    line.append(state.name or (state.run_dir.name if state.run_dir is not None else ""), style="bold")
     line.append("  ")
     line.append(f"{state.status.upper()}{_preload_text(state)}", style=STATE_STYLES.get(state.status, "bold"))
     eta = "—" if state.status in ENDED_STATES else format_duration(state.eta_s)

@@ -1,0 +1,199 @@
+"""GPU-only paths, run for real on a CUDA machine: mixed precision with the loss scaler, TF32, NVML, a real OOM.
+
+    python bench/gpu_check.py [--steps 200] [--out DIR]
+
+Each check trains the shipped profiles through `trainer-core train` (a real subprocess, real events) and reads
+the figures from the run's events.jsonl: lm-small in fp32 (TF32 on and off), bf16 and fp16 against the same
+profile on this machine's CPU cores, tts-small on the demo voice in bf16 and fp16, and lm-small with a batch
+far too big for the GPU, which must end with `oom_recovered` events and a completed run. NVML's memory figures
+are compared with `nvidia-smi`. Without CUDA it writes a result that says so (skipped), and exits 0.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import common
+
+from trainer_core.contract.units import format_bytes
+
+GPU_BATCH = 256
+# Steps before the throughput window opens: CUDA context, cuDNN autotuning and allocator warm-up.
+WARMUP_STEPS = 20
+
+
+def main() -> int:
+    parser = common.base_parser(__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=200, help="optimizer steps per training run")
+    args = parser.parse_args()
+    steps = 30 if args.tiny else args.steps
+    started = time.monotonic()
+    result = common.start_result("gpu", "10. GPU check", {"steps": steps, "warmup_steps_left_out": WARMUP_STEPS})
+    if not cuda_available():
+        result.skipped = "no CUDA device here: run it on a machine with an NVIDIA GPU"
+    else:
+        scratch = common.scratch_dir("gpu-check-")
+        try:
+            run_checks(result, scratch, steps)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+    common.finish_result(result, started, args.out)
+    return 0
+
+
+def run_checks(result: common.Result, scratch: Path, steps: int) -> None:
+    result.notes.append(gpu_name())
+    check_nvml(result)
+    # A batch big enough that the GPU, not Python, sets the pace (lm-small ships with 16 for small machines).
+    big = [f"train.batch_size={GPU_BATCH}"]
+    lm = {
+        p: train(scratch, f"lm-{p}", "lm-small", steps, [*big, f"train.precision={json.dumps(p)}"]) for p in PRECISIONS
+    }
+    lm["fp32-no-tf32"] = train(
+        scratch, "lm-fp32-no-tf32", "lm-small", steps, [*big, 'train.precision="fp32"', "train.tf32=false"]
+    )
+    cpu = train(scratch, "lm-cpu", "lm-small", max(30, steps // 4), big, compute="cpu")
+    report_lm(result, lm, cpu)
+    for precision in ("bf16", "fp16"):
+        sets = [f"train.precision={json.dumps(precision)}", *common.voice_overrides(common.DEMO_VOICE)]
+        add_run(result, f"tts-small {precision}", train(scratch, f"tts-{precision}", "tts-small", steps, sets))
+    check_oom(result, scratch)
+
+
+PRECISIONS = ("fp32", "bf16", "fp16")
+
+
+def cuda_available() -> bool:
+    code = "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"
+    return subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+def gpu_name() -> str:
+    out = subprocess.run(
+        ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    import torch
+
+    return f"GPU: {out.stdout.strip()}; torch {torch.__version__} (CUDA {torch.version.cuda})"
+
+
+def check_nvml(result: common.Result) -> None:
+    """NVML through Vega's own probe against nvidia-smi's reading of the same GPU."""
+    from trainer_core.contract.resources import probe
+
+    gpu = probe().gpus[0]
+    out = subprocess.run(
+        ["nvidia-smi", "--query-gpu=memory.used,memory.total", "--format=csv,noheader,nounits"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    used_mib, total_mib = (float(x) for x in out.stdout.splitlines()[0].split(","))
+    total_diff = abs(gpu.memory_total_bytes / 2**20 - total_mib)
+    used_diff = abs(gpu.memory_used_bytes / 2**20 - used_mib)
+    result.add("NVML total memory minus nvidia-smi's", total_diff, "MiB", "<= 1 MiB", total_diff <= 1.0)
+    result.add("NVML used memory minus nvidia-smi's", used_diff, "MiB", "<= 64 MiB", used_diff <= 64.0)
+
+
+def train(scratch: Path, name: str, profile: str, steps: int, sets: list[str], compute: str = "gpu") -> dict[str, Any]:
+    """One `trainer-core train` run; its events summarised."""
+    run_dir = scratch / name
+    argv = [sys.executable, "-m", "trainer_core", "train", "--profile", profile, "--run-dir", str(run_dir)]
+    argv += ["--compute-mode", compute]
+    # A short warmup: the shipped profiles warm up over more steps than these runs take.
+    settings = [
+        f"train.max_steps={steps}",
+        "train.warmup_steps=10",
+        "logging.report=false",
+        "logging.step_interval_s=0.2",
+    ]
+    settings += sets
+    for item in settings:
+        argv += ["--set", item]
+    proc = subprocess.run(argv, cwd=common.REPO, capture_output=True, text=True, check=False, timeout=600)
+    events = read_events(run_dir / "events.jsonl")
+    return summarise(events, proc.returncode, proc.stderr[-2000:])
+
+
+def read_events(path: Path) -> list[dict[str, Any]]:
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def summarise(events: list[dict[str, Any]], status: int, stderr: str) -> dict[str, Any]:
+    steps = [e for e in events if e["type"] == "step"]
+    rates = [e["samples_per_s"] for e in steps if e["step"] > WARMUP_STEPS]
+    finished = next((e for e in events if e["type"] == "finished"), {})
+    device = next((e for e in events if e["type"] == "device_selected"), {})
+    return {
+        "exit": status,
+        "status": finished.get("status"),
+        "device": device.get("device"),
+        "precision": device.get("precision"),
+        "samples_per_s": statistics.median(rates) if rates else None,
+        "first_loss": steps[0]["loss"] if steps else None,
+        "last_loss": steps[-1]["loss"] if steps else None,
+        "nonfinite": sum(e["type"] == "nonfinite" for e in events),
+        "oom_recovered": [e for e in events if e["type"] == "oom_recovered"],
+        "loss_scale": steps[-1].get("loss_scale") if steps else None,
+        "mem_device_bytes": max((e.get("mem_device_bytes") or 0 for e in steps), default=None),
+        "stderr": stderr if status else "",
+    }
+
+
+def add_run(result: common.Result, label: str, run: dict[str, Any]) -> None:
+    ok = run["exit"] == 0 and run["status"] == "completed"
+    learned = run["first_loss"] is not None and run["last_loss"] is not None and run["last_loss"] < run["first_loss"]
+    detail = (
+        f"{run['device']}, {run['precision']}; loss {fmt(run['first_loss'])} -> {fmt(run['last_loss'])}; "
+        f"{run['nonfinite']} non-finite step(s); loss scale {run['loss_scale']}; "
+        f"peak allocated {format_bytes(run['mem_device_bytes'])}"
+    )
+    result.add(f"{label}: samples/s", run["samples_per_s"], "/s", "completes, loss falls", ok and learned, detail)
+    if not ok:
+        result.notes.append(f"{label} failed (exit {run['exit']}): {run['stderr']}")
+
+
+def report_lm(result: common.Result, lm: dict[str, dict[str, Any]], cpu: dict[str, Any]) -> None:
+    for key, run in lm.items():
+        add_run(result, f"lm-small {key}", run)
+    add_run(result, "lm-small on this machine's CPU cores", cpu)
+    base = cpu["samples_per_s"]
+    for key in PRECISIONS:
+        rate = lm[key]["samples_per_s"]
+        if rate and base:
+            result.add(f"lm-small {key} on the GPU / on the CPU", rate / base, "x", "", None, "measured in this run")
+    tf32, plain = lm["fp32"]["samples_per_s"], lm["fp32-no-tf32"]["samples_per_s"]
+    if tf32 and plain:
+        result.add("fp32 with TF32 / without", tf32 / plain, "x", "", None, "train.tf32 on vs off")
+
+
+def check_oom(result: common.Result, scratch: Path) -> None:
+    """A batch far beyond the GPU's memory: a real CUDA OOM, recovered by halving the micro-batch."""
+    sets = ["data.context_bytes=1024", "train.batch_size=16384", "train.grad_accum=1", 'train.precision="fp32"']
+    run = train(scratch, "lm-oom", "lm-small", 6, sets)
+    halvings = run["oom_recovered"]
+    last = halvings[-1] if halvings else {}
+    ok = run["exit"] == 0 and run["status"] == "completed" and bool(halvings)
+    detail = (
+        f"micro-batch 16384 -> {last.get('micro_batch')} x accumulation {last.get('grad_accum')} "
+        f"after {len(halvings)} OOM(s); first: {halvings[0]['message'][:120] if halvings else 'none'}"
+    )
+    result.add("real CUDA OOM: recoveries before the step fit", len(halvings), "", ">= 1, run completes", ok, detail)
+    if not ok:
+        result.notes.append(f"OOM check failed (exit {run['exit']}): {run['stderr']}")
+
+
+def fmt(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3f}"
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,53 @@
+"""Messages the launch screen's background threads post to it.
+
+The machine probe, the profile scan and watcher, `trainer-core check-data` and the dry run never touch a
+widget: each posts one of these and a handler of `vega_tui.screens.launch.LaunchScreen` applies it on the
+app thread. `DataChecked` and `PlanReady` carry the generation they answer, so a late, outdated answer is
+dropped.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from textual.message import Message
+
+if TYPE_CHECKING:
+    from trainer_core.contract.resources import MachineResources
+    from vega_tui.widgets.profile_list import ProfileEntry
+
+
+class ResourcesProbed(Message):
+    def __init__(self, resources: MachineResources | None, error: str | None) -> None:
+        super().__init__()
+        self.resources, self.error = resources, error
+
+
+class ProfilesScanned(Message):
+    def __init__(self, entries: list[ProfileEntry]) -> None:
+        super().__init__()
+        self.entries = entries
+
+
+class ProfilesChanged(Message):
+    """A profile file (or the machine file) changed on disk."""
+
+
+class BackgroundProblem(Message):
+    """Something a background thread could not do; shown as a warning, the screen keeps working."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text = text
+
+
+class DataChecked(Message):
+    def __init__(self, generation: int, report: dict[str, Any] | None, error: str | None) -> None:
+        super().__init__()
+        self.generation, self.report, self.error = generation, report, error
+
+
+class PlanReady(Message):
+    def __init__(self, generation: int, plan: dict[str, Any] | None, error: str | None) -> None:
+        super().__init__()
+        self.generation, self.plan, self.error = generation, plan, error
