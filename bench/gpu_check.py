@@ -27,6 +27,8 @@ from trainer_core.contract.units import format_bytes
 GPU_BATCH = 256
 # Steps before the throughput window opens: CUDA context, cuDNN autotuning and allocator warm-up.
 WARMUP_STEPS = 20
+# One run past this is killed and recorded as failed, so a hung run cannot eat the device's whole lease.
+RUN_TIMEOUT_S = 150
 
 
 def main() -> int:
@@ -116,9 +118,12 @@ def train(scratch: Path, name: str, profile: str, steps: int, sets: list[str], c
     settings += sets
     for item in settings:
         argv += ["--set", item]
-    proc = subprocess.run(argv, cwd=common.REPO, capture_output=True, text=True, check=False, timeout=600)
-    events = read_events(run_dir / "events.jsonl")
-    return summarise(events, proc.returncode, proc.stderr[-2000:])
+    try:
+        proc = subprocess.run(argv, cwd=common.REPO, capture_output=True, text=True, check=False, timeout=RUN_TIMEOUT_S)
+        status, stderr = proc.returncode, proc.stderr[-2000:]
+    except subprocess.TimeoutExpired:
+        status, stderr = 124, f"killed after {RUN_TIMEOUT_S} s"
+    return summarise(read_events(run_dir / "events.jsonl"), status, stderr)
 
 
 def read_events(path: Path) -> list[dict[str, Any]]:

@@ -297,7 +297,10 @@ class NvmlSource:
         nvml = self._nvml
         version = getattr(nvml, "nvmlMemory_v2", None)
         if version is not None:
-            memory = self._query(nvml.nvmlDeviceGetMemoryInfo, handle, version=version)
+            try:
+                memory = self._query(nvml.nvmlDeviceGetMemoryInfo, handle, version=version)
+            except TypeError:  # bindings whose call takes no version keyword
+                memory = None
             if memory is not None:
                 return memory
         return self._query(nvml.nvmlDeviceGetMemoryInfo, handle)
@@ -316,7 +319,7 @@ class NvmlSource:
         """One NVML call; NotSupported, NoPermission and friends become None, never an exception."""
         try:
             value = fn(*args, **kwargs)
-        except (self._nvml.NVMLError, TypeError):  # TypeError: bindings without the keyword
+        except self._nvml.NVMLError:
             return None
         # Old bindings return bytes for names and UUIDs; current ones return str.
         return value.decode() if isinstance(value, bytes) else value
