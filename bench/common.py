@@ -39,6 +39,8 @@ if TYPE_CHECKING:
 
 REPO = Path(__file__).resolve().parents[1]
 BENCH = REPO / "bench"
+# The trainer's command line under this interpreter, as the dashboard spawns it.
+TRAINER_CORE = [sys.executable, "-m", "trainer_core"]
 # Generated data, scratch folders and results; VEGA_BENCH_DATA moves them (the tests use a temporary folder).
 DATA = Path(os.environ.get("VEGA_BENCH_DATA") or BENCH / ".data")
 RESULTS = DATA / "results"

@@ -174,19 +174,8 @@ class Segment:
 def start_segment(
     root: Path, profile: Path, corpus: Path, run_dir: Path, resume: bool, number: int, step_sleep_s: float
 ) -> Segment:
-    argv = [
-        sys.executable,
-        "-m",
-        "trainer_core",
-        "train",
-        "--profile",
-        str(profile),
-        "--data",
-        str(corpus),
-        "--run-dir",
-        str(run_dir),
-        *(["--resume", "auto"] if resume else []),
-    ]
+    argv = [*common.TRAINER_CORE, "train", "--profile", str(profile), "--data", str(corpus), "--run-dir", str(run_dir)]
+    argv += ["--resume", "auto"] if resume else []
     env = {k: v for k, v in os.environ.items() if not k.startswith("VEGA_")}
     env.update(VEGA_CONFIG_DIR=str(root / "config"), OMP_NUM_THREADS="1", VEGA_FAULT_STEP_SLEEP_S=str(step_sleep_s))
     log = run_dir / "events.jsonl"

@@ -35,6 +35,8 @@ from pathlib import Path  # noqa: E402
 
 import common  # noqa: E402
 
+from trainer_core.data.librosa_mel import librosa_power_mel  # noqa: E402
+
 PROFILE = "tts-small"
 
 
@@ -46,16 +48,7 @@ def naive_preload(paths: list[Path], audio) -> int:
     frames = 0
     for path in paths:
         wave, rate = librosa.load(str(path), sr=audio.sample_rate)
-        mel = librosa.feature.melspectrogram(
-            y=wave,
-            sr=rate,
-            n_fft=audio.n_fft,
-            hop_length=audio.hop_length,
-            win_length=audio.win_length,
-            n_mels=audio.n_mels,
-            fmin=audio.f_min,
-            fmax=audio.f_max,
-        )
+        mel = librosa_power_mel(wave, audio, rate)
         frames += np.log(np.maximum(mel, audio.log_floor)).shape[1]
     return frames
 
@@ -97,16 +90,7 @@ def stage_costs(paths: list[Path], audio) -> dict[str, float]:
             t4 = clock()
             loaded = librosa.load(str(path), sr=audio.sample_rate)[0]
             t5 = clock()
-            librosa.feature.melspectrogram(
-                y=loaded,
-                sr=audio.sample_rate,
-                n_fft=audio.n_fft,
-                hop_length=audio.hop_length,
-                win_length=audio.win_length,
-                n_mels=audio.n_mels,
-                fmin=audio.f_min,
-                fmax=audio.f_max,
-            )
+            librosa_power_mel(loaded, audio)
             t6 = clock()
             for key, seconds in zip(out, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4, t6 - t5), strict=True):
                 out[key] += seconds

@@ -37,7 +37,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -119,18 +118,7 @@ def time_scans(corpus: Path, cache: Path) -> tuple[float, float, int]:
 def spawn_to_first_step(profile: str, corpus: Path, cache: Path, scratch: Path, extra: list[str]) -> dict[str, Any]:
     """Spawn `trainer-core train`, wait for its first step event, stop it; seconds, preload and peak RSS."""
     run_dir = scratch / f"run-{profile}-{sum(1 for p in scratch.glob('run-*') if p.is_dir())}"
-    argv = [
-        sys.executable,
-        "-m",
-        "trainer_core",
-        "train",
-        "--profile",
-        profile,
-        "--data",
-        str(corpus),
-        "--run-dir",
-        str(run_dir),
-    ]
+    argv = [*common.TRAINER_CORE, "train", "--profile", profile, "--data", str(corpus), "--run-dir", str(run_dir)]
     for item in [f"data.cache_dir={cache}", *CPU, *extra]:
         argv += ["--set", item]
     env = {**os.environ, "VEGA_CONFIG_DIR": str(scratch / "config")}  # no machine file: the profile as shipped

@@ -83,18 +83,7 @@ def write_workspace(root: Path) -> tuple[Path, Path]:
 
 
 def start_trainer(root: Path, profile: Path, corpus: Path, run_dir: Path) -> subprocess.Popen:
-    argv = [
-        sys.executable,
-        "-m",
-        "trainer_core",
-        "train",
-        "--profile",
-        str(profile),
-        "--data",
-        str(corpus),
-        "--run-dir",
-        str(run_dir),
-    ]
+    argv = [*common.TRAINER_CORE, "train", "--profile", str(profile), "--data", str(corpus), "--run-dir", str(run_dir)]
     env = {k: v for k, v in os.environ.items() if not k.startswith("VEGA_")}
     env.update(VEGA_CONFIG_DIR=str(root / "config"), OMP_NUM_THREADS="1")
     with open(root / "trainer.err", "wb") as err:

@@ -31,30 +31,11 @@ SLOW_IMPORTS = "import librosa.feature.inverse, torch._dynamo\n"
 def train_voice(scratch: Path, steps: int) -> Path:
     """A checkpoint of the demo profile after `steps` real CPU steps."""
     run_dir = scratch / "run"
-    argv = [
-        sys.executable,
-        "-m",
-        "trainer_core",
-        "train",
-        "--profile",
-        "demo",
-        "--run-dir",
-        str(run_dir),
-        "--set",
-        "compute.mode=cpu",
-        "--set",
-        f"train.max_steps={steps}",
-        "--set",
-        f"train.eval_every_steps={steps}",
-        "--set",
-        "train.validate_at_start=false",
-        "--set",
-        "logging.report=false",
-        "--set",
-        "train.warmup_steps=0",
-        "--set",
-        f"data.cache_dir={scratch / 'cache'}",
-    ]
+    argv = [*common.TRAINER_CORE, "train", "--profile", "demo", "--run-dir", str(run_dir)]
+    settings = ["compute.mode=cpu", f"train.max_steps={steps}", f"train.eval_every_steps={steps}"]
+    settings += ["train.validate_at_start=false", "logging.report=false", "train.warmup_steps=0"]
+    for item in [*settings, f"data.cache_dir={scratch / 'cache'}"]:
+        argv += ["--set", item]
     done = subprocess.run(argv, env=bench_env(scratch), capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise SystemExit(f"training the voice failed ({done.returncode}):\n{done.stderr[-1500:]}")
@@ -120,18 +101,8 @@ def demo_transcripts() -> list[str]:
 def cli_batch_wall(checkpoint: Path, scratch: Path, sentences: list[str]) -> float:
     script = scratch / "lines.txt"
     script.write_text("\n".join(sentences) + "\n", encoding="utf-8")
-    argv = [
-        sys.executable,
-        "-m",
-        "trainer_core",
-        "synth",
-        "--checkpoint",
-        str(checkpoint),
-        "--text-file",
-        str(script),
-        "--out-dir",
-        str(scratch / "cli-batch"),
-    ]
+    argv = [*common.TRAINER_CORE, "synth", "--checkpoint", str(checkpoint), "--text-file", str(script)]
+    argv += ["--out-dir", str(scratch / "cli-batch")]
     t0 = time.perf_counter()
     done = subprocess.run(argv, env=bench_env(scratch), capture_output=True, text=True, check=False)
     if done.returncode != 0:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -29,21 +28,8 @@ TINY_MODEL = [
 def run_with_budget(hours: float, extra: list[str], scratch: Path) -> tuple[float, int, Path]:
     """Wall seconds from spawn to exit, exit status and the run folder of one budgeted run."""
     run_dir = scratch / "run"
-    argv = [
-        sys.executable,
-        "-m",
-        "trainer_core",
-        "train",
-        "--profile",
-        "lm-small",
-        "--run-dir",
-        str(run_dir),
-        "--set",
-        "compute.mode=cpu",
-        "--set",
-        f"train.target_hours={hours}",
-    ]
-    for item in extra:
+    argv = [*common.TRAINER_CORE, "train", "--profile", "lm-small", "--run-dir", str(run_dir)]
+    for item in ["compute.mode=cpu", f"train.target_hours={hours}", *extra]:
         argv += ["--set", item]
     env = {**os.environ, "VEGA_CONFIG_DIR": str(scratch / "config")}  # no machine file: the profile as shipped
     with open(scratch / "trainer-stderr.txt", "wb") as err:

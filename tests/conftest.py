@@ -28,6 +28,8 @@ from trainer_core.contract.protocol import Event
 from trainer_core.tiny_profiles import tiny_profile
 
 REPO = Path(__file__).resolve().parent.parent
+# The trainer's command line under this interpreter, as the dashboard spawns it.
+TRAINER_CORE = [sys.executable, "-m", "trainer_core"]
 WORDS = [
     "the",
     "a",
@@ -226,20 +228,8 @@ class TrainerLauncher:
         self, run_dir: Path, settings: dict[str, Any], data: Path | None, extra_args: tuple[str, ...]
     ) -> list[str]:
         merged = {key: value for key, value in {**DEFAULT_SETTINGS, **settings}.items() if value is not None}
-        return [
-            sys.executable,
-            "-m",
-            "trainer_core",
-            "train",
-            "--profile",
-            str(self.profile),
-            "--data",
-            str(data or self.corpus),
-            "--run-dir",
-            str(run_dir),
-            *set_args(merged),
-            *extra_args,
-        ]
+        argv = [*TRAINER_CORE, "train", "--profile", str(self.profile), "--data", str(data or self.corpus)]
+        return [*argv, "--run-dir", str(run_dir), *set_args(merged), *extra_args]
 
     def start(
         self,

@@ -238,13 +238,8 @@ def start_plain_torchrun(trainers: TrainerLauncher, runs_root: Path) -> subproce
         "2",
         "-m",
         "trainer_core",
-        "train",
-        "--profile",
-        str(trainers.profile),
-        "--data",
-        str(trainers.corpus),
-        *set_args(settings),
     ]
+    argv += ["train", "--profile", str(trainers.profile), "--data", str(trainers.corpus), *set_args(settings)]
     out = open(trainers.root / "whole.out", "wb")  # noqa: SIM115 - closed with the process below
     return subprocess.Popen(
         argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=trainers.root, env=trainers.env

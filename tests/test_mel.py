@@ -11,6 +11,7 @@ import torch
 
 import trainer_core
 from trainer_core.contract.profile import AudioSection
+from trainer_core.data.librosa_mel import librosa_power_mel
 from trainer_core.data.mel import MelExtractor, filter_bands, mel_filterbank
 
 DEMO_WAVS = Path(trainer_core.__file__).parent / "demo" / "voice" / "wavs"
@@ -25,22 +26,7 @@ def chirp(seconds: float, sr: int, f0: float = 60.0, f1: float = 7000.0) -> np.n
 
 
 def librosa_log_mel(wave: np.ndarray, audio: AudioSection) -> np.ndarray:
-    import librosa
-
-    mel = librosa.feature.melspectrogram(
-        y=wave,
-        sr=audio.sample_rate,
-        n_fft=audio.n_fft,
-        hop_length=audio.hop_length,
-        win_length=audio.win_length,
-        center=True,
-        pad_mode="reflect",
-        power=2.0,
-        n_mels=audio.n_mels,
-        fmin=audio.f_min,
-        fmax=audio.f_max,
-    )
-    return mel
+    return librosa_power_mel(wave, audio)
 
 
 def assert_matches_librosa(wave: np.ndarray, audio: AudioSection) -> None:

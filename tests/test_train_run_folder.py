@@ -10,12 +10,11 @@ import importlib.util
 import json
 import shutil
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import TrainerLauncher, TrainerProcess, finished, of_type
+from conftest import TRAINER_CORE, TrainerLauncher, TrainerProcess, finished, of_type
 from safetensors.torch import load_file
 
 from trainer_core.contract.event_lines import parse_event
@@ -67,15 +66,7 @@ def test_the_run_folder_has_every_artifact(runs) -> None:
     assert run.proc.returncode == 0, run.stderr
     folder = run.run_dir
     validated = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "trainer_core",
-            "profile",
-            "validate",
-            "--no-machine-file",
-            str(folder / "profile.toml"),
-        ],
+        [*TRAINER_CORE, "profile", "validate", "--no-machine-file", str(folder / "profile.toml")],
         capture_output=True,
         text=True,
         timeout=60,

@@ -11,6 +11,7 @@ import soundfile
 import torch
 
 from trainer_core.contract.profile import AudioSection
+from trainer_core.data.librosa_mel import librosa_power_mel
 from trainer_core.models.text_frontend import PAD_ID, UNK_ID, TextEncoder, normalize_text
 from trainer_core.models.tts import AcousticModel, TtsConfig, build_tts_model
 from trainer_core.models.vocoder import mel_to_audio, write_wav
@@ -201,20 +202,10 @@ def test_damaged_encoder_state_is_a_clear_error() -> None:
 
 
 def _tone_log_mel(audio: AudioSection, freq: float, seconds: float) -> tuple[np.ndarray, np.ndarray]:
-    import librosa
 
     t = np.arange(int(audio.sample_rate * seconds)) / audio.sample_rate
     wave = (0.5 * np.sin(2 * np.pi * freq * t)).astype(np.float32)
-    mel = librosa.feature.melspectrogram(
-        y=wave,
-        sr=audio.sample_rate,
-        n_fft=audio.n_fft,
-        hop_length=audio.hop_length,
-        win_length=audio.win_length,
-        n_mels=audio.n_mels,
-        fmin=audio.f_min,
-        fmax=audio.f_max,
-    )
+    mel = librosa_power_mel(wave, audio)
     return wave, np.log(np.maximum(mel, audio.log_floor))
 
 
@@ -262,9 +253,7 @@ def test_torch_griffin_lim_is_as_close_to_real_speech_as_librosas() -> None:
     clip = Path(trainer_core.__file__).parent / "demo" / "voice" / "wavs" / "demo_005.wav"
     wave, rate = soundfile.read(str(clip), dtype="float32")
     stft = dict(n_fft=audio.n_fft, hop_length=audio.hop_length, win_length=audio.win_length)
-    power = librosa.feature.melspectrogram(
-        y=wave, sr=rate, n_mels=audio.n_mels, fmin=audio.f_min, fmax=audio.f_max, power=2.0, **stft
-    )
+    power = librosa_power_mel(wave, audio, rate)
     log_mel = np.log(np.maximum(power, audio.log_floor))
     truth = np.abs(librosa.stft(wave, **stft))
 

@@ -9,11 +9,11 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+from conftest import TRAINER_CORE
 from test_text_data import _write_docs
 from test_voice_dataset import DEMO_VOICE, encode, features_of_lengths, varied_lengths
 
@@ -84,19 +84,8 @@ def test_share_estimate_follows_items_and_interval() -> None:
 
 
 def dry_run(*sets: str, config: Path) -> dict:
-    argv = [
-        sys.executable,
-        "-m",
-        "trainer_core",
-        "train",
-        "--profile",
-        "demo",
-        "--dry-run",
-        "--json",
-        "--data",
-        str(DEMO_VOICE),
-        *[arg for s in sets for arg in ("--set", s)],
-    ]
+    argv = [*TRAINER_CORE, "train", "--profile", "demo", "--dry-run", "--json", "--data", str(DEMO_VOICE)]
+    argv += [arg for s in sets for arg in ("--set", s)]
     env = {**os.environ, "VEGA_CONFIG_DIR": str(config)}
     done = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
