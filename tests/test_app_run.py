@@ -574,7 +574,7 @@ async def test_layout_has_no_overlap_on_any_tab(size: tuple[int, int], tmp_path:
             assert pane.region.area > 0 and regions["#tabs"].contains_region(pane.region), tab
             visible = [chart.id for chart in screen.query(RunChart) if chart.region.area > 0]
             if tab == "charts":
-                assert len(visible) == (5 if size == (120, 40) else 2), visible
+                assert len(visible) == (6 if size == (120, 40) else 2), visible
                 assert all(
                     regions["#tabs"].contains_region(chart.region)
                     for chart in screen.query(RunChart)

@@ -95,6 +95,17 @@ SAMPLE_FIELDS: dict[str, dict] = {
         seconds=0.8,
     ),
     "best_model": dict(step=1200, path="checkpoints/step-00001200.pt", val_loss=0.61),
+    "free_running": dict(
+        step=1200,
+        items=2,
+        distance=0.9,
+        duration_ratio=1.1,
+        vuv_agreement=0.8,
+        acoustic_distance=0.7,
+        floor_distance=0.3,
+        floor_vuv_agreement=0.95,
+        per_item=[{"item_id": "a", "distance": 0.8, "duration_ratio": 1.0, "vuv_agreement": 0.9}],
+    ),
     "sample": dict(step=1200, kind="text", path="samples/step-00001200.txt", text="hello world"),
     "log": dict(level="warning", message="data wait is high"),
     "command_ack": dict(cmd="pause", id="c1", ok=True, detail="paused at step 1201"),
@@ -112,7 +123,7 @@ def sample_event(kind: str, **envelope: object) -> Event:
 
 def test_samples_cover_every_event_type() -> None:
     assert set(SAMPLE_FIELDS) == set(EVENT_TYPES)
-    assert len(EVENT_TYPES) == len(EVENT_MODELS) == 25
+    assert len(EVENT_TYPES) == len(EVENT_MODELS) == 26
 
 
 @pytest.mark.parametrize("kind", sorted(SAMPLE_FIELDS))

@@ -17,7 +17,17 @@ STATUSES = ("starting", "preloading", "training", "paused", "evaluating", "finis
 # finished-event status -> dashboard status
 FINISHED_STATUS = {"completed": "finished", "stopped": "stopped", "failed": "failed"}
 ENDED = frozenset({"finished", "stopped", "failed", "crashed"})
-SERIES_KEYS = ("loss", "loss_smooth", "val_loss", "lr", "samples_per_s", "mem_device", "mem_host")
+SERIES_KEYS = (
+    "loss",
+    "loss_smooth",
+    "val_loss",
+    "lr",
+    "samples_per_s",
+    "mem_device",
+    "mem_host",
+    "free_running",
+    "free_running_acoustic",
+)
 # Weight of the past in the smoothed loss (TensorBoard-style, with start-up bias correction).
 EMA_WEIGHT = 0.9
 MAX_MARKERS = 2000
@@ -217,6 +227,7 @@ class RunState:
     """What the dashboard knows about one run. Numbers are None until an event has told us.
 
     `series` keys: loss, loss_smooth (EMA), val_loss, lr, samples_per_s, mem_device and mem_host (bytes),
+    free_running and free_running_acoustic (voice runs: held-out sentences spoken without teacher forcing),
     `part:<name>` per training loss part and `val_part:<name>` per validation loss part; x is the step.
     `total_steps` comes from a calibration plan, or is estimated from the trainer's ETA and the step rate.
     """
@@ -273,6 +284,9 @@ class RunState:
     last_checkpoint_t: float = 0.0
     last_checkpoint_path: str = ""
     best_step: int | None = None
+    # The latest free-running evaluation (voice runs): its summary, and the vocoder's floor distance.
+    free_running: dict[str, Any] | None = None
+    free_running_floor: float | None = None
     metrics: dict[str, float] = field(default_factory=dict)
     data_scan: dict[str, Any] | None = None
     memory_level: str | None = None

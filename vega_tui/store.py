@@ -28,6 +28,7 @@ from trainer_core.contract.protocol import (
     ErrorEvent,
     Event,
     FinishedEvent,
+    FreeRunningEvent,
     HelloEvent,
     LogEvent,
     MemoryEvent,
@@ -105,6 +106,7 @@ class RunStore:
             ValidationEvent: self._on_validation,
             CheckpointSavedEvent: self._on_checkpoint_saved,
             BestModelEvent: self._on_best_model,
+            FreeRunningEvent: self._on_free_running,
             SampleEvent: self._on_sample,
             LogEvent: self._on_log,
             WarningEvent: self._on_warning,
@@ -414,8 +416,27 @@ class RunStore:
             row = state.checkpoints[e.step] = CheckpointRow(e.step, e.path, None, finite_or_none(e.val_loss), e.t)
         row.best, row.path = True, e.path
         state.best_val_loss, state.best_step = finite_or_none(e.val_loss), e.step
-        self._mark("best", e.step, e.t, f"best model at step {e.step}: val loss {format_number(e.val_loss)}")
-        self._log("info", "best_model", f"new best model at step {e.step}: val loss {format_number(e.val_loss)}", e.t)
+        why = (
+            f"free-running distance {format_number(e.score)}"
+            if e.selected_by == "free_running"
+            else f"val loss {format_number(e.val_loss)}"
+        )
+        self._mark("best", e.step, e.t, f"best model at step {e.step}: {why}")
+        self._log("info", "best_model", f"new best model at step {e.step}: {why}", e.t)
+
+    def _on_free_running(self, e: FreeRunningEvent) -> None:
+        state = self.state
+        state.series["free_running"].append(e.step, e.distance)
+        state.series["free_running_acoustic"].append(e.step, e.acoustic_distance)
+        state.free_running_floor = finite_or_none(e.floor_distance)
+        state.free_running = e.model_dump(exclude={"v", "seq", "t", "type", "per_item"})
+        text = (
+            f"free-running at step {e.step}: distance {format_number(e.distance)} "
+            f"(floor {format_number(e.floor_distance)} through {e.vocoder}), "
+            f"durations x{format_number(e.duration_ratio)}, "
+            f"voicing agrees {format_number(100 * e.vuv_agreement)} %"
+        )
+        self._log("info", "free_running", text, e.t)
 
     def _on_sample(self, e: SampleEvent) -> None:
         samples = self.state.samples

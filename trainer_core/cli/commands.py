@@ -14,6 +14,7 @@ MODULES: dict[str, str] = {
     "check-data": "check_data_cmd",
     "ctl": "ctl_cmd",
     "synth": "synth_cmd",
+    "evaluate": "evaluate_cmd",
 }
 
 # Sub-command name -> the summary its parser and the command list show.
@@ -25,4 +26,5 @@ SUMMARIES: dict[str, str] = {
     "check-data": "scan a data folder: counts, hours, formats and every problem file",
     "ctl": "send a command (pause, resume, save, evaluate, stop) to a running trainer",
     "synth": "synthesise speech from text with a trained TTS checkpoint or export",
+    "evaluate": "score a voice (run, checkpoint or export) on held-out sentences of a voice folder, free-running",
 }

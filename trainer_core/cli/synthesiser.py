@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from trainer_core.contract.errors import VegaError
 
 if TYPE_CHECKING:
-    from trainer_core.contract.profile import AudioSection, TtsSection
+    from trainer_core.contract.profile import AudioSection, DataSection, TtsSection
     from trainer_core.models.text_frontend import TextEncoder, TextUnits
     from trainer_core.models.tts import AcousticModel
 
@@ -30,6 +30,7 @@ class Synthesiser:
     encoder: TextEncoder
     audio: AudioSection
     tts: TtsSection
+    data: DataSection | None = None  # the run's data settings; an export does not carry them
 
 
 def _strip_wrappers(state: dict[str, Any]) -> dict[str, Any]:
@@ -71,14 +72,14 @@ def load_from_checkpoint(path: Path, device: str = "cpu") -> Synthesiser:
     model = AcousticModel(TtsConfig.from_profile(profile, len(codes)), codes, phonemes)
     check_model_compatible(model, weights)
     model.load_state_dict(weights)
-    return Synthesiser(model.to(device).eval(), encoder, profile.audio, profile.tts)
+    return Synthesiser(model.to(device).eval(), encoder, profile.audio, profile.tts, profile.data)
 
 
 def load_from_export(folder: Path, device: str = "cpu") -> Synthesiser:
     """Rebuild the model and text encoder from an export folder (safetensors weights + config.json)."""
     from pydantic import ValidationError
 
-    from trainer_core.contract.profile import AudioSection, TtsSection
+    from trainer_core.contract.profile import AudioSection, DataSection, TtsSection
     from trainer_core.engine.checkpoint import check_model_compatible
     from trainer_core.engine.export import load_exported
     from trainer_core.models.text_frontend import TextEncoder
@@ -94,9 +95,11 @@ def load_from_export(folder: Path, device: str = "cpu") -> Synthesiser:
     model.load_state_dict(weights)
     try:
         audio, tts = AudioSection(**config.get("audio", {})), TtsSection(**config.get("tts", {}))
+        held_out = config.get("held_out")
+        data = DataSection(**held_out) if isinstance(held_out, dict) else None
     except (ValidationError, TypeError) as exc:
         raise VegaError(f"{folder}/config.json has bad audio or tts settings ({exc}); re-export the model") from exc
-    return Synthesiser(model.to(device).eval(), encoder, audio, tts)
+    return Synthesiser(model.to(device).eval(), encoder, audio, tts, data)
 
 
 def synthesise_to_wav(

@@ -114,11 +114,33 @@ class TrainSection(Section):
     nonfinite_patience: int = Field(
         default=3, ge=1, description="Non-finite steps in a row before falling back to a safer precision."
     )
+    free_running_every: int = Field(
+        default=4,
+        ge=0,
+        description="Voice runs: every N validations (and at the end) speak held-out sentences without teacher "
+        "forcing and score them against their recordings; 0 turns it off.",
+    )
+    free_running_items: int = Field(
+        default=8, ge=1, le=256, description="Held-out sentences in the free-running evaluation."
+    )
+    select_best_by: Literal["val_loss", "free_running"] = Field(
+        default="val_loss",
+        description="What makes a checkpoint the best: the teacher-forced validation loss, or the free-running "
+        "distance of the held-out sentences (voice runs).",
+    )
 
     @model_validator(mode="after")
     def _warmup_fits(self) -> TrainSection:
         if self.max_steps is not None and self.warmup_steps >= self.max_steps:
             raise ValueError(f"warmup_steps ({self.warmup_steps}) must be shorter than max_steps ({self.max_steps})")
+        return self
+
+    @model_validator(mode="after")
+    def _free_running_on_when_it_selects(self) -> TrainSection:
+        if self.select_best_by == "free_running" and self.free_running_every == 0:
+            raise ValueError(
+                'select_best_by = "free_running" needs free_running_every >= 1 (it is 0, so nothing is scored)'
+            )
         return self
 
 

@@ -342,6 +342,38 @@ class BestModelEvent(Event):
     step: Count
     path: PathText
     val_loss: Real | None
+    selected_by: Literal["val_loss", "free_running"] = "val_loss"
+    score: Real | None = Field(default=None, description="the figure that made it best (train.select_best_by)")
+
+
+class FreeRunningItem(BaseModel):
+    """One held-out sentence of a free-running evaluation."""
+
+    model_config = ConfigDict(extra="allow")
+
+    item_id: str
+    distance: Real
+    duration_ratio: Real
+    vuv_agreement: Real
+    acoustic_distance: Real | None = None
+
+
+class FreeRunningEvent(Event):
+    """Held-out sentences spoken without teacher forcing, scored against their recordings as heard through the
+    vocoder; the floor is the recordings themselves re-synthesised through the same vocoder."""
+
+    type: Literal["free_running"] = "free_running"
+    step: Count
+    items: int
+    distance: Real = Field(description="DTW-aligned log-mel L1 per bin, mean over sentences")
+    duration_ratio: Real = Field(description="synthesised / recorded length, geometric mean")
+    vuv_agreement: Real = Field(description="share of aligned frames whose voiced/unvoiced decision agrees")
+    acoustic_distance: Real | None = Field(default=None, description="the model's mel before the vocoder")
+    floor_distance: Real
+    floor_vuv_agreement: Real
+    vocoder: str = "griffin-lim"
+    seconds: Real = 0.0
+    per_item: list[FreeRunningItem] = Field(default_factory=list)
 
 
 class SampleEvent(Event):
@@ -428,6 +460,7 @@ EVENT_MODELS: tuple[type[Event], ...] = (
     OomRecoveredEvent,
     NonfiniteEvent,
     ValidationEvent,
+    FreeRunningEvent,
     CheckpointSavedEvent,
     BestModelEvent,
     SampleEvent,

@@ -14,7 +14,13 @@ from pathlib import Path
 import torch
 
 from trainer_core.contract.profile import Profile
-from trainer_core.contract.protocol import BestModelEvent, SampleEvent, ValidationEvent
+from trainer_core.contract.protocol import (
+    BestModelEvent,
+    FreeRunningEvent,
+    FreeRunningItem,
+    SampleEvent,
+    ValidationEvent,
+)
 from trainer_core.engine.checkpointing import Checkpointer
 from trainer_core.engine.distributed import reduce_sums
 from trainer_core.engine.events import EventHub
@@ -23,6 +29,7 @@ from trainer_core.engine.run_length import RunLength
 from trainer_core.engine.step import StepRunner
 from trainer_core.engine.telemetry import Telemetry
 from trainer_core.models.base import Task, batch_to, unwrap_model
+from trainer_core.models.free_running import FreeRunningResult
 from trainer_core.world import World
 
 log = logging.getLogger("trainer_core")
@@ -48,26 +55,39 @@ class Evaluator:
         self.events, self.run_dir, self.checkpointer = events, run_dir, checkpointer
         self.telemetry, self.run_length = telemetry, run_length
         self.last_val_step = -1
+        self.last_free_step = -1
+        self.validations = 0  # after training started: what free_running_every counts
 
     @property
     def module(self) -> torch.nn.Module:
         return unwrap_model(self.runner.model)
 
-    def validate(self) -> float | None:
-        """Mean validation losses, metrics, samples; saves a best checkpoint on improvement."""
+    def validate(self, final: bool = False) -> float | None:
+        """Mean validation losses, metrics, samples, the free-running score when due (always when `final`);
+        saves a best checkpoint on improvement."""
         started = time.perf_counter()
         try:
-            return self._validate()
+            return self._validate(final)
         finally:
             self.run_length.note_end_cost("validate", time.perf_counter() - started)
 
+    def finish(self) -> None:
+        """At the end of a run whose last validation was at this step: its free-running score, if it had none."""
+        if self.state.step > 0 and self.last_free_step != self.state.step and self._free_running_on():
+            distance = self._free_running()
+            if distance is not None and self.profile.train.select_best_by == "free_running":
+                self._track_best(distance, self.checkpointer.val_loss)
+
     @torch.no_grad()
-    def _validate(self) -> float | None:
+    def _validate(self, final: bool) -> float | None:
         self.telemetry.flush()
         self.last_val_step = self.state.step
+        if self.state.step > 0:
+            self.validations += 1
         means = self._mean_val_losses()
         if self.world.is_main:
             self.make_samples()
+        distance = self._free_running() if self._free_running_due(final) else None
         if means is None:
             return None
         metrics = self.task.val_metrics(means)
@@ -85,8 +105,29 @@ class Evaluator:
             )
         )
         if self.state.step > 0:  # the untrained baseline is a reference point, not a model worth keeping
-            self._track_best(means["total"])
+            if self.profile.train.select_best_by == "val_loss":
+                self._track_best(means["total"], means["total"])
+            elif distance is not None:
+                self._track_best(distance, means["total"])
         return means["total"]
+
+    def _free_running_on(self) -> bool:
+        return self.profile.train.free_running_every > 0 and self.task.speaks()
+
+    def _free_running_due(self, final: bool) -> bool:
+        every = self.profile.train.free_running_every
+        due = final or (self.validations > 0 and self.validations % max(every, 1) == 0)
+        return self.state.step > 0 and due and self._free_running_on()
+
+    def _free_running(self) -> float | None:
+        """Score the held-out sentences on rank 0 and share the distance, so every rank picks the same best."""
+        self.last_free_step = self.state.step
+        result = self.task.free_running(self.module) if self.world.is_main else None
+        if result is not None:
+            self.events.emit(free_running_event(self.state.step, result))
+        mine = {"distance": result.scores.summary().distance} if result is not None else {}
+        shared, count = reduce_sums(self.world, mine, 1 if result is not None else 0)
+        return shared["distance"] / count if count else None
 
     def _mean_val_losses(self) -> dict[str, float] | None:
         """Item-weighted mean of each loss over the validation set; None when nothing is held out."""
@@ -110,13 +151,16 @@ class Evaluator:
         sums, items = reduce_sums(self.world, sums, items)
         return {k: v / items for k, v in sums.items()} if items else None
 
-    def _track_best(self, val_loss: float) -> None:
+    def _track_best(self, score: float, val_loss: float | None) -> None:
+        """`score` is what train.select_best_by names; lower is better."""
         s = self.state
-        if s.best_val is None or val_loss < s.best_val:
-            s.best_val, s.evals_since_best = val_loss, 0
+        if s.best_val is None or score < s.best_val:
+            s.best_val, s.evals_since_best = score, 0
             saved = self.checkpointer.save(is_best=True)
             if saved is not None:
-                self.events.emit(BestModelEvent(step=s.step, path=str(saved), val_loss=val_loss))
+                by = self.profile.train.select_best_by
+                event = BestModelEvent(step=s.step, path=str(saved), val_loss=val_loss, selected_by=by, score=score)
+                self.events.emit(event)
         else:
             s.evals_since_best += 1
 
@@ -135,3 +179,20 @@ class Evaluator:
                 )
         finally:
             model.train()
+
+
+def free_running_event(step: int, result: FreeRunningResult) -> FreeRunningEvent:
+    summary, floor = result.scores.summary(), result.floor.summary()
+    return FreeRunningEvent(
+        step=step,
+        items=len(result.scores.items),
+        distance=summary.distance,
+        duration_ratio=summary.duration_ratio,
+        vuv_agreement=summary.vuv_agreement,
+        acoustic_distance=summary.acoustic_distance,
+        floor_distance=floor.distance,
+        floor_vuv_agreement=floor.vuv_agreement,
+        vocoder=result.vocoder,
+        seconds=result.seconds,
+        per_item=[FreeRunningItem(**vars(item)) for item in result.scores.items],
+    )

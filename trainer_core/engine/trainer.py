@@ -163,7 +163,9 @@ class Trainer:
         """The end of a finished run: a last validation and checkpoint at the final step."""
         self.telemetry.flush()
         if self.state.step and self.evaluator.last_val_step != self.state.step:
-            self.evaluator.validate()
+            self.evaluator.validate(final=True)
+        else:
+            self.evaluator.finish()
         if self.state.step and not self.checkpointer.saved_at(self.state.step):
             self.checkpointer.save()
         return "completed"

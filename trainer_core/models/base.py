@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 if TYPE_CHECKING:
-    pass
+    from trainer_core.models.free_running import FreeRunningResult
 
 Batch = dict[str, torch.Tensor]
 SampleKind = Literal["text", "audio"]
@@ -83,6 +83,15 @@ class Task(ABC):
     @abstractmethod
     def shard(self, rank: int, world_size: int) -> None:
         """Make train batches yield this rank's disjoint slice of every global batch (DDP)."""
+
+    def speaks(self) -> bool:
+        """True for tasks whose model turns text into speech: they can be scored free-running."""
+        return False
+
+    def free_running(self, model: nn.Module) -> FreeRunningResult | None:
+        """Held-out sentences spoken without teacher forcing and scored against their recordings; None when
+        the task cannot (no held-out items, or not a speech task)."""
+        return None
 
     def preload_done_event(self, reason: str = "") -> dict[str, Any] | None:
         """Fields of a `preload_done` event, for tasks that preload features; None when nothing was preloaded."""

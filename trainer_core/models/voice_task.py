@@ -27,6 +27,13 @@ from torch import nn
 from trainer_core.data.preload import PreloadWhere, VoiceFeatures, preload_voice
 from trainer_core.data.voice_dataset import VoiceDataset
 from trainer_core.models.base import Batch, SampleResult, Task, count_parameters, unwrap_model
+from trainer_core.models.free_running import (
+    FreeRunning,
+    FreeRunningResult,
+    HeldOutSentence,
+    evaluate_free_running,
+    pick_sentences,
+)
 from trainer_core.models.registry import TaskRequest, register_task
 from trainer_core.models.text_frontend import TextEncoder
 from trainer_core.models.tts import AcousticModel, TtsConfig, build_tts_model
@@ -107,6 +114,7 @@ class VoiceTask(Task):
         self.model: AcousticModel = build_tts_model(self.config, profile.run.seed, codes, phonemes)
         self.model.set_mel_stats(*mel_statistics(self.features, self.dataset.train_ids))
         self.model.to(self.device)
+        self._free_running: FreeRunning | None = None
 
     def _log_preload(self) -> None:
         f = self.features
@@ -171,6 +179,30 @@ class VoiceTask(Task):
             results.append(SampleResult(kind="audio", path=path, text=sentence))
         return results
 
+    # ------------------------------------------------------------------ free-running evaluation
+
+    def speaks(self) -> bool:
+        return True
+
+    def free_running(self, model: nn.Module) -> FreeRunningResult | None:
+        inner = unwrap_model(model)
+        if not isinstance(inner, AcousticModel):
+            raise TypeError(f"free-running evaluation needs an AcousticModel, got {type(inner).__name__}")
+        if self._free_running is None:
+            self._free_running = self._held_out_sentences()
+        if not self._free_running.sentences:
+            return None
+        return evaluate_free_running(self._free_running, inner, self.encoder)
+
+    def _held_out_sentences(self) -> FreeRunning:
+        """The fixed set: validation items with something to say, spread over their lengths."""
+        f, a = self.features, self.profile.audio
+        ids = self.dataset.val_ids  # items with no symbols to say are never among them
+        seconds = [f.frames[i] * a.hop_length / a.sample_rate for i in ids]
+        candidates = [HeldOutSentence(f.item_ids[i], f.texts[i], f.paths[i]) for i in ids]
+        picked = pick_sentences(candidates, seconds, self.profile.train.free_running_items)
+        return FreeRunning([candidates[k] for k in picked], a, self.profile.tts, vocoder=None)
+
     # ------------------------------------------------------------------ descriptions
 
     def shard(self, rank: int, world_size: int) -> None:
@@ -185,6 +217,11 @@ class VoiceTask(Task):
             "text": self.encoder.state_dict(),
             "audio": self.profile.audio.model_dump(mode="json"),
             "tts": self.profile.tts.model_dump(mode="json"),
+            # How the run held sentences out: `trainer-core evaluate` on an export then scores the same ones.
+            "held_out": {
+                "val_fraction": self.profile.data.val_fraction,
+                "val_max_items": self.profile.data.val_max_items,
+            },
         }
 
     def hours(self) -> float:

@@ -188,6 +188,27 @@ def memory_chart(state: RunState) -> ChartData:
     return ChartData("memory (GiB)", lines, faults)
 
 
+def speech_chart(state: RunState) -> ChartData:
+    """Free-running distance of held-out sentences (voice runs), with the vocoder's floor as a flat line."""
+    distance = series_line(state, "free_running", "free-running", "cyan")
+    acoustic = series_line(state, "free_running_acoustic", "before vocoder", "gray")
+    floor = state.free_running_floor
+    reference = None
+    if distance is not None and floor is not None:
+        reference = Line(
+            "floor (vocoder)", [distance.xs[0], max(distance.xs[-1], distance.xs[0] + 1)], [floor] * 2, "green"
+        )
+    return ChartData("free-running distance (voice)", _present((distance, acoustic, reference)), _best_only(state))
+
+
+def _best_only(state: RunState) -> dict[str, list[int]]:
+    return {kind: steps for kind, steps in marker_steps(state).items() if kind == "best"}
+
+
+# Rows of a chart that are not plot: title, top and bottom frame, step labels.
+PLOT_FRAME_ROWS = 4
+
+
 def step_ticks(low: float, high: float, count: int = 5) -> list[int]:
     """About `count` round step numbers between low and high (1, 2 or 5 times a power of ten apart)."""
     if high <= low:
@@ -257,14 +278,15 @@ class RunChart(PlotextPlot):
         self.draws = 0  # figures built so far (tests check that unchanged data is not drawn again)
         self.renders = 0  # pictures built by plotext so far
         self._columns = 0  # the width the figure was downsampled for
+        self._rows = 0  # the height its value ticks were chosen for
         self._picture: tuple[tuple, Text] | None = None  # (what it shows, the picture): repaints reuse it
 
     def needs_draw(self, data: ChartData) -> bool:
         """Whether `data` differs from what is drawn, or the chart was resized since."""
-        return data != self.data or self.size.width != self._columns
+        return data != self.data or self.size.width != self._columns or self.size.height != self._rows
 
     def draw(self, data: ChartData) -> None:
-        self.data, self._columns = data, self.size.width
+        self.data, self._columns, self._rows = data, self.size.width, self.size.height
         self.draws += 1
         self.drawn_at = time.monotonic()
         plt = self.plt
@@ -308,7 +330,9 @@ class RunChart(PlotextPlot):
             self.plt.xticks(positions, [str(tick) for tick in ticks])
         if plotted:
             low, high = min(plotted), max(plotted)
-            self.plt.yticks(*(log_ticks(low, high) if data.log_y else value_ticks(low, high)))
+            # No more ticks than about one per two plot rows: a short chart would print two on one row.
+            count = max(2, min(6, (self._rows - PLOT_FRAME_ROWS) // 2))
+            self.plt.yticks(*(log_ticks(low, high, min(count, 5)) if data.log_y else value_ticks(low, high, count)))
 
     def render(self) -> Text:
         key = (self.size, self.app.theme, self.theme)
@@ -330,9 +354,10 @@ CHART_BUILDERS: dict[str, Callable[[RunState], ChartData]] = {
     "lr": lr_chart,
     "throughput": throughput_chart,
     "memory": memory_chart,
+    "speech": speech_chart,
 }
 # The secondary charts, in the order `c` cycles them on a small terminal.
-SECONDARY = ("lr", "throughput", "memory", "parts")
+SECONDARY = ("lr", "throughput", "memory", "parts", "speech")
 
 
 class ChartGrid(Container):

@@ -1,0 +1,129 @@
+"""`trainer-core evaluate`: score a trained voice on sentences of a voice folder, spoken without teacher forcing.
+
+    trainer-core evaluate runs/demo-…                 --data my-voice/     # the run's best (else newest) checkpoint
+    trainer-core evaluate runs/demo-…/checkpoints/step-00000400.pt --data my-voice/ --json
+    trainer-core evaluate runs/demo-…/export          --data my-voice/ --all
+
+The sentences are the folder's held-out split (the same rule training uses, by item id, so a run's own data
+folder gives its validation sentences), spread over their lengths; `--all` scores every item. Two runs
+evaluated on the same folder are scored on the same sentences. Each score is printed beside the floor: the
+recordings re-synthesised through the same vocoder.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from trainer_core.cli.commands import SUMMARIES
+from trainer_core.cli.common import print_json
+from trainer_core.contract.errors import VegaError
+
+if TYPE_CHECKING:
+    from trainer_core.cli.synthesiser import Synthesiser
+    from trainer_core.data.scan_report import VoiceItem
+    from trainer_core.models.free_running import HeldOutSentence
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser(
+        "evaluate",
+        help=SUMMARIES["evaluate"],
+        description="Speak held-out sentences of DIR with a trained voice and score them against their recordings: "
+        "DTW-aligned log-mel distance, duration ratio and voicing agreement, beside the vocoder's floor.",
+    )
+    parser.add_argument("source", type=Path, metavar="RUN|CHECKPOINT|EXPORT", help="a run folder, .pt or export")
+    parser.add_argument("--data", type=Path, required=True, metavar="DIR", help="a voice folder with transcripts")
+    how_many = parser.add_mutually_exclusive_group()
+    how_many.add_argument("--items", type=int, default=None, metavar="N", help="sentences to score (default 8)")
+    how_many.add_argument("--all", action="store_true", help="score every item of the folder, not the held-out ones")
+    parser.add_argument("--device", default="cpu", help="torch device for the model (default: cpu)")
+    parser.add_argument("--json", action="store_true", help="print the scores as JSON")
+    parser.set_defaults(handler=run)
+
+
+def resolve_source(source: Path) -> tuple[str, Path]:
+    """("checkpoint" | "export", path): a run folder means its best checkpoint, else its newest."""
+    from trainer_core.engine.checkpoint import checkpoint_dir, list_checkpoints, read_best
+
+    if source.is_file():
+        return "checkpoint", source
+    if (source / "model.safetensors").is_file():
+        return "export", source
+    folder = checkpoint_dir(source)
+    best = read_best(folder)
+    if best is not None:
+        return "checkpoint", folder / best["path"]
+    found = list_checkpoints(folder)
+    if found:
+        return "checkpoint", found[-1]
+    raise VegaError(f"{source}: not a checkpoint file, an export folder or a run folder with checkpoints")
+
+
+def load_voice(source: Path, device: str) -> tuple[Synthesiser, Path]:
+    from trainer_core.cli.synthesiser import load_from_checkpoint, load_from_export
+
+    kind, path = resolve_source(source)
+    synth = load_from_checkpoint(path, device) if kind == "checkpoint" else load_from_export(path, device)
+    return synth, path
+
+
+def choose_sentences(synth: Synthesiser, items: list[VoiceItem], count: int | None, every: bool) -> list[Any]:
+    """The held-out split of `items` by the run's data settings (an export: the defaults), spread by length."""
+    from trainer_core.contract.profile import DataSection
+    from trainer_core.data.voice_dataset import split_items
+    from trainer_core.models.free_running import HeldOutSentence, pick_sentences
+
+    sentences = [HeldOutSentence(i.item_id, i.text, i.path) for i in items if synth.encoder.encode(i.text)]
+    if every:
+        return sentences
+    data = synth.data or DataSection()
+    _, held = split_items([s.item_id for s in sentences], data.val_fraction, data.val_max_items)
+    pool = [sentences[i] for i in held] or sentences
+    seconds = {i.item_id: i.duration_s for i in items}
+    picked = pick_sentences(pool, [seconds[s.item_id] for s in pool], count or 8)
+    return [pool[k] for k in picked]
+
+
+def run(args: argparse.Namespace) -> int:
+    from trainer_core.cli.synth_cmd import _check_device
+    from trainer_core.data.scan import scan_data
+    from trainer_core.data.scan_report import VoiceItem
+    from trainer_core.models.free_running import FreeRunning, evaluate_free_running
+
+    if args.items is not None and args.items < 1:
+        raise VegaError(f"--items must be at least 1, got {args.items}")
+    synth, path = load_voice(args.source, _check_device(args.device))
+    report = scan_data(args.data, mode="voice")
+    items = [item for item in report.items if isinstance(item, VoiceItem)]
+    sentences: list[HeldOutSentence] = choose_sentences(synth, items, args.items, args.all)
+    if not sentences:
+        raise VegaError(f"{args.data}: no transcript has a symbol this voice knows; nothing to evaluate")
+    free = FreeRunning(sentences, synth.audio, synth.tts, vocoder=None)
+    result = evaluate_free_running(free, synth.model, synth.encoder)
+    out = {
+        "source": str(path),
+        "data": str(args.data),
+        "vocoder": result.vocoder,
+        "scores": result.scores.to_dict(),
+        "floor": result.floor.to_dict(),
+        "seconds": result.seconds,
+    }
+    print_json(out) if args.json else print_table(out)
+    return 0
+
+
+def print_table(out: dict[str, Any]) -> None:
+    scores, floor = out["scores"], out["floor"]
+    print(f"{out['source']} on {len(scores['items'])} sentences of {out['data']} (vocoder: {out['vocoder']})")
+    print(f"{'item':<28} {'distance':>9} {'floor':>7} {'duration':>9} {'voicing':>8}")
+    for mine, base in zip(scores["items"], floor["items"], strict=True):
+        print(
+            f"{mine['item_id'][:28]:<28} {mine['distance']:>9.3f} {base['distance']:>7.3f} "
+            f"{mine['duration_ratio']:>8.2f}x {100 * mine['vuv_agreement']:>7.1f}%"
+        )
+    print(
+        f"{'mean':<28} {scores['distance']:>9.3f} {floor['distance']:>7.3f} "
+        f"{scores['duration_ratio']:>8.2f}x {100 * scores['vuv_agreement']:>7.1f}%"
+    )

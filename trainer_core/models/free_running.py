@@ -1,0 +1,129 @@
+"""Free-running evaluation of an acoustic model: held-out sentences spoken from text alone (predicted
+durations, no teacher forcing), heard through the vocoder and scored against their recordings.
+
+Used by the voice task every few validations and by `trainer-core evaluate`. The recordings' scores through the
+same vocoder are the floor: what the vocoder alone costs, and the best an acoustic model could reach with it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from trainer_core.data.audio import load_audio
+from trainer_core.data.mel import MelExtractor
+from trainer_core.models.vocoder import mel_to_audio
+from trainer_core.scoring.speech_scores import Recording, Scores, recording, score_heard
+
+if TYPE_CHECKING:
+    from trainer_core.contract.profile import AudioSection, TtsSection
+    from trainer_core.models.text_frontend import TextEncoder
+    from trainer_core.models.tts import AcousticModel
+
+# Log-mel (n_mels, frames) -> waveform: the vocoder the scores are heard through.
+Vocoder = Callable[[np.ndarray], np.ndarray]
+# Recordings longer than this are left out of the set: DTW and Griffin-Lim cost grows with length.
+MAX_SECONDS = 12.0
+
+
+@dataclass(frozen=True)
+class HeldOutSentence:
+    """A held-out recording and its transcript."""
+
+    item_id: str
+    text: str
+    path: Path
+
+
+def pick_sentences(candidates: Sequence[HeldOutSentence], seconds: Sequence[float], count: int) -> list[int]:
+    """Indices of `count` candidates spread evenly over their lengths (short to long), longest ones left out."""
+    usable = sorted((s, i) for i, s in enumerate(seconds) if s <= MAX_SECONDS) or sorted(
+        (s, i) for i, s in enumerate(seconds)
+    )
+    if len(usable) <= count:
+        return sorted(i for _, i in usable)
+    step = len(usable) / count
+    return sorted(usable[int(k * step + step / 2)][1] for k in range(count))
+
+
+class FreeRunning:
+    """Scores an acoustic model on fixed held-out sentences; the recordings are decoded once, on first use."""
+
+    def __init__(
+        self, sentences: Sequence[HeldOutSentence], audio: AudioSection, tts: TtsSection, vocoder: Vocoder | None
+    ) -> None:
+        self.sentences = list(sentences)
+        self.audio, self.tts = audio, tts
+        self.vocoder_name = "griffin-lim" if vocoder is None else "custom"
+        self.vocode: Vocoder = vocoder or (lambda mel: mel_to_audio(mel, audio, tts.griffin_lim_iters))
+        self._extractor = MelExtractor(audio)
+        self._recordings: list[Recording] | None = None
+        self._floor: Scores | None = None
+
+    def mel_of(self, wave: np.ndarray) -> np.ndarray:
+        return self._extractor([np.asarray(wave, dtype=np.float32)])[0].numpy()
+
+    def recordings(self) -> list[Recording]:
+        if self._recordings is None:
+            a = self.audio
+            self._recordings = [
+                recording(
+                    s.item_id,
+                    s.text,
+                    load_audio(s.path, a.sample_rate, a.trim_silence, a.trim_top_db, a.normalize),
+                    self.mel_of,
+                    a.sample_rate,
+                    a.hop_length,
+                )
+                for s in self.sentences
+            ]
+        return self._recordings
+
+    def floor(self) -> Scores:
+        """The recordings re-synthesised from their own mels through the vocoder (computed once)."""
+        if self._floor is None:
+            a = self.audio
+            self._floor = Scores(
+                [
+                    score_heard(r, self.vocode(r.mel), self.mel_of, a.sample_rate, a.hop_length)
+                    for r in self.recordings()
+                ]
+            )
+        return self._floor
+
+    def score(self, model: AcousticModel, encoder: TextEncoder) -> Scores:
+        """Every sentence spoken by `model` (in eval mode, no gradient) and scored against its recording."""
+        a = self.audio
+        was_training = model.training
+        model.eval()
+        try:
+            items = []
+            for r in self.recordings():
+                mel = model.synthesise(encoder.encode(r.text), self.tts.length_scale).float().cpu().numpy()
+                heard = self.vocode(mel)
+                items.append(score_heard(r, heard, self.mel_of, a.sample_rate, a.hop_length, predicted_mel=mel))
+            return Scores(items)
+        finally:
+            model.train(was_training)
+
+
+@dataclass(frozen=True)
+class FreeRunningResult:
+    """One free-running evaluation: the model's scores, the floor and how long scoring took."""
+
+    scores: Scores
+    floor: Scores
+    vocoder: str
+    seconds: float
+
+
+def evaluate_free_running(free: FreeRunning, model: AcousticModel, encoder: TextEncoder) -> FreeRunningResult:
+    started = time.perf_counter()
+    floor = free.floor()
+    scores = free.score(model, encoder)
+    return FreeRunningResult(scores, floor, free.vocoder_name, time.perf_counter() - started)
