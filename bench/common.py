@@ -511,8 +511,11 @@ def corpus_sentences(count: int, min_chars: int = 40, max_chars: int = 140) -> l
     raise RuntimeError(f"the demo text holds only {len(found)} usable sentences, {count} were asked for")
 
 
-def espeak_voice_corpus(folder: Path, count: int, sample_rate: int = 44100) -> Path:
-    """A voice folder of `count` espeak-ng recordings (16-bit WAV at `sample_rate`) with metadata.csv.
+def espeak_voice_corpus(
+    folder: Path, count: int, sample_rate: int = 44100, voices: tuple[str, ...] = ("en-us", "en-gb")
+) -> Path:
+    """A voice folder of `count` espeak-ng recordings (16-bit WAV at `sample_rate`) with metadata.csv; the
+    sentences take turns among `voices` (one voice: a single-speaker corpus).
 
     Reused when it already holds `count` files (generation is deterministic). espeak-ng speaks at
     22050 Hz; the files are resampled to `sample_rate` so that loading them needs a resample, as real
@@ -536,7 +539,7 @@ def espeak_voice_corpus(folder: Path, count: int, sample_rate: int = 44100) -> P
             speak,
             sentence,
             wavs / f"{item}.wav",
-            voice="en-us" if number % 2 == 0 else "en-gb",
+            voice=voices[number % len(voices)],
             speed=150 + 5 * (number % 6),
             sample_rate=sample_rate,
         )

@@ -64,6 +64,14 @@ class ModelSection(Section):
     heads: int = Field(default=2, ge=1, le=64, description="Attention heads; must divide hidden.")
     ffn_mult: int = Field(default=4, ge=1, le=16, description="Feed-forward width as a multiple of hidden.")
     dropout: float = Field(default=0.1, ge=0.0, lt=1.0, description="Dropout probability.")
+    postnet_layers: int = Field(
+        default=0, ge=0, le=16, description="TTS: convolution layers refining the decoder's mel (0: no post-net)."
+    )
+    frame_position: bool = Field(
+        default=False,
+        description="TTS: tell the decoder where each frame sits inside its symbol (progress and the symbol's "
+        "length), so that transitions need not be found by attention.",
+    )
 
     @model_validator(mode="after")
     def _heads_divide_hidden(self) -> ModelSection:

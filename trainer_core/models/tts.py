@@ -23,6 +23,7 @@ checkpoint's `model` state dict with its profile is enough to rebuild the text e
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -32,7 +33,7 @@ from torch import nn
 
 from trainer_core.contract.errors import VegaError
 from trainer_core.models.alignment import durations_to_path, monotonic_alignment_search
-from trainer_core.models.tts_modules import DurationPredictor, FFTStack, length_mask
+from trainer_core.models.tts_modules import DurationPredictor, FFTStack, FramePosition, PostNet, length_mask
 
 if TYPE_CHECKING:
     from trainer_core.contract.profile import Profile
@@ -57,6 +58,9 @@ class TtsConfig:
     heads: int
     ffn_mult: int
     dropout: float
+    # Added later, with defaults that rebuild the models exported before them.
+    postnet_layers: int = 0
+    frame_position: bool = False
 
     @classmethod
     def from_profile(cls, profile: Profile, vocab_size: int) -> TtsConfig:
@@ -70,6 +74,8 @@ class TtsConfig:
             m.heads,
             m.ffn_mult,
             m.dropout,
+            m.postnet_layers,
+            m.frame_position,
         )
 
 
@@ -107,6 +113,8 @@ class AcousticModel(nn.Module):
         self.to_mean = nn.Linear(c.hidden, c.n_mels)
         self.decoder = FFTStack(c.decoder_layers, c.hidden, c.heads, c.ffn_mult, c.dropout)
         self.to_mel = nn.Linear(c.hidden, c.n_mels)
+        self.frame_position = FramePosition(c.hidden) if c.frame_position else None
+        self.postnet = PostNet(c.n_mels, c.hidden, c.postnet_layers, c.dropout) if c.postnet_layers else None
         self.duration_predictor = DurationPredictor(c.hidden, c.dropout)
         codes = symbol_codes if symbol_codes is not None else [-1] * c.vocab_size
         if len(codes) != c.vocab_size:
@@ -136,13 +144,22 @@ class AcousticModel(nn.Module):
         hidden = self.encoder(self.embedding(text) * math.sqrt(self.config.hidden), mask)
         return hidden, self.to_mean(hidden), mask
 
-    def decode(self, frames: torch.Tensor, means: torch.Tensor, frame_mask: torch.Tensor) -> torch.Tensor:
-        """Frame features (B, Tm, H), aligned means (B, Tm, n_mels) -> standardised mel (B, n_mels, Tm).
+    def decode(
+        self, path: torch.Tensor, hidden: torch.Tensor, means: torch.Tensor, frame_mask: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Alignment (B, Lt, Tm), token features (B, Lt, H), aligned means (B, Tm, n_mels) -> the decoder's
+        standardised mel and the post-net's (the same tensor without a post-net), (B, n_mels, Tm) each.
 
         Padded frames are zero.
         """
-        refined = self.to_mel(self.decoder(frames, frame_mask)).float() + means.float()
-        return (refined * frame_mask[:, :, None]).transpose(1, 2)
+        frames = expand_to_frames(path, hidden)
+        if self.frame_position is not None:
+            frames = frames + self.frame_position(path).to(frames.dtype)
+        keep = frame_mask[:, :, None]
+        refined = ((self.to_mel(self.decoder(frames, frame_mask)).float() + means.float()) * keep).transpose(1, 2)
+        if self.postnet is None:
+            return refined, refined
+        return refined, refined + self.postnet(refined, frame_mask).float()
 
     def forward(
         self, text: torch.Tensor, text_lengths: torch.Tensor, mel: torch.Tensor, mel_lengths: torch.Tensor
@@ -158,13 +175,16 @@ class AcousticModel(nn.Module):
             path = monotonic_alignment_search(gaussian_log_likelihood(means, target), text_lengths, mel_lengths)
         aligned_means = expand_to_frames(path, means.float())
         # Detached: the means are trained by the prior loss alone; the decoder learns what they miss.
-        predicted = self.decode(expand_to_frames(path, hidden), aligned_means.detach(), frame_mask)
+        decoded, predicted = self.decode(path, hidden, aligned_means.detach(), frame_mask)
         log_durations = self.duration_predictor(hidden.detach(), token_mask)
-        return {
+        losses = {
             "mel": _masked_l1(self.unstandardise(predicted), mel, frame_mask),
             "prior": _prior_nll(aligned_means, target, frame_mask),
             "duration": _duration_mse(log_durations, path.sum(dim=2), token_mask),
         }
+        if self.postnet is not None:  # the decoder is also held to the target, so the post-net only refines
+            losses["mel_before_postnet"] = _masked_l1(self.unstandardise(decoded), mel, frame_mask)
+        return losses
 
     @torch.no_grad()
     def predict_durations(self, hidden: torch.Tensor, mask: torch.Tensor, length_scale: float) -> torch.Tensor:
@@ -186,7 +206,7 @@ class AcousticModel(nn.Module):
         hidden, means, mask = self.encode(ids, lengths)
         path = durations_to_path(self.predict_durations(hidden, mask, length_scale))
         frame_mask = torch.ones(1, path.shape[2], dtype=torch.bool, device=device)
-        mel = self.decode(expand_to_frames(path, hidden), expand_to_frames(path, means.float()), frame_mask)
+        _, mel = self.decode(path, hidden, expand_to_frames(path, means.float()), frame_mask)
         return self.unstandardise(mel)[0]
 
 
@@ -225,7 +245,8 @@ def build_tts_model(
 def config_from_dict(data: dict[str, Any]) -> TtsConfig:
     """TtsConfig from a config.json "model" entry (extra keys ignored, missing ones a clear error)."""
     fields = TtsConfig.__dataclass_fields__
-    missing = [name for name in fields if name not in data]
+    required = [name for name, f in fields.items() if f.default is dataclasses.MISSING]
+    missing = [name for name in required if name not in data]
     if missing:
         raise VegaError(f"the TTS model config lacks {', '.join(missing)}; re-export the model")
-    return TtsConfig(**{name: data[name] for name in fields})
+    return TtsConfig(**{name: data[name] for name in fields if name in data})

@@ -16,6 +16,7 @@ from torch import nn
 # Width of the first feed-forward convolution: a few neighbours of context per layer (FastSpeech-style).
 FFN_KERNEL = 5
 DURATION_KERNEL = 3
+POSTNET_KERNEL = 5
 
 
 def length_mask(lengths: torch.Tensor, max_length: int) -> torch.Tensor:
@@ -123,3 +124,54 @@ class DurationPredictor(nn.Module):
         y = self._conv(self.conv1, self.ln1, x, keep)
         y = self._conv(self.conv2, self.ln2, y, keep)
         return self.out(y * keep).squeeze(-1) * mask.to(y.dtype)
+
+
+class FramePosition(nn.Module):
+    """Where each frame sits inside its symbol, as decoder input: progress through the symbol (0 at its first
+    frame, near 1 at its last), the same counted from the end, and log(1 + the symbol's length in frames)."""
+
+    def __init__(self, hidden: int) -> None:
+        super().__init__()
+        self.project = nn.Linear(3, hidden)
+
+    @staticmethod
+    def features(path: torch.Tensor) -> torch.Tensor:
+        """(B, Lt, Tm) hard alignment -> (B, Tm, 3) position features (zero on frames no symbol owns)."""
+        path = path.float()
+        durations = path.sum(dim=2, keepdim=True)  # (B, Lt, 1)
+        # Frames of each symbol counted from 1: a running sum along time, kept only where the symbol owns the frame.
+        index = (path.cumsum(dim=2) * path).sum(dim=1)  # (B, Tm)
+        length = (durations * path).sum(dim=1)  # (B, Tm): the owning symbol's frame count
+        owned = length > 0
+        safe = length.clamp(min=1.0)
+        progress = torch.where(owned, (index - 1) / safe, torch.zeros_like(safe))
+        remaining = torch.where(owned, (safe - index) / safe, torch.zeros_like(safe))
+        return torch.stack((progress, remaining, torch.log1p(length)), dim=2)
+
+    def forward(self, path: torch.Tensor) -> torch.Tensor:
+        return self.project(self.features(path))
+
+
+class PostNet(nn.Module):
+    """A residual stack of convolutions over the mel (Tacotron 2's post-net, with LayerNorm): sharpens detail
+    the frame-wise decoder smooths away."""
+
+    def __init__(self, n_mels: int, channels: int, layers: int, dropout: float) -> None:
+        super().__init__()
+        widths = [n_mels] + [channels] * (layers - 1) + [n_mels]
+        self.convs = nn.ModuleList(
+            nn.Conv1d(widths[i], widths[i + 1], POSTNET_KERNEL, padding=POSTNET_KERNEL // 2) for i in range(layers)
+        )
+        self.norms = nn.ModuleList(nn.LayerNorm(widths[i + 1]) for i in range(layers - 1))
+        self.drop = nn.Dropout(dropout)
+        nn.init.zeros_(self.convs[-1].weight)  # starts as the identity: the decoder's mel passes through unchanged
+        nn.init.zeros_(self.convs[-1].bias)
+
+    def forward(self, mel: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """(B, n_mels, Tm) standardised mel, (B, Tm) mask -> the correction to add (zero on padding)."""
+        keep = mask[:, None, :].to(mel.dtype)
+        x = mel
+        for conv, norm in zip(self.convs[:-1], self.norms, strict=True):
+            x = torch.tanh(norm(conv(x * keep).transpose(1, 2)).transpose(1, 2))
+            x = self.drop(x)
+        return self.convs[-1](x * keep) * keep

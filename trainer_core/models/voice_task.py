@@ -146,6 +146,8 @@ class VoiceTask(Task):
         parts = model(batch["text"], batch["text_lens"], batch["mel"], batch["mel_lens"])
         tts = self.profile.tts
         total = parts["mel"] + tts.prior_loss_weight * parts["prior"] + tts.duration_loss_weight * parts["duration"]
+        if "mel_before_postnet" in parts:
+            total = total + parts["mel_before_postnet"]
         return {"total": total, **{name: value.detach() for name, value in parts.items()}}
 
     def val_metrics(self, losses_mean: dict[str, float]) -> dict[str, float]:
