@@ -586,3 +586,33 @@ def voice_data(files: int, tiny: bool, notes: list[str]) -> Path:
 def voice_overrides(folder: Path) -> list[str]:
     """Profile overrides that point a TTS profile at `folder`, with the benchmarks' own feature cache."""
     return [f"data.path={folder}", f"data.cache_dir={FEATURE_CACHE}"]
+
+
+def docstring_corpus(folder: Path, target_bytes: int) -> Path:
+    """English prose that is not the bundled book: the docstrings of this Python's standard library, read with
+    `ast` (nothing is imported), in sorted file order, one text file per source file, until `target_bytes`.
+    Reused when already written."""
+    import ast
+    import sysconfig
+
+    done = folder / ".complete"
+    if done.is_file():
+        return folder
+    folder.mkdir(parents=True, exist_ok=True)
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    written = 0
+    for source in sorted(p for p in stdlib.glob("*.py") if not p.name.startswith("_")):
+        try:
+            tree = ast.parse(source.read_text(encoding="utf-8"))
+        except (SyntaxError, UnicodeDecodeError, OSError):
+            continue
+        nodes = [tree, *(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.ClassDef))]
+        texts = [doc.strip() for node in nodes if (doc := ast.get_docstring(node)) and len(doc) > 80]
+        if texts:
+            text = "\n\n".join(texts) + "\n"
+            (folder / f"{source.stem}.txt").write_text(text, encoding="utf-8")
+            written += len(text.encode("utf-8"))
+        if written >= target_bytes:
+            break
+    done.write_text(f"{written}\n", encoding="utf-8")
+    return folder

@@ -1,6 +1,7 @@
 """Run every benchmark and rewrite the generated part of docs/benchmarks.md (`bench/run_all` calls this).
 
-    bench/run_all                 every benchmark with its documented settings (under 30 minutes)
+    bench/run_all                 every benchmark with its documented settings (about 2 hours: the learning
+                                  benchmark trains 12 minutes per variant; --only skips it)
     bench/run_all --tiny          every benchmark once on smoke settings (what tests/test_bench.py runs)
     bench/run_all --only preload,dashboard   rerun those; the other sections of the document are kept
     bench/run_all --render-only   rewrite the document from the JSON results already in --out
@@ -32,9 +33,10 @@ class Bench:
     key: str
     script: str
     full: tuple[str, ...]
+    shared: tuple[str, ...] = ()  # arguments for both the full and the --tiny run (which part of a script)
 
 
-# In run order: the long time-budget run goes last.
+# In run order: the long budgeted runs go last.
 BENCHES = (
     Bench("preload", "preload_speed.py", ("--files", "300", "--repeats", "3")),
     Bench("event_cost", "event_cost.py", ("--steps", "30", "--files", "300")),
@@ -55,20 +57,15 @@ BENCHES = (
     ),
     Bench("scale", "scale.py", ("--hours", "24", "--steps", "100", "--eval-every", "50")),
     Bench("synth", "synth_speed.py", ("--sentences", "40", "--train-steps", "20", "--repeats", "5")),
-    Bench(
-        "budget",
-        "time_budget.py",
-        (
-            "--hours",
-            "0.1667",
-        ),
-    ),
+    Bench("budget", "time_budget.py", ("--hours", "0.1667")),
+    Bench("sizing", "learning.py", ("--lm-minutes", "4"), ("--sections", "lm")),
+    Bench("learning", "learning.py", ("--minutes", "12"), ("--sections", "voice")),
 )
 
 
 def run_bench(bench: Bench, tiny: bool, out: Path) -> tuple[int, float]:
     """Run one benchmark script; its exit status and wall seconds."""
-    argv = [sys.executable, str(common.BENCH / bench.script), *(("--tiny",) if tiny else bench.full)]
+    argv = [sys.executable, str(common.BENCH / bench.script), *(("--tiny",) if tiny else bench.full), *bench.shared]
     if out != common.RESULTS:
         argv += ["--out", str(out)]
     print(f"[run_all] {bench.key}: {' '.join(argv[1:])}", flush=True)

@@ -64,6 +64,17 @@ EXPECTED = {
         "batch, book sentences: seconds of speech",
         "synth --text-file end to end",
     ),
+    "learning.py": (
+        "demo, before: free-running distance",
+        "demo, after: free-running distance",
+        "demo: after / before",
+        "demo, after with the transformer decoder: free-running distance",
+        "demo, after plus a post-net: free-running distance",
+        'demo, after with model.size = "auto": free-running distance',
+        "demo: floor (recordings through Griffin-Lim)",
+        "demo, negative control",
+        "wrong sentence (another recording)",
+    ),
 }
 KEYS = {
     "pipeline_efficiency.py": "pipeline",
@@ -74,6 +85,18 @@ KEYS = {
     "time_budget.py": "budget",
     "scale.py": "scale",
     "synth_speed.py": "synth",
+    "learning.py": "learning",
+}
+# Scripts that write a second result: its key and the figures it must report.
+SECOND = {
+    "learning.py": (
+        "sizing",
+        (
+            "lm-small as shipped: bits per byte",
+            'lm-small, model.size = "auto": bits per byte',
+            'negative control: model.size = "auto"',
+        ),
+    ),
 }
 
 
@@ -96,13 +119,27 @@ def run_script(script: str, data: Path, *args: str) -> subprocess.CompletedProce
 def test_benchmark_runs_on_smoke_settings(script: str, tmp_path: Path) -> None:
     done = run_script(script, tmp_path, "--tiny")
     assert done.returncode == 0, f"{script} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
-    result = json.loads((tmp_path / "results" / f"{KEYS[script]}.json").read_text(encoding="utf-8"))
+    check_result(script, tmp_path, KEYS[script], EXPECTED[script])
+    if script in SECOND:
+        check_result(script, tmp_path, *SECOND[script])
+    # Scratch folders are cleaned up; only data worth keeping (generated corpora, logs) and results remain.
+    leftovers = [
+        p.name
+        for p in tmp_path.iterdir()
+        if p.name.split("-")[0]
+        in {"pipeline", "overhead", "preload", "events", "growth", "dashboard", "budget", "scale", "learning", "sizing"}
+    ]
+    assert not leftovers, leftovers
+
+
+def check_result(script: str, tmp_path: Path, key: str, expected: tuple[str, ...]) -> None:
+    result = json.loads((tmp_path / "results" / f"{key}.json").read_text(encoding="utf-8"))
     assert result["command"].endswith(f"bench/{script} --tiny")
     assert result["machine"]["cores"] >= 1 and result["machine"]["torch"]
     if result["skipped"]:
         pytest.skip(f"{script}: {result['skipped']}")
     names = [f["name"] for f in result["figures"]]
-    for wanted in EXPECTED[script]:
+    for wanted in expected:
         assert any(name.startswith(wanted) for name in names), f"{script} did not report {wanted!r}: {names}"
     for figure in result["figures"]:
         value = figure["value"]
@@ -111,14 +148,6 @@ def test_benchmark_runs_on_smoke_settings(script: str, tmp_path: Path) -> None:
             assert value is not None and math.isfinite(value), figure
     failed = [note for note in result["notes"] if "measurement failed" in note]
     assert not failed, failed
-    # Scratch folders are cleaned up; only data worth keeping (generated corpora, logs) and results remain.
-    leftovers = [
-        p.name
-        for p in tmp_path.iterdir()
-        if p.name.split("-")[0]
-        in {"pipeline", "overhead", "preload", "events", "growth", "dashboard", "budget", "scale"}
-    ]
-    assert not leftovers, leftovers
 
 
 def sample_result(key: str, title: str, value: float, met: bool) -> dict:

@@ -35,3 +35,10 @@ def test_time_budget_plans_the_run_and_ends_near_the_target(trainers: TrainerLau
     later_steps = [e for e in of_type(events, "step") if e.seq > first_plan]
     assert later_steps and all(e.eta_s is not None and e.eta_s >= 0 for e in later_steps)
     assert later_steps[-1].eta_s < later_steps[0].eta_s
+
+
+def test_max_steps_still_ends_a_budgeted_run_that_reaches_it_first(trainers: TrainerLauncher) -> None:
+    run = trainers.start("budget-cap", {"train.max_steps": 3, "train.warmup_steps": 1, "train.target_hours": 1.0})
+    assert run.wait() == 0, run.stderr
+    end = finished(run.events())
+    assert end.status == "completed" and end.step == 3

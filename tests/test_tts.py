@@ -13,7 +13,7 @@ import torch
 from trainer_core.contract.profile import AudioSection
 from trainer_core.data.librosa_mel import librosa_power_mel
 from trainer_core.models.text_frontend import PAD_ID, UNK_ID, TextEncoder, normalize_text
-from trainer_core.models.tts import AcousticModel, TtsConfig, build_tts_model
+from trainer_core.models.tts import AcousticModel, TtsConfig, build_tts_model, config_from_dict
 from trainer_core.models.vocoder import mel_to_audio, write_wav
 
 N_MELS = 16
@@ -85,8 +85,8 @@ def test_bf16_autocast_keeps_the_losses_float32_and_close_to_fp32() -> None:
         assert float(mixed[name]) == pytest.approx(float(plain[name]), rel=0.1), name
 
 
-def test_padding_does_not_change_an_items_losses() -> None:
-    model = build_tts_model(_config(), seed=2).eval()
+def test_padding_does_not_change_an_items_losses(model: AcousticModel | None = None) -> None:
+    model = model or build_tts_model(_config(), seed=2).eval()
     batch = _synthetic_batch(1, batch=1)
     padded = {
         "text": torch.nn.functional.pad(batch["text"], (0, 3)),
@@ -116,6 +116,49 @@ def test_short_training_drives_the_losses_down() -> None:
     assert last["mel"] < 0.35 * first["mel"], (first, last)
     assert last["duration"] < 0.5 * first["duration"], (first, last)
     assert last["prior"] < first["prior"]
+
+
+def test_a_post_net_trains_and_keeps_padding_out() -> None:
+    model = build_tts_model(_config(postnet_layers=3), seed=4)
+    losses = _losses(model, _synthetic_batch(5))
+    assert set(losses) == {"mel", "prior", "duration", "mel_before_postnet"}
+    # The post-net's last layer starts at zero: at first it hands the decoder's mel through unchanged.
+    assert float(losses["mel"].detach()) == pytest.approx(float(losses["mel_before_postnet"].detach()))
+    sum(losses.values()).backward()
+    assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in model.postnet.parameters())
+    test_padding_does_not_change_an_items_losses(model.eval())
+
+
+def test_attention_dropout_is_its_own_setting_and_defaults_to_dropout() -> None:
+    from trainer_core.models.tts_modules import MaskedSelfAttention
+
+    def rates(model: AcousticModel) -> set[float]:
+        return {m.dropout for m in model.modules() if isinstance(m, MaskedSelfAttention)}
+
+    assert rates(build_tts_model(_config(dropout=0.1), seed=1)) == {0.1}
+    fast = build_tts_model(_config(dropout=0.1, attention_dropout=0.0), seed=1)
+    assert rates(fast) == {0.0}
+    assert {m.p for m in fast.modules() if isinstance(m, torch.nn.Dropout)} == {0.1}
+
+
+def test_a_conv_decoder_trains_without_attention_over_frames() -> None:
+    from trainer_core.models.tts_modules import ConvStack, MaskedSelfAttention
+
+    model = build_tts_model(_config(decoder="conv", decoder_layers=3), seed=6)
+    assert isinstance(model.decoder, ConvStack)
+    assert not any(isinstance(m, MaskedSelfAttention) for m in model.decoder.modules())
+    losses = _losses(model, _synthetic_batch(7))
+    sum(losses.values()).backward()
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.decoder.parameters())
+    test_padding_does_not_change_an_items_losses(model.eval())
+
+
+def test_a_config_written_before_the_new_options_still_builds() -> None:
+    added = ("postnet_layers", "attention_dropout", "decoder")
+    old = {name: value for name, value in vars(_config()).items() if name not in added}
+    rebuilt = config_from_dict(old)
+    assert rebuilt.postnet_layers == 0 and rebuilt.attention_dropout is None and rebuilt.decoder == "transformer"
+    assert set(build_tts_model(rebuilt, seed=1).state_dict()) == set(build_tts_model(_config(), seed=1).state_dict())
 
 
 def test_synthesise_uses_predicted_durations_and_the_length_scale() -> None:

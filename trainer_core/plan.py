@@ -55,6 +55,8 @@ class TrainPlan:
     """The torch.distributed backend once this rank joined the process group."""
     launch: LaunchPlan | None = None
     """Set by `trainer-core train --nproc-per-node N` before torchrun starts (what --dry-run shows)."""
+    model_size: dict[str, Any] | None = None
+    """`model.size = "auto"`: the shape chosen, why, and every candidate measured."""
 
     @property
     def data_mode(self) -> str:
@@ -83,7 +85,13 @@ class TrainPlan:
                 "hours": self.data.voice.hours_usable,
                 "problems": [pr.to_dict() for pr in self.data.problems],
             },
-            "model": {"kind": model_kind(p, self.data.mode), "hidden": p.model.hidden},
+            "model": {
+                "kind": model_kind(p, self.data.mode),
+                "hidden": p.model.hidden,
+                "layers": p.model.encoder_layers,
+                "heads": p.model.heads,
+                "size": self.model_size,
+            },
             "preload": {
                 "estimated_bytes": self.preload_bytes,
                 "available_bytes": self.resources.ram_available_bytes,
@@ -319,13 +327,14 @@ def make_plan(
         workers=max(1, profile.data.num_workers),
         cache_folder=scan_cache_folder(profile.data.cache_dir),
     )
-    a = profile.audio
-    need = estimate_preload_bytes(report, a.sample_rate, a.hop_length, a.n_mels)
-    where, why = choose_preload(profile, need, resources.ram_available_bytes)
     target = run_dir if run_dir is not None else rundir.propose_run_dir(profile.run.runs_dir, profile.run.name)
     if resume is not None and resume != "auto" and run_dir is None:
         # Resuming from a checkpoint file continues in that checkpoint's run folder.
         target = Path(resume).expanduser().resolve().parent.parent
+    profile, model_size = auto_size(profile, report, device.device, world, target if resume else None)
+    a = profile.audio
+    need = estimate_preload_bytes(report, a.sample_rate, a.hop_length, a.n_mels)
+    where, why = choose_preload(profile, need, resources.ram_available_bytes)
     plan = TrainPlan(
         profile_path=path,
         profile=profile,
@@ -341,6 +350,7 @@ def make_plan(
         steps_per_epoch=estimate_steps_per_epoch(profile, report, world.world_size),
         validation=estimate_validation(profile, report, world.world_size),
         world=world,
+        model_size=model_size,
     )
     plan.warmup_steps, warmup_change = plan_warmup(profile, plan.steps_per_epoch)
     plan.notes.extend(w for w in device.warnings if w != device.reason)
@@ -349,6 +359,39 @@ def make_plan(
     if world.active and world.is_main:
         plan.notes.extend(launch_notes())
     return plan
+
+
+def auto_size(
+    profile: Profile, report: DataReport, device: str, world: World, resumed_run: Path | None
+) -> tuple[Profile, dict[str, Any] | None]:
+    """`model.size = "auto"` resolved: measured here for a new run, read back from the run folder on resume."""
+    if profile.model.size != "auto":
+        return profile, None
+    if resumed_run is not None:
+        return _size_of_run(profile, resumed_run), {"reason": f"the size {resumed_run.name} was started with"}
+    if world.active:
+        raise VegaError(
+            'model.size = "auto" is measured in one process: run `trainer-core train --dry-run` once and set '
+            "model.hidden, model.encoder_layers and model.heads to the size it prints"
+        )
+    from trainer_core.models.size_probes import size_model  # torch: only when a size is to be measured
+
+    sized, choice = size_model(profile, report, model_kind(profile, report.mode), device)
+    return sized, choice.to_dict()
+
+
+def _size_of_run(profile: Profile, run_dir: Path) -> Profile:
+    import tomllib
+
+    frozen = run_dir / rundir.PROFILE
+    try:
+        saved = tomllib.loads(frozen.read_text(encoding="utf-8"))
+        shape = {key: int(saved["model"][key]) for key in ("hidden", "encoder_layers", "heads")}
+        dropout, lr = float(saved["model"]["dropout"]), float(saved["train"]["lr"])
+    except (OSError, KeyError, ValueError, TypeError, tomllib.TOMLDecodeError) as exc:
+        raise VegaError(f"{frozen}: cannot read the model size this run was started with ({exc})") from exc
+    model = profile.model.model_copy(update={**shape, "dropout": dropout, "attention_dropout": None, "size": "fixed"})
+    return profile.model_copy(update={"model": model, "train": profile.train.model_copy(update={"lr": lr})})
 
 
 def validation_text(v: ValidationPlan) -> str:
@@ -374,7 +417,10 @@ def render_plan(plan: TrainPlan) -> None:
     table.add_row("device", f"{d['device']['device']}  — {d['device']['reason']}")
     table.add_row("data", f"{d['data']['path']}  [{d['data']['mode']}] — {d['data']['reason']}")
     table.add_row("usable", f"{d['data']['usable']} items, {d['data']['hours']:.3f} h; {d['data']['skipped']} skipped")
-    table.add_row("model", f"{d['model']['kind']} (hidden {d['model']['hidden']})")
+    m = d["model"]
+    table.add_row("model", f"{m['kind']} (hidden {m['hidden']}, {m['layers']} layers, {m['heads']} heads)")
+    if m["size"]:
+        table.add_row("model size", f"auto: {m['size']['reason']}")
     pre = d["preload"]
     table.add_row("preload", f"{pre['where']}: {pre['reason']}")
     s = d["schedule"]

@@ -62,7 +62,9 @@ def load_from_checkpoint(path: Path, device: str = "cpu") -> Synthesiser:
     state = load_checkpoint(path)
     weights = _strip_wrappers(state.get("model") or {})
     if "text_symbols" not in weights:
-        raise VegaError(f"checkpoint {path} is not a TTS model (no text vocabulary in it); synth needs a voice run")
+        raise VegaError(
+            f"checkpoint {path} is not a TTS model (no text vocabulary in it); synth and evaluate need a voice run"
+        )
     profile = _profile_from_checkpoint(state, path)
     codes = [int(c) for c in weights["text_symbols"].tolist()]
     phonemes = "text_phonemes" in weights and int(weights["text_phonemes"]) == 1
@@ -88,7 +90,8 @@ def load_from_export(folder: Path, device: str = "cpu") -> Synthesiser:
     weights, document = load_exported(folder)
     config = document.get("model") or {}
     if config.get("kind") != "tts":
-        raise VegaError(f"{folder} holds a {config.get('kind', 'unknown')!r} model, not a TTS voice; synth needs one")
+        kind = config.get("kind", "unknown")
+        raise VegaError(f"{folder} holds a {kind!r} model, not a TTS voice; synth and evaluate need one")
     encoder = TextEncoder.from_state(config.get("text") or {})
     model = AcousticModel(config_from_dict(config), encoder.symbol_codes(), encoder.units == "phonemes")
     check_model_compatible(model, weights)

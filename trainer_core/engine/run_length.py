@@ -54,6 +54,9 @@ class RunLength:
         return self.profile.train.warmup_steps if fitted is None else fitted
 
     def finished(self) -> bool:
+        cap = self.profile.train.max_steps
+        if cap is not None and self.state.step >= cap:  # with a time budget too: whichever comes first
+            return True
         if self.budget is not None:
             return self.budget.out_of_time() and self.state.step > 0
         return self.state.step >= self.state.total_steps

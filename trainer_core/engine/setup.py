@@ -17,7 +17,13 @@ import torch
 from trainer_core.contract import rundir
 from trainer_core.contract.errors import VegaError
 from trainer_core.contract.profile_loader import profile_to_toml
-from trainer_core.contract.protocol import DeviceSelectedEvent, PreloadDoneEvent, PreloadProgressEvent, WarningEvent
+from trainer_core.contract.protocol import (
+    DeviceSelectedEvent,
+    LogEvent,
+    PreloadDoneEvent,
+    PreloadProgressEvent,
+    WarningEvent,
+)
 from trainer_core.engine.checkpoint import find_resume, load_checkpoint
 from trainer_core.engine.control_state import ControlState
 from trainer_core.engine.distributed import (
@@ -70,6 +76,8 @@ def build_trainer(plan: TrainPlan, hub: EventHub, control: ControlState, run_dir
         f"; TF32 {'on' if p.train.tf32 else 'off'}" if device.type == "cuda" else "",
         torch.__version__,
     )
+    if plan.model_size is not None:
+        hub.emit(LogEvent(level="info", message=f"model size (model.size = auto): {plan.model_size['reason']}"))
     task = build_task(
         p,
         plan.data,

@@ -33,7 +33,7 @@ from torch import nn
 
 from trainer_core.contract.errors import VegaError
 from trainer_core.models.alignment import durations_to_path, monotonic_alignment_search
-from trainer_core.models.tts_modules import DurationPredictor, FFTStack, FramePosition, PostNet, length_mask
+from trainer_core.models.tts_modules import ConvStack, DurationPredictor, FFTStack, PostNet, length_mask
 
 if TYPE_CHECKING:
     from trainer_core.contract.profile import Profile
@@ -60,7 +60,8 @@ class TtsConfig:
     dropout: float
     # Added later, with defaults that rebuild the models exported before them.
     postnet_layers: int = 0
-    frame_position: bool = False
+    attention_dropout: float | None = None  # None: the same as dropout
+    decoder: str = "transformer"
 
     @classmethod
     def from_profile(cls, profile: Profile, vocab_size: int) -> TtsConfig:
@@ -75,7 +76,8 @@ class TtsConfig:
             m.ffn_mult,
             m.dropout,
             m.postnet_layers,
-            m.frame_position,
+            m.attention_dropout,
+            m.decoder,
         )
 
 
@@ -109,11 +111,15 @@ class AcousticModel(nn.Module):
         c = config
         self.embedding = nn.Embedding(c.vocab_size, c.hidden, padding_idx=0)
         nn.init.normal_(self.embedding.weight, mean=0.0, std=c.hidden**-0.5)
-        self.encoder = FFTStack(c.encoder_layers, c.hidden, c.heads, c.ffn_mult, c.dropout)
+        attention_dropout = c.dropout if c.attention_dropout is None else c.attention_dropout
+        self.encoder = FFTStack(c.encoder_layers, c.hidden, c.heads, c.ffn_mult, c.dropout, attention_dropout)
         self.to_mean = nn.Linear(c.hidden, c.n_mels)
-        self.decoder = FFTStack(c.decoder_layers, c.hidden, c.heads, c.ffn_mult, c.dropout)
+        self.decoder: nn.Module = (
+            ConvStack(c.decoder_layers, c.hidden, c.dropout)
+            if c.decoder == "conv"
+            else FFTStack(c.decoder_layers, c.hidden, c.heads, c.ffn_mult, c.dropout, attention_dropout)
+        )
         self.to_mel = nn.Linear(c.hidden, c.n_mels)
-        self.frame_position = FramePosition(c.hidden) if c.frame_position else None
         self.postnet = PostNet(c.n_mels, c.hidden, c.postnet_layers, c.dropout) if c.postnet_layers else None
         self.duration_predictor = DurationPredictor(c.hidden, c.dropout)
         codes = symbol_codes if symbol_codes is not None else [-1] * c.vocab_size
@@ -153,8 +159,6 @@ class AcousticModel(nn.Module):
         Padded frames are zero.
         """
         frames = expand_to_frames(path, hidden)
-        if self.frame_position is not None:
-            frames = frames + self.frame_position(path).to(frames.dtype)
         keep = frame_mask[:, :, None]
         refined = ((self.to_mel(self.decoder(frames, frame_mask)).float() + means.float()) * keep).transpose(1, 2)
         if self.postnet is None:

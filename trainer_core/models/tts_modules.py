@@ -17,6 +17,7 @@ from torch import nn
 FFN_KERNEL = 5
 DURATION_KERNEL = 3
 POSTNET_KERNEL = 5
+CONV_KERNEL = 5
 
 
 def length_mask(lengths: torch.Tensor, max_length: int) -> torch.Tensor:
@@ -73,10 +74,12 @@ class ConvFeedForward(nn.Module):
 class FFTBlock(nn.Module):
     """Pre-LayerNorm transformer block with a convolutional feed-forward (a FastSpeech "FFT" block)."""
 
-    def __init__(self, hidden: int, heads: int, ffn_mult: int, dropout: float) -> None:
+    def __init__(
+        self, hidden: int, heads: int, ffn_mult: int, dropout: float, attention_dropout: float | None = None
+    ) -> None:
         super().__init__()
         self.ln_attn = nn.LayerNorm(hidden)
-        self.attn = MaskedSelfAttention(hidden, heads, dropout)
+        self.attn = MaskedSelfAttention(hidden, heads, dropout if attention_dropout is None else attention_dropout)
         self.drop = nn.Dropout(dropout)
         self.ln_ffn = nn.LayerNorm(hidden)
         self.ffn = ConvFeedForward(hidden, ffn_mult, dropout)
@@ -89,10 +92,19 @@ class FFTBlock(nn.Module):
 class FFTStack(nn.Module):
     """Positions added once, then `layers` FFT blocks and a final LayerNorm; padding is zero on output."""
 
-    def __init__(self, layers: int, hidden: int, heads: int, ffn_mult: int, dropout: float) -> None:
+    def __init__(
+        self,
+        layers: int,
+        hidden: int,
+        heads: int,
+        ffn_mult: int,
+        dropout: float,
+        attention_dropout: float | None = None,
+    ) -> None:
         super().__init__()
         self.drop = nn.Dropout(dropout)
-        self.blocks = nn.ModuleList(FFTBlock(hidden, heads, ffn_mult, dropout) for _ in range(layers))
+        blocks = (FFTBlock(hidden, heads, ffn_mult, dropout, attention_dropout) for _ in range(layers))
+        self.blocks = nn.ModuleList(blocks)
         self.ln_out = nn.LayerNorm(hidden)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -100,6 +112,28 @@ class FFTStack(nn.Module):
         for block in self.blocks:
             x = block(x, mask)
         return self.ln_out(x) * mask[:, :, None].to(x.dtype)
+
+
+class ConvStack(nn.Module):
+    """Residual blocks of dilated convolutions (dilations 1, 2, 4, then again): a frame decoder without attention,
+    whose receptive field grows with depth. Positions are not needed: convolutions see order."""
+
+    def __init__(self, layers: int, hidden: int, dropout: float) -> None:
+        super().__init__()
+        self.convs = nn.ModuleList(
+            nn.Conv1d(hidden, hidden, CONV_KERNEL, padding=(CONV_KERNEL // 2) * 2 ** (i % 3), dilation=2 ** (i % 3))
+            for i in range(layers)
+        )
+        self.norms = nn.ModuleList(nn.LayerNorm(hidden) for _ in range(layers))
+        self.drop = nn.Dropout(dropout)
+        self.ln_out = nn.LayerNorm(hidden)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        keep = mask[:, :, None].to(x.dtype)
+        for conv, norm in zip(self.convs, self.norms, strict=True):
+            y = conv((norm(x) * keep).transpose(1, 2)).transpose(1, 2)
+            x = x + self.drop(F.gelu(y))
+        return self.ln_out(x) * keep
 
 
 class DurationPredictor(nn.Module):
@@ -126,32 +160,6 @@ class DurationPredictor(nn.Module):
         return self.out(y * keep).squeeze(-1) * mask.to(y.dtype)
 
 
-class FramePosition(nn.Module):
-    """Where each frame sits inside its symbol, as decoder input: progress through the symbol (0 at its first
-    frame, near 1 at its last), the same counted from the end, and log(1 + the symbol's length in frames)."""
-
-    def __init__(self, hidden: int) -> None:
-        super().__init__()
-        self.project = nn.Linear(3, hidden)
-
-    @staticmethod
-    def features(path: torch.Tensor) -> torch.Tensor:
-        """(B, Lt, Tm) hard alignment -> (B, Tm, 3) position features (zero on frames no symbol owns)."""
-        path = path.float()
-        durations = path.sum(dim=2, keepdim=True)  # (B, Lt, 1)
-        # Frames of each symbol counted from 1: a running sum along time, kept only where the symbol owns the frame.
-        index = (path.cumsum(dim=2) * path).sum(dim=1)  # (B, Tm)
-        length = (durations * path).sum(dim=1)  # (B, Tm): the owning symbol's frame count
-        owned = length > 0
-        safe = length.clamp(min=1.0)
-        progress = torch.where(owned, (index - 1) / safe, torch.zeros_like(safe))
-        remaining = torch.where(owned, (safe - index) / safe, torch.zeros_like(safe))
-        return torch.stack((progress, remaining, torch.log1p(length)), dim=2)
-
-    def forward(self, path: torch.Tensor) -> torch.Tensor:
-        return self.project(self.features(path))
-
-
 class PostNet(nn.Module):
     """A residual stack of convolutions over the mel (Tacotron 2's post-net, with LayerNorm): sharpens detail
     the frame-wise decoder smooths away."""
@@ -159,13 +167,16 @@ class PostNet(nn.Module):
     def __init__(self, n_mels: int, channels: int, layers: int, dropout: float) -> None:
         super().__init__()
         widths = [n_mels] + [channels] * (layers - 1) + [n_mels]
-        self.convs = nn.ModuleList(
+        convs = [
             nn.Conv1d(widths[i], widths[i + 1], POSTNET_KERNEL, padding=POSTNET_KERNEL // 2) for i in range(layers)
-        )
+        ]
+        # Starts as the identity: the decoder's mel passes through unchanged until the post-net has learned.
+        for tensor in (convs[-1].weight, convs[-1].bias):
+            if tensor is not None:
+                nn.init.zeros_(tensor)
+        self.convs = nn.ModuleList(convs)
         self.norms = nn.ModuleList(nn.LayerNorm(widths[i + 1]) for i in range(layers - 1))
         self.drop = nn.Dropout(dropout)
-        nn.init.zeros_(self.convs[-1].weight)  # starts as the identity: the decoder's mel passes through unchanged
-        nn.init.zeros_(self.convs[-1].bias)
 
     def forward(self, mel: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """(B, n_mels, Tm) standardised mel, (B, Tm) mask -> the correction to add (zero on padding)."""

@@ -118,7 +118,12 @@ def _ram_text(preload: dict[str, Any]) -> str:
 
 
 def _model_text(model: dict[str, Any]) -> str:
-    return f"{model.get('kind', '?')}, hidden {model.get('hidden', '?')}"
+    text = f"{model.get('kind', '?')}, hidden {model.get('hidden', '?')}"
+    layers = model.get("layers")
+    if isinstance(layers, int):
+        text += f", {layers} layer{'' if layers == 1 else 's'}"
+    size = model.get("size")
+    return f"{text}; model.size auto: {size['reason']}" if isinstance(size, dict) and "reason" in size else text
 
 
 def _schedule_text(schedule: dict[str, Any]) -> str:
