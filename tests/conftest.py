@@ -289,3 +289,15 @@ def trainers(tmp_path: Path, corpus: Path) -> Iterator[TrainerLauncher]:
     launcher = TrainerLauncher(tmp_path, corpus)
     yield launcher
     launcher.close()
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread() -> Iterator[None]:
+    """One torch thread for a module's in-process models: other tests share this machine's few cores, and
+    oversubscription is far slower. Modules ask for it with `pytestmark = pytest.mark.usefixtures(...)`."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -21,12 +21,7 @@ from trainer_core.tiny_profiles import tiny_sections
 CPU = torch.device("cpu")
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def lm_probe(tmp_path: Path, documents: int = 6):

@@ -46,13 +46,7 @@ def _synthetic_batch(seed: int, batch: int = 6) -> dict[str, torch.Tensor]:
     return {"text": text, "text_lens": text_lens, "mel": mel, "mel_lens": mel_lens}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """One torch thread: other tests share this machine's few cores, and oversubscription is far slower."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _losses(model: AcousticModel, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

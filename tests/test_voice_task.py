@@ -47,13 +47,7 @@ def _profile(cache: Path, data_path: Path = DEMO_VOICE, **sections: dict) -> Pro
     return Profile(**base)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """One torch thread: other tests share this machine's few cores, and oversubscription is far slower."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")
