@@ -14,7 +14,7 @@ from trainer_core.data.audio import load_audio
 from trainer_core.models.free_running import FreeRunning, HeldOutSentence, pick_sentences
 from trainer_core.scoring.dtw import dtw
 from trainer_core.scoring.speech_scores import score_heard
-from trainer_core.scoring.voicing import voiced_frames
+from trainer_core.scoring.voicing import pitch_track, voiced_frames
 
 DEMO_VOICE = Path(__file__).resolve().parents[1] / "trainer_core" / "demo" / "voice"
 
@@ -71,6 +71,33 @@ def test_voicing_of_a_tone_noise_and_silence() -> None:
     # Silence after a tone: loud enough only where the tone is.
     both = voiced_frames(np.concatenate([tone, np.zeros(rate)]), rate, hop)
     assert both[: len(both) // 2 - 4].mean() > 0.95 and both[len(both) // 2 + 4 :].mean() == 0.0
+
+
+@pytest.mark.parametrize("f0", [75.0, 110.0, 180.0, 320.0])
+def test_pitch_of_a_tone_and_of_a_sawtooth_rich_in_harmonics(f0: float) -> None:
+    rate, hop = 22050, 256
+    t = np.arange(rate) / rate
+    for wave in (0.5 * np.sin(2 * np.pi * f0 * t), 0.3 * (2 * ((f0 * t) % 1) - 1)):
+        track = pitch_track(wave, rate, hop)
+        assert track.voiced.mean() > 0.95
+        # Within 1 %, and never an octave off: the sawtooth's second harmonic is as strong a candidate.
+        assert np.median(track.f0[track.voiced]) == pytest.approx(f0, rel=0.01)
+        assert np.all(np.abs(np.log2(track.f0[track.voiced] / f0)) < 0.5)
+
+
+def test_a_recording_played_faster_is_that_many_cents_sharp() -> None:
+    import soxr
+
+    audio = AudioSection()
+    free = FreeRunning(demo_sentences(["demo_003"]), audio, _tts(), vocoder=None)
+    (reference,) = free.recordings()
+    wave = load_audio(free.sentences[0].path, audio.sample_rate)
+    sharp = soxr.resample(wave, audio.sample_rate, round(audio.sample_rate / 2 ** (100 / 1200)))  # +100 cents
+    itself = score_heard(reference, wave, free.mel_of, audio.sample_rate, audio.hop_length)
+    shifted = score_heard(reference, sharp, free.mel_of, audio.sample_rate, audio.hop_length)
+    assert itself.f0_error_cents == 0.0
+    assert shifted.f0_error_cents == pytest.approx(100, abs=30)
+    assert shifted.duration_ratio == pytest.approx(2 ** (-100 / 1200), rel=0.02)
 
 
 def demo_sentences(names: list[str]) -> list[HeldOutSentence]:

@@ -435,6 +435,7 @@ class RunStore:
             f"(floor {format_number(e.floor_distance)} through {e.vocoder}), "
             f"durations x{format_number(e.duration_ratio)}, "
             f"voicing agrees {format_number(100 * e.vuv_agreement)} %"
+            + (f", pitch off {format_number(e.f0_error_cents)} cents" if e.f0_error_cents is not None else "")
         )
         self._log("info", "free_running", text, e.t)
 

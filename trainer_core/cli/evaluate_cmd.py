@@ -117,13 +117,13 @@ def run(args: argparse.Namespace) -> int:
 def print_table(out: dict[str, Any]) -> None:
     scores, floor = out["scores"], out["floor"]
     print(f"{out['source']} on {len(scores['items'])} sentences of {out['data']} (vocoder: {out['vocoder']})")
-    print(f"{'item':<28} {'distance':>9} {'floor':>7} {'duration':>9} {'voicing':>8}")
+    print(f"{'item':<28} {'distance':>9} {'floor':>7} {'duration':>9} {'voicing':>8} {'pitch':>11}")
     for mine, base in zip(scores["items"], floor["items"], strict=True):
-        print(
-            f"{mine['item_id'][:28]:<28} {mine['distance']:>9.3f} {base['distance']:>7.3f} "
-            f"{mine['duration_ratio']:>8.2f}x {100 * mine['vuv_agreement']:>7.1f}%"
-        )
-    print(
-        f"{'mean':<28} {scores['distance']:>9.3f} {floor['distance']:>7.3f} "
-        f"{scores['duration_ratio']:>8.2f}x {100 * scores['vuv_agreement']:>7.1f}%"
-    )
+        print(f"{mine['item_id'][:28]:<28} {mine['distance']:>9.3f} {base['distance']:>7.3f} {_rest(mine)}")
+    print(f"{'mean':<28} {scores['distance']:>9.3f} {floor['distance']:>7.3f} {_rest(scores)}")
+
+
+def _rest(row: dict[str, Any]) -> str:
+    cents = row.get("f0_error_cents")
+    pitch = f"{cents:>6.0f} cents" if cents is not None else f"{'—':>11}"
+    return f"{row['duration_ratio']:>8.2f}x {100 * row['vuv_agreement']:>7.1f}% {pitch}"

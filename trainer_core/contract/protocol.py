@@ -356,6 +356,7 @@ class FreeRunningItem(BaseModel):
     duration_ratio: Real
     vuv_agreement: Real
     acoustic_distance: Real | None = None
+    f0_error_cents: Real | None = None
 
 
 class FreeRunningEvent(Event):
@@ -369,8 +370,10 @@ class FreeRunningEvent(Event):
     duration_ratio: Real = Field(description="synthesised / recorded length, geometric mean")
     vuv_agreement: Real = Field(description="share of aligned frames whose voiced/unvoiced decision agrees")
     acoustic_distance: Real | None = Field(default=None, description="the model's mel before the vocoder")
+    f0_error_cents: Real | None = Field(default=None, description="pitch error on frames voiced on both sides")
     floor_distance: Real
     floor_vuv_agreement: Real
+    floor_f0_error_cents: Real | None = None
     vocoder: str = "griffin-lim"
     seconds: Real = 0.0
     per_item: list[FreeRunningItem] = Field(default_factory=list)

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from trainer_core.scoring.dtw import dtw
-from trainer_core.scoring.voicing import voiced_frames
+from trainer_core.scoring.voicing import PitchTrack, pitch_track
 
 # Log-mel (n_mels, frames) of a waveform, as training features are computed.
 MelOf = Callable[[np.ndarray], np.ndarray]
@@ -22,25 +22,28 @@ MelOf = Callable[[np.ndarray], np.ndarray]
 
 @dataclass(frozen=True)
 class Recording:
-    """A held-out sentence and what its recording sounds like: log-mel and per-frame voicing."""
+    """A held-out sentence and what its recording sounds like: log-mel, and per-frame voicing and pitch."""
 
     item_id: str
     text: str
     mel: np.ndarray
     voiced: np.ndarray
+    f0: np.ndarray
 
 
 @dataclass(frozen=True)
 class ItemScore:
     """One sentence: `distance` (DTW log-mel L1 per bin, as heard), the synthesised/recorded duration ratio,
     the share of aligned frames whose voicing agrees, and `acoustic_distance` (the model's mel before the
-    vocoder; None for a re-synthesised recording)."""
+    vocoder; None for a re-synthesised recording), and the pitch error in cents over aligned frames voiced on both
+    sides (None when there are none)."""
 
     item_id: str
     distance: float
     duration_ratio: float
     vuv_agreement: float
     acoustic_distance: float | None = None
+    f0_error_cents: float | None = None
 
 
 @dataclass(frozen=True)
@@ -51,6 +54,7 @@ class ScoreSummary:
     duration_ratio: float
     vuv_agreement: float
     acoustic_distance: float | None
+    f0_error_cents: float | None
 
 
 @dataclass(frozen=True)
@@ -62,11 +66,13 @@ class Scores:
     def summary(self) -> ScoreSummary:
         items = self.items
         acoustic = [i.acoustic_distance for i in items if i.acoustic_distance is not None]
+        cents = [i.f0_error_cents for i in items if i.f0_error_cents is not None]
         return ScoreSummary(
             distance=_mean([i.distance for i in items]),
             duration_ratio=math.exp(_mean([math.log(max(i.duration_ratio, 1e-6)) for i in items])),
             vuv_agreement=_mean([i.vuv_agreement for i in items]),
             acoustic_distance=_mean(acoustic) if acoustic else None,
+            f0_error_cents=_mean(cents) if cents else None,
         )
 
     def to_dict(self) -> dict[str, object]:
@@ -80,7 +86,12 @@ def _mean(values: Sequence[float]) -> float:
 def recording(item_id: str, text: str, wave: np.ndarray, mel_of: MelOf, sample_rate: int, hop: int) -> Recording:
     """What the scorer keeps of a recording: its log-mel and voicing, computed once."""
     mel = mel_of(wave)
-    return Recording(item_id, text, mel, voiced_frames(wave, sample_rate, hop)[: mel.shape[1]])
+    pitch = _frames(pitch_track(wave, sample_rate, hop), mel.shape[1])
+    return Recording(item_id, text, mel, pitch.voiced, pitch.f0)
+
+
+def _frames(pitch: PitchTrack, count: int) -> PitchTrack:
+    return PitchTrack(pitch.f0[:count], pitch.voiced[:count])
 
 
 def score_heard(
@@ -94,8 +105,14 @@ def score_heard(
     """Score `wave` (vocoded speech) against `reference`; `predicted_mel` adds the before-vocoder distance."""
     heard = mel_of(wave)
     aligned = dtw(heard, reference.mel)
-    voiced = voiced_frames(wave, sample_rate, hop)[: heard.shape[1]]
-    agreement = float(np.mean(voiced[aligned.path_a] == reference.voiced[aligned.path_b]))
+    pitch = _frames(pitch_track(wave, sample_rate, hop), heard.shape[1])
+    mine, theirs = pitch.voiced[aligned.path_a], reference.voiced[aligned.path_b]
+    agreement = float(np.mean(mine == theirs))
+    both = mine & theirs
+    cents = None
+    if both.any():
+        ratio_f0 = pitch.f0[aligned.path_a][both] / reference.f0[aligned.path_b][both]
+        cents = float(np.mean(np.abs(1200.0 * np.log2(ratio_f0))))
     acoustic = dtw(predicted_mel, reference.mel).distance if predicted_mel is not None else None
     ratio = heard.shape[1] / reference.mel.shape[1]
-    return ItemScore(reference.item_id, aligned.distance, ratio, agreement, acoustic)
+    return ItemScore(reference.item_id, aligned.distance, ratio, agreement, acoustic, cents)

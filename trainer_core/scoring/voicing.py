@@ -1,4 +1,4 @@
-"""Voiced or not, per mel frame, from a waveform: the normalised autocorrelation peak in the pitch range.
+"""Voiced or not, and the pitch, per mel frame, from a waveform: the normalised autocorrelation in the pitch range.
 
 Frames are centred on the mel frames (frame t at sample t * hop), so decisions line up with a mel of the same
 hop. A frame is voiced when it is loud enough against the clip's loudest frame and periodic: its autocorrelation
@@ -6,6 +6,8 @@ at some lag of a 60-400 Hz period reaches `PERIODICITY` of its energy.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -15,6 +17,8 @@ HIGHEST_PITCH_HZ = 400.0
 PERIODICITY = 0.5
 # Frames this far below the clip's loudest frame are silence, never voiced.
 SILENCE_DB = 35.0
+# A shorter lag whose correlation reaches this share of the best one is taken as the period (no octave errors).
+OCTAVE_MARGIN = 0.9
 
 
 def frames_of(wave: np.ndarray, hop: int, width: int) -> np.ndarray:
@@ -25,19 +29,54 @@ def frames_of(wave: np.ndarray, hop: int, width: int) -> np.ndarray:
     return padded[starts[:, None] + np.arange(width)[None, :]]
 
 
-def voiced_frames(wave: np.ndarray, sample_rate: int, hop: int) -> np.ndarray:
-    """(1 + len(wave) // hop,) booleans: is the frame centred at t * hop voiced?"""
+@dataclass(frozen=True)
+class PitchTrack:
+    """Per mel frame: the fundamental frequency in Hz (0 where unvoiced) and whether the frame is voiced."""
+
+    f0: np.ndarray
+    voiced: np.ndarray
+
+
+def pitch_track(wave: np.ndarray, sample_rate: int, hop: int) -> PitchTrack:
+    """Voicing and F0 of the frames centred at t * hop, from each frame's normalised autocorrelation."""
     longest = int(sample_rate / LOWEST_PITCH_HZ)
     shortest = int(sample_rate / HIGHEST_PITCH_HZ)
     frames = frames_of(wave, hop, 2 * longest)
     frames = frames - frames.mean(axis=1, keepdims=True)
     spectrum = np.fft.rfft(frames, n=4 * longest, axis=1)
     autocorrelation = np.fft.irfft(np.abs(spectrum) ** 2, axis=1)[:, : longest + 1]
-    energy = autocorrelation[:, 0]
+    energy = np.maximum(autocorrelation[:, 0], 1e-12)
     # Unbiased: a lag of tau overlaps only width - tau samples of the frame.
     lags = np.arange(shortest, longest + 1)
-    peak = (autocorrelation[:, shortest : longest + 1] * (2 * longest / (2 * longest - lags))).max(axis=1)
-    periodic = peak >= PERIODICITY * np.maximum(energy, 1e-12)
-    level = 10.0 * np.log10(np.maximum(energy, 1e-12))
-    loud = level >= level.max() - SILENCE_DB
-    return periodic & loud
+    normalised = autocorrelation[:, shortest : longest + 1] * (2 * longest / (2 * longest - lags)) / energy[:, None]
+    best = normalised.max(axis=1)
+    level = 10.0 * np.log10(energy)
+    voiced = (best >= PERIODICITY) & (level >= level.max() - SILENCE_DB)
+    period = _fundamental_lags(normalised, best) + shortest
+    f0 = np.where(voiced, sample_rate / np.maximum(period, 1e-9), 0.0)
+    return PitchTrack(f0, voiced)
+
+
+def _fundamental_lags(normalised: np.ndarray, best: np.ndarray) -> np.ndarray:
+    """Per frame, the peak at the shortest lag that comes within OCTAVE_MARGIN of the best one (a multiple of the
+    period correlates as well as the period itself), refined between samples by a parabola."""
+    first = (normalised >= OCTAVE_MARGIN * best[:, None]).argmax(axis=1)
+    rows = np.arange(len(normalised))
+    top = normalised.shape[1] - 1
+    peak = first.copy()
+    for _ in range(normalised.shape[1]):  # climb to the local maximum; stops after a few steps in practice
+        step = (peak < top) & (normalised[rows, np.minimum(peak + 1, top)] > normalised[rows, peak])
+        if not step.any():
+            break
+        peak = peak + step
+    left = normalised[rows, np.maximum(peak - 1, 0)]
+    middle = normalised[rows, peak]
+    right = normalised[rows, np.minimum(peak + 1, top)]
+    curvature = left - 2 * middle + right
+    shift = np.where(np.abs(curvature) > 1e-12, 0.5 * (left - right) / np.where(curvature == 0, 1, curvature), 0.0)
+    return peak + np.clip(shift, -0.5, 0.5)
+
+
+def voiced_frames(wave: np.ndarray, sample_rate: int, hop: int) -> np.ndarray:
+    """(1 + len(wave) // hop,) booleans: is the frame centred at t * hop voiced?"""
+    return pitch_track(wave, sample_rate, hop).voiced
