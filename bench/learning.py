@@ -42,6 +42,7 @@ ABLATIONS = {
     "after with the old learning rate": ["train.lr=1e-3"],
     "after with the old dropout": ["model.dropout=0.1"],
     "after plus a post-net": ["model.postnet_layers=5"],
+    "after plus the pitch predictor": ["model.pitch=true"],
 }
 CORPUS_FILES = 480
 LM_TEXT_BYTES = 400_000

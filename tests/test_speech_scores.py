@@ -11,10 +11,10 @@ import pytest
 
 from trainer_core.contract.profile import AudioSection
 from trainer_core.data.audio import load_audio
+from trainer_core.data.pitch import pitch_track, voiced_frames
 from trainer_core.models.free_running import FreeRunning, HeldOutSentence, pick_sentences
 from trainer_core.scoring.dtw import dtw
 from trainer_core.scoring.speech_scores import score_heard
-from trainer_core.scoring.voicing import pitch_track, voiced_frames
 
 DEMO_VOICE = Path(__file__).resolve().parents[1] / "trainer_core" / "demo" / "voice"
 

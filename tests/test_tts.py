@@ -29,7 +29,8 @@ def _config(**changes) -> TtsConfig:
 
 
 def _synthetic_batch(seed: int, batch: int = 6) -> dict[str, torch.Tensor]:
-    """Texts of random tokens; each token's frames are a fixed per-token spectrum plus noise, for 2-5 frames."""
+    """Texts of random tokens; each token's frames are a fixed per-token spectrum plus noise, for 2-5 frames (its
+    "durations")."""
     g = torch.Generator().manual_seed(seed)
     templates = torch.randn(VOCAB, N_MELS, generator=torch.Generator().manual_seed(0)) * 2 - 5
     text_lens = torch.randint(3, 8, (batch,), generator=g)
@@ -43,7 +44,7 @@ def _synthetic_batch(seed: int, batch: int = 6) -> dict[str, torch.Tensor]:
     for b, n in enumerate(text_lens.tolist()):
         frames = templates[text[b, :n]].repeat_interleave(durations[b, :n], dim=0).T
         mel[b, :, : frames.shape[1]] = frames + 0.1 * torch.randn(frames.shape, generator=g)
-    return {"text": text, "text_lens": text_lens, "mel": mel, "mel_lens": mel_lens}
+    return {"text": text, "text_lens": text_lens, "mel": mel, "mel_lens": mel_lens, "durations": durations}
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -148,10 +149,11 @@ def test_a_conv_decoder_trains_without_attention_over_frames() -> None:
 
 
 def test_a_config_written_before_the_new_options_still_builds() -> None:
-    added = ("postnet_layers", "attention_dropout", "decoder")
+    added = ("postnet_layers", "attention_dropout", "decoder", "pitch")
     old = {name: value for name, value in vars(_config()).items() if name not in added}
     rebuilt = config_from_dict(old)
     assert rebuilt.postnet_layers == 0 and rebuilt.attention_dropout is None and rebuilt.decoder == "transformer"
+    assert rebuilt.pitch is False
     assert set(build_tts_model(rebuilt, seed=1).state_dict()) == set(build_tts_model(_config(), seed=1).state_dict())
 
 

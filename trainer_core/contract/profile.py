@@ -77,6 +77,11 @@ class ModelSection(Section):
     postnet_layers: int = Field(
         default=0, ge=0, le=16, description="TTS: convolution layers refining the decoder's mel (0: no post-net)."
     )
+    pitch: bool = Field(
+        default=False,
+        description="TTS: predict the pitch (log F0 and voicing per frame, tracked from the recordings at preload) "
+        "and condition the mel decoder on it.",
+    )
     attention_dropout: float | None = Field(
         default=None,
         ge=0.0,
@@ -237,6 +242,9 @@ class TtsSection(Section):
     )
     duration_loss_weight: float = Field(
         default=1.0, ge=0.0, description="Weight of the duration predictor loss in the total."
+    )
+    pitch_loss_weight: float = Field(
+        default=1.0, ge=0.0, description="Weight of the pitch and voicing losses in the total (model.pitch only)."
     )
     griffin_lim_iters: int = Field(
         default=32, ge=1, le=1000, description="Griffin-Lim iterations when turning mels into audio."

@@ -95,12 +95,13 @@ class CacheDamaged(ValueError):
 
 
 class FeatureCache:
-    """Get and put (n_mels, frames) float32 mel tensors for the recordings of one corpus."""
+    """Get and put (n_mels, frames) float32 mel tensors (or (rows, frames) ones) for the recordings of one corpus."""
 
     def __init__(self, folder: Path | None, params: dict[str, Any], corpus: Path) -> None:
         self.folder = cache_folder(folder)
         self.params = dict(params)
-        self.n_mels = int(params["n_mels"])
+        # Values per frame: the mel bins, or params["rows"] for another per-frame feature (the pitch track's 1).
+        self.n_mels = int(params.get("rows", params["n_mels"]))
         # One subfolder per parameter set: other profiles' features never collide, and can be removed alone.
         self.entries_dir = self.folder / params_digest(self.params)
         self.name = corpus_digest(corpus)

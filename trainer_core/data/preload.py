@@ -13,6 +13,9 @@ views of the mapped cache file, i.e. the page cache: no read per step).
 where="disk": only frame counts are kept; `get_mel` asks the cache each time, and recomputes (and
 queues for the cache) an entry whose recording changed since.
 
+With pitch=True each recording also gets its log-F0 track (`trainer_core.data.pitch`), one value per mel
+frame, cached beside the mel under its own parameters; an item is a cache hit only when both are.
+
 A recording that fails to decode here is skipped and listed in `VoiceFeatures.skipped`; only when
 nothing is left is that an error.
 """
@@ -36,6 +39,7 @@ from trainer_core.contract.profile import AudioSection, Profile
 from trainer_core.data.audio import AudioDecodeError, load_audio
 from trainer_core.data.feature_cache import FeatureCache, feature_params
 from trainer_core.data.mel import MelExtractor
+from trainer_core.data.pitch import log_f0_feature, pitch_params
 from trainer_core.data.scan_report import DataReport, VoiceItem
 
 PreloadWhere = Literal["ram", "disk"]
@@ -93,6 +97,8 @@ class VoiceFeatures:
     skipped: list[tuple[Path, str]] = field(default_factory=list)
     cache: FeatureCache | None = None
     mels: list[torch.Tensor] | None = None
+    pitch_cache: FeatureCache | None = None  # set when the features include the pitch track
+    pitches: list[torch.Tensor] | None = None  # (1, frames) log-F0 rows, ram mode with pitch only
     disk_reads: int = 0
     _fallback_extractor: MelExtractor | None = field(default=None, repr=False)
 
@@ -117,27 +123,40 @@ class VoiceFeatures:
             return self.mels[i]
         return self._read_from_disk(i)
 
+    @property
+    def has_pitch(self) -> bool:
+        return self.pitch_cache is not None
+
+    def get_pitch(self, i: int) -> torch.Tensor:
+        """(frames[i],) float32 log F0 of item `i` (0 on unvoiced frames); only when `has_pitch`."""
+        if self.pitches is not None:
+            return self.pitches[i][0]
+        if self.pitch_cache is None:
+            raise ValueError("these features were preloaded without the pitch track (preload_voice(pitch=True))")
+        row = self.pitch_cache.get(self.paths[i])
+        if row is None or row.shape[1] != self.frames[i]:
+            row = self._recompute(i)[1]
+            assert row is not None  # the pitch cache is set, so the recompute made the track too
+        return row[0]
+
     def _read_from_disk(self, i: int) -> torch.Tensor:
         assert self.cache is not None  # Disk-mode features always carry their cache.
         self.disk_reads += 1
         mel = self.cache.get(self.paths[i])
         if mel is None or mel.shape[1] != self.frames[i]:
-            mel = self._recompute(i)
+            mel = self._recompute(i)[0]
         return mel
 
-    def _recompute(self, i: int) -> torch.Tensor:
+    def _recompute(self, i: int) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Features of item `i` computed again on the CPU (its recording changed since the preload)."""
         if self._fallback_extractor is None:
             self._fallback_extractor = MelExtractor(self.audio, torch.device("cpu"))
-        path, audio = self.paths[i], self.audio
-        try:
-            wave = load_audio(path, audio.sample_rate, audio.trim_silence, audio.trim_top_db, audio.normalize)
-        except AudioDecodeError as exc:
-            raise DataError(f"{exc} (it decoded at preload but not now: was it changed during training?)") from exc
-        mel = self._fallback_extractor([wave])[0]
+        result = features_of(self.paths[i], self.audio, self._fallback_extractor, self.has_pitch)
+        if isinstance(result, str):
+            raise DataError(f"{result} (it decoded at preload but not now: was it changed during training?)")
         assert self.cache is not None
-        self.cache.put(path, mel)
-        return mel
+        _queue(self.paths[i], result, self.cache, self.pitch_cache)
+        return result
 
     def describe(self) -> dict[str, Any]:
         """JSON-ready summary for events and logs."""
@@ -162,13 +181,16 @@ class _Slots:
 
     where: PreloadWhere
     mels: dict[int, torch.Tensor] = field(default_factory=dict)
+    pitches: dict[int, torch.Tensor] = field(default_factory=dict)
     frames: dict[int, int] = field(default_factory=dict)
     skipped: dict[int, str] = field(default_factory=dict)
 
-    def keep(self, index: int, mel: torch.Tensor) -> None:
+    def keep(self, index: int, mel: torch.Tensor, pitch: torch.Tensor | None = None) -> None:
         self.frames[index] = int(mel.shape[1])
         if self.where == "ram":
             self.mels[index] = mel
+            if pitch is not None:
+                self.pitches[index] = pitch
 
 
 def voice_items(report: DataReport) -> list[VoiceItem]:
@@ -182,21 +204,31 @@ def voice_items(report: DataReport) -> list[VoiceItem]:
     return items
 
 
-def _load_hits(items: list[VoiceItem], cache: FeatureCache, slots: _Slots, reporter: ProgressReporter) -> list[int]:
-    """Fill `slots` from the cache (ram mode keeps views of it, disk mode frame counts); return the misses."""
+def _load_hits(
+    items: list[VoiceItem], caches: tuple[FeatureCache, FeatureCache | None], slots: _Slots, reporter: ProgressReporter
+) -> list[int]:
+    """Fill `slots` from the caches (ram mode keeps views of them, disk mode frame counts); return the misses."""
+    cache, pitch_cache = caches
     misses: list[int] = []
     for index, item in enumerate(items):
         mel = cache.get(item.path) if slots.where == "ram" else None
         frames = int(mel.shape[1]) if mel is not None else cache.frames(item.path)
-        if frames is None:
+        pitch = pitch_cache.get(item.path) if pitch_cache is not None and slots.where == "ram" else None
+        pitch_frames = int(pitch.shape[1]) if pitch is not None else _frames_in(pitch_cache, item.path, frames)
+        if frames is None or pitch_frames != frames:
             misses.append(index)
             continue
         if mel is not None:
-            slots.keep(index, mel)
+            slots.keep(index, mel, pitch)
         else:
             slots.frames[index] = frames
         reporter.advance("cache", 1, mel_bytes(cache.n_mels, frames))
     return misses
+
+
+def _frames_in(cache: FeatureCache | None, path: Path, default: int | None) -> int | None:
+    """Frames of `path` in an optional cache; `default` when there is no such cache (nothing to match)."""
+    return default if cache is None else cache.frames(path)
 
 
 def usable_cores() -> int:
@@ -225,13 +257,24 @@ def intra_op_threads(count: int) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-def features_of(item: VoiceItem, audio: AudioSection, extractor: MelExtractor) -> torch.Tensor | str:
+Features = tuple[torch.Tensor, torch.Tensor | None]  # the mel and, when asked for, the log-F0 row
+
+
+def features_of(path: Path, audio: AudioSection, extractor: MelExtractor, pitch: bool) -> Features | str:
     """One recording decoded, resampled, trimmed and transformed; or the reason it could not be decoded."""
     try:
-        wave = load_audio(item.path, audio.sample_rate, audio.trim_silence, audio.trim_top_db, audio.normalize)
+        wave = load_audio(path, audio.sample_rate, audio.trim_silence, audio.trim_top_db, audio.normalize)
     except AudioDecodeError as exc:
         return str(exc)
-    return extractor([wave])[0]
+    mel = extractor([wave])[0]
+    return mel, log_f0_feature(wave, audio, int(mel.shape[1])) if pitch else None
+
+
+def _queue(path: Path, features: Features, cache: FeatureCache, pitch_cache: FeatureCache | None) -> None:
+    """Queue freshly computed features for the caches' next flush."""
+    cache.put(path, features[0])
+    if pitch_cache is not None and features[1] is not None:
+        pitch_cache.put(path, features[1])
 
 
 def _compute_misses(
@@ -239,31 +282,33 @@ def _compute_misses(
     misses: list[int],
     profile: Profile,
     extractor: MelExtractor,
-    cache: FeatureCache,
+    caches: tuple[FeatureCache, FeatureCache | None],
     slots: _Slots,
     reporter: ProgressReporter,
 ) -> None:
-    """Whole-file workers compute the misses, longest first; the features are queued for the cache."""
+    """Whole-file workers compute the misses, longest first; the features are queued for the caches."""
     workers = max(1, profile.data.num_workers)
     order = sorted(misses, key=lambda i: -items[i].duration_s)
-    compute = partial(features_of, audio=profile.audio, extractor=extractor)
+    compute = partial(features_of, audio=profile.audio, extractor=extractor, pitch=caches[1] is not None)
     with (
         intra_op_threads(torch_threads_for(workers, extractor.device)),
         ThreadPoolExecutor(max_workers=workers, thread_name_prefix="vega-preload") as pool,
     ):
-        for index, result in zip(order, pool.map(compute, (items[i] for i in order)), strict=True):
+        for index, result in zip(order, pool.map(compute, (items[i].path for i in order)), strict=True):
             if isinstance(result, str):
                 slots.skipped[index] = result
                 reporter.advance("decode")
                 continue
-            cache.put(items[index].path, result)
-            slots.keep(index, result)
-            reporter.advance("decode", 1, result.numel() * 4)
+            _queue(items[index].path, result, *caches)
+            slots.keep(index, *result)
+            reporter.advance("decode", 1, result[0].numel() * 4)
 
 
-def _write_cache(cache: FeatureCache, where: PreloadWhere) -> None:
-    """Write the new features in one packed write; only disk mode cannot do without it."""
-    if not cache.flush() and where == "disk":
+def _write_cache(caches: tuple[FeatureCache, FeatureCache | None], where: PreloadWhere) -> None:
+    """Write the new features in one packed write per cache; only disk mode cannot do without it."""
+    written = [cache.flush() for cache in caches if cache is not None]
+    cache = caches[0]
+    if not all(written) and where == "disk":
         raise DataError(
             f"cannot write the feature cache in {cache.entries_dir}: streaming from disk needs a writable "
             'cache; set data.cache_dir to a writable folder, or data.preload = "ram"'
@@ -276,7 +321,10 @@ def _no_features_left(items: list[VoiceItem], skipped: dict[int, str]) -> DataEr
     return DataError(f"none of the {len(items)} recordings could be decoded: {reasons}{more}")
 
 
-def _assemble(items: list[VoiceItem], slots: _Slots, cache: FeatureCache, audio: AudioSection) -> VoiceFeatures:
+def _assemble(
+    items: list[VoiceItem], slots: _Slots, caches: tuple[FeatureCache, FeatureCache | None], audio: AudioSection
+) -> VoiceFeatures:
+    cache, pitch_cache = caches
     kept = [i for i in range(len(items)) if i in slots.frames]
     if not kept:
         raise _no_features_left(items, slots.skipped)
@@ -292,6 +340,8 @@ def _assemble(items: list[VoiceItem], slots: _Slots, cache: FeatureCache, audio:
         skipped=[(items[i].path, reason) for i, reason in sorted(slots.skipped.items())],
         cache=cache,
         mels=[slots.mels[i] for i in kept] if slots.where == "ram" else None,
+        pitch_cache=pitch_cache,
+        pitches=[slots.pitches[i] for i in kept] if slots.where == "ram" and pitch_cache is not None else None,
     )
 
 
@@ -301,22 +351,26 @@ def preload_voice(
     device: torch.device | str,
     where: PreloadWhere,
     progress: ProgressCallback | None = None,
+    pitch: bool = False,
 ) -> VoiceFeatures:
-    """Features of every usable recording in `report`, cached on disk and kept in RAM or streamed from disk."""
+    """Features of every usable recording in `report` (with pitch=True also their log-F0 tracks), cached on
+    disk and kept in RAM or streamed from disk."""
     if where not in ("ram", "disk"):
         raise ValueError(f'where must be "ram" or "disk", got {where!r}')
     started = time.perf_counter()
     items = voice_items(report)
-    cache = FeatureCache(profile.data.cache_dir, feature_params(profile.audio), report.path)
+    params = feature_params(profile.audio)
+    cache = FeatureCache(profile.data.cache_dir, params, report.path)
+    pitch_cache = FeatureCache(profile.data.cache_dir, pitch_params(params), report.path) if pitch else None
     reporter = ProgressReporter(len(items), progress)
     slots = _Slots(where)
-    misses = _load_hits(items, cache, slots, reporter)
+    misses = _load_hits(items, (cache, pitch_cache), slots, reporter)
     if misses:
         extractor = MelExtractor(profile.audio, torch.device(device))
-        _compute_misses(items, misses, profile, extractor, cache, slots, reporter)
-    _write_cache(cache, where)
+        _compute_misses(items, misses, profile, extractor, (cache, pitch_cache), slots, reporter)
+    _write_cache((cache, pitch_cache), where)
     reporter.finish("decode" if misses else "cache")
-    features = _assemble(items, slots, cache, profile.audio)
+    features = _assemble(items, slots, (cache, pitch_cache), profile.audio)
     features.cache_hits = len(items) - len(misses)
     features.decoded = len(misses)
     features.seconds = time.perf_counter() - started

@@ -17,7 +17,7 @@ item where it stopped, skipping and repeating nothing.
 
 Batches: "text" (B, Lt) int64 token ids padded with 0 (so `encode` must not use 0 for a symbol),
 "text_lens" (B,), "mel" (B, n_mels, Tm) float32 padded with log(log_floor) (the log-mel of silence),
-"mel_lens" (B,).
+"mel_lens" (B,); with pitch features also "f0" (B, Tm) float32, log F0 in Hz, 0 on unvoiced and padded frames.
 
 Data-parallel training (`shard(rank, world)`): every rank walks the same epoch order in global batches of
 `batch_size * world` items and collates items rank, rank + world, ... of each (neighbours in the bucketed
@@ -145,7 +145,17 @@ class VoiceDataset:
             text[row, : len(tokens)] = tokens
             mel[row, :, : spectrum.shape[1]] = spectrum
         batch = {"text": text, "text_lens": text_lens, "mel": mel, "mel_lens": mel_lens}
+        if self.features.has_pitch:
+            batch["f0"] = self._pitch_rows(indices, int(mel_lens.max()))
         return {name: t.pin_memory() for name, t in batch.items()} if self.pin_memory else batch
+
+    def _pitch_rows(self, indices: Sequence[int], frames: int) -> torch.Tensor:
+        """(B, frames) log F0, 0 on unvoiced and padded frames."""
+        rows = torch.zeros(len(indices), frames)
+        for row, index in enumerate(indices):
+            track = self.features.get_pitch(index)
+            rows[row, : track.shape[0]] = track
+        return rows
 
     def train_batches(self, epoch: int, batch_size: int, start_item: int = 0) -> Iterator[tuple[Batch, int]]:
         """Yield (batch, items) of `epoch` from item `start_item` of its order; the last batch may be short.

@@ -4,6 +4,7 @@ real shape (context and batch for the LM; median transcript and recording length
 from __future__ import annotations
 
 import dataclasses
+import math
 import statistics
 from typing import TYPE_CHECKING
 
@@ -67,17 +68,18 @@ class TtsProbe:
         self.mel = (torch.randn(batch, a.n_mels, length, generator=generator) - 5.0).to(device)
         self.text_lengths = torch.full((batch,), symbols, device=device)
         self.mel_lengths = torch.full((batch,), length, device=device)
+        self.f0 = torch.full((batch, length), math.log(150.0), device=device) if profile.model.pitch else None
 
     def build(self, shape: Shape) -> nn.Module:
         m, a = self.profile.model, self.profile.audio
         config = TtsConfig(
             PROBE_SYMBOLS, a.n_mels, shape.hidden, shape.layers, m.decoder_layers, shape.heads, m.ffn_mult,
-            SIZED_DROPOUT, m.postnet_layers, None, m.decoder,
+            SIZED_DROPOUT, m.postnet_layers, None, m.decoder, m.pitch,
         )  # fmt: skip
         return AcousticModel(config)
 
     def loss(self, model: nn.Module) -> torch.Tensor:
-        losses = model(self.text, self.text_lengths, self.mel, self.mel_lengths)
+        losses = model(self.text, self.text_lengths, self.mel, self.mel_lengths, self.f0)
         return torch.stack(list(losses.values())).sum()
 
 

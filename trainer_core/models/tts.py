@@ -8,11 +8,16 @@ Design (Glow-TTS alignment with a FastSpeech-style decoder):
     path expands h and mu to frames (the length regulator) -> transformer decoder (model.decoder_layers)
     mel = mu_aligned + linear(decoder output): the decoder refines the aligned means
     duration predictor on h.detach() -> log frames per token (used at inference instead of MAS)
+    with model.pitch: a pitch predictor on h.detach() -> log F0 and a voicing logit per token; h gets a pitch
+    embedding before the expansion, of the recording's pitch averaged over each token's frames (through the
+    MAS path) in training and of the predicted one at inference (FastPitch), so the decoder need not guess it
 
 Losses, each a float32 scalar: "mel" (masked L1 between the decoder output and the target),
 "prior" (Gaussian NLL of the target frames under their aligned means, per mel bin: the alignment
 loss that trains the encoder and hence MAS), "duration" (MSE between predicted log durations and the
-log of the MAS durations). The task weights them into "total".
+log of the MAS durations); with model.pitch also "pitch" (L1 between predicted and recorded mean log F0 on
+voiced tokens) and "voicing" (binary cross-entropy of the logit against each token's voiced share). The task
+weights them into "total".
 
 The text vocabulary travels with the weights: `text_symbols` is a persistent buffer with one code
 point per id (-1 for padding and unknown) and `text_phonemes` says whether the ids are phonemes, so a
@@ -33,7 +38,14 @@ from torch import nn
 
 from trainer_core.contract.errors import VegaError
 from trainer_core.models.alignment import durations_to_path, monotonic_alignment_search
-from trainer_core.models.tts_modules import ConvStack, DurationPredictor, FFTStack, PostNet, length_mask
+from trainer_core.models.tts_modules import (
+    ConvStack,
+    DurationPredictor,
+    FFTStack,
+    PitchEmbedding,
+    PostNet,
+    length_mask,
+)
 
 if TYPE_CHECKING:
     from trainer_core.contract.profile import Profile
@@ -44,6 +56,8 @@ LOG_2PI = math.log(2 * math.pi)
 MAX_TOKEN_FRAMES = 80
 # Floor for a mel bin's standard deviation: a constant bin (all floor, e.g. above a low f_max) must not divide by 0.
 MIN_MEL_STD = 1e-2
+# The pitch predictor's log F0 is relative to 150 Hz, so an untrained one starts near every voice's range.
+LOG_F0_CENTRE = math.log(150.0)
 
 
 @dataclass(frozen=True)
@@ -62,6 +76,7 @@ class TtsConfig:
     postnet_layers: int = 0
     attention_dropout: float | None = None  # None: the same as dropout
     decoder: str = "transformer"
+    pitch: bool = False
 
     @classmethod
     def from_profile(cls, profile: Profile, vocab_size: int) -> TtsConfig:
@@ -78,6 +93,7 @@ class TtsConfig:
             m.postnet_layers,
             m.attention_dropout,
             m.decoder,
+            m.pitch,
         )
 
 
@@ -122,6 +138,8 @@ class AcousticModel(nn.Module):
         self.to_mel = nn.Linear(c.hidden, c.n_mels)
         self.postnet = PostNet(c.n_mels, c.hidden, c.postnet_layers, c.dropout) if c.postnet_layers else None
         self.duration_predictor = DurationPredictor(c.hidden, c.dropout)
+        self.pitch_predictor = DurationPredictor(c.hidden, c.dropout, outputs=2) if c.pitch else None
+        self.pitch_embedding = PitchEmbedding(c.hidden) if c.pitch else None
         codes = symbol_codes if symbol_codes is not None else [-1] * c.vocab_size
         if len(codes) != c.vocab_size:
             raise ValueError(f"{len(codes)} symbol codes for a vocabulary of {c.vocab_size}")
@@ -151,27 +169,61 @@ class AcousticModel(nn.Module):
         return hidden, self.to_mean(hidden), mask
 
     def decode(
-        self, path: torch.Tensor, hidden: torch.Tensor, means: torch.Tensor, frame_mask: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Alignment (B, Lt, Tm), token features (B, Lt, H), aligned means (B, Tm, n_mels) -> the decoder's
-        standardised mel and the post-net's (the same tensor without a post-net), (B, n_mels, Tm) each.
+        self,
+        path: torch.Tensor,
+        hidden: torch.Tensor,
+        means: torch.Tensor,
+        masks: tuple[torch.Tensor, torch.Tensor],
+        f0: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """Alignment (B, Lt, Tm), token features (B, Lt, H), aligned means (B, Tm, n_mels), (token, frame) masks
+        -> the decoder's standardised mel and the post-net's (the same tensor without a post-net), (B, n_mels, Tm)
+        each, and the pitch prediction (B, Lt, 2) or None without model.pitch.
 
-        Padded frames are zero.
+        `f0` (B, Tm), the recording's log F0 (0 unvoiced), conditions the decoder in training; without it the
+        predicted pitch does. Padded frames are zero.
         """
-        frames = expand_to_frames(path, hidden)
+        token_mask, frame_mask = masks
+        frames, pitch = self.frame_features(path, hidden, token_mask, f0)
         keep = frame_mask[:, :, None]
         refined = ((self.to_mel(self.decoder(frames, frame_mask)).float() + means.float()) * keep).transpose(1, 2)
         if self.postnet is None:
-            return refined, refined
-        return refined, refined + self.postnet(refined, frame_mask).float()
+            return refined, refined, pitch
+        return refined, refined + self.postnet(refined, frame_mask).float(), pitch
+
+    def frame_features(
+        self, path: torch.Tensor, hidden: torch.Tensor, token_mask: torch.Tensor, f0: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The decoder's input (B, Tm, H): token features (plus, with model.pitch, their pitch embedding) per frame;
+        and the pitch prediction (B, Lt, 2) or None."""
+        if self.pitch_predictor is None or self.pitch_embedding is None:
+            return expand_to_frames(path, hidden), None
+        # Detached, like the duration predictor: predicting the pitch must not bend the shared features.
+        raw = self.pitch_predictor.predict(hidden.detach(), token_mask).float()
+        prediction = torch.stack((raw[..., 0] + LOG_F0_CENTRE, raw[..., 1]), dim=-1)
+        if f0 is None:
+            log_f0, voiced = prediction[..., 0], prediction[..., 1] > 0
+        else:
+            log_f0, share = token_pitch(path, f0)
+            voiced = share > 0.5
+        pitched = hidden + self.pitch_embedding(log_f0, voiced & token_mask).to(hidden.dtype)
+        return expand_to_frames(path, pitched), prediction
 
     def forward(
-        self, text: torch.Tensor, text_lengths: torch.Tensor, mel: torch.Tensor, mel_lengths: torch.Tensor
+        self,
+        text: torch.Tensor,
+        text_lengths: torch.Tensor,
+        mel: torch.Tensor,
+        mel_lengths: torch.Tensor,
+        f0: torch.Tensor | None = None,
     ) -> dict[str, torch.Tensor]:
-        """Training losses for a padded batch: {"mel", "prior", "duration"} float32 scalars.
+        """Training losses for a padded batch: {"mel", "prior", "duration"} float32 scalars, and with model.pitch
+        {"pitch", "voicing"} (then `f0`, the recordings' log F0 per frame, is required).
 
         "mel" is in log-mel units; "prior" is per standardised mel bin.
         """
+        if self.pitch_predictor is not None and f0 is None:
+            raise ValueError("this model predicts pitch (model.pitch = true): its batches need the f0 track")
         hidden, means, token_mask = self.encode(text, text_lengths)
         frame_mask = length_mask(mel_lengths, mel.shape[2])
         target = self.standardise(mel)
@@ -179,7 +231,8 @@ class AcousticModel(nn.Module):
             path = monotonic_alignment_search(gaussian_log_likelihood(means, target), text_lengths, mel_lengths)
         aligned_means = expand_to_frames(path, means.float())
         # Detached: the means are trained by the prior loss alone; the decoder learns what they miss.
-        decoded, predicted = self.decode(path, hidden, aligned_means.detach(), frame_mask)
+        masks = (token_mask, frame_mask)
+        decoded, predicted, pitch = self.decode(path, hidden, aligned_means.detach(), masks, f0)
         log_durations = self.duration_predictor(hidden.detach(), token_mask)
         losses = {
             "mel": _masked_l1(self.unstandardise(predicted), mel, frame_mask),
@@ -188,6 +241,8 @@ class AcousticModel(nn.Module):
         }
         if self.postnet is not None:  # the decoder is also held to the target, so the post-net only refines
             losses["mel_before_postnet"] = _masked_l1(self.unstandardise(decoded), mel, frame_mask)
+        if pitch is not None and f0 is not None:
+            losses.update(_pitch_losses(pitch, *token_pitch(path, f0), token_mask))
         return losses
 
     @torch.no_grad()
@@ -210,7 +265,7 @@ class AcousticModel(nn.Module):
         hidden, means, mask = self.encode(ids, lengths)
         path = durations_to_path(self.predict_durations(hidden, mask, length_scale))
         frame_mask = torch.ones(1, path.shape[2], dtype=torch.bool, device=device)
-        _, mel = self.decode(path, hidden, expand_to_frames(path, means.float()), frame_mask)
+        _, mel, _ = self.decode(path, hidden, expand_to_frames(path, means.float()), (mask, frame_mask))
         return self.unstandardise(mel)[0]
 
 
@@ -227,6 +282,29 @@ def _prior_nll(aligned_means: torch.Tensor, target: torch.Tensor, frame_mask: to
     squared = (target.float().transpose(1, 2) - aligned_means) ** 2 * keep
     denominator = (keep.sum() * target.shape[1]).clamp(min=1.0)
     return 0.5 * squared.sum() / denominator + 0.5 * LOG_2PI
+
+
+def token_pitch(path: torch.Tensor, f0: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B, Lt, Tm) path and (B, Tm) log F0 -> per token the mean log F0 of its voiced frames (0 when none) and
+    the share of its frames that are voiced, (B, Lt) each."""
+    with torch.autocast(path.device.type, enabled=False):
+        weights = path.float()
+        voiced = (f0 > 0).float()
+        voiced_frames = torch.bmm(weights, voiced[:, :, None])[..., 0]
+        summed = torch.bmm(weights, (f0.float() * voiced)[:, :, None])[..., 0]
+        mean = summed / voiced_frames.clamp(min=1.0)
+        return mean, voiced_frames / weights.sum(dim=2).clamp(min=1.0)
+
+
+def _pitch_losses(
+    prediction: torch.Tensor, log_f0: torch.Tensor, share: torch.Tensor, token_mask: torch.Tensor
+) -> dict[str, torch.Tensor]:
+    """ "pitch": L1 in mean log F0 over tokens mostly voiced; "voicing": BCE against the voiced share, real tokens."""
+    keep = ((share > 0.5) & token_mask).float()
+    pitch = ((prediction[..., 0] - log_f0).abs() * keep).sum() / keep.sum().clamp(min=1.0)
+    real = token_mask.float()
+    bce = nn.functional.binary_cross_entropy_with_logits(prediction[..., 1], share, reduction="none")
+    return {"pitch": pitch, "voicing": (bce * real).sum() / real.sum().clamp(min=1.0)}
 
 
 def _duration_mse(log_predicted: torch.Tensor, durations: torch.Tensor, token_mask: torch.Tensor) -> torch.Tensor:

@@ -13,11 +13,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from trainer_core.data.pitch import HIGHEST_PITCH_HZ, LOWEST_PITCH_HZ
+
 # Width of the first feed-forward convolution: a few neighbours of context per layer (FastSpeech-style).
 FFN_KERNEL = 5
 DURATION_KERNEL = 3
 POSTNET_KERNEL = 5
 CONV_KERNEL = 5
+PITCH_BINS = 256  # voiced pitch bins of the pitch embedding: about 13 cents each over 60-400 Hz
 
 
 def length_mask(lengths: torch.Tensor, max_length: int) -> torch.Tensor:
@@ -137,16 +140,17 @@ class ConvStack(nn.Module):
 
 
 class DurationPredictor(nn.Module):
-    """Two convolution layers and a projection: log frames per token, from the encoder's output."""
+    """Two convolution layers and a projection: log frames per token, from the encoder's output (with outputs > 1,
+    that many values per position: the pitch predictor's log F0 and voicing logit per frame)."""
 
-    def __init__(self, hidden: int, dropout: float) -> None:
+    def __init__(self, hidden: int, dropout: float, outputs: int = 1) -> None:
         super().__init__()
         self.conv1 = nn.Conv1d(hidden, hidden, DURATION_KERNEL, padding=DURATION_KERNEL // 2)
         self.ln1 = nn.LayerNorm(hidden)
         self.conv2 = nn.Conv1d(hidden, hidden, DURATION_KERNEL, padding=DURATION_KERNEL // 2)
         self.ln2 = nn.LayerNorm(hidden)
         self.drop = nn.Dropout(dropout)
-        self.out = nn.Linear(hidden, 1)
+        self.out = nn.Linear(hidden, outputs)
 
     def _conv(self, conv: nn.Conv1d, norm: nn.LayerNorm, x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
         y = F.relu(conv((x * keep).transpose(1, 2))).transpose(1, 2)
@@ -154,10 +158,33 @@ class DurationPredictor(nn.Module):
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """(B, Lt, H), (B, Lt) -> (B, Lt) predicted log durations (zero on padding)."""
+        return self.predict(x, mask)[..., 0]
+
+    def predict(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """(B, L, H), (B, L) -> (B, L, outputs), zero on padding."""
         keep = mask[:, :, None].to(x.dtype)
         y = self._conv(self.conv1, self.ln1, x, keep)
         y = self._conv(self.conv2, self.ln2, y, keep)
-        return self.out(y * keep).squeeze(-1) * mask.to(y.dtype)
+        return self.out(y * keep) * keep.to(y.dtype)
+
+
+class PitchEmbedding(nn.Module):
+    """Log F0 per frame -> a learned vector: unvoiced frames share row 0, voiced ones fall into PITCH_BINS bins
+    evenly spaced in log F0 over the pitch tracker's range (FastSpeech 2's quantised pitch embedding)."""
+
+    boundaries: torch.Tensor
+
+    def __init__(self, hidden: int) -> None:
+        super().__init__()
+        self.table = nn.Embedding(PITCH_BINS + 1, hidden)
+        nn.init.normal_(self.table.weight, mean=0.0, std=hidden**-0.5)
+        edges = torch.linspace(math.log(LOWEST_PITCH_HZ), math.log(HIGHEST_PITCH_HZ), PITCH_BINS - 1)
+        self.register_buffer("boundaries", edges, persistent=False)
+
+    def forward(self, log_f0: torch.Tensor, voiced: torch.Tensor) -> torch.Tensor:
+        """(B, T) log F0 and (B, T) bool -> (B, T, hidden)."""
+        bins = torch.bucketize(log_f0.float().contiguous(), self.boundaries) + 1
+        return self.table(torch.where(voiced, bins, torch.zeros_like(bins)))
 
 
 class PostNet(nn.Module):

@@ -95,7 +95,9 @@ class VoiceTask(Task):
         self.report = report
         self.device = torch.device(device)
         self.where = choose_where(where, profile)
-        self.features: VoiceFeatures = preload_voice(report, profile, self.device, self.where, progress)
+        self.features: VoiceFeatures = preload_voice(
+            report, profile, self.device, self.where, progress, pitch=profile.model.pitch
+        )
         self._log_preload()
         self.encoder = TextEncoder.from_profile(self.features.texts, profile.tts)
         log.info("text input: %s, %d symbols", self.encoder.units, self.encoder.vocab_size)
@@ -143,9 +145,11 @@ class VoiceTask(Task):
     # ------------------------------------------------------------------ losses
 
     def compute_losses(self, model: nn.Module, batch: Batch) -> dict[str, torch.Tensor]:
-        parts = model(batch["text"], batch["text_lens"], batch["mel"], batch["mel_lens"])
+        parts = model(batch["text"], batch["text_lens"], batch["mel"], batch["mel_lens"], batch.get("f0"))
         tts = self.profile.tts
         total = parts["mel"] + tts.prior_loss_weight * parts["prior"] + tts.duration_loss_weight * parts["duration"]
+        if "pitch" in parts:
+            total = total + tts.pitch_loss_weight * (parts["pitch"] + parts["voicing"])
         if "mel_before_postnet" in parts:
             total = total + parts["mel_before_postnet"]
         return {"total": total, **{name: value.detach() for name, value in parts.items()}}

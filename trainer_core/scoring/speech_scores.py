@@ -13,8 +13,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from trainer_core.data.pitch import PitchTrack, pitch_track
 from trainer_core.scoring.dtw import dtw
-from trainer_core.scoring.voicing import PitchTrack, pitch_track
 
 # Log-mel (n_mels, frames) of a waveform, as training features are computed.
 MelOf = Callable[[np.ndarray], np.ndarray]

@@ -3,13 +3,20 @@
 Frames are centred on the mel frames (frame t at sample t * hop), so decisions line up with a mel of the same
 hop. A frame is voiced when it is loud enough against the clip's loudest frame and periodic: its autocorrelation
 at some lag of a 60-400 Hz period reaches `PERIODICITY` of its energy.
+
+As a training feature (`log_f0_feature`, cached next to the mel with `pitch_params`), the track is one row per
+mel frame: the natural log of F0 in Hz where voiced, 0 where not.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+import torch
+
+from trainer_core.contract.profile import AudioSection
 
 LOWEST_PITCH_HZ = 60.0
 HIGHEST_PITCH_HZ = 400.0
@@ -80,3 +87,22 @@ def _fundamental_lags(normalised: np.ndarray, best: np.ndarray) -> np.ndarray:
 def voiced_frames(wave: np.ndarray, sample_rate: int, hop: int) -> np.ndarray:
     """(1 + len(wave) // hop,) booleans: is the frame centred at t * hop voiced?"""
     return pitch_track(wave, sample_rate, hop).voiced
+
+
+# Bumped when the pitch feature's numbers change, so old cached tracks are never read.
+PITCH_FEATURE_VERSION = 1
+
+
+def pitch_params(mel_params: dict[str, Any]) -> dict[str, Any]:
+    """Feature-cache parameters of the log-F0 row: the mel's (same decoding, trimming and hop) plus its own."""
+    return {**mel_params, "feature": "log_f0", "rows": 1, "pitch_version": PITCH_FEATURE_VERSION}
+
+
+def log_f0_feature(wave: np.ndarray, audio: AudioSection, frames: int) -> torch.Tensor:
+    """(1, frames) float32: log F0 in Hz on voiced frames, 0 elsewhere, for the mel of the same wave."""
+    track = pitch_track(np.asarray(wave), audio.sample_rate, audio.hop_length)
+    values = np.zeros(frames, dtype=np.float32)
+    count = min(frames, len(track.f0))
+    voiced = track.voiced[:count]
+    values[:count][voiced] = np.log(track.f0[:count][voiced])
+    return torch.from_numpy(values).reshape(1, frames)
