@@ -11,8 +11,8 @@ from typing import Any, Literal
 
 import tomli_w
 
-Kind = Literal["lm", "tts"]
-_ORDER = ("run", "data", "model", "train", "compute", "audio", "tts", "sample", "logging", "debug")
+Kind = Literal["lm", "tts", "vocoder"]
+_ORDER = ("run", "data", "model", "train", "compute", "audio", "tts", "vocoder", "sample", "logging", "debug")
 
 # The parts both kinds share: CPU, one thread, quick telemetry, no report.
 _COMMON: dict[str, dict[str, Any]] = {
@@ -35,6 +35,22 @@ TINY: dict[Kind, dict[str, dict[str, Any]]] = {
         "run": {"name": "tiny-voice", "seed": 3},
         "data": {"mode": "voice", "val_fraction": 0.1},
         "model": {"kind": "tts", **_MODEL, "decoder_layers": 1, "dropout": 0.0},
+    },
+    "vocoder": {
+        **_COMMON,
+        "run": {"name": "tiny-vocoder", "seed": 5},
+        "data": {"mode": "voice", "val_fraction": 0.1},
+        "model": {"kind": "vocoder"},
+        "train": {**_COMMON["train"], "batch_size": 4, "lr": 2e-3},
+        "vocoder": {
+            "channels": 16,
+            "blocks": 1,
+            "segment_frames": 8,
+            "discriminator_channels": 4,
+            "periods": [2, 3],
+            "resolutions": [[256, 64, 256]],
+            "copy_items": 1,
+        },
     },
 }
 

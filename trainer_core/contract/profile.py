@@ -57,7 +57,11 @@ class DataSection(Section):
 
 
 class ModelSection(Section):
-    kind: Literal["auto", "tts", "lm"] = Field(default="auto", description="Model family; auto follows the data mode.")
+    kind: Literal["auto", "tts", "lm", "vocoder"] = Field(
+        default="auto",
+        description="Model family; auto follows the data mode (voice: tts). vocoder: mel to waveform, a GAN trained "
+        "on the same voice folders (settings in [vocoder]).",
+    )
     size: Literal["fixed", "auto"] = Field(
         default="fixed",
         description="fixed: hidden, layers and heads as set here; auto: chosen for train.target_hours from this "
@@ -254,6 +258,45 @@ class TtsSection(Section):
     )
 
 
+class VocoderSection(Section):
+    channels: int = Field(default=128, ge=8, le=4096, description="Generator width (ConvNeXt channels).")
+    blocks: int = Field(default=4, ge=1, le=64, description="Generator ConvNeXt blocks.")
+    segment_frames: int = Field(
+        default=32, ge=4, le=4096, description="Mel frames per training segment (segment_frames x hop_length samples)."
+    )
+    discriminator_channels: int = Field(
+        default=16, ge=2, le=1024, description="Width of the first layer of every discriminator."
+    )
+    periods: list[int] = Field(
+        default_factory=lambda: [2, 3, 5, 7, 11], description="Multi-period discriminator: one per period."
+    )
+    resolutions: list[tuple[int, int, int]] = Field(
+        default_factory=lambda: [(512, 128, 512), (1024, 256, 1024), (256, 64, 256)],
+        description="Multi-resolution discriminator and STFT score: (n_fft, hop, window) of each.",
+    )
+    mel_weight: float = Field(default=45.0, ge=0.0, description="Weight of the mel L1 loss in the generator's loss.")
+    feature_weight: float = Field(default=2.0, ge=0.0, description="Weight of the feature-matching loss.")
+    adversarial_weight: float = Field(
+        default=1.0, ge=0.0, description="Weight of the adversarial loss (0: a mel-loss-only baseline, no GAN)."
+    )
+    discriminator_lr: float | None = Field(
+        default=None, gt=0.0, description="Discriminator learning rate (unset: train.lr); same schedule."
+    )
+    betas: tuple[float, float] = Field(default=(0.8, 0.99), description="AdamW betas of both optimizers.")
+    copy_items: int = Field(
+        default=4, ge=0, le=64, description="Held-out clips copy-synthesised as samples at each evaluation."
+    )
+
+    @model_validator(mode="after")
+    def _resolutions_fit(self) -> VocoderSection:
+        for n_fft, hop, window in self.resolutions:
+            if not 0 < hop <= window <= n_fft:
+                raise ValueError(f"resolution ({n_fft}, {hop}, {window}) needs 0 < hop <= window <= n_fft")
+        if not self.periods or min(self.periods) < 1:
+            raise ValueError(f"periods must be positive whole numbers, got {self.periods}")
+        return self
+
+
 class LoggingSection(Section):
     level: Literal["debug", "info", "warning", "error"] = Field(default="info", description="Lowest log level written.")
     step_interval_s: float = Field(
@@ -273,6 +316,9 @@ class DebugSection(Section):
         default=0.0, ge=0.0, le=3600.0, description="Pause mid-way through each checkpoint write (fault tests)."
     )
     fail_at_step: int | None = Field(default=None, ge=0, description="Raise an error at this step (crash tests).")
+    fault_group: str | None = Field(
+        default=None, description="Several optimizers: fire the step faults in this group's pass (default: the first)."
+    )
 
 
 class Profile(Section):
@@ -287,6 +333,7 @@ class Profile(Section):
     audio: AudioSection = Field(default_factory=AudioSection, description="Audio decoding and mel features.")
     sample: SampleSection = Field(default_factory=SampleSection, description="Evaluation samples.")
     tts: TtsSection = Field(default_factory=TtsSection, description="TTS text front end, losses and vocoder.")
+    vocoder: VocoderSection = Field(default_factory=VocoderSection, description="GAN vocoder (model.kind vocoder).")
     logging: LoggingSection = Field(default_factory=LoggingSection, description="Events, reports and logs.")
     debug: DebugSection = Field(default_factory=DebugSection, description="Fault injection for tests.")
 

@@ -253,6 +253,9 @@ class StepEvent(Event):
     loss: Real | None
     losses: dict[str, Real] = Field(default_factory=dict, description="named parts of the loss")
     lr: Real
+    lrs: dict[str, Real] = Field(
+        default_factory=dict, description="several optimizers: each group's learning rate ('lr' is the primary's)"
+    )
     grad_norm: Real | None = None
     loss_scale: Real | None = None
     samples_per_s: Real
@@ -285,6 +288,9 @@ class ProfileBreakdownEvent(Event):
     backward_s: Real
     optimizer_s: Real
     steps: Count
+    groups: dict[str, dict[str, Real]] = Field(
+        default_factory=dict, description="several optimizers: forward_s, backward_s, optimizer_s of each group"
+    )
 
 
 class MemoryEvent(Event):
@@ -325,6 +331,10 @@ class ValidationEvent(Event):
     metric_name: str | None = Field(default=None, description="an extra metric, e.g. bits_per_byte")
     metric_value: Real | None = None
     metrics: dict[str, Real] = Field(default_factory=dict, description="all task metrics, e.g. bits_per_byte")
+    reference: dict[str, Real] = Field(
+        default_factory=dict, description="the same metrics for a reference to beat (vocoder: Griffin-Lim's)"
+    )
+    reference_name: str | None = Field(default=None, description="what the reference is, e.g. griffin_lim")
 
 
 class CheckpointSavedEvent(Event):

@@ -101,7 +101,7 @@ class FeatureCache:
         self.folder = cache_folder(folder)
         self.params = dict(params)
         # Values per frame: the mel bins, or params["rows"] for another per-frame feature (the pitch track's 1).
-        self.n_mels = int(params.get("rows", params["n_mels"]))
+        self.n_mels = int(params["rows"] if "rows" in params else params["n_mels"])
         # One subfolder per parameter set: other profiles' features never collide, and can be removed alone.
         self.entries_dir = self.folder / params_digest(self.params)
         self.name = corpus_digest(corpus)

@@ -130,6 +130,26 @@ class MelExtractor:
             if np.ndim(wave) != 1 or len(wave) == 0:
                 raise ValueError(f"wave {index} must be a non-empty 1-D array, got shape {np.shape(wave)}")
 
+    def batch(self, waves: torch.Tensor) -> torch.Tensor:
+        """(B, n_mels, frames_for(S)) float32 log-mel of equal-length waves (B, S) already on the device, with
+        gradients (a vocoder's mel loss); the same numbers as calling the extractor on each wave."""
+        half = self.n_fft // 2
+        device_type = waves.device.type
+        with torch.autocast(device_type, enabled=False):  # FFTs in float32 whatever the step's autocast
+            signal = torch.nn.functional.pad(waves.float()[:, None], (half, half), mode="reflect")[:, 0]
+            spec = torch.stft(
+                signal,
+                n_fft=self.n_fft,
+                hop_length=self.hop_length,
+                win_length=self.win_length,
+                window=self.window.to(signal.device, torch.float32),
+                center=False,
+                return_complex=True,
+            )[:, : self.top_bin]
+            power = spec.real.square() + spec.imag.square()
+            bands = [weights.to(signal.device, torch.float32) @ power[:, lo:hi] for _, _, lo, hi, weights in self.bands]
+            return torch.cat(bands, dim=1).clamp(min=self.log_floor).log()
+
     @torch.no_grad()
     def __call__(self, waves: list[np.ndarray]) -> list[torch.Tensor]:
         """One (n_mels, frames_for(len(wave))) float32 CPU tensor per wave, computed as one batch."""

@@ -118,6 +118,39 @@ def wrap_model(model: nn.Module, device: torch.device, world: World) -> nn.Modul
     return DistributedDataParallel(model, device_ids=ids)
 
 
+def share_initial_weights(model: nn.Module, world: World) -> nn.Module:
+    """Rank 0's parameters and buffers on every rank, as DDP's constructor does, for models trained without the
+    DDP wrapper (several optimizer groups average each group's gradients themselves: `average_gradients`)."""
+    if not world.active or world.world_size == 1:
+        return model
+    import torch
+    import torch.distributed as dist
+
+    with torch.no_grad():
+        for tensor in [*model.parameters(), *model.buffers()]:
+            dist.broadcast(tensor, src=0)
+    return model
+
+
+def average_gradients(params: Sequence[nn.Parameter], world: World) -> None:
+    """Replace each gradient by its mean over ranks, in one all-reduce of the flattened gradients."""
+    if not world.active or world.world_size == 1:
+        return
+    import torch
+    import torch.distributed as dist
+
+    grads = [p.grad for p in params if p.grad is not None]
+    if not grads:
+        return
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    dist.all_reduce(flat)
+    flat /= world.world_size
+    offset = 0
+    for grad in grads:
+        grad.copy_(flat[offset : offset + grad.numel()].view_as(grad))
+        offset += grad.numel()
+
+
 def mean_over_ranks(values: torch.Tensor, world: World) -> torch.Tensor:
     """The element-wise mean of `values` over all ranks (a new tensor; `values` is left alone)."""
     if not world.active or world.world_size == 1:

@@ -57,6 +57,8 @@ class Evaluator:
         self.last_val_step = -1
         self.last_free_step = -1
         self.validations = 0  # after training started: what free_running_every counts
+        self._reference_scores: dict[str, float] | None = None
+        self._passed_reference = False
 
     @property
     def module(self) -> torch.nn.Module:
@@ -92,24 +94,44 @@ class Evaluator:
             return None
         metrics = self.task.val_metrics(means)
         self.checkpointer.val_loss = means["total"]
-        metric_name, metric_value = next(iter(metrics.items()), (None, None))
-        self.events.emit(
-            ValidationEvent(
-                step=self.state.step,
-                epoch=self.state.epoch,
-                loss=means["total"],
-                losses=means,
-                metrics=metrics,
-                metric_name=metric_name,
-                metric_value=metric_value,
-            )
-        )
+        self.events.emit(self._validation_event(means, metrics))
         if self.state.step > 0:  # the untrained baseline is a reference point, not a model worth keeping
             if self.profile.train.select_best_by == "val_loss":
                 self._track_best(means["total"], means["total"])
             elif distance is not None:
                 self._track_best(distance, means["total"])
         return means["total"]
+
+    def _validation_event(self, means: dict[str, float], metrics: dict[str, float]) -> ValidationEvent:
+        metric_name, metric_value = next(iter(metrics.items()), (None, None))
+        reference = self._reference()
+        passes = metric_name in reference and metric_value is not None and metric_value < reference[metric_name]
+        if passes and self.state.step > 0 and not self._passed_reference:
+            self._passed_reference = True
+            log.info(
+                "step %d: %s %.4g passes %s's %.4g", self.state.step, metric_name, metric_value,
+                self.task.reference_name(), reference[metric_name],
+            )  # fmt: skip
+        return ValidationEvent(
+            step=self.state.step,
+            epoch=self.state.epoch,
+            loss=means["total"],
+            losses=means,
+            metrics=metrics,
+            metric_name=metric_name,
+            metric_value=metric_value,
+            reference=reference,
+            reference_name=self.task.reference_name() if reference else None,
+        )
+
+    def _reference(self) -> dict[str, float]:
+        """The task's reference scores (rank 0 computes them once), logged the first time."""
+        if self._reference_scores is None:
+            self._reference_scores = (self.task.reference_scores() if self.world.is_main else None) or {}
+            if self._reference_scores:
+                figures = ", ".join(f"{name} {value:.4g}" for name, value in self._reference_scores.items())
+                log.info("%s on the held-out clips (the line to beat): %s", self.task.reference_name(), figures)
+        return self._reference_scores
 
     def _free_running_on(self) -> bool:
         return self.profile.train.free_running_every > 0 and self.task.speaks()

@@ -6,6 +6,8 @@ Sources: the profile's [debug] section, or environment variables (comma-separate
   VEGA_FAULT_FAIL_AT_STEP          raise RuntimeError at this step (crash drills)
   VEGA_FAULT_STEP_SLEEP_S          sleep this many seconds in every step attempt (keeps a tiny model's
                                    run alive long enough for signal and control tests, without CPU load)
+  VEGA_FAULT_GROUP                 several optimizer groups: fire the step faults in this group's pass
+                                   (default: the first pass that reaches the step)
   VEGA_FAULT_HOLD_CHECKPOINT_SAVES hold only these saves (1-based count in this process) for
                                    `debug.hold_checkpoint_write_s`; without it every save holds
 Each listed step number fires once per occurrence: [5] fails one attempt at step 5 and the retry runs
@@ -29,6 +31,7 @@ NONFINITE_ENV = "VEGA_FAULT_NONFINITE_AT_STEPS"
 FAIL_ENV = "VEGA_FAULT_FAIL_AT_STEP"
 SLEEP_ENV = "VEGA_FAULT_STEP_SLEEP_S"
 HOLD_SAVES_ENV = "VEGA_FAULT_HOLD_CHECKPOINT_SAVES"
+GROUP_ENV = "VEGA_FAULT_GROUP"
 
 
 def _env_numbers(name: str) -> list[int]:
@@ -59,17 +62,23 @@ class FaultInjector:
         self.hold_s = debug.hold_checkpoint_write_s
         held = _env_numbers(HOLD_SAVES_ENV)
         self.held_saves: set[int] | None = set(held) if held else None
+        self.group = os.environ.get(GROUP_ENV) or debug.fault_group
 
-    def before_forward(self, step: int) -> None:
+    def _aimed_at(self, group: str | None) -> bool:
+        return self.group is None or group is None or group == self.group
+
+    def before_forward(self, step: int, group: str | None = None) -> None:
         if self.step_sleep_s:
             time.sleep(self.step_sleep_s)
+        if not self._aimed_at(group):
+            return
         if _take(self.fail, step):
             raise RuntimeError(f"injected failure at step {step} (fault injection)")
         if _take(self.oom, step):
             raise torch.OutOfMemoryError(f"injected out-of-memory at step {step} (fault injection)")
 
-    def poison_loss(self, step: int, loss: torch.Tensor) -> torch.Tensor:
-        if _take(self.nonfinite, step):
+    def poison_loss(self, step: int, loss: torch.Tensor, group: str | None = None) -> torch.Tensor:
+        if self._aimed_at(group) and _take(self.nonfinite, step):
             return loss * float("nan")
         return loss
 

@@ -229,3 +229,18 @@ def step_was_skipped(scaler: Any, scale_before: float) -> bool:
     if isinstance(scaler, VegaGradScaler):
         return scaler.last_step_skipped
     return scaler.get_scale() < scale_before
+
+
+def abandon_iteration(scaler: Any) -> None:
+    """Forget which optimizers this iteration has unscaled or stepped, keeping the scale: a step retried after
+    out-of-memory recovery unscales them again (both scalers refuse a second unscale_ before update())."""
+    if not scaler.is_enabled():
+        return
+    if isinstance(scaler, VegaGradScaler):
+        scaler._reset_iteration()
+        return
+    from collections import defaultdict
+
+    from torch.amp.grad_scaler import _refresh_per_optimizer_state
+
+    scaler._per_optimizer_states = defaultdict(_refresh_per_optimizer_state)

@@ -1,5 +1,7 @@
 """Inter-batch profiler: where each step's time goes (data, transfer, forward, backward, optimizer).
 
+With several optimizer groups, forward, backward and optimizer are also timed per group (a phase named
+"forward.generator" adds to "forward" and to the generator's own breakdown).
 On CPU the phases run synchronously, so host timestamps are exact. On CUDA the phases are
 bracketed with CUDA events and read back only when a breakdown is emitted, so steps never sync.
 """
@@ -60,6 +62,7 @@ class StepProfiler:
         self.use_cuda_events = device.type == "cuda"
         self.interval_s = interval_s
         self._totals = dict.fromkeys(PHASES, 0.0)
+        self._group_totals: dict[str, dict[str, float]] = {}
         self._pending: list[tuple[str, torch.cuda.Event, torch.cuda.Event]] = []
         self._steps = 0
         self._last_emit = time.monotonic()
@@ -69,12 +72,21 @@ class StepProfiler:
             name: CudaPhase(name, self) if cuda and name != "data" else HostPhase(name, self) for name in PHASES
         }
 
-    def phase(self, name: str) -> HostPhase | CudaPhase:
-        """The context that times phase `name` (one of PHASES); the same object every call."""
-        return self._phases[name]
+    def phase(self, name: str, group: str | None = None) -> HostPhase | CudaPhase:
+        """The context that times phase `name` (one of PHASES), for one optimizer group when named; the same
+        object every call."""
+        key = name if group is None else f"{name}.{group}"
+        found = self._phases.get(key)
+        if found is None:
+            found = self._phases[key] = CudaPhase(key, self) if self.use_cuda_events else HostPhase(key, self)
+        return found
 
-    def add(self, name: str, seconds: float) -> None:
+    def add(self, key: str, seconds: float) -> None:
+        name, _, group = key.partition(".")
         self._totals[name] += seconds
+        if group:
+            per_group = self._group_totals.setdefault(group, {})
+            per_group[name] = per_group.get(name, 0.0) + seconds
 
     def add_events(self, name: str, start: torch.cuda.Event, end: torch.cuda.Event) -> None:
         if len(self._pending) < MAX_PENDING:
@@ -91,12 +103,18 @@ class StepProfiler:
         if self._pending:
             self._pending[-1][2].synchronize()  # the one sync point, once per interval
             for name, start, end in self._pending:
-                self._totals[name] += start.elapsed_time(end) / 1000.0
+                self.add(name, start.elapsed_time(end) / 1000.0)
             self._pending.clear()
         steps = max(1, self._steps)
         out = {f"{name}_s": total / steps for name, total in self._totals.items()}
         out["steps"] = self._steps
+        if self._group_totals:
+            out["groups"] = {
+                group: {f"{name}_s": total / steps for name, total in totals.items()}
+                for group, totals in self._group_totals.items()
+            }
         self._totals = dict.fromkeys(PHASES, 0.0)
+        self._group_totals = {}
         self._steps = 0
         self._last_emit = time.monotonic()
         return out

@@ -206,7 +206,7 @@ def finalize(trainer: Trainer, plan: TrainPlan, hub: EventHub, run_dir: Path) ->
     if trainer.state.step > 0:
         config = {**trainer.task.model_config(), "step": trainer.state.step, "profile": trainer.profile_toml}
         try:
-            weights, _ = export_model(trainer.module, config, run_dir / "export")
+            weights, _ = export_model(trainer.task.export_module(trainer.module), config, run_dir / "export")
         except ExportError as exc:  # the checkpoints hold the trained model; say so rather than fail the run
             hub.error(f"{exc}; the trained weights are in {run_dir / rundir.CHECKPOINTS}")
         else:

@@ -12,7 +12,7 @@ import math
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -44,6 +44,8 @@ class StepOutcome:
     items: int
     lr: float
     """The learning rate this step was taken with (the scheduler has moved on since)."""
+    lrs: dict[str, float] = field(default_factory=dict)
+    """Several optimizers: each group's learning rate for this step, by name."""
 
 
 class StepRunner:

@@ -41,6 +41,8 @@ class StepRecord:
     data_seconds: float
     micro_batch: int
     grad_accum: int
+    lrs: dict[str, float] = field(default_factory=dict)
+    """Several optimizers: each group's learning rate for this step."""
 
 
 def finite_or_none(x: float | None) -> float | None:
@@ -78,6 +80,7 @@ class StepWindow:
             loss=finite_or_none(last.loss),
             losses={k: v for k, v in last.losses.items() if math.isfinite(v)},
             lr=last.lr,
+            lrs=last.lrs,
             grad_norm=finite_or_none(last.grad_norm),
             loss_scale=last.loss_scale,
             samples_per_s=items / seconds if seconds > 0 else 0.0,

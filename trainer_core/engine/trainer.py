@@ -1,6 +1,7 @@
 """The Trainer: components with one job each, composed by a short `fit` loop.
 
-- `StepRunner` (engine.step): one optimizer step over every optimizer group, OOM retry;
+- `StepRunner` (engine.step): one optimizer step, OOM retry; `GroupedStepRunner` (engine.group_step) when the
+  task declares several optimizer groups (a discriminator, then a generator);
 - `NonfiniteGuard` (engine.nonfinite_guard): skipped steps and precision fallback;
 - `RunLength` (engine.run_length): the schedule's length and warmup, the time budget;
 - `Telemetry` (engine.telemetry): step, memory and profile events, the ETA;
@@ -25,14 +26,15 @@ from trainer_core.contract.protocol import EpochEndEvent, EpochStartEvent, Finis
 from trainer_core.engine.checkpoint import CheckpointManager
 from trainer_core.engine.checkpointing import Checkpointer
 from trainer_core.engine.control_state import Controller, ControlState
-from trainer_core.engine.distributed import wrap_model
+from trainer_core.engine.distributed import share_initial_weights, wrap_model
 from trainer_core.engine.evaluation import Evaluator
 from trainer_core.engine.events import EventHub
 from trainer_core.engine.faults import FaultInjector
+from trainer_core.engine.group_step import GroupedStepRunner
 from trainer_core.engine.loop_state import LoopState
 from trainer_core.engine.memory import MemoryManager
 from trainer_core.engine.nonfinite_guard import NonfiniteGuard
-from trainer_core.engine.optimizers import single_group
+from trainer_core.engine.optimizers import task_groups
 from trainer_core.engine.precision import NonfiniteTracker, PrecisionPolicy
 from trainer_core.engine.profiler import StepProfiler
 from trainer_core.engine.run_length import RunLength
@@ -62,14 +64,14 @@ class Trainer:
         t = profile.train
         self.state = LoopState(micro_batch=t.batch_size, grad_accum=t.grad_accum)
         self.run_length = RunLength(profile, self.state, self.steps_per_epoch, world, events)
-        # Under torchrun, DDP: its constructor hands rank 0's initial weights to every rank.
-        model = wrap_model(task.model.to(device), device, world)
-        groups = single_group(model, profile, device, self.run_length.warmup_steps(), self.state.total_steps)
+        model = self._place_model(task, device, world)
+        groups = task_groups(task, model, profile, device, self.run_length.warmup_steps(), self.state.total_steps)
         self.run_length.attach(groups)
         self.memory = MemoryManager(device)
         self.profiler = StepProfiler(device, profile.logging.profile_interval_s)
         faults = FaultInjector(profile.debug)
-        self.runner = StepRunner(
+        runner = GroupedStepRunner if len(groups) > 1 else StepRunner
+        self.runner = runner(
             task, model, groups, precision, self.state, device, world, events, self.profiler, self.memory, faults,
             on_resize=self.run_length.remeasure,
         )  # fmt: skip
@@ -89,6 +91,15 @@ class Trainer:
             control, self.state, world, events, self.runner, self.run_length, self.telemetry, self.checkpointer,
             self.evaluator,
         )  # fmt: skip
+
+    @staticmethod
+    def _place_model(task: Task, device: torch.device, world: World) -> torch.nn.Module:
+        """The model on its device; under torchrun DDP hands rank 0's initial weights to every rank. Several
+        optimizer groups skip the DDP wrapper (their runner averages each group's gradients) but start alike."""
+        module = task.model.to(device)
+        if task.optimizer_groups():
+            return share_initial_weights(module, world)
+        return wrap_model(module, device, world)
 
     @property
     def module(self) -> torch.nn.Module:
@@ -116,10 +127,12 @@ class Trainer:
                 break
             if request == "stop":
                 return self.stop()
+            if self.state.item and self._epoch_spent():
+                self.end_epoch()  # resumed from a checkpoint saved after an epoch's last full batch, before its end
             if self.state.item == 0:
                 self.events.emit(EpochStartEvent(epoch=self.state.epoch, steps_in_epoch=self.steps_per_epoch()))
             self.after_step(self.runner.run())
-            if self.task.train_items() - self.state.item < self.global_batch():
+            if self._epoch_spent():
                 self.end_epoch()
             if self.evaluator.early_stop_due():
                 log.info(
@@ -128,6 +141,10 @@ class Trainer:
                 )  # fmt: skip
                 break
         return self.complete()
+
+    def _epoch_spent(self) -> bool:
+        """Fewer items left in the epoch than one global batch: the rest waits for the next epoch's order."""
+        return self.task.train_items() - self.state.item < self.global_batch()
 
     def after_step(self, outcome: StepOutcome) -> None:
         """Telemetry, the time budget and periodic validation/checkpoints after one step."""
@@ -180,7 +197,7 @@ class Trainer:
             step=s.step, epoch=s.epoch, loss=o.loss, losses=o.losses, lr=o.lr, grad_norm=o.grad_norm,
             loss_scale=scaler.get_scale() if scaler.is_enabled() else None, items=o.items,
             seconds=self.runner.step_s, data_seconds=self.runner.data_s, micro_batch=s.micro_batch,
-            grad_accum=s.grad_accum,
+            grad_accum=s.grad_accum, lrs=o.lrs,
         )  # fmt: skip
 
     def _periodic_eval_and_checkpoint(self, step: int) -> None:

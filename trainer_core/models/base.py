@@ -27,6 +27,8 @@ if TYPE_CHECKING:
 
 Batch = dict[str, torch.Tensor]
 SampleKind = Literal["text", "audio"]
+# What a group's pass leaves for the later groups of the same micro-batch (e.g. the generator's output).
+Carry = dict[str, Any]
 
 
 def batch_to(batch: Batch, device: torch.device | str, non_blocking: bool = False) -> Batch:
@@ -93,9 +95,53 @@ class Task(ABC):
         the task cannot (no held-out items, or not a speech task)."""
         return None
 
+    def optimizer_groups(self) -> list[GroupSpec]:
+        """Several optimizers, in update order (e.g. the discriminator, then the generator against the updated
+        discriminator); empty for one AdamW over every parameter driven by compute_losses' "total"."""
+        return []
+
+    def primary_group(self) -> str:
+        """The group whose "total" is the step's loss and whose learning rate is the run's "lr"."""
+        groups = self.optimizer_groups()
+        return groups[-1].name if groups else "main"
+
+    def group_losses(self, model: nn.Module, batch: Batch, group: str, carry: Carry) -> dict[str, torch.Tensor]:
+        """Losses that drive `group` ("total" and named parts) for one micro-batch; `carry` is shared by the
+        groups' passes over that micro-batch, in update order. Only tasks with optimizer groups implement it."""
+        raise NotImplementedError(f"{type(self).__name__} declares optimizer groups but not group_losses")
+
+    def reference_scores(self) -> dict[str, float] | None:
+        """Validation metrics of a reference to beat, by the names val_metrics uses (e.g. Griffin-Lim's
+        copy-synthesis scores for a vocoder); None when the task has none."""
+        return None
+
+    def reference_name(self) -> str:
+        return "reference"
+
+    def export_module(self, model: nn.Module) -> nn.Module:
+        """The part of the trained model an export holds (a GAN exports its generator alone)."""
+        return model
+
     def preload_done_event(self, reason: str = "") -> dict[str, Any] | None:
         """Fields of a `preload_done` event, for tasks that preload features; None when nothing was preloaded."""
         return None
+
+
+@dataclass(frozen=True)
+class GroupSpec:
+    """One optimizer group a task declares: what it trains and how (None: the profile's train section)."""
+
+    name: str
+    """Names the group's losses ("discriminator.total") and learning rate in events and charts."""
+    params: list[nn.Parameter]
+    """Every trainable parameter belongs to exactly one group."""
+    lr: float | None = None
+    betas: tuple[float, float] | None = None
+    weight_decay: float | None = None
+    clip: float | None = None
+    """Gradient-norm clipping; None keeps train.grad_clip."""
+    schedule: str | None = None
+    """A train.schedule name; None keeps the profile's."""
 
 
 def count_parameters(model: nn.Module) -> int:

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 BUILTIN_TASK_MODULES: dict[str, str] = {
     "text": "trainer_core.models.lm",
     "voice": "trainer_core.models.voice_task",
+    "vocoder": "trainer_core.models.vocoder_task",
 }
 
 
@@ -115,4 +116,11 @@ def _resolve_mode(profile: Profile, report: DataReport) -> str:
             f'model.kind = "tts" trains on recordings with transcripts, but {report.path} was read as '
             f'{report.mode} data: set data.mode = "voice" or point data.path at audio with a metadata.csv'
         )
+    if kind == "vocoder":
+        if report.mode != "voice":
+            raise ProfileError(
+                f'model.kind = "vocoder" trains on recordings, but {report.path} was read as {report.mode} data: '
+                'set data.mode = "voice" or point data.path at a voice folder (audio with a metadata.csv)'
+            )
+        return "vocoder"
     return report.mode

@@ -1,0 +1,122 @@
+"""Several optimizer groups in one step, in process: the real vocoder task (a discriminator, then a generator)
+on the bundled demo voice. A non-finite loss in either group skips the whole step, an out-of-memory error in
+either group's pass leaves the weights exactly as a clean step at the halved micro-batch would, and every
+parameter belongs to exactly one group."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import DEMO_VOICE
+
+from trainer_core.contract import rundir
+from trainer_core.contract.errors import VegaError
+from trainer_core.contract.eventlog import EventWriter
+from trainer_core.engine.control_state import ControlState
+from trainer_core.engine.events import EventHub
+from trainer_core.engine.group_step import GroupedStepRunner
+from trainer_core.engine.optimizers import task_groups
+from trainer_core.engine.setup import build_trainer
+from trainer_core.engine.trainer import Trainer
+from trainer_core.models.base import GroupSpec
+from trainer_core.plan import make_plan
+from trainer_core.tiny_profiles import tiny_profile
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+@pytest.fixture(autouse=True)
+def keep_torch_threads():
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+
+
+def new_vocoder(tmp_path: Path, name: str, *settings: str) -> Trainer:
+    profile = tmp_path / "vocoder.toml"
+    profile.write_text(tiny_profile("vocoder", data={"cache_dir": str(tmp_path / "cache")}), encoding="utf-8")
+    run_dir = tmp_path / name
+    plan = make_plan(str(profile), [f"data.path={DEMO_VOICE}", *settings], run_dir=run_dir, use_machine_file=False)
+    rundir.create_run_dir(run_dir)
+    return build_trainer(plan, EventHub(EventWriter(run_dir / rundir.EVENTS)), ControlState(), run_dir)
+
+
+def weights(trainer: Trainer) -> dict[str, torch.Tensor]:
+    return {name: value.clone() for name, value in trainer.module.state_dict().items()}
+
+
+def same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_the_vocoder_trains_two_groups_in_update_order(tmp_path: Path) -> None:
+    trainer = new_vocoder(tmp_path, "order")
+    assert isinstance(trainer.runner, GroupedStepRunner)
+    assert [group.name for group in trainer.runner.groups] == ["discriminator", "generator"]
+    assert trainer.runner.groups.main.name == "generator"
+    before = weights(trainer)
+    outcome = trainer.runner.run()
+    assert outcome.applied and trainer.state.step == 1
+    assert set(outcome.losses) == {
+        "discriminator.total", "generator.total", "generator.mel", "generator.adversarial", "generator.feature",
+    }  # fmt: skip
+    assert outcome.loss == outcome.losses["generator.total"]
+    assert set(outcome.lrs) == {"discriminator", "generator"}
+    after = weights(trainer)
+    # Both the generator and the discriminators moved.
+    for prefix in ("generator.", "discriminators."):
+        assert any(not torch.equal(before[k], after[k]) for k in before if k.startswith(prefix)), prefix
+
+
+@pytest.mark.parametrize("group", ["discriminator", "generator"])
+def test_a_nonfinite_loss_in_either_group_skips_the_whole_step(tmp_path: Path, group: str) -> None:
+    trainer = new_vocoder(tmp_path, group, "debug.nonfinite_at_steps=[3]", f'debug.fault_group="{group}"')
+    for _ in range(2):
+        assert trainer.runner.run().applied
+    before, lrs = weights(trainer), trainer.runner.groups.lrs()
+    optimizer_state = copy.deepcopy(trainer.runner.groups.state_dict())  # live tensors otherwise
+    skipped = trainer.runner.run()
+    assert not skipped.applied and trainer.state.step == 2
+    # No group moved (the discriminator stepped first and was undone), no schedule advanced.
+    assert same(weights(trainer), before)
+    assert trainer.runner.groups.lrs() == lrs
+    assert torch.equal(
+        optimizer_state["optimizer.discriminator"]["state"][0]["exp_avg"],
+        trainer.runner.groups.state_dict()["optimizer.discriminator"]["state"][0]["exp_avg"],
+    )
+    assert trainer.runner.run().applied and trainer.state.step == 3
+
+
+@pytest.mark.parametrize("group", ["discriminator", "generator"])
+def test_an_oom_in_either_group_halves_the_micro_batch_and_retries_from_the_same_weights(
+    tmp_path: Path, group: str
+) -> None:
+    faulty = new_vocoder(tmp_path, f"oom-{group}", "debug.oom_at_steps=[3]", f'debug.fault_group="{group}"')
+    clean = new_vocoder(tmp_path, f"clean-{group}")
+    for trainer in (faulty, clean):
+        for _ in range(2):
+            trainer.runner.run()
+    assert same(weights(faulty), weights(clean))
+    # The clean twin takes step 3 at the micro-batch the recovery picks: the retried step must match it exactly.
+    clean.state.micro_batch, clean.state.grad_accum = 2, 2
+    assert faulty.runner.run().applied and clean.runner.run().applied
+    assert (faulty.state.micro_batch, faulty.state.grad_accum) == (2, 2)
+    assert faulty.state.step == clean.state.step == 3
+    assert same(weights(faulty), weights(clean))
+
+
+def test_every_trainable_parameter_must_be_in_exactly_one_group(tmp_path: Path) -> None:
+    trainer = new_vocoder(tmp_path, "cover")
+    task, model = trainer.task, trainer.module
+    generator = list(model.generator.parameters())
+    discriminators = list(model.discriminators.parameters())
+    task.optimizer_groups = lambda: [GroupSpec("generator", generator)]  # type: ignore[method-assign]
+    with pytest.raises(VegaError, match="parameters in no optimizer group: discriminators"):
+        task_groups(task, model, trainer.profile, torch.device("cpu"), 1, 10)
+    both = [GroupSpec("a", generator), GroupSpec("b", [*discriminators, generator[0]])]
+    task.optimizer_groups = lambda: both  # type: ignore[method-assign]
+    with pytest.raises(VegaError, match="in optimizer groups 'a' and 'b'"):
+        task_groups(task, model, trainer.profile, torch.device("cpu"), 1, 10)

@@ -1,0 +1,109 @@
+"""The vocoder trained end to end by real trainer processes: two optimizer groups through stop and resume, on
+two gloo ranks, with their losses, learning rates, phases and reference line in the events.
+
+Each run trains the tiny vocoder (`tiny_profiles`, kind "vocoder") on the bundled demo voice."""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import DEMO_VOICE, TrainerLauncher, finished, of_type, step_rows
+from safetensors.torch import load_file
+from test_ddp import MIXED, NO_GPU, rank_digests, wait_for_control
+
+from trainer_core.contract.eventlog import read_all
+from trainer_core.engine.checkpoint import list_checkpoints, load_checkpoint
+from trainer_core.engine.distributed import parameter_digest
+from trainer_core.tiny_profiles import tiny_profile
+from vega_tui import runner
+
+SLOW = {"VEGA_FAULT_STEP_SLEEP_S": "0.1"}
+STEPS = 14  # 36 training clips in batches of 4: the run crosses an epoch boundary
+SETTINGS = {"train.max_steps": STEPS, "train.eval_every_steps": 7}
+
+
+@pytest.fixture
+def vocoders(tmp_path: Path) -> Iterator[TrainerLauncher]:
+    launcher = TrainerLauncher(tmp_path, DEMO_VOICE)
+    launcher.profile.write_text(tiny_profile("vocoder", data={"cache_dir": "cache"}), encoding="utf-8")
+    yield launcher
+    launcher.close()
+
+
+def group_rows(events: list) -> dict[int, tuple[dict[str, float], dict[str, float]]]:
+    """Step -> (losses, lrs) of the steps whose step event was the last of its window."""
+    return {e.step: (e.losses, e.lrs) for e in of_type(events, "step")}
+
+
+def test_stop_and_resume_gives_bit_identical_losses_in_both_groups(vocoders: TrainerLauncher) -> None:
+    whole = vocoders.start("whole", SETTINGS)
+    split = vocoders.start("split", SETTINGS, env=SLOW)
+    split.wait_for_step(4)
+    split.send(signal.SIGTERM)
+    assert split.wait() == 0, split.stderr
+    first = finished(split.events())
+    assert first.status == "stopped" and 4 <= first.step < STEPS
+    resumed = vocoders.run("split", SETTINGS, "--resume", "auto", run_dir=split.run_dir)
+    assert resumed.proc.returncode == 0, resumed.stderr
+    assert whole.wait() == 0, whole.stderr
+    events, reference = split.events(), whole.events()
+    assert finished(events).status == "completed" and finished(events).step == STEPS
+    assert sorted(step_rows(reference)) == list(range(1, STEPS + 1))
+    assert step_rows(events) == step_rows(reference)
+    # Both groups' losses and learning rates agree wherever both logs have the step.
+    ours, theirs = group_rows(events), group_rows(reference)
+    shared = ours.keys() & theirs.keys()
+    assert shared and all(ours[step] == theirs[step] for step in shared)
+    # The exports (the generator alone) are bit-identical.
+    a, b = (load_file(str(run / "export" / "model.safetensors")) for run in (split.run_dir, whole.run_dir))
+    assert a.keys() == b.keys() and all(a[k].equal(b[k]) for k in a)
+    assert not any(k.startswith("discriminators") for k in a)
+    checkpoint = load_checkpoint(list_checkpoints(split.run_dir / "checkpoints")[0])
+    assert {"optimizer", "scheduler"} <= checkpoint.keys()  # the primary group's (the generator)
+    assert set(checkpoint["extra"]["optimizer_groups"]) == {"optimizer.discriminator", "scheduler.discriminator"}
+
+
+def test_vocoder_events_carry_each_groups_losses_rates_phases_and_the_reference(vocoders: TrainerLauncher) -> None:
+    run = vocoders.run("events", {**SETTINGS, "logging.profile_interval_s": 0.5}, env=SLOW)
+    assert run.proc.returncode == 0, run.stderr
+    events = run.events()
+    steps = of_type(events, "step")
+    assert all(set(e.lrs) == {"discriminator", "generator"} and e.lr == e.lrs["generator"] for e in steps)
+    assert {"discriminator.total", "generator.mel", "generator.adversarial"} <= steps[-1].losses.keys()
+    breakdowns = of_type(events, "profile_breakdown")
+    assert breakdowns and set(breakdowns[-1].groups) == {"discriminator", "generator"}
+    assert breakdowns[-1].groups["generator"]["backward_s"] > 0
+    validations = of_type(events, "validation")
+    assert validations and all(v.reference_name == "griffin_lim" for v in validations)
+    assert set(validations[-1].reference) == {"mel_l1", "stft_distance"}
+    assert set(validations[-1].metrics) == {"mel_l1", "stft_distance"}
+    samples = of_type(events, "sample")
+    assert samples and all(s.kind == "audio" and Path(s.path).is_file() for s in samples)
+
+
+def test_two_gloo_ranks_train_the_vocoder_stop_resume_and_end_identical(vocoders: TrainerLauncher) -> None:
+    settings = {"train.max_steps": 8, "train.eval_every_steps": 4, "train.checkpoint_every_steps": 4}
+    whole = vocoders.start("whole", settings, *MIXED, env=NO_GPU)
+    split = vocoders.start("split", settings, *MIXED, env={**NO_GPU, "VEGA_FAULT_STEP_SLEEP_S": "0.5"})
+    split.wait_for_step(3, timeout=120)
+    wait_for_control(split.run_dir)
+    assert runner.send(split.run_dir, "stop").ok
+    assert split.wait(timeout=120) == 0, split.stderr
+    first = finished(split.events())
+    assert first.status == "stopped" and 3 <= first.step < 8
+    resumed = vocoders.run("split", settings, *MIXED, "--resume", "auto", run_dir=split.run_dir, env=NO_GPU)
+    assert resumed.proc.returncode == 0, resumed.stderr
+    assert whole.wait(timeout=180) == 0, whole.stderr
+    for run_dir in (split.run_dir, whole.run_dir):
+        events = read_all(run_dir / "events.jsonl")
+        assert finished(events).status == "completed" and finished(events).step == 8
+        assert all(e.world_size == 2 for e in of_type(events, "step"))
+        digests = rank_digests(run_dir)
+        assert set(digests) == {0, 1} and digests[0] == digests[1]
+        newest = list_checkpoints(run_dir / "checkpoints")[0]
+        assert parameter_digest(load_checkpoint(newest)["model"]) == digests[0]
+    assert step_rows(split.events()) == step_rows(whole.events())
+    assert rank_digests(split.run_dir) == rank_digests(whole.run_dir)
