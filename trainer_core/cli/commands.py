@@ -15,6 +15,7 @@ MODULES: dict[str, str] = {
     "ctl": "ctl_cmd",
     "synth": "synth_cmd",
     "evaluate": "evaluate_cmd",
+    "vocode": "vocode_cmd",
 }
 
 # Sub-command name -> the summary its parser and the command list show.
@@ -27,4 +28,5 @@ SUMMARIES: dict[str, str] = {
     "ctl": "send a command (pause, resume, save, evaluate, stop) to a running trainer",
     "synth": "synthesise speech from text with a trained TTS checkpoint or export",
     "evaluate": "score a voice (run, checkpoint or export) on held-out sentences of a voice folder, free-running",
+    "vocode": "re-synthesise a recording through a trained vocoder or Griffin-Lim, to judge the vocoder by ear",
 }

@@ -7,7 +7,8 @@
 A checkpoint carries the weights (with the text vocabulary in the model's `text_symbols` buffer) and
 the run's profile TOML (architecture sizes, audio parameters, text settings). An export carries the
 weights as safetensors and everything else in config.json's "model" entry. Either way the model is
-rebuilt, its durations predicted, and the mel turned into audio with Griffin-Lim (torch, no librosa).
+rebuilt, its durations predicted, and the mel turned into audio by the vocoder (`--vocoder`, default the
+profile's tts.vocoder: Griffin-Lim in torch, or a trained GAN vocoder with the same audio features).
 Only what speaking needs is imported, so a cold call is quick; `--text-file` speaks many lines with one
 loaded model, and a line that cannot be spoken is listed in the index while the others are written.
 """
@@ -16,15 +17,11 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from trainer_core.cli.commands import SUMMARIES
 from trainer_core.cli.common import print_json
 from trainer_core.cli.synthesiser import Synthesiser, load_from_checkpoint, load_from_export, synthesise_to_wav
 from trainer_core.contract.errors import VegaError
-
-if TYPE_CHECKING:
-    pass
 
 
 def _positive_float(text: str) -> float:
@@ -51,7 +48,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
         "synth",
         help=SUMMARIES["synth"],
-        description="Speak TEXT with a trained voice (Griffin-Lim audio) and write a 16-bit WAV file.",
+        description="Speak TEXT with a trained voice (through Griffin-Lim or a trained vocoder) into a 16-bit WAV.",
     )
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--checkpoint", type=Path, metavar="FILE", help="a checkpoint .pt written by training")
@@ -84,6 +81,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=None,
         metavar="N",
         help="Griffin-Lim iterations (default: the profile's tts.griffin_lim_iters)",
+    )
+    parser.add_argument(
+        "--vocoder",
+        metavar="V",
+        help="\"griffin-lim\", or a trained vocoder's run folder, checkpoint or export (default: the profile's "
+        "tts.vocoder); it must have been trained on the voice's audio features",
     )
     parser.add_argument("--device", default="cpu", help="torch device to run the model on (default: cpu)")
     parser.add_argument("--json", action="store_true", help="print what was written as JSON")
@@ -140,12 +143,20 @@ def _check_device(name: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from trainer_core.models.mel_vocoders import load_vocoder
+
     lines = _check_outputs(args)
     device = _check_device(args.device)
     if args.checkpoint is not None:
         synth = load_from_checkpoint(args.checkpoint, device)
     else:
         synth = load_from_export(args.export, device)
+    synth.vocoder = load_vocoder(
+        args.vocoder if args.vocoder is not None else synth.tts.vocoder,
+        synth.audio,
+        device,
+        args.griffin_lim_iters or synth.tts.griffin_lim_iters,
+    )
     if lines is not None:
         return _speak_lines(synth, lines, args)
     result = synthesise_to_wav(synth, args.text, args.out, args.length_scale, args.griffin_lim_iters)

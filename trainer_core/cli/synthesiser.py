@@ -15,6 +15,7 @@ from trainer_core.contract.errors import VegaError
 
 if TYPE_CHECKING:
     from trainer_core.contract.profile import AudioSection, DataSection, TtsSection
+    from trainer_core.models.mel_vocoders import MelVocoder
     from trainer_core.models.text_frontend import TextEncoder, TextUnits
     from trainer_core.models.tts import AcousticModel
 
@@ -31,6 +32,7 @@ class Synthesiser:
     audio: AudioSection
     tts: TtsSection
     data: DataSection | None = None  # the run's data settings; an export does not carry them
+    vocoder: MelVocoder | None = None  # None: Griffin-Lim with the profile's iterations
 
 
 def _strip_wrappers(state: dict[str, Any]) -> dict[str, Any]:
@@ -115,7 +117,10 @@ def synthesise_to_wav(
     if not ids:
         raise VegaError(f"nothing to say: {text!r} has no symbols after normalisation")
     mel = synth.model.synthesise(ids, length_scale or synth.tts.length_scale)
-    wave = mel_to_audio(mel, synth.audio, iters or synth.tts.griffin_lim_iters)
+    if synth.vocoder is not None:
+        wave = synth.vocoder(mel)
+    else:
+        wave = mel_to_audio(mel, synth.audio, iters or synth.tts.griffin_lim_iters)
     path = write_wav(out, wave, synth.audio.sample_rate)
     rate = synth.audio.sample_rate
     return {

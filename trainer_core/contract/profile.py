@@ -253,6 +253,11 @@ class TtsSection(Section):
     griffin_lim_iters: int = Field(
         default=32, ge=1, le=1000, description="Griffin-Lim iterations when turning mels into audio."
     )
+    vocoder: str = Field(
+        default="griffin-lim",
+        description='What turns mels into audio for samples, free-running scores and synth: "griffin-lim", or a '
+        "trained vocoder's run folder, checkpoint or export (trained on the same [audio] settings).",
+    )
     length_scale: float = Field(
         default=1.0, gt=0.0, le=10.0, description="Speaking-rate factor for samples (>1 is slower)."
     )

@@ -59,7 +59,7 @@ class FreeRunning:
     ) -> None:
         self.sentences = list(sentences)
         self.audio, self.tts = audio, tts
-        self.vocoder_name = "griffin-lim" if vocoder is None else "custom"
+        self.vocoder_name = "griffin-lim" if vocoder is None else str(getattr(vocoder, "name", "custom"))
         self.vocode: Vocoder = vocoder or (lambda mel: mel_to_audio(mel, audio, tts.griffin_lim_iters))
         self._extractor = MelExtractor(audio)
         self._recordings: list[Recording] | None = None

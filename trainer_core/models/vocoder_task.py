@@ -32,11 +32,11 @@ from trainer_core.models.base import Batch, Carry, GroupSpec, SampleResult, Task
 from trainer_core.models.copy_synthesis import clip_scores, fit_length, reference_scores
 from trainer_core.models.gan_vocoder import (
     GanVocoder,
-    VocoderConfig,
     adversarial_loss,
     discriminator_loss,
     feature_matching_loss,
 )
+from trainer_core.models.mel_vocoders import vocoder_config
 from trainer_core.models.registry import TaskRequest, register_task
 from trainer_core.models.vocoder import write_wav
 from trainer_core.models.voice_task import choose_where, samples_folder
@@ -49,22 +49,6 @@ log = logging.getLogger("trainer_core")
 ARCHITECTURE = "istft-gan-vocoder"
 # Mel statistics from at most this many training clips: stable per-bin figures, quick on a big corpus.
 MAX_STATS_ITEMS = 200
-
-
-def vocoder_config(profile: Profile) -> VocoderConfig:
-    a, v = profile.audio, profile.vocoder
-    return VocoderConfig(
-        n_mels=a.n_mels,
-        n_fft=a.n_fft,
-        hop_length=a.hop_length,
-        win_length=a.win_length,
-        channels=v.channels,
-        blocks=v.blocks,
-        intermediate=3 * v.channels,
-        discriminator_channels=v.discriminator_channels,
-        periods=tuple(v.periods),
-        resolutions=tuple(tuple(r) for r in v.resolutions),  # type: ignore[misc]  # triples by validation
-    )
 
 
 def mel_statistics(waves: Waves, indices: list[int], extractor: MelExtractor) -> tuple[torch.Tensor, torch.Tensor]:

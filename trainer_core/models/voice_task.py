@@ -4,8 +4,9 @@ Construction does the heavy lifting once: preload every usable recording's log-m
 feature cache), build the text vocabulary from the training transcripts, split and bucket the data,
 and build the model. The engine then only asks for batches, losses, metrics and samples.
 
-Samples: each `sample.sentences` entry is synthesised with predicted durations, turned into audio
-with Griffin-Lim and written as 16-bit WAV to `samples/step-<8 digits>/<NN>.wav`.
+Samples: each `sample.sentences` entry is synthesised with predicted durations, turned into audio by the
+vocoder `tts.vocoder` names (Griffin-Lim by default, or a trained GAN vocoder) and written as 16-bit WAV to
+`samples/step-<8 digits>/<NN>.wav`.
 
 Rebuilding elsewhere (`trainer-core synth`): `model_config()` (the export's config.json) holds the
 architecture, the text encoder state and the audio parameters; a checkpoint holds the vocabulary in
@@ -34,10 +35,11 @@ from trainer_core.models.free_running import (
     evaluate_free_running,
     pick_sentences,
 )
+from trainer_core.models.mel_vocoders import load_vocoder
 from trainer_core.models.registry import TaskRequest, register_task
 from trainer_core.models.text_frontend import TextEncoder
 from trainer_core.models.tts import AcousticModel, TtsConfig, build_tts_model
-from trainer_core.models.vocoder import mel_to_audio, write_wav
+from trainer_core.models.vocoder import write_wav
 
 if TYPE_CHECKING:
     from trainer_core.contract.profile import Profile
@@ -116,6 +118,11 @@ class VoiceTask(Task):
         self.model: AcousticModel = build_tts_model(self.config, profile.run.seed, codes, phonemes)
         self.model.set_mel_stats(*mel_statistics(self.features, self.dataset.train_ids))
         self.model.to(self.device)
+        tts = profile.tts
+        # Loaded now: a vocoder that does not fit these mels is an error before any training.
+        self.vocoder = load_vocoder(tts.vocoder, profile.audio, str(self.device), tts.griffin_lim_iters)
+        if self.vocoder.trained:
+            log.info("samples and free-running scores are heard through the vocoder %s", self.vocoder.name)
         self._free_running: FreeRunning | None = None
 
     def _log_preload(self) -> None:
@@ -179,8 +186,7 @@ class VoiceTask(Task):
             if not ids:
                 log.warning("sample sentence %d (%r) has no symbols to say; skipped", number, sentence)
                 continue
-            mel = model.synthesise(ids, tts.length_scale)
-            wave = mel_to_audio(mel, audio, tts.griffin_lim_iters)
+            wave = self.vocoder(model.synthesise(ids, tts.length_scale))
             path = write_wav(folder / f"{number:02d}.wav", wave, audio.sample_rate)
             results.append(SampleResult(kind="audio", path=path, text=sentence))
         return results
@@ -207,7 +213,8 @@ class VoiceTask(Task):
         seconds = [f.frames[i] * a.hop_length / a.sample_rate for i in ids]
         candidates = [HeldOutSentence(f.item_ids[i], f.texts[i], f.paths[i]) for i in ids]
         picked = pick_sentences(candidates, seconds, self.profile.train.free_running_items)
-        return FreeRunning([candidates[k] for k in picked], a, self.profile.tts, vocoder=None)
+        vocoder = self.vocoder if self.vocoder.trained else None
+        return FreeRunning([candidates[k] for k in picked], a, self.profile.tts, vocoder=vocoder)
 
     # ------------------------------------------------------------------ descriptions
 
