@@ -49,6 +49,7 @@ CORPUS_TEXT = REPO / "trainer_core" / "demo" / "text" / "corpus"
 # `--tiny` smoke settings over the shipped lm-small / tts-small profiles: the tiny model of trainer_core.tiny_profiles.
 LM_TINY = [*tiny_settings("lm"), "data.context_bytes=32", "train.batch_size=4"]
 TTS_TINY = tiny_settings("tts")
+VOCODER_TINY = [*tiny_settings("vocoder", ("vocoder",)), "train.batch_size=4"]
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -404,6 +405,39 @@ class RawLoop:
         loss.item()
 
 
+class TwoOptimizerLoop:
+    """A hand-written GAN step over a task's optimizer groups, in their update order: for each group zero_grad,
+    its loss (`Task.group_losses`, the carry shared along the step), backward, clip, step; then every schedule
+    steps and the losses are read back once. Nothing is frozen, snapshotted or guarded: the plain loop."""
+
+    def __init__(self, task: Any, model: Any, batches: Iterable[Any], profile: Any, total_steps: int) -> None:
+        names = {id(p): n for n, p in task.model.named_parameters()}
+        params = dict(model.named_parameters())
+        self.groups = []
+        for spec in task.optimizer_groups():
+            own = [params[names[id(p)]] for p in spec.params]
+            optimizer = adamw_like_vega(own, profile, lr=spec.lr, betas=spec.betas)
+            self.groups.append((spec.name, own, optimizer, scheduler_like_vega(optimizer, profile, total_steps)))
+        self.task, self.model, self.batches, self.clip = task, model, iter(batches), profile.train.grad_clip
+        model.train()
+
+    def step(self) -> None:
+        import torch
+
+        batch, carry, losses = next(self.batches), {}, []
+        for name, params, optimizer, _ in self.groups:
+            optimizer.zero_grad(set_to_none=True)
+            loss = self.task.group_losses(self.model, batch, name, carry)["total"]
+            loss.backward()
+            if self.clip:
+                torch.nn.utils.clip_grad_norm_(params, self.clip)
+            optimizer.step()
+            losses.append(loss.detach())
+        for *_, scheduler in self.groups:
+            scheduler.step()
+        torch.stack(losses).tolist()
+
+
 class Paired:
     """Per-step pairing on a noisy machine: right after each step of a framework's loop, one step of the
     reference loop runs and is timed on its own. Neighbouring steps see the same load, so the ratio of
@@ -439,13 +473,15 @@ class Paired:
         return [f / r for f, r in zip(self.framework_s(warmup), self.reference_s(warmup), strict=True)]
 
 
-def adamw_like_vega(model: Any, profile: Any) -> Any:
+def adamw_like_vega(model: Any, profile: Any, lr: float | None = None, betas: Any = None) -> Any:
     """The optimizer Vega builds for a profile on the CPU: AdamW with its hyper-parameters and torch's default
-    implementation there (Vega asks for `fused` only on CUDA)."""
+    implementation there (Vega asks for `fused` only on CUDA). `model` may be a module or a parameter list;
+    `lr` and `betas` stand for an optimizer group's own settings."""
     import torch
 
     t = profile.train
-    return torch.optim.AdamW(model.parameters(), lr=t.lr, betas=t.betas, weight_decay=t.weight_decay)
+    params = model.parameters() if hasattr(model, "parameters") else model
+    return torch.optim.AdamW(params, lr=lr or t.lr, betas=betas or t.betas, weight_decay=t.weight_decay)
 
 
 def scheduler_like_vega(optimizer: Any, profile: Any, total_steps: int) -> Any:

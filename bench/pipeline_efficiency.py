@@ -1,6 +1,6 @@
 """Benchmark 1: pipeline efficiency, Vega's real run against the limit of its own loop.
 
-For lm-small and tts-small, in one process:
+For lm-small, tts-small and vocoder-small (two optimizers), in one process:
 
 - Vega: a real run built through the engine API (`build_trainer` from a `make_plan` TrainPlan): the real
   data pipeline (batches cut from the corpus / collated from preloaded mels each step), events written
@@ -40,9 +40,12 @@ class Limit:
         batches = task.train_batches(0, plan.profile.train.batch_size)
         self.batches = [batch for batch, _ in itertools.islice(batches, batches_needed)]
 
-    def loop(self) -> common.RawLoop:
-        """A fresh copy of the initial model with its own optimizer, over the resident batches."""
+    def loop(self) -> Any:
+        """A fresh copy of the initial model with its own optimizer(s), over the resident batches."""
         model = copy.deepcopy(self.initial)
+        if self.task.optimizer_groups():  # the vocoder: a hand-written two-optimizer step
+            total = self.profile.train.epochs * len(self.batches)
+            return common.TwoOptimizerLoop(self.task, model, self.batches, self.profile, total)
         optimizer = common.adamw_like_vega(model, self.profile)
         loss = lambda m, batch: self.task.compute_losses(m, batch)["total"]  # noqa: E731
         return common.RawLoop(model, loss, self.batches, optimizer, self.profile.train.grad_clip)
@@ -119,7 +122,11 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=None, help="measured step pairs per repetition (default 12)")
     parser.add_argument("--warmup", type=int, default=None, help="warm-up steps per repetition (default 2)")
     parser.add_argument("--files", type=int, default=300, help="recordings in the generated voice folder")
-    parser.add_argument("--models", default="lm-small,tts-small", help="comma-separated: lm-small, tts-small")
+    parser.add_argument(
+        "--models",
+        default="lm-small,tts-small,vocoder-small",
+        help="comma-separated: lm-small, tts-small, vocoder-small",
+    )
     args = parser.parse_args()
     steps, warmup = args.steps or (2 if args.tiny else 12), args.warmup or (1 if args.tiny else 2)
     repeats = args.repeats or 1
@@ -131,6 +138,7 @@ def main() -> int:
     models = {
         "lm-small": ("lm-small", common.LM_TINY if args.tiny else []),
         "tts-small": ("tts-small", common.voice_overrides(voice) + (common.TTS_TINY if args.tiny else [])),
+        "vocoder-small": ("vocoder-small", common.voice_overrides(voice) + (common.VOCODER_TINY if args.tiny else [])),
     }
     for label in args.models.split(","):
         profile, overrides = models[label]

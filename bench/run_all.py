@@ -1,6 +1,6 @@
 """Run every benchmark and rewrite the generated part of docs/benchmarks.md (`bench/run_all` calls this).
 
-    bench/run_all                 every benchmark with its documented settings (about 2 hours: the learning
+    bench/run_all                 every benchmark with its documented settings (about 3 hours: the learning
                                   benchmark trains 12 minutes per variant; --only skips it)
     bench/run_all --tiny          every benchmark once on smoke settings (what tests/test_bench.py runs)
     bench/run_all --only preload,dashboard   rerun those; the other sections of the document are kept
@@ -43,12 +43,21 @@ BENCHES = (
     Bench(
         "overhead",
         "framework_overhead.py",
-        ("--sizes", "lm-small,lm-tiny", "--steps", "lm-small=20,lm-tiny=300", "--warmup", "3", "--repeats", "1"),
+        (
+            "--sizes",
+            "lm-small,lm-tiny,vocoder-small",
+            "--steps",
+            "lm-small=20,lm-tiny=300,vocoder-small=25",
+            "--warmup",
+            "3",
+            "--repeats",
+            "1",
+        ),
     ),
     Bench(
         "pipeline",
         "pipeline_efficiency.py",
-        ("--models", "lm-small,tts-small", "--steps", "20", "--warmup", "2", "--files", "300"),
+        ("--models", "lm-small,tts-small,vocoder-small", "--steps", "20", "--warmup", "2", "--files", "300"),
     ),
     Bench(
         "dashboard",
@@ -58,6 +67,7 @@ BENCHES = (
     Bench("scale", "scale.py", ("--hours", "24", "--steps", "100", "--eval-every", "50")),
     Bench("synth", "synth_speed.py", ("--sentences", "40", "--train-steps", "20", "--repeats", "5")),
     Bench("budget", "time_budget.py", ("--hours", "0.1667")),
+    Bench("vocoder", "vocoder_quality.py", ("--minutes", "30")),
     Bench("sizing", "learning.py", ("--lm-minutes", "4"), ("--sections", "lm")),
     Bench("learning", "learning.py", ("--minutes", "12"), ("--sections", "voice")),
 )

@@ -25,6 +25,7 @@ EXPECTED = {
     "pipeline_efficiency.py": (
         "lm-small: pipeline efficiency",
         "tts-small: pipeline efficiency",
+        "vocoder-small: pipeline efficiency",
         "lm-small: data-wait fraction (step events)",
     ),
     "framework_overhead.py": (
@@ -32,6 +33,8 @@ EXPECTED = {
         "lm-small: Lightning / raw",
         "lm-tiny: Vega / Lightning",
         "lm-tiny: control, raw / raw",
+        "vocoder-small: Vega / raw",
+        "vocoder-small: Vega steps/s",
     ),
     "preload_speed.py": ("Vega cold vs naive librosa loop", "cache hit vs cold", "Vega cold: real-time factor"),
     "event_cost.py": ("demo (TTS): EventHub.emit", "lm-small: MemoryManager.observe", "event log at 1000 steps/s"),
@@ -42,6 +45,7 @@ EXPECTED = {
         "key-press latency while following",
         "vega-tui CPU while following a live",
     ),
+    "vocoder_quality.py": ("Griffin-Lim: mel L1 (the reference)", "vocoder-small, end of the budget: mel L1"),
     "time_budget.py": ("whole job (spawn to exit) against the target", "trainer's own run time"),
     "scale.py": (
         "scan, cold",

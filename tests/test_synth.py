@@ -185,7 +185,8 @@ def test_speaking_imports_neither_dynamo_nor_librosa() -> None:
         "import sys\n"
         "from trainer_core.cli import synth_cmd, synth_batch\n"
         "from trainer_core.models import tts, alignment, text_frontend\n"
-        "from trainer_core.models import vocoder\n"
+        "from trainer_core.models import vocoder, mel_vocoders, gan_vocoder\n"
+        "from trainer_core.cli import vocode_cmd\n"
         "from trainer_core.engine import checkpoint, export\n"
         "print(sorted(m for m in sys.modules if m.startswith(('torch._dynamo', 'librosa'))))\n"
     )

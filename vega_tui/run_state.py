@@ -180,7 +180,8 @@ class Ema:
 
 @dataclass(frozen=True, slots=True)
 class Marker:
-    """A notable moment on the charts' step axis: kind is "oom", "nonfinite", "checkpoint" or "best"."""
+    """A notable moment on the charts' step axis: kind is "oom", "nonfinite", "checkpoint", "best" or "passed"
+    (the validation metric first beat the reference)."""
 
     kind: str
     step: int
@@ -228,7 +229,9 @@ class RunState:
 
     `series` keys: loss, loss_smooth (EMA), val_loss, lr, samples_per_s, mem_device and mem_host (bytes),
     free_running and free_running_acoustic (voice runs: held-out sentences spoken without teacher forcing),
-    `part:<name>` per training loss part and `val_part:<name>` per validation loss part; x is the step.
+    `part:<name>` per training loss part and `val_part:<name>` per validation loss part, `lr:<group>` per
+    optimizer group (runs with several optimizers, e.g. a GAN vocoder's discriminator and generator) and
+    `val_metric:<name>` per validation metric; x is the step.
     `total_steps` comes from a calibration plan, or is estimated from the trainer's ETA and the step rate.
     """
 
@@ -257,6 +260,8 @@ class RunState:
     series: dict[str, Series] = field(default_factory=lambda: new_series(2000))
     markers: list[Marker] = field(default_factory=list)
     breakdown: dict[str, float] | None = None
+    # Several optimizers: forward/backward/optimizer seconds per step of each group (None: one optimizer).
+    breakdown_groups: dict[str, dict[str, float]] | None = None
     logs: deque[LogLine] = field(default_factory=lambda: deque(maxlen=5000))
     checkpoints: dict[int, CheckpointRow] = field(default_factory=dict)
     samples: list[SampleRow] = field(default_factory=list)
@@ -274,6 +279,11 @@ class RunState:
     fallback: bool = False
     loss: float | None = None
     lr: float | None = None
+    # The latest step event's named loss parts (the window's last step), e.g. "generator.mel".
+    losses: dict[str, float] = field(default_factory=dict)
+    # Optimizer groups in update order (empty for one-optimizer runs) and the one `loss` and `lr` belong to.
+    groups: list[str] = field(default_factory=list)
+    primary_group: str | None = None
     grad_norm: float | None = None
     loss_scale: float | None = None
     val_loss: float | None = None
@@ -288,6 +298,12 @@ class RunState:
     free_running: dict[str, Any] | None = None
     free_running_floor: float | None = None
     metrics: dict[str, float] = field(default_factory=dict)
+    # The validation metric charted (the event's metric_name), and the same metrics for a reference the model
+    # should beat (a vocoder: Griffin-Lim), with the step whose validation first beat it.
+    metric_name: str | None = None
+    reference: dict[str, float] = field(default_factory=dict)
+    reference_name: str | None = None
+    reference_passed_step: int | None = None
     data_scan: dict[str, Any] | None = None
     memory_level: str | None = None
     last_error: str | None = None

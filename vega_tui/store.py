@@ -11,6 +11,7 @@ whether anything changed since their last redraw.
 
 from __future__ import annotations
 
+import re
 from collections import deque
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -64,6 +65,10 @@ from vega_tui.run_state import (
     new_series,
 )
 
+# The trainer's own log line when the validation metric first beats the reference ("step 24: mel_l1 0.2 passes
+# griffin_lim's 0.21"); it comes just before that validation event.
+TRAINER_PASSES = re.compile(r"^step (\d+): \S+ \S+ passes ")
+
 # ---------------------------------------------------------------------------------------------------------------
 # The store
 
@@ -87,6 +92,7 @@ class RunStore:
         self._train_start_t: float | None = None
         self._status_before_eval = "training"
         self._steps_while_evaluating = 0
+        self._trainer_passed_step: int | None = None  # the step of the trainer's "passes the reference" line
         # Event class -> handler; each handler's parameter is typed, so a field renamed in the protocol fails mypy.
         self._handlers: dict[type[Event], Callable[[Any], None]] = {
             HelloEvent: self._on_hello,
@@ -273,11 +279,14 @@ class RunStore:
         state = self.state
         state.step, state.epoch = e.step, e.epoch
         state.loss, state.lr = finite_or_none(e.loss), e.lr
+        state.losses = {name: value for name, value in e.losses.items() if finite_or_none(value) is not None}
         state.grad_norm, state.loss_scale = e.grad_norm, e.loss_scale
         state.samples_per_s, state.data_wait_frac = e.samples_per_s, e.data_wait_frac
         state.micro_batch, state.grad_accum, state.eta_s = e.micro_batch, e.grad_accum, e.eta_s
         if self._train_start_t is None:
             self._train_start_t = e.t
+        if e.lrs:
+            self._note_groups(e)
         self._append_step_series(e)
         self._step_status()
         self._estimate_total_steps(e)
@@ -304,6 +313,32 @@ class RunStore:
         for name, value in e.losses.items():
             if name != "total":
                 self._part(name).append(step, value)
+        if e.lrs:
+            self._append_group_lrs(e)
+
+    def _note_groups(self, e: StepEvent) -> None:
+        """Learn the optimizer groups, and which one `loss` and `lr` belong to (its loss total is `loss`)."""
+        state = self.state
+        if list(e.lrs) != state.groups:
+            state.groups = list(e.lrs)
+        if state.primary_group in e.lrs:
+            return
+        by_loss = [group for group in e.lrs if e.loss is not None and e.losses.get(f"{group}.total") == e.loss]
+        by_lr = [group for group, lr in e.lrs.items() if lr == e.lr]
+        found = by_loss if len(by_loss) == 1 else by_lr
+        state.primary_group = found[0] if len(found) == 1 else None
+
+    def _append_group_lrs(self, e: StepEvent) -> None:
+        """One `lr:<group>` series per optimizer group. `lrs` holds the window's last step only; the primary
+        group's rate is `lr`, whose lr_series has every step of the window."""
+        every_step = 0 < len(e.step_series) == len(e.lr_series)
+        for group, value in e.lrs.items():
+            series = self._part(group, prefix="lr:")
+            if every_step and group == self.state.primary_group:
+                for x, y in zip(e.step_series, e.lr_series, strict=False):
+                    series.append(x, y)
+            else:
+                series.append(e.step, value)
 
     def _append_loss(self, step: int, loss: float | None) -> None:
         series = self.state.series
@@ -346,6 +381,11 @@ class RunStore:
             "backward": e.backward_s,
             "optimizer": e.optimizer_s,
         }
+        groups = {
+            group: {phase.removesuffix("_s"): seconds for phase, seconds in times.items()}
+            for group, times in e.groups.items()
+        }
+        self.state.breakdown_groups = groups or None
 
     def _on_memory(self, e: MemoryEvent) -> None:
         self.state.memory_level = e.level
@@ -375,10 +415,38 @@ class RunStore:
         for name, value in e.losses.items():
             if name != "total":
                 self._part(name, prefix="val_part:").append(e.step, value)
+        for name, value in e.metrics.items():
+            self._part(name, prefix="val_metric:").append(e.step, value)
+        state.metric_name = e.metric_name or state.metric_name
+        if e.reference:
+            state.reference = {name: v for name, v in e.reference.items() if finite_or_none(v) is not None}
+            state.reference_name = e.reference_name or state.reference_name
         metric = f", {e.metric_name} {format_number(e.metric_value)}" if e.metric_name else ""
+        reference = state.reference.get(e.metric_name or "")
+        if reference is not None:
+            metric += f" ({state.reference_name or 'reference'} {format_number(reference)})"
         self._log("info", "validation", f"validation at step {e.step}: loss {format_number(e.loss)}{metric}", e.t)
+        if len(state.groups) > 1 and state.losses:
+            self._log("info", "losses", group_losses_text(state), e.t)  # a GAN's parts, once per validation
+        self._note_reference_passed(e)
         state.last_validation_t = max(state.last_validation_t, e.t)
         self._end_evaluating()
+
+    def _note_reference_passed(self, e: ValidationEvent) -> None:
+        """The first validation after step 0 whose metric beats the reference: a chart marker, and a log line
+        unless the trainer wrote its own just before (the untrained model at step 0 is no achievement)."""
+        state, name = self.state, e.metric_name
+        if state.reference_passed_step is not None or e.step <= 0 or name is None:
+            return
+        value, reference = finite_or_none(e.metric_value), state.reference.get(name)
+        if value is None or reference is None or value >= reference:
+            return
+        state.reference_passed_step = e.step
+        label = state.reference_name or "the reference"
+        text = f"step {e.step}: {name} {format_number(value)} passes {label} {format_number(reference)}"
+        self._mark("passed", e.step, e.t, text)
+        if self._trainer_passed_step != e.step:
+            self._log("info", "validation", text, e.t)
 
     def _end_evaluating(self) -> None:
         if self.state.status == "evaluating":
@@ -449,6 +517,9 @@ class RunStore:
     # -- messages and control --------------------------------------------------------------------------------
 
     def _on_log(self, e: LogEvent) -> None:
+        passed = TRAINER_PASSES.match(e.message)
+        if passed:
+            self._trainer_passed_step = int(passed.group(1))
         self._log(e.level, "log", e.message, e.t)
 
     def _on_warning(self, e: WarningEvent) -> None:
@@ -503,3 +574,20 @@ class RunStore:
             state.best_val_loss = float(best)
         level = {"completed": "info", "stopped": "warning"}.get(e.status, "error")
         self._log(level, "finished", f"run {e.status} at step {e.step} after {e.seconds:.1f} s", e.t)
+
+
+def group_losses_text(state: RunState) -> str:
+    """`training losses at step 12: discriminator 0.811 · generator 146 (mel 3.24, adversarial 0.786, ...)`:
+    each optimizer group's total and its named parts, from the latest step event."""
+    groups = []
+    for group in state.groups:
+        prefix = f"{group}."
+        total = state.losses.get(f"{group}.total")
+        parts = [
+            f"{name.removeprefix(prefix)} {format_number(value, 3)}"
+            for name, value in state.losses.items()
+            if name.startswith(prefix) and name != f"{group}.total"
+        ]
+        detail = f" ({', '.join(parts)})" if parts else ""
+        groups.append(f"{group} {format_number(total, 3)}{detail}")
+    return f"training losses at step {state.step}: " + " · ".join(groups)

@@ -195,7 +195,7 @@ class RunScreen(Screen[None]):
 
     def _refresh_panels(self, state: RunState) -> None:
         self.query_one(ProblemBanner).show(state)
-        self.query_one(BreakdownBar).show(state.breakdown)
+        self.query_one(BreakdownBar).show(state.breakdown, state.breakdown_groups)
         self._refresh_tab(state, self._active_tab())
         self._maybe_scan_files(state)
         if state.status != self._last_status:

@@ -1,5 +1,6 @@
 """The profiler breakdown as one line: where a training step's time goes (data / transfer / forward /
-backward / optimizer), drawn as a horizontal stacked bar with a legend."""
+backward / optimizer), drawn as a horizontal stacked bar with a legend. Runs with several optimizers (a GAN
+vocoder) get a second line: forward, backward and optimizer milliseconds per step of each group."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ PHASES: tuple[tuple[str, str, str], ...] = (
     ("optimizer", "opt", "green"),
 )
 PREFIX = "profiler "
+# The phases timed per optimizer group, in the colours of their part of the bar.
+GROUP_PHASES = tuple(phase for phase in PHASES if phase[0] in ("forward", "backward", "optimizer"))
 
 
 def phase_fractions(breakdown: dict[str, float]) -> list[tuple[str, str, float]]:
@@ -62,8 +65,30 @@ def breakdown_text(breakdown: dict[str, float] | None, width: int) -> Text:
     return line
 
 
+def format_ms(seconds: float) -> str:
+    """Milliseconds with two or three significant figures: `0.42`, `4.3`, `12`."""
+    ms = max(0.0, float(seconds or 0.0)) * 1000
+    return f"{ms:.2f}" if ms < 1 else f"{ms:.1f}" if ms < 10 else f"{ms:.0f}"
+
+
+def groups_text(groups: dict[str, dict[str, float]]) -> Text:
+    """`per group fwd/bwd/opt ms: discriminator 10/12/4.3 · generator 6.9/20/1.5`, numbers in their phases'
+    colours (one line: it must fit 80 columns beside nothing else)."""
+    line = Text("per group ", style="bold", no_wrap=True, overflow="ellipsis")
+    for i, (_, label, color) in enumerate(GROUP_PHASES):
+        line.append(("/" if i else "") + label, style=color)
+    line.append(" ms:", style="bold")
+    for i, (group, times) in enumerate(groups.items()):
+        line.append(" ·" if i else "")
+        line.append(f" {group} ")
+        for j, (key, _, color) in enumerate(GROUP_PHASES):
+            line.append(("/" if j else "") + format_ms(times.get(key, 0.0)), style=color)
+    return line
+
+
 class BreakdownBar(Widget):
-    """Always-visible one-line profiler bar at the bottom of the dashboard."""
+    """Always-visible profiler bar at the bottom of the dashboard: one line, and a second one per optimizer group
+    (class `-groups`, see run.tcss) when the run has several."""
 
     DEFAULT_CSS = """
     BreakdownBar { height: 1; padding: 0 1; }
@@ -72,11 +97,17 @@ class BreakdownBar(Widget):
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.breakdown: dict[str, float] | None = None
+        self.groups: dict[str, dict[str, float]] | None = None
 
-    def show(self, breakdown: dict[str, float] | None) -> None:
-        if breakdown != self.breakdown:
+    def show(self, breakdown: dict[str, float] | None, groups: dict[str, dict[str, float]] | None = None) -> None:
+        if breakdown != self.breakdown or groups != self.groups:
             self.breakdown = dict(breakdown) if breakdown else None
+            self.groups = {group: dict(times) for group, times in groups.items()} if groups else None
+            self.set_class(self.groups is not None, "-groups")
             self.refresh()
 
     def render(self) -> Text:
-        return breakdown_text(self.breakdown, self.content_size.width)
+        line = breakdown_text(self.breakdown, self.content_size.width)
+        if self.groups:
+            line = Text("\n", no_wrap=True, overflow="ellipsis").join([line, groups_text(self.groups)])
+        return line

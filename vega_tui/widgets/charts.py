@@ -1,5 +1,9 @@
 """Training charts: loss (raw, smoothed, validation, fault and checkpoint markers), loss parts, learning rate,
-throughput and memory, drawn with plotext.
+throughput, memory, free-running speech and validation metric (against a reference), drawn with plotext.
+
+Runs with several optimizers (a GAN vocoder: discriminator, then generator) get one learning-rate line per
+group, the other groups' losses on the loss chart's right axis, and the validation chart in the speech
+chart's place.
 
 What to draw is worked out by pure functions (`loss_chart`, `lr_chart`, ...) that turn a `RunState` into a
 `ChartData`; `RunChart` only hands a `ChartData` to plotext. Keeping the two apart lets tests check what a
@@ -22,7 +26,7 @@ from textual.containers import Container
 from textual.widget import Widget
 from textual_plotext import PlotextPlot
 
-from trainer_core.contract.units import GIB
+from trainer_core.contract.units import GIB, format_number
 
 if TYPE_CHECKING:
     from textual.app import App, ComposeResult
@@ -37,19 +41,22 @@ MARKER_STYLES: dict[str, tuple[str, str, str]] = {
     "best": ("*", "green", "best"),
     "oom": ("X", "red", "OOM"),
     "nonfinite": ("!", "magenta", "non-finite"),
+    "passed": ("^", "green", "beats ref"),
 }
 FAULT_KINDS = ("oom", "nonfinite")
 
 
 @dataclass
 class Line:
-    """One plotted series; `scatter` draws points only (validation losses are sparse)."""
+    """One plotted series; `scatter` draws points only (validation losses are sparse); `right` plots it
+    against a y axis of its own on the right (a loss on another scale)."""
 
     label: str
     xs: list[float]
     ys: list[float]
     color: str
     scatter: bool = False
+    right: bool = False
 
 
 @dataclass
@@ -118,6 +125,7 @@ def series_line(
     scale: float = 1.0,
     positive: bool = False,
     scatter: bool = False,
+    right: bool = False,
 ) -> Line | None:
     """A `Line` from one store series (None when the series is missing or has no finite point)."""
     series: Series | None = state.series.get(key)
@@ -125,7 +133,12 @@ def series_line(
         return None
     ys = series.ys if scale == 1.0 else [y / scale if y is not None else y for y in series.ys]
     xs, ys = finite_points(series.xs, ys, positive)
-    return Line(label, xs, ys, color, scatter) if xs else None
+    return Line(label, xs, ys, color, scatter, right) if xs else None
+
+
+def flat_line(label: str, xs: Sequence[float], y: float, color: str) -> Line:
+    """A horizontal line at `y` across the steps of `xs` (at least one step wide): a floor or a reference."""
+    return Line(label, [xs[0], max(xs[-1], xs[0] + 1)], [y] * 2, color)
 
 
 def _present(lines: Iterable[Line | None]) -> list[Line]:
@@ -143,6 +156,8 @@ def marker_steps(state: RunState) -> dict[str, list[int]]:
 
 def loss_chart(state: RunState, log_y: bool = False) -> ChartData:
     """Training loss (raw and smoothed) and validation loss, with markers on the step axis."""
+    if len(state.groups) > 1:
+        return group_loss_chart(state, log_y)
     lines = _present(
         (
             series_line(state, "loss", "loss", "gray", positive=log_y),
@@ -154,12 +169,40 @@ def loss_chart(state: RunState, log_y: bool = False) -> ChartData:
     return ChartData(title, lines, marker_steps(state), log_y=log_y)
 
 
+# Optimizer group colours, by the group's place in the update order (the same group, the same colour on
+# every chart).
+GROUP_COLORS = ("magenta", "green", "blue", "orange", "red")
+
+
+def group_color(state: RunState, group: str) -> str:
+    return GROUP_COLORS[state.groups.index(group) % len(GROUP_COLORS)]
+
+
+def group_loss_chart(state: RunState, log_y: bool = False) -> ChartData:
+    """Several optimizers (a GAN vocoder): the primary group's loss (`loss`, every step) raw and smoothed on the
+    left axis, each other group's total on a right axis of its own (a discriminator's ~1 would lie flat under a
+    generator's ~100). The validation loss measures something else there: it has the validation chart."""
+    primary = state.primary_group
+    lines = [
+        series_line(state, "loss", primary or "loss", "gray", positive=log_y),
+        series_line(state, "loss_smooth", "smoothed", "cyan", positive=log_y),
+    ]
+    for group in state.groups:
+        if group != primary:
+            color = group_color(state, group)
+            lines.append(series_line(state, f"part:{group}.total", group, color, positive=log_y, right=True))
+    title = "loss (log scale)" if log_y else "loss"
+    return ChartData(title, _present(lines), marker_steps(state), log_y=log_y)
+
+
 PART_COLORS = ("cyan", "orange", "green", "magenta", "blue", "red", "gray")
 
 
 def parts_chart(state: RunState) -> ChartData:
     """Each named part of the loss (`part:<name>` series: mel, duration, ... for TTS)."""
     keys = sorted(key for key in state.series if key.startswith("part:"))
+    if len(state.groups) > 1:
+        return group_parts_chart(state, keys)
     lines = _present(
         series_line(state, key, key.removeprefix("part:"), PART_COLORS[i % len(PART_COLORS)])
         for i, key in enumerate(keys)
@@ -167,7 +210,25 @@ def parts_chart(state: RunState) -> ChartData:
     return ChartData("loss parts", lines)
 
 
+def group_parts_chart(state: RunState, keys: list[str]) -> ChartData:
+    """Several optimizers: the parts without the groups' totals (the loss chart has those), named without
+    their group when only one group has parts (a GAN's generator: mel, adversarial, feature)."""
+    totals = {f"part:{group}.total" for group in state.groups}
+    names = [key.removeprefix("part:") for key in keys if key not in totals]
+    owners = {name.partition(".")[0] for name in names}
+    owner = owners.pop() if len(owners) == 1 and all("." in name for name in names) else None
+    lines = _present(
+        series_line(state, f"part:{name}", name.removeprefix(f"{owner}."), PART_COLORS[i % len(PART_COLORS)])
+        for i, name in enumerate(names)
+    )
+    return ChartData(f"loss parts ({owner})" if owner else "loss parts", lines)
+
+
 def lr_chart(state: RunState) -> ChartData:
+    """The learning rate; with several optimizers, one line per group, labelled by its name."""
+    groups = _present(series_line(state, f"lr:{group}", group, group_color(state, group)) for group in state.groups)
+    if groups:
+        return ChartData("learning rate", groups)
     return ChartData("learning rate", _present([series_line(state, "lr", "lr", "green")]))
 
 
@@ -195,14 +256,44 @@ def speech_chart(state: RunState) -> ChartData:
     floor = state.free_running_floor
     reference = None
     if distance is not None and floor is not None:
-        reference = Line(
-            "floor (vocoder)", [distance.xs[0], max(distance.xs[-1], distance.xs[0] + 1)], [floor] * 2, "green"
-        )
+        reference = flat_line("floor (vocoder)", distance.xs, floor, "green")
     return ChartData("free-running distance (voice)", _present((distance, acoustic, reference)), _best_only(state))
 
 
-def _best_only(state: RunState) -> dict[str, list[int]]:
-    return {kind: steps for kind, steps in marker_steps(state).items() if kind == "best"}
+def _best_only(state: RunState, also: tuple[str, ...] = ()) -> dict[str, list[int]]:
+    return {kind: steps for kind, steps in marker_steps(state).items() if kind == "best" or kind in also}
+
+
+def validation_chart(state: RunState) -> ChartData:
+    """The validation metric (a vocoder's mel_l1; the validation loss when there is none) and, when the trainer
+    measured one, the reference it should beat (Griffin-Lim copy synthesis) as a flat line labelled with its
+    name, with best-model markers and one where the metric first beat the reference."""
+    name = state.metric_name
+    metric = series_line(state, f"val_metric:{name}", name, "orange") if name else None
+    if metric is None:
+        name, metric = None, series_line(state, "val_loss", "validation loss", "orange")
+    reference = state.reference.get(name) if name else None
+    label = state.reference_name or "reference"
+    line = flat_line(label, metric.xs, reference, "green") if metric is not None and reference is not None else None
+    title = _validation_title(state, name, reference)
+    return ChartData(title, _present((metric, line)), _best_only(state, ("passed",)))
+
+
+def _validation_title(state: RunState, name: str | None, reference: float | None) -> str:
+    """`mel_l1 2.83 · griffin_lim 0.215`: the latest value and the line to beat (short: a compact chart)."""
+    if name is None:
+        return "validation loss"
+    series = state.series.get(f"val_metric:{name}")
+    last = series.last if series is not None else None
+    title = f"{name} {format_number(last, 3)}" if last is not None else f"validation {name}"
+    return title + (f" · {state.reference_name or 'reference'} {format_number(reference, 3)}" if reference else "")
+
+
+def validation_wanted(state: RunState) -> bool:
+    """Whether the validation chart takes the speech chart's place: the run is scored against a reference, or
+    trains several optimizers (a GAN vocoder: no free-running speech, and its loss is not what validation
+    measures)."""
+    return bool(state.reference) or len(state.groups) > 1
 
 
 # Rows of a chart that are not plot: title, top and bottom frame, step labels.
@@ -235,7 +326,13 @@ def marker_bands(plotted: list[float]) -> dict[str, float] | None:
     low, high = min(plotted), max(plotted)
     span = (high - low) or abs(low) * 0.1 or 1.0
     checkpoint_y, fault_y = low - 0.06 * span, low - 0.12 * span
-    return {"checkpoint": checkpoint_y, "best": checkpoint_y, "oom": fault_y, "nonfinite": fault_y}
+    return {
+        "checkpoint": checkpoint_y,
+        "best": checkpoint_y,
+        "passed": checkpoint_y,
+        "oom": fault_y,
+        "nonfinite": fault_y,
+    }
 
 
 def value_ticks(low: float, high: float, count: int = 6) -> tuple[list[float], list[str]]:
@@ -293,14 +390,19 @@ class RunChart(PlotextPlot):
         plt.clear_data()
         plt.title(data.title if data.points else f"{data.title}: no data yet")
         plotted: list[float] = []
+        right: list[float] = []  # values on the right y axis: ticks of their own, no markers
         for line in data.lines:
             xs, ys = downsample_minmax(line.xs, line.ys, self._columns)
             ys = [math.log10(y) for y in ys] if data.log_y else ys
-            plotted += ys
+            if line.right:
+                right += ys
+            else:
+                plotted += ys
             draw = plt.scatter if line.scatter else plt.plot
-            draw(xs, ys, label=line.label, color=line.color, marker="o" if line.scatter else "braille")
+            marker = "o" if line.scatter else "braille"
+            draw(xs, ys, label=line.label, color=line.color, marker=marker, yside="right" if line.right else None)
         plotted += self._draw_markers(data, marker_bands(plotted))
-        self._set_ticks(data, plotted)
+        self._set_ticks(data, plotted, right)
         self._picture = None
         self.refresh()
 
@@ -320,7 +422,7 @@ class RunChart(PlotextPlot):
             used.append(bands[kind])
         return used
 
-    def _set_ticks(self, data: ChartData, plotted: list[float]) -> None:
+    def _set_ticks(self, data: ChartData, plotted: Sequence[float], right: Sequence[float] = ()) -> None:
         """Explicit ticks on both axes: whole step numbers, and round values (or real values on a log axis).
         Always set, never reset: plotext's reset to automatic ticks does not work once ticks were set."""
         span = _step_range(data)
@@ -328,11 +430,13 @@ class RunChart(PlotextPlot):
             ticks = step_ticks(*span)
             positions: list[float] = list(ticks)  # plotext's stubs want floats; the values stay whole numbers
             self.plt.xticks(positions, [str(tick) for tick in ticks])
-        if plotted:
-            low, high = min(plotted), max(plotted)
-            # No more ticks than about one per two plot rows: a short chart would print two on one row.
-            count = max(2, min(6, (self._rows - PLOT_FRAME_ROWS) // 2))
-            self.plt.yticks(*(log_ticks(low, high, min(count, 5)) if data.log_y else value_ticks(low, high, count)))
+        # No more ticks than about one per two plot rows: a short chart would print two on one row.
+        count = max(2, min(6, (self._rows - PLOT_FRAME_ROWS) // 2))
+        for values, side in ((plotted, 1), (right, 2)):  # plotext's y sides: 1 left, 2 right
+            if values:
+                low, high = min(values), max(values)
+                ticks_labels = log_ticks(low, high, min(count, 5)) if data.log_y else value_ticks(low, high, count)
+                self.plt.yticks(*ticks_labels, yside=side)
 
     def render(self) -> Text:
         key = (self.size, self.app.theme, self.theme)
@@ -355,19 +459,24 @@ CHART_BUILDERS: dict[str, Callable[[RunState], ChartData]] = {
     "throughput": throughput_chart,
     "memory": memory_chart,
     "speech": speech_chart,
+    "validation": validation_chart,
 }
-# The secondary charts, in the order `c` cycles them on a small terminal.
-SECONDARY = ("lr", "throughput", "memory", "parts", "speech")
+# The secondary charts, in the order `c` cycles them on a small terminal. "validation" takes the place of
+# "speech" for the runs that want it (see `validation_wanted`); only one of them is shown.
+SECONDARY = ("lr", "throughput", "memory", "parts", "speech", "validation")
+SWAPPED = ("speech", "validation")
 
 
 class ChartGrid(Container):
     """The loss chart and the secondary charts. Compact terminals show one secondary chart at a time
-    (class `-current`, cycled by `cycle()`); roomy ones show them all (see run.tcss)."""
+    (class `-current`, cycled by `cycle()`); roomy ones show them all (see run.tcss). Of the speech and the
+    validation chart only one is shown (the other has class `-off`), as `validation_wanted` says."""
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.log_y = False
         self.current = SECONDARY[0]
+        self.validation_shown = False
         self._pending: dict[str, tuple[RunChart, ChartData]] = {}  # charts to draw, one per frame
         self._draw_scheduled = False
         self._deferred = 0  # redraws put off in a row for queued input
@@ -378,7 +487,8 @@ class ChartGrid(Container):
         yield RunChart("loss", id="chart-loss", classes="primary")
         for name in SECONDARY:
             classes = "secondary -current" if name == self.current else "secondary"
-            yield RunChart(name, id=f"chart-{name}", classes=classes)
+            off = name == self._swapped_out()
+            yield RunChart(name, id=f"chart-{name}", classes=f"{classes} -off" if off else classes)
 
     def charts(self) -> list[RunChart]:
         return list(self.query(RunChart))
@@ -391,6 +501,7 @@ class ChartGrid(Container):
         until SECONDARY_INTERVAL_S passed since their last draw (unless `force`). The first one is drawn
         now, the others one per frame after it (see `_draw_next`)."""
         now, self._state = time.monotonic(), state
+        self._swap_validation(validation_wanted(state))
         for chart in self.charts():
             if only_visible and not _on_screen(chart):
                 continue
@@ -404,6 +515,32 @@ class ChartGrid(Container):
                 self._pending[chart.build_name] = (chart, data)
         if self._pending and not self._draw_scheduled:
             self._draw_next()
+
+    def _swap_validation(self, wanted: bool) -> None:
+        """Show the validation chart instead of the speech chart (or back); the chart swapped in is on screen
+        only after the next layout, so it is drawn then."""
+        if wanted == self.validation_shown:
+            return
+        self.validation_shown = wanted
+        speech, validation = SWAPPED
+        self.chart(speech).set_class(wanted, "-off")
+        self.chart(validation).set_class(not wanted, "-off")
+        if self.current in SWAPPED:
+            self._show_current(validation if wanted else speech)
+        self.call_after_refresh(self._catch_up_now)
+
+    def shown_secondary(self) -> list[str]:
+        """The secondary charts `c` cycles through (the speech or the validation chart, not both)."""
+        return [name for name in SECONDARY if name != self._swapped_out()]
+
+    def _swapped_out(self) -> str:
+        speech, validation = SWAPPED
+        return speech if self.validation_shown else validation
+
+    def _show_current(self, name: str) -> None:
+        self.current = name
+        for other in SECONDARY:
+            self.chart(other).set_class(other == name, "-current")
 
     def _catch_up_in(self, delay: float) -> None:
         if self._catch_up is None:
@@ -442,9 +579,8 @@ class ChartGrid(Container):
 
     def cycle(self) -> str:
         """Show the next secondary chart in compact layouts; returns its name."""
-        self.current = SECONDARY[(SECONDARY.index(self.current) + 1) % len(SECONDARY)]
-        for name in SECONDARY:
-            self.chart(name).set_class(name == self.current, "-current")
+        shown = self.shown_secondary()
+        self._show_current(shown[(shown.index(self.current) + 1) % len(shown)])
         return self.current
 
 
