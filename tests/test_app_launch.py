@@ -296,6 +296,36 @@ async def test_preflight_shows_the_plan(config: Path, tmp_path: Path) -> None:
         assert text_of(screen, "#data-detect").startswith("→ text")
 
 
+@pytest.mark.parametrize("name", ["vocoder-small", "vocoder-base"])
+async def test_vocoder_profiles_are_listed_and_their_plan_renders(config: Path, name: str) -> None:
+    app = VegaApp()
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = launch(app)
+        profiles = screen.query_one(ProfileList)
+        await wait_until(pilot, lambda: name in profiles.entries, f"the shipped {name} profile")
+        assert profiles.entries[name].valid and profiles.entries[name].origin == "shipped"
+        text, disabled = option_texts(profiles)[name]
+        assert "✓ valid" in text and not disabled
+        profiles.select(name)
+        if name == "vocoder-base":  # ships without a data folder (a real voice's): the demo voice stands in
+            why = lambda: text_of(screen, "#start-why")  # noqa: E731
+            await wait_until(pilot, lambda: why() == "choose a data folder", "the missing data folder")
+            voice = repo_profiles_dir().parent / "trainer_core" / "demo" / "voice"
+            screen.query_one("#data-folder", Input).value = str(voice)
+        await wait_until(
+            pilot,
+            lambda: plan_ready(app) and (screen.plan is None or screen.plan["profile"].endswith(f"{name}.toml")),
+            f"the {name} plan",
+        )
+        assert screen.plan is not None, screen.plan_error
+        assert screen.plan["model"]["kind"] == "vocoder" and screen.selection.data_mode == "voice"
+        shown = screen.query_one(PreflightPanel).text
+        for expected in ("data voice · 40 usable, 0 skipped", "model vocoder (GAN", f"{name}-<start time>"):
+            assert expected in shown, (expected, shown)
+        assert "hidden" not in shown  # the plan's transformer fields mean nothing for a vocoder
+        await wait_until(pilot, lambda: not screen.query_one("#start", Button).disabled, "Start enabled")
+
+
 async def test_preflight_shows_validation_items_capped_and_share(config: Path, tmp_path: Path) -> None:
     data = write_text_corpus(tmp_path / "data", files=30)
     profile = (

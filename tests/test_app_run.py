@@ -160,11 +160,14 @@ async def settled(pilot: Pilot) -> RunScreen:
         ),
         "a settled run",
     )
-    charts = [chart for chart in screen.query(RunChart) if chart.region.area > 0]
     loss = screen.query_one(ChartGrid).chart("loss")
-    await wait_until(pilot, lambda: all(c.data is not None for c in charts) and loss.data.points > 0, "charts")
+
+    def charts() -> list[RunChart]:  # asked again each time: a vocoder run swaps the validation chart in
+        return [chart for chart in screen.query(RunChart) if chart.region.area > 0]
+
+    await wait_until(pilot, lambda: all(c.data is not None for c in charts()) and loss.data.points > 0, "charts")
     # Secondary charts redraw at most once a second: wait until every visible chart shows the whole store.
-    await wait_until(pilot, lambda: all(c.data == current_chart_data(screen, c) for c in charts), "charts up to date")
+    await wait_until(pilot, lambda: all(c.data == current_chart_data(screen, c) for c in charts()), "charts up to date")
     await pilot.pause(0.3)
     return screen
 
@@ -765,6 +768,92 @@ async def reattach_and_watch_it_crash(run_dir: Path, trainer: runner.TrainerProc
         banner = screen.query_one(ProblemBanner)
         await wait_until(pilot, lambda: "died without finishing" in plain(banner), "the crash to be shown")
         assert screen.state.status == "crashed" and "  CRASHED  " in status_text(screen)
+
+
+# ------------------------------------------------------------------------------------------------ vocoder runs
+# A recorded GAN vocoder run (two optimizer groups; tests/test_vocoder_dashboard.py checks the numbers).
+
+
+async def test_vocoder_run_on_a_small_terminal(tmp_path: Path) -> None:
+    run_dir = copy_fixture("vocoder_completed", tmp_path)
+    async with DashApp(run_dir).run_test(size=(80, 24)) as pilot:
+        screen = await settled(pilot)
+        grid = screen.query_one(ChartGrid)
+        loss = grid.chart("loss")
+        assert [(line.label, line.right) for line in loss.data.lines] == [
+            ("generator", False),
+            ("smoothed", False),
+            ("discriminator", True),
+        ]
+        assert "discriminator" in loss.render().plain
+        lr = grid.chart("lr")
+        assert grid.current == "lr" and [line.label for line in lr.data.lines] == ["discriminator", "generator"]
+        assert "discriminator" in lr.render().plain and "generator" in lr.render().plain
+
+        # The validation chart takes the speech chart's place: `c` cycles through it, never through speech.
+        assert grid.shown_secondary() == ["lr", "throughput", "memory", "parts", "validation"]
+        validation = grid.chart("validation")
+        for _ in range(4):
+            await pilot.press("c")
+        assert grid.current == "validation"
+        await wait_until(
+            pilot, lambda: validation.data == current_chart_data(screen, validation), "the validation chart"
+        )
+        assert validation.region.area > 0 and grid.chart("speech").region.area == 0
+        assert [line.label for line in validation.data.lines] == ["mel_l1", "griffin_lim"]
+        assert "griffin_lim" in validation.render().plain
+        await pilot.press("c")
+        assert grid.current == "lr"
+
+        bar = screen.query_one(BreakdownBar)
+        assert bar.region.height == 2
+        first, second = bar.render().plain.splitlines()
+        assert first.startswith("profiler ") and second.startswith("per group fwd/bwd/opt ms: discriminator ")
+        regions = [screen.query_one(selector).region for selector in ("#status", "#tabs", "#breakdown", "Footer")]
+        for upper, lower in pairwise(regions):
+            assert upper.bottom <= lower.y, (upper, lower)
+        assert regions[-1].bottom <= 24
+
+        await pilot.press("2")
+        await pilot.pause(0.1)
+        logs = log_view_text(screen)
+        assert "training losses at step 30: discriminator" in logs and "(griffin_lim 0.2145)" in logs
+
+
+def beat_the_reference(run_dir: Path, mel_l1: float, step: int) -> None:
+    """Rewrite the recorded log so that Griffin-Lim's mel_l1 is `mel_l1`, with the trainer's own 'passes' line
+    before the validation at `step` (the first below it), seq numbers kept contiguous."""
+    path = run_dir / "events.jsonl"
+    events: list[dict[str, Any]] = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        event = json.loads(line)
+        if event["type"] == "validation":
+            event["reference"]["mel_l1"] = mel_l1
+            if event["step"] == step:
+                said = f"step {step}: mel_l1 {event['metric_value']:.4g} passes griffin_lim's {mel_l1:.4g}"
+                events.append({**event, "type": "log", "level": "info", "message": said})
+        events.append(event)
+    lines = [json.dumps({**event, "seq": seq}) for seq, event in enumerate(events)]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+async def test_vocoder_run_that_beats_its_reference_on_a_roomy_terminal(tmp_path: Path) -> None:
+    run_dir = copy_fixture("vocoder_completed", tmp_path)
+    beat_the_reference(run_dir, 3.0, 18)  # recorded mel_l1 at 12, 18: 3.18, 2.96
+    async with DashApp(run_dir).run_test(size=(120, 40)) as pilot:
+        screen = await settled(pilot)
+        grid = screen.query_one(ChartGrid)
+        visible = [chart.build_name for chart in grid.charts() if chart.region.area > 0]
+        assert visible == ["loss", "lr", "throughput", "memory", "parts", "validation"]
+        validation = grid.chart("validation")
+        assert validation.region.width == grid.chart("loss").region.width  # the speech chart's whole row
+        assert validation.data.markers["passed"] == [18]
+        assert validation.data.lines[1].ys == [3.0, 3.0]
+        drawn = validation.render().plain
+        assert "griffin_lim" in drawn and "beats ref" in drawn
+        assert screen.state.reference_passed_step == 18
+        said = [line for line in screen.state.logs if "passes griffin_lim" in line.message]
+        assert [line.kind for line in said] == ["log"]  # the trainer said it: the dashboard does not repeat it
 
 
 # ------------------------------------------------------------------------------------------------ snapshots

@@ -6,6 +6,8 @@ parameter belongs to exactly one group."""
 from __future__ import annotations
 
 import copy
+import dataclasses
+import math
 from pathlib import Path
 
 import pytest
@@ -17,6 +19,7 @@ from trainer_core.contract.errors import VegaError
 from trainer_core.contract.eventlog import EventWriter
 from trainer_core.engine.control_state import ControlState
 from trainer_core.engine.events import EventHub
+from trainer_core.engine.grad_scaler import VegaGradScaler
 from trainer_core.engine.group_step import GroupedStepRunner
 from trainer_core.engine.optimizers import task_groups
 from trainer_core.engine.setup import build_trainer
@@ -120,3 +123,28 @@ def test_every_trainable_parameter_must_be_in_exactly_one_group(tmp_path: Path) 
     task.optimizer_groups = lambda: both  # type: ignore[method-assign]
     with pytest.raises(VegaError, match="in optimizer groups 'a' and 'b'"):
         task_groups(task, model, trainer.profile, torch.device("cpu"), 1, 10)
+
+
+def test_fp16_with_one_scaler_for_both_optimizers_matches_vegas_own_scaler(tmp_path: Path) -> None:
+    """torch's GradScaler and VegaGradScaler (the MPS fallback) step both groups to the same weights."""
+    trainers = [new_vocoder(tmp_path, name, 'train.precision="fp16"') for name in ("torch", "vega")]
+    vega = trainers[1].runner
+    vega.precision = dataclasses.replace(vega.precision, scaler_kind="vega")
+    assert isinstance(vega.precision.scaler, VegaGradScaler) and vega.precision.scaler.is_enabled()
+    outcomes = [[trainer.runner.run() for _ in range(4)] for trainer in trainers]
+    assert [o.applied for o in outcomes[0]] == [o.applied for o in outcomes[1]]
+    assert any(o.applied for o in outcomes[0])
+    assert [o.losses for o in outcomes[0]] == [o.losses for o in outcomes[1]]
+    assert same(weights(trainers[0]), weights(trainers[1]))
+    assert trainers[0].runner.precision.scaler.state_dict() == vega.precision.scaler.state_dict()
+
+
+def test_two_accumulated_half_batches_step_both_groups_like_the_whole_batch(tmp_path: Path) -> None:
+    whole, halves = new_vocoder(tmp_path, "whole"), new_vocoder(tmp_path, "halves")
+    halves.state.micro_batch, halves.state.grad_accum = 2, 2
+    a, b = whole.runner.run(), halves.runner.run()
+    assert a.applied and b.applied and a.items == b.items == 4
+    for name, value in a.losses.items():
+        assert math.isclose(value, b.losses[name], rel_tol=1e-4), name
+    for key, tensor in weights(whole).items():
+        torch.testing.assert_close(tensor, weights(halves)[key], rtol=1e-4, atol=1e-6, msg=key)

@@ -66,11 +66,12 @@ class Waves:
         if self.rows is not None:
             return self.rows[i][0]
         row = self.cache.get(self.paths[i])
-        if row is None or row.shape[1] != self.lengths[i]:
-            row = _decode_row(self.paths[i], self.audio)
-            if isinstance(row, str):
-                raise DataError(f"{row} (it decoded at preload but not now: was it changed during training?)")
-        return row[0]
+        if row is not None and row.shape[1] == self.lengths[i]:
+            return row[0]
+        decoded = _decode_row(self.paths[i], self.audio)
+        if isinstance(decoded, str):
+            raise DataError(f"{decoded} (it decoded at preload but not now: was it changed during training?)")
+        return decoded[0]
 
     def segment(self, i: int, start: int, length: int) -> torch.Tensor:
         """`length` samples of item `i` from `start`, zero-padded past its end."""

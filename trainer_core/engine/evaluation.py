@@ -105,12 +105,13 @@ class Evaluator:
     def _validation_event(self, means: dict[str, float], metrics: dict[str, float]) -> ValidationEvent:
         metric_name, metric_value = next(iter(metrics.items()), (None, None))
         reference = self._reference()
-        passes = metric_name in reference and metric_value is not None and metric_value < reference[metric_name]
+        line = reference.get(metric_name) if metric_name is not None else None
+        passes = line is not None and metric_value is not None and metric_value < line
         if passes and self.state.step > 0 and not self._passed_reference:
             self._passed_reference = True
             log.info(
                 "step %d: %s %.4g passes %s's %.4g", self.state.step, metric_name, metric_value,
-                self.task.reference_name(), reference[metric_name],
+                self.task.reference_name(), line,
             )  # fmt: skip
         return ValidationEvent(
             step=self.state.step,

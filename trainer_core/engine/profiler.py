@@ -106,7 +106,7 @@ class StepProfiler:
                 self.add(name, start.elapsed_time(end) / 1000.0)
             self._pending.clear()
         steps = max(1, self._steps)
-        out = {f"{name}_s": total / steps for name, total in self._totals.items()}
+        out: dict[str, Any] = {f"{name}_s": total / steps for name, total in self._totals.items()}
         out["steps"] = self._steps
         if self._group_totals:
             out["groups"] = {

@@ -78,7 +78,7 @@ class VocoderTask(Task):
         self.dataset = SegmentDataset(self.waves, segment, d.val_fraction, profile.run.seed, d.val_max_items)
         self.config = vocoder_config(profile)
         torch.manual_seed(profile.run.seed)
-        self.model = GanVocoder(self.config)
+        self.model: GanVocoder = GanVocoder(self.config)
         cpu_extractor = MelExtractor(a)
         self.model.generator.set_mel_statistics(*mel_statistics(self.waves, self.dataset.train_ids, cpu_extractor))
         self.model.to(self.device)

@@ -120,7 +120,7 @@ def _ram_text(preload: dict[str, Any]) -> str:
 def _model_text(model: dict[str, Any]) -> str:
     if model.get("kind") == "vocoder":
         # The plan's hidden/layers/heads are the transformer's, which a vocoder does not use.
-        return "vocoder (GAN: generator + discriminators), sized by the profile's [vocoder] section"
+        return "vocoder (GAN: generator + discriminators)"
     text = f"{model.get('kind', '?')}, hidden {model.get('hidden', '?')}"
     layers = model.get("layers")
     if isinstance(layers, int):
