@@ -29,7 +29,12 @@ REPO = Path(__file__).resolve().parent.parent
 
 def cli(env: dict[str, str], *args: str, timeout: float = 180) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "trainer_core", *args], capture_output=True, text=True, env=env, cwd=REPO, timeout=timeout
+        [sys.executable, "-m", "trainer_core", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=timeout,
     )
 
 
