@@ -19,7 +19,7 @@ from trainer_core.contract.profile_loader import (
     resolve_profile,
 )
 
-SHIPPED = ["demo", "tts-small", "tts-base", "lm-small"]
+SHIPPED = ["demo", "tts-small", "tts-base", "lm-small", "vocoder-small", "vocoder-base"]
 
 
 @pytest.fixture(autouse=True)
@@ -243,7 +243,7 @@ def test_find_profile_unknown_name_lists_where_it_looked() -> None:
     message = str(caught.value)
     assert message.startswith("no profile file or name 'nope' (looked in: ")
     assert str(Path("config/profiles").absolute()) in message and str(repo_profiles_dir()) in message
-    assert "available: demo, lm-small, tts-base, tts-small)" in message
+    assert "available: demo, lm-small, tts-base, tts-small, vocoder-base, vocoder-small)" in message
 
 
 # ---------------------------------------------------------------- good profiles

@@ -66,14 +66,14 @@ def breakdown_text(breakdown: dict[str, float] | None, width: int) -> Text:
 
 
 def format_ms(seconds: float) -> str:
-    """Milliseconds with two or three significant figures: `0.42`, `4.3`, `12`."""
+    """Milliseconds to about two significant figures: `0.42`, `4.3`, `12`."""
     ms = max(0.0, float(seconds or 0.0)) * 1000
     return f"{ms:.2f}" if ms < 1 else f"{ms:.1f}" if ms < 10 else f"{ms:.0f}"
 
 
 def groups_text(groups: dict[str, dict[str, float]]) -> Text:
     """`per group fwd/bwd/opt ms: discriminator 10/12/4.3 · generator 6.9/20/1.5`, numbers in their phases'
-    colours (one line: it must fit 80 columns beside nothing else)."""
+    colours (a GAN's two groups fit one 80-column line)."""
     line = Text("per group ", style="bold", no_wrap=True, overflow="ellipsis")
     for i, (_, label, color) in enumerate(GROUP_PHASES):
         line.append(("/" if i else "") + label, style=color)
@@ -87,8 +87,8 @@ def groups_text(groups: dict[str, dict[str, float]]) -> Text:
 
 
 class BreakdownBar(Widget):
-    """Always-visible profiler bar at the bottom of the dashboard: one line, and a second one per optimizer group
-    (class `-groups`, see run.tcss) when the run has several."""
+    """Always-visible profiler bar at the bottom of the dashboard: one line, and a second line with each
+    optimizer group's times when the run has several (class `-groups`, see run.tcss)."""
 
     DEFAULT_CSS = """
     BreakdownBar { height: 1; padding: 0 1; }

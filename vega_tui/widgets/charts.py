@@ -286,7 +286,8 @@ def _validation_title(state: RunState, name: str | None, reference: float | None
     series = state.series.get(f"val_metric:{name}")
     last = series.last if series is not None else None
     title = f"{name} {format_number(last, 3)}" if last is not None else f"validation {name}"
-    return title + (f" · {state.reference_name or 'reference'} {format_number(reference, 3)}" if reference else "")
+    label = state.reference_name or "reference"
+    return title + (f" · {label} {format_number(reference, 3)}" if reference is not None else "")
 
 
 def validation_wanted(state: RunState) -> bool:
