@@ -5,6 +5,7 @@ Each run trains the tiny vocoder (`tiny_profiles`, kind "vocoder") on the bundle
 
 from __future__ import annotations
 
+import json
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -107,3 +108,17 @@ def test_two_gloo_ranks_train_the_vocoder_stop_resume_and_end_identical(vocoders
         assert parameter_digest(load_checkpoint(newest)["model"]) == digests[0]
     assert step_rows(split.events()) == step_rows(whole.events())
     assert rank_digests(split.run_dir) == rank_digests(whole.run_dir)
+
+
+def test_the_plan_describes_a_vocoder_by_its_generator_and_discriminators(vocoders: TrainerLauncher) -> None:
+    done = vocoders.run("plan", {}, "--dry-run", "--json")
+    assert done.proc.returncode == 0, done.stderr
+    plan = json.loads(done.out_path.read_text(encoding="utf-8"))
+    model = plan["model"]
+    assert model["kind"] == "vocoder"
+    assert model["vocoder"] == {
+        "channels": 16, "blocks": 1, "segment_frames": 8, "discriminator_channels": 4, "periods": [2, 3],
+        "resolutions": 1,
+    }  # fmt: skip
+    table = vocoders.run("table", {}, "--dry-run")
+    assert "vocoder (generator 16 channels x 1 blocks" in table.out_path.read_text(encoding="utf-8")

@@ -91,6 +91,7 @@ class TrainPlan:
                 "layers": p.model.encoder_layers,
                 "heads": p.model.heads,
                 "size": self.model_size,
+                **({"vocoder": vocoder_shape(p)} if model_kind(p, self.data.mode) == "vocoder" else {}),
             },
             "preload": {
                 "estimated_bytes": self.preload_bytes,
@@ -128,6 +129,31 @@ class TrainPlan:
                 "local_world_size": self.world.local_world_size,
             }
         return None
+
+
+def vocoder_shape(profile: Profile) -> dict[str, object]:
+    """What the plan says about a vocoder's size: the generator's and the discriminators' widths."""
+    v = profile.vocoder
+    return {
+        "channels": v.channels,
+        "blocks": v.blocks,
+        "segment_frames": v.segment_frames,
+        "discriminator_channels": v.discriminator_channels,
+        "periods": list(v.periods),
+        "resolutions": len(v.resolutions),
+    }
+
+
+def describe_model(m: dict) -> str:
+    """The plan's model row: a vocoder's generator and discriminators, or the transformer's shape."""
+    v = m.get("vocoder")
+    if v:
+        return (
+            f"vocoder (generator {v['channels']} channels x {v['blocks']} blocks, segments of "
+            f"{v['segment_frames']} frames; {len(v['periods'])} period + {v['resolutions']} resolution "
+            f"discriminators, width {v['discriminator_channels']})"
+        )
+    return f"{m['kind']} (hidden {m['hidden']}, {m['layers']} layers, {m['heads']} heads)"
 
 
 def model_kind(profile: Profile, data_mode: str) -> str:
@@ -418,7 +444,7 @@ def render_plan(plan: TrainPlan) -> None:
     table.add_row("data", f"{d['data']['path']}  [{d['data']['mode']}] — {d['data']['reason']}")
     table.add_row("usable", f"{d['data']['usable']} items, {d['data']['hours']:.3f} h; {d['data']['skipped']} skipped")
     m = d["model"]
-    table.add_row("model", f"{m['kind']} (hidden {m['hidden']}, {m['layers']} layers, {m['heads']} heads)")
+    table.add_row("model", describe_model(m))
     if m["size"]:
         table.add_row("model size", f"auto: {m['size']['reason']}")
     pre = d["preload"]
