@@ -29,7 +29,7 @@ from trainer_core.tiny_profiles import tiny_profile
 from vega_tui.app import VegaApp
 from vega_tui.screens.launch import LaunchScreen
 from vega_tui.widgets.choice_list import ChoiceList
-from vega_tui.widgets.preflight import PreflightPanel
+from vega_tui.widgets.preflight import PreflightPanel, plan_rows
 from vega_tui.widgets.profile_list import ProfileList
 
 pytestmark = pytest.mark.anyio
@@ -296,8 +296,14 @@ async def test_preflight_shows_the_plan(config: Path, tmp_path: Path) -> None:
         assert text_of(screen, "#data-detect").startswith("→ text")
 
 
-@pytest.mark.parametrize("name", ["vocoder-small", "vocoder-base"])
-async def test_vocoder_profiles_are_listed_and_their_plan_renders(config: Path, name: str) -> None:
+@pytest.mark.parametrize(
+    ("name", "shape"),
+    [
+        ("vocoder-small", "generator 64 channels x 3 blocks; 5 period + 3 resolution discriminators"),
+        ("vocoder-base", "generator 512 channels x 8 blocks; 5 period + 3 resolution discriminators"),
+    ],
+)
+async def test_vocoder_profiles_are_listed_and_their_plan_renders(config: Path, name: str, shape: str) -> None:
     app = VegaApp()
     async with app.run_test(size=(80, 24)) as pilot:
         screen = launch(app)
@@ -320,9 +326,11 @@ async def test_vocoder_profiles_are_listed_and_their_plan_renders(config: Path, 
         assert screen.plan is not None, screen.plan_error
         assert screen.plan["model"]["kind"] == "vocoder" and screen.selection.data_mode == "voice"
         shown = screen.query_one(PreflightPanel).text
-        for expected in ("data voice · 40 usable, 0 skipped", "model vocoder (GAN", f"{name}-<start time>"):
+        for expected in ("data voice · 40 usable, 0 skipped", f"model vocoder, {shape}", f"{name}-<start time>"):
             assert expected in shown, (expected, shown)
         assert "hidden" not in shown  # the plan's transformer fields mean nothing for a vocoder
+        older = {**screen.plan, "model": {k: v for k, v in screen.plan["model"].items() if k != "vocoder"}}
+        assert ("model", "vocoder (GAN: generator + discriminators)") in plan_rows(older)  # an older trainer's plan
         await wait_until(pilot, lambda: not screen.query_one("#start", Button).disabled, "Start enabled")
 
 

@@ -147,3 +147,9 @@ def test_a_voice_speaks_through_the_trained_vocoder(trained, tmp_path: Path) -> 
     # The export remembers tts.vocoder; --vocoder griffin-lim overrides it.
     plain = cli(env, *args, "--vocoder", "griffin-lim")
     assert plain.returncode == 0, plain.stderr
+    # evaluate hears the sentences and the floor through Griffin-Lim unless told otherwise.
+    scored = cli(
+        env, "evaluate", str(voice), "--data", str(DEMO_VOICE), "--items", "2", "--json", "--vocoder", str(run_dir)
+    )
+    assert scored.returncode == 0, scored.stderr
+    assert json.loads(scored.stdout)["vocoder"] == str(run_dir)

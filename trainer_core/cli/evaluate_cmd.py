@@ -38,6 +38,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     how_many = parser.add_mutually_exclusive_group()
     how_many.add_argument("--items", type=int, default=None, metavar="N", help="sentences to score (default 8)")
     how_many.add_argument("--all", action="store_true", help="score every item of the folder, not the held-out ones")
+    parser.add_argument(
+        "--vocoder",
+        default="griffin-lim",
+        metavar="V",
+        help='what the sentences and the floor are heard through: "griffin-lim" (default, the same for every '
+        "voice) or a trained vocoder's run folder, checkpoint or export",
+    )
     parser.add_argument("--device", default="cpu", help="torch device for the model (default: cpu)")
     parser.add_argument("--json", action="store_true", help="print the scores as JSON")
     parser.set_defaults(handler=run)
@@ -91,6 +98,7 @@ def run(args: argparse.Namespace) -> int:
     from trainer_core.data.scan import scan_data
     from trainer_core.data.scan_report import VoiceItem
     from trainer_core.models.free_running import FreeRunning, evaluate_free_running
+    from trainer_core.models.mel_vocoders import load_vocoder
 
     if args.items is not None and args.items < 1:
         raise VegaError(f"--items must be at least 1, got {args.items}")
@@ -100,7 +108,8 @@ def run(args: argparse.Namespace) -> int:
     sentences: list[HeldOutSentence] = choose_sentences(synth, items, args.items, args.all)
     if not sentences:
         raise VegaError(f"{args.data}: no transcript has a symbol this voice knows; nothing to evaluate")
-    free = FreeRunning(sentences, synth.audio, synth.tts, vocoder=None)
+    vocoder = load_vocoder(args.vocoder, synth.audio, synth.model_device, synth.tts.griffin_lim_iters)
+    free = FreeRunning(sentences, synth.audio, synth.tts, vocoder=vocoder if vocoder.trained else None)
     result = evaluate_free_running(free, synth.model, synth.encoder)
     out = {
         "source": str(path),

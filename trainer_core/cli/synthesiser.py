@@ -34,6 +34,10 @@ class Synthesiser:
     data: DataSection | None = None  # the run's data settings; an export does not carry them
     vocoder: MelVocoder | None = None  # None: Griffin-Lim with the profile's iterations
 
+    @property
+    def model_device(self) -> str:
+        return str(next(self.model.parameters()).device)
+
 
 def _strip_wrappers(state: dict[str, Any]) -> dict[str, Any]:
     out = {}

@@ -119,14 +119,24 @@ def _ram_text(preload: dict[str, Any]) -> str:
 
 def _model_text(model: dict[str, Any]) -> str:
     if model.get("kind") == "vocoder":
-        # The plan's hidden/layers/heads are the transformer's, which a vocoder does not use.
-        return "vocoder (GAN: generator + discriminators)"
+        return _vocoder_text(model.get("vocoder"))
     text = f"{model.get('kind', '?')}, hidden {model.get('hidden', '?')}"
     layers = model.get("layers")
     if isinstance(layers, int):
         text += f", {layers} layer{'' if layers == 1 else 's'}"
     size = model.get("size")
     return f"{text}; model.size auto: {size['reason']}" if isinstance(size, dict) and "reason" in size else text
+
+
+def _vocoder_text(shape: Any) -> str:
+    """A GAN vocoder by its generator and discriminators (the plan's hidden/layers are a transformer's: unused)."""
+    if not isinstance(shape, dict):
+        return "vocoder (GAN: generator + discriminators)"  # a plan from before the trainer described it
+    periods, resolutions = len(shape.get("periods") or ()), shape.get("resolutions", "?")
+    return (
+        f"vocoder, generator {shape.get('channels', '?')} channels x {shape.get('blocks', '?')} blocks; "
+        f"{periods} period + {resolutions} resolution discriminators"
+    )
 
 
 def _schedule_text(schedule: dict[str, Any]) -> str:
