@@ -73,7 +73,7 @@ EXPECTED = {
         "demo, after: free-running distance",
         "demo: after / before",
         "demo, after with the transformer decoder: free-running distance",
-        "demo, after plus a post-net: free-running distance",
+        "demo, after plus the pitch predictor: free-running distance",
         'demo, after with model.size = "auto": free-running distance',
         "demo: floor (recordings through Griffin-Lim)",
         "demo, negative control",
@@ -90,6 +90,7 @@ KEYS = {
     "scale.py": "scale",
     "synth_speed.py": "synth",
     "learning.py": "learning",
+    "vocoder_quality.py": "vocoder",
 }
 # Scripts that write a second result: its key and the figures it must report.
 SECOND = {
