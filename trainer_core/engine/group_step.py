@@ -101,7 +101,7 @@ class GroupedStepRunner(StepRunner):
         rows: list[dict[str, torch.Tensor]] = [{} for _ in batches]
         norms: list[torch.Tensor] = []
         stepped: list[torch.nn.Parameter] = []
-        last = self.groups[len(self.groups) - 1]
+        last = self.groups[-1]
         for group in self.groups:
             with frozen(stepped):
                 for row, batch, carry in zip(rows, batches, carries, strict=True):
@@ -138,7 +138,7 @@ class GroupedStepRunner(StepRunner):
         lr: tuple[float, dict[str, float]],
     ) -> StepOutcome:
         """The one sync, then the last group's step, or the whole step undone when anything was non-finite."""
-        scaler, last = self.precision.scaler, self.groups[len(self.groups) - 1]
+        scaler, last = self.precision.scaler, self.groups[-1]
         names = list(rows[0])
         primary = f"{self.groups.main.name}.total"
         with self.profiler.phase("optimizer", last.name):
@@ -151,9 +151,7 @@ class GroupedStepRunner(StepRunner):
                 self._undo(snapshots)
             scaler.update()
             if finite:
-                for group in self.groups:
-                    group.scheduler.step()
-                self.state.step += 1
+                self._advance()
         self.profiler.step_done()
         return StepOutcome(finite, loss, dict(zip(names, parts, strict=True)), norm, items, lr[0], lr[1])
 

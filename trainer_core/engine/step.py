@@ -155,11 +155,15 @@ class StepRunner:
                     scaler.step(group.optimizer)  # a scaler skips the step itself on inf/NaN gradients
             scaler.update()
             if finite:
-                for group in self.groups:
-                    group.scheduler.step()
-                self.state.step += 1
+                self._advance()
         self.profiler.step_done()
         return StepOutcome(finite, loss, dict(zip(names, parts, strict=True)), norm, items, lr)
+
+    def _advance(self) -> None:
+        """An applied step: every group's schedule moves on, and the step counts."""
+        for group in self.groups:
+            group.scheduler.step()
+        self.state.step += 1
 
     def _read_step_values(
         self, rows: list[list[torch.Tensor]], grad_norm: torch.Tensor
