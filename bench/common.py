@@ -408,9 +408,13 @@ class RawLoop:
 class TwoOptimizerLoop:
     """A hand-written GAN step over a task's optimizer groups, in their update order: for each group zero_grad,
     its loss (`Task.group_losses`, the carry shared along the step), backward, clip, step; then every schedule
-    steps and the losses are read back once. Nothing is frozen, snapshotted or guarded: the plain loop."""
+    steps and the losses are read back once. Earlier groups are frozen during later groups' passes, as Vega
+    does (`freeze=False`: HiFi-GAN's reference loop, which also computes the discriminator's unused gradients
+    in the generator's backward). Nothing is snapshotted or guarded: the plain loop."""
 
-    def __init__(self, task: Any, model: Any, batches: Iterable[Any], profile: Any, total_steps: int) -> None:
+    def __init__(
+        self, task: Any, model: Any, batches: Iterable[Any], profile: Any, total_steps: int, freeze: bool = True
+    ) -> None:
         names = {id(p): n for n, p in task.model.named_parameters()}
         params = dict(model.named_parameters())
         self.groups = []
@@ -419,13 +423,17 @@ class TwoOptimizerLoop:
             optimizer = adamw_like_vega(own, profile, lr=spec.lr, betas=spec.betas)
             self.groups.append((spec.name, own, optimizer, scheduler_like_vega(optimizer, profile, total_steps)))
         self.task, self.model, self.batches, self.clip = task, model, iter(batches), profile.train.grad_clip
+        self.freeze = freeze
         model.train()
 
     def step(self) -> None:
         import torch
 
         batch, carry, losses = next(self.batches), {}, []
-        for name, params, optimizer, _ in self.groups:
+        for index, (name, params, optimizer, _) in enumerate(self.groups):
+            for _, earlier, _, _ in self.groups[:index]:
+                for p in earlier:
+                    p.requires_grad_(not self.freeze)
             optimizer.zero_grad(set_to_none=True)
             loss = self.task.group_losses(self.model, batch, name, carry)["total"]
             loss.backward()
@@ -433,8 +441,10 @@ class TwoOptimizerLoop:
                 torch.nn.utils.clip_grad_norm_(params, self.clip)
             optimizer.step()
             losses.append(loss.detach())
-        for *_, scheduler in self.groups:
+        for _, params, _, scheduler in self.groups:
             scheduler.step()
+            for p in params:
+                p.requires_grad_(True)
         torch.stack(losses).tolist()
 
 

@@ -73,6 +73,11 @@ DEFAULT_SETTINGS: dict[str, Any] = {"train.max_steps": 40}
 DEMO_VOICE = REPO / "trainer_core" / "demo" / "voice"
 
 
+def run_cli(env: dict[str, str], *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    """`trainer-core ARGS` as a real subprocess of this interpreter, from the repository root."""
+    return subprocess.run([*TRAINER_CORE, *args], capture_output=True, text=True, env=env, cwd=REPO, timeout=timeout)
+
+
 def tiny_voice_profile(
     name: str, steps: int, eval_every: int, sentences: list[str], seed: int = 3, logging: dict[str, Any] | None = None
 ) -> str:

@@ -7,15 +7,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import soundfile
 import torch
-from conftest import DEMO_VOICE, tiny_voice_profile
+from conftest import DEMO_VOICE, run_cli, tiny_voice_profile
 from test_scan import write_voice
 
 from trainer_core.contract.errors import VegaError
@@ -27,17 +25,6 @@ from trainer_core.tiny_profiles import tiny_profile
 REPO = Path(__file__).resolve().parent.parent
 
 
-def cli(env: dict[str, str], *args: str, timeout: float = 180) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "trainer_core", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=REPO,
-        timeout=timeout,
-    )
-
-
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
     """A finished tiny vocoder run on the demo voice, and the environment its CLI calls use."""
@@ -47,7 +34,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, s
     profile = root / "vocoder.toml"
     sections = {"data": {"path": str(DEMO_VOICE), "cache_dir": "cache"}, "train": {"max_steps": 6}}
     profile.write_text(tiny_profile("vocoder", **sections), encoding="utf-8")
-    done = cli(env, "train", "--profile", str(profile), "--run-dir", str(root / "run"))
+    done = run_cli(env, "train", "--profile", str(profile), "--run-dir", str(root / "run"))
     assert done.returncode == 0, done.stderr[-3000:]
     return root / "run", env
 
@@ -67,7 +54,7 @@ def test_vocode_resynthesises_every_supported_format(
     run_dir, env = trained
     clip = write_voice(tmp_path / name, 1.2, sr=rate, channels=channels, subtype=subtype)
     out = tmp_path / "heard.wav"
-    done = cli(env, "vocode", "--vocoder", str(run_dir), "--in", str(clip), "--out", str(out), "--json")
+    done = run_cli(env, "vocode", "--vocoder", str(run_dir), "--in", str(clip), "--out", str(out), "--json")
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     info = soundfile.info(str(out))
@@ -81,14 +68,14 @@ def test_vocode_through_griffin_lim_and_its_errors(trained, tmp_path: Path) -> N
     _, env = trained
     clip = write_voice(tmp_path / "clip.wav", 0.8)
     out = tmp_path / "gl.wav"
-    done = cli(env, "vocode", "--vocoder", "griffin-lim", "--in", str(clip), "--out", str(out))
+    done = run_cli(env, "vocode", "--vocoder", "griffin-lim", "--in", str(clip), "--out", str(out))
     assert done.returncode == 0, done.stderr
     assert "through griffin-lim" in done.stdout and soundfile.info(str(out)).samplerate == 22050
-    missing = cli(env, "vocode", "--vocoder", str(tmp_path / "nowhere"), "--in", str(clip), "--out", str(out))
+    missing = run_cli(env, "vocode", "--vocoder", str(tmp_path / "nowhere"), "--in", str(clip), "--out", str(out))
     assert missing.returncode == 2 and "does not exist" in missing.stderr and "griffin-lim" in missing.stderr
     broken = tmp_path / "broken.wav"
     broken.write_bytes(b"not audio at all")
-    bad = cli(env, "vocode", "--vocoder", "griffin-lim", "--in", str(broken), "--out", str(out))
+    bad = run_cli(env, "vocode", "--vocoder", "griffin-lim", "--in", str(broken), "--out", str(out))
     assert bad.returncode == 2 and "broken.wav" in bad.stderr
 
 
@@ -122,7 +109,7 @@ def test_voice_training_refuses_a_vocoder_that_does_not_fit_before_it_trains(tra
     run_dir, env = trained
     profile = tmp_path / "voice.toml"
     profile.write_text(tiny_voice_profile("mismatch", 4, 4, ["Hi."]), encoding="utf-8")
-    done = cli(
+    done = run_cli(
         env, "train", "--profile", str(profile), "--run-dir", str(tmp_path / "voice"),
         "--set", f'tts.vocoder="{run_dir}"', "--set", "audio.n_mels=40",
     )  # fmt: skip
@@ -136,19 +123,21 @@ def test_a_voice_speaks_through_the_trained_vocoder(trained, tmp_path: Path) -> 
     profile = tmp_path / "voice.toml"
     profile.write_text(tiny_voice_profile("speaks", 4, 4, ["Hi."]), encoding="utf-8")
     voice = tmp_path / "voice"
-    done = cli(env, "train", "--profile", str(profile), "--run-dir", str(voice), "--set", f'tts.vocoder="{run_dir}"')
+    done = run_cli(
+        env, "train", "--profile", str(profile), "--run-dir", str(voice), "--set", f'tts.vocoder="{run_dir}"'
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert f"heard through the vocoder {run_dir}" in (voice / "trainer.log").read_text(encoding="utf-8")
     out = tmp_path / "hello.wav"
     args = ("synth", "--export", str(voice / "export"), "--text", "Hello.", "--out", str(out), "--json")
-    spoken = cli(env, *args, "--vocoder", str(run_dir / "export"))
+    spoken = run_cli(env, *args, "--vocoder", str(run_dir / "export"))
     assert spoken.returncode == 0, spoken.stderr
     assert soundfile.info(str(out)).samplerate == 22050 and json.loads(spoken.stdout)["seconds"] > 0
     # The export remembers tts.vocoder; --vocoder griffin-lim overrides it.
-    plain = cli(env, *args, "--vocoder", "griffin-lim")
+    plain = run_cli(env, *args, "--vocoder", "griffin-lim")
     assert plain.returncode == 0, plain.stderr
     # evaluate hears the sentences and the floor through Griffin-Lim unless told otherwise.
-    scored = cli(
+    scored = run_cli(
         env, "evaluate", str(voice), "--data", str(DEMO_VOICE), "--items", "2", "--json", "--vocoder", str(run_dir)
     )
     assert scored.returncode == 0, scored.stderr

@@ -16,6 +16,7 @@ from safetensors.torch import load_file
 from test_ddp import MIXED, NO_GPU, rank_digests, wait_for_control
 
 from trainer_core.contract.eventlog import read_all
+from trainer_core.data.validation_split import validation_share
 from trainer_core.engine.checkpoint import list_checkpoints, load_checkpoint
 from trainer_core.engine.distributed import parameter_digest
 from trainer_core.tiny_profiles import tiny_profile
@@ -120,5 +121,12 @@ def test_the_plan_describes_a_vocoder_by_its_generator_and_discriminators(vocode
         "channels": 16, "blocks": 1, "segment_frames": 8, "discriminator_channels": 4, "periods": [2, 3],
         "resolutions": 1,
     }  # fmt: skip
-    table = vocoders.run("table", {}, "--dry-run")
-    assert "vocoder (generator 16 channels x 1 blocks" in table.out_path.read_text(encoding="utf-8")
+    # Whole clips are validated against 8-frame training segments: each held-out clip weighs its length in them.
+    v, voice = plan["validation"], plan["data"]
+    segment_s = 8 * 256 / 22050
+    assert v["item_size"] == pytest.approx(voice["hours"] * 3600 / voice["usable"] / segment_s, rel=1e-6)
+    assert v["estimated_share"] == pytest.approx(validation_share(v["items"], v["interval_items"], v["item_size"]))
+    table = vocoders.run("table", {}, "--dry-run").out_path.read_text(encoding="utf-8")
+    assert "vocoder (generator 16 channels x 1 blocks" in table
+    flat = " ".join(table.replace("│", " ").split())  # the table wraps its cells
+    assert f"x {v['item_size']:.0f} segments per whole clip" in flat

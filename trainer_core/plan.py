@@ -201,7 +201,14 @@ def estimate_validation(profile: Profile, report: DataReport, world_size: int = 
     _, val, capped = estimate_split(profile, report)
     step_items = t.batch_size * t.grad_accum * world_size
     spe = estimate_steps_per_epoch(profile, report, world_size)
-    return plan_validation(val, capped, profile.data.val_max_items, t.eval_every_steps, spe, step_items)
+    size = clip_segments(profile, report) if model_kind(profile, report.mode) == "vocoder" else 1.0
+    return plan_validation(val, capped, profile.data.val_max_items, t.eval_every_steps, spe, step_items, size)
+
+
+def clip_segments(profile: Profile, report: DataReport) -> float:
+    """A vocoder's mean clip length in training segments: it validates whole clips and trains on segments."""
+    segment_s = profile.vocoder.segment_frames * profile.audio.hop_length / profile.audio.sample_rate
+    return max(1.0, report.voice.hours_usable * 3600 / max(1, report.usable_count) / segment_s)
 
 
 def plan_warmup(profile: Profile, steps_per_epoch: int) -> tuple[int | None, str | None]:
@@ -424,9 +431,10 @@ def validation_text(v: ValidationPlan) -> str:
     """One line: items, those the cap left out, and the estimated share of wall time."""
     capped = f" ({v.capped} more capped away by data.val_max_items = {v.max_items})" if v.capped else ""
     when = f"every {v.every_steps} steps" if v.every_steps else "each epoch"
+    size = f" x {v.item_size:.0f} segments per whole clip" if v.item_size > 1 else ""
     return (
         f"{v.items} items{capped}, {when}: ~{v.share:.1%} of wall time validating "
-        "(estimate: a validation item costs ~1/3 of a training item)"
+        f"(estimate: a validation item costs ~1/3 of a training item{size})"
     )
 
 

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 
 import torch
 
+from trainer_core.data.sharding import check_shard
 from trainer_core.data.voice_dataset import epoch_seed, split_items
 from trainer_core.data.wave_preload import Waves
 
@@ -44,9 +45,7 @@ class SegmentDataset:
         self.rank, self.world = 0, 1
 
     def shard(self, rank: int, world: int) -> None:
-        if world < 1 or not 0 <= rank < world:
-            raise ValueError(f"rank must be within 0..{world - 1} for a world of {world}, got {rank}")
-        self.rank, self.world = rank, world
+        self.rank, self.world = check_shard(rank, world)
 
     def train_items(self) -> int:
         return len(self.train_ids)

@@ -40,6 +40,7 @@ from pathlib import Path
 import torch
 
 from trainer_core.contract.errors import DataError
+from trainer_core.data.sharding import check_shard
 
 # Between documents in the training stream: a paragraph break, so samples never learn a control byte.
 SEPARATOR = b"\n\n"
@@ -283,9 +284,7 @@ class TextCorpus:
 
     def shard(self, rank: int, world: int) -> None:
         """Yield only rank `rank`'s slice of every batch from now on (see the module docstring)."""
-        if world < 1 or not 0 <= rank < world:
-            raise ValueError(f"rank must be within 0..{world - 1} for a world of {world}, got {rank}")
-        self.rank, self.world = rank, world
+        self.rank, self.world = check_shard(rank, world)
 
     def train_items(self) -> int:
         return self._items

@@ -9,7 +9,8 @@ that same ranking: a fixed choice that every start and resume of the same data r
 
 The share estimate: a validation item costs about a third of a training item (forward only, no backward or
 optimizer), so a pass of V items between validations every E steps of B items takes about
-(V / 3) / (E * B + V / 3) of the wall time. Samples written at each validation are not counted.
+(V / 3) / (E * B + V / 3) of the wall time. Samples written at each validation are not counted. A vocoder trains
+on short segments but validates whole clips, so there a validation item counts as the clip's length in segments.
 """
 
 from __future__ import annotations
@@ -33,9 +34,10 @@ def capped_away(items: int, val_fraction: float, max_items: int) -> int:
     return held_out_count(items, val_fraction) - held_out_count(items, val_fraction, max_items)
 
 
-def validation_share(val_items: int, interval_items: int) -> float:
-    """Estimated share of wall time spent validating: V/3 item-costs per `interval_items` trained between passes."""
-    cost = val_items * VAL_ITEM_COST
+def validation_share(val_items: int, interval_items: int, item_size: float = 1.0) -> float:
+    """Estimated share of wall time spent validating: V/3 item-costs (each `item_size` training items long) per
+    `interval_items` trained between passes."""
+    cost = val_items * item_size * VAL_ITEM_COST
     if cost <= 0:
         return 0.0
     return cost / (max(0, interval_items) + cost)
@@ -53,6 +55,8 @@ class ValidationPlan:
     interval_items: int
     """Training items between two validation passes."""
     share: float
+    item_size: float = 1.0
+    """Training items one validation item is as long as (a vocoder validates whole clips, trains on segments)."""
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -62,14 +66,22 @@ class ValidationPlan:
             "every_steps": self.every_steps,
             "interval_items": self.interval_items,
             "estimated_share": self.share,
-            "estimate": "forward-only validation item ~ 1/3 of a training item; samples not counted",
+            "item_size": self.item_size,
+            "estimate": "forward-only validation item ~ 1/3 of a training item (x item_size); samples not counted",
         }
 
 
 def plan_validation(
-    held_items: int, capped: int, max_items: int, every_steps: int | None, steps_per_epoch: int, step_items: int
+    held_items: int,
+    capped: int,
+    max_items: int,
+    every_steps: int | None,
+    steps_per_epoch: int,
+    step_items: int,
+    item_size: float = 1.0,
 ) -> ValidationPlan:
     """The plan's validation figures from the held-out count and the schedule (see the module docstring)."""
     steps_between = every_steps if every_steps is not None else steps_per_epoch
     interval = max(1, steps_between) * max(1, step_items)
-    return ValidationPlan(held_items, capped, max_items, every_steps, interval, validation_share(held_items, interval))
+    share = validation_share(held_items, interval, item_size)
+    return ValidationPlan(held_items, capped, max_items, every_steps, interval, share, item_size)

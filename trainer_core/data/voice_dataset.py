@@ -36,6 +36,7 @@ import torch
 
 from trainer_core.contract.errors import DataError
 from trainer_core.data.preload import VoiceFeatures
+from trainer_core.data.sharding import check_shard
 from trainer_core.data.validation_split import capped_away, held_out_count
 
 Batch = dict[str, torch.Tensor]
@@ -104,9 +105,7 @@ class VoiceDataset:
 
     def shard(self, rank: int, world: int) -> None:
         """Collate only rank `rank`'s slice of every batch from now on (see the module docstring)."""
-        if world < 1 or not 0 <= rank < world:
-            raise ValueError(f"rank must be within 0..{world - 1} for a world of {world}, got {rank}")
-        self.rank, self.world = rank, world
+        self.rank, self.world = check_shard(rank, world)
 
     def train_items(self) -> int:
         return len(self.train_ids)
