@@ -427,24 +427,25 @@ class TwoOptimizerLoop:
         model.train()
 
     def step(self) -> None:
+        from contextlib import nullcontext
+
         import torch
 
-        batch, carry, losses = next(self.batches), {}, []
-        for index, (name, params, optimizer, _) in enumerate(self.groups):
-            for _, earlier, _, _ in self.groups[:index]:
-                for p in earlier:
-                    p.requires_grad_(not self.freeze)
-            optimizer.zero_grad(set_to_none=True)
-            loss = self.task.group_losses(self.model, batch, name, carry)["total"]
-            loss.backward()
+        from trainer_core.engine.group_step import frozen
+
+        batch, carry, losses, stepped = next(self.batches), {}, [], []
+        for name, params, optimizer, _ in self.groups:
+            with frozen(stepped) if self.freeze else nullcontext():
+                optimizer.zero_grad(set_to_none=True)
+                loss = self.task.group_losses(self.model, batch, name, carry)["total"]
+                loss.backward()
             if self.clip:
                 torch.nn.utils.clip_grad_norm_(params, self.clip)
             optimizer.step()
             losses.append(loss.detach())
-        for _, params, _, scheduler in self.groups:
+            stepped.extend(params)
+        for *_, scheduler in self.groups:
             scheduler.step()
-            for p in params:
-                p.requires_grad_(True)
         torch.stack(losses).tolist()
 
 
