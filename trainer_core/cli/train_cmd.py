@@ -111,13 +111,16 @@ def _relaunch_under_torchrun(args: argparse.Namespace, plan) -> None:
 
 def _run_rank(plan, events_to_stdout: bool) -> int:
     """One torchrun rank: join the process group, agree on the run folder, train, leave the group."""
-    from trainer_core.engine.distributed import broadcast_text, connect, disconnect
+    from trainer_core.engine.distributed import broadcast_text, connect, disconnect, finish_together
     from trainer_core.engine.run import run_training
 
     plan.backend = connect(plan.world, plan.device.kind)
     try:
         # Without --run-dir each rank would propose its own time-stamped folder: rank 0's wins.
         plan.run_dir = Path(broadcast_text(plan.world, str(plan.run_dir.absolute())))
-        return run_training(plan, events_to_stdout=events_to_stdout and plan.world.is_main)
+        status = run_training(plan, events_to_stdout=events_to_stdout and plan.world.is_main)
+        # Leave together: a rank tearing gloo down while rank 0 still exports could abort at exit.
+        finish_together(plan.world)
+        return status
     finally:
         disconnect()

@@ -66,6 +66,14 @@ def connect(world: World, device_type: str) -> str:
     return backend
 
 
+def finish_together(world: World) -> None:
+    """Wait until every rank has finished its run (a barrier); after a failure, torchrun stops the others."""
+    import torch.distributed as dist
+
+    if world.active and dist.is_available() and dist.is_initialized():
+        dist.barrier()
+
+
 def disconnect() -> None:
     """Leave the process group, if this process joined one."""
     import torch.distributed as dist
