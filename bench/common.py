@@ -615,19 +615,21 @@ def audio_seconds(paths: Iterable[Path]) -> float:
 
 
 DEMO_VOICE = REPO / "trainer_core" / "demo" / "voice"
+# The 40-clip corpus the tests use: smoke runs and the benches that build big folders by linking its WAVs.
+SMALL_VOICE = REPO / "tests" / "fixtures" / "voice"
 FEATURE_CACHE = DATA / "cache"
 
 
 def voice_data(files: int, tiny: bool, notes: list[str]) -> Path:
-    """The voice folder TTS benchmarks train on: the bundled demo voice for --tiny, else `files` espeak-ng
-    recordings (the demo voice, with a note saying so, when espeak-ng is missing)."""
+    """The voice folder TTS benchmarks train on: the tests' 40-clip voice for --tiny, else `files` espeak-ng
+    recordings (the 40-clip voice, with a note saying so, when espeak-ng is missing)."""
     if tiny:
-        return DEMO_VOICE
+        return SMALL_VOICE
     try:
         return espeak_voice_corpus(DATA / f"voice-{files}", files)
     except RuntimeError as exc:
-        notes.append(f"{exc}; trained on the 40-file demo voice instead")
-        return DEMO_VOICE
+        notes.append(f"{exc}; trained on the 40-file test voice instead")
+        return SMALL_VOICE
 
 
 def voice_overrides(folder: Path) -> list[str]:

@@ -64,7 +64,7 @@ def run_checks(result: common.Result, scratch: Path, steps: int) -> None:
     cpu = train(scratch, "lm-cpu", "lm-small", max(30, steps // 4), big, compute="cpu")
     report_lm(result, lm, cpu)
     for precision in ("bf16", "fp16"):
-        sets = [f"train.precision={json.dumps(precision)}", *common.voice_overrides(common.DEMO_VOICE)]
+        sets = [f"train.precision={json.dumps(precision)}", *common.voice_overrides(common.SMALL_VOICE)]
         add_run(result, f"tts-small {precision}", train(scratch, f"tts-{precision}", "tts-small", steps, sets))
     check_oom(result, scratch)
 

@@ -235,7 +235,7 @@ def voice_result(args: argparse.Namespace) -> None:
     result = common.start_result("learning", "11. Learning per minute (free-running)", settings)
     scratch = common.scratch_dir("learning-")
     try:
-        corpus = common.DEMO_VOICE if args.tiny else single_speaker_corpus(result)
+        corpus = common.SMALL_VOICE if args.tiny else single_speaker_corpus(result)
         setup = Setup(corpus, minutes, scratch, tuple(common.TTS_TINY) if args.tiny else ())
         scored = [
             voice_profile(result, setup, profile, ablate=number == 0 and not args.no_ablation)
@@ -245,7 +245,7 @@ def voice_result(args: argparse.Namespace) -> None:
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     if args.tiny:
-        result.notes.append("--tiny: the demo profile shrunk, the 40-clip demo voice, 6 s per variant; smoke settings")
+        result.notes.append("--tiny: the demo profile shrunk, the 40-clip test voice, 6 s per variant; smoke settings")
     common.finish_result(result, started, args.out)
 
 

@@ -66,6 +66,8 @@ BENCHES = (
     ),
     Bench("scale", "scale.py", ("--hours", "24", "--steps", "100", "--eval-every", "50")),
     Bench("synth", "synth_speed.py", ("--sentences", "40", "--train-steps", "20", "--repeats", "5")),
+    Bench("demo_run", "demo_run.py", ()),
+    Bench("finetune", "finetune.py", ("--steps", "150", "--eval-every", "25")),
     Bench("budget", "time_budget.py", ("--hours", "0.1667")),
     Bench("vocoder", "vocoder_quality.py", ("--minutes", "30")),
     Bench("sizing", "learning.py", ("--lm-minutes", "4"), ("--sections", "lm")),

@@ -57,7 +57,7 @@ CPU = ["compute.mode=cpu", "logging.step_interval_s=0.05", "logging.report=false
 def demo_rows() -> list[tuple[str, str]]:
     """(stem, transcript) of every demo clip, from its metadata.csv."""
     rows = []
-    for line in (common.DEMO_VOICE / "metadata.csv").read_text(encoding="utf-8").splitlines():
+    for line in (common.SMALL_VOICE / "metadata.csv").read_text(encoding="utf-8").splitlines():
         if line.strip():
             stem, text = line.split("|")[:2]
             rows.append((stem, text))
@@ -74,7 +74,7 @@ def link(source: Path, target: Path) -> None:
 def build_corpus(hours: float) -> tuple[Path, int]:
     """The linked corpus of at least `hours` of audio (built once, reused when complete); (folder, files)."""
     rows = demo_rows()
-    clip_s = common.audio_seconds(common.DEMO_VOICE / "wavs" / f"{stem}.wav" for stem, _ in rows)
+    clip_s = common.audio_seconds(common.SMALL_VOICE / "wavs" / f"{stem}.wav" for stem, _ in rows)
     copies = max(1, math.ceil(hours * 3600.0 / clip_s))
     folder = common.DATA / f"linked-voice-{copies}x"
     done = folder / "complete"
@@ -87,7 +87,7 @@ def build_corpus(hours: float) -> tuple[Path, int]:
         sub.mkdir(parents=True)
         for stem, text in rows:
             name = f"c{copy:05d}_{stem}"
-            link(common.DEMO_VOICE / "wavs" / f"{stem}.wav", sub / f"{name}.wav")
+            link(common.SMALL_VOICE / "wavs" / f"{stem}.wav", sub / f"{name}.wav")
             lines.append(f"{name}|{text}")
     (folder / "metadata.csv").write_text("\n".join(lines) + "\n", encoding="utf-8")
     done.write_text(json.dumps({"copies": copies, "hours": copies * clip_s / 3600.0}), encoding="utf-8")

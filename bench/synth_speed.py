@@ -94,7 +94,7 @@ def batch_rate(checkpoint: Path, scratch: Path, sentences: list[str]) -> tuple[f
 def demo_transcripts() -> list[str]:
     import csv
 
-    with (common.DEMO_VOICE / "metadata.csv").open(encoding="utf-8", newline="") as f:
+    with (common.SMALL_VOICE / "metadata.csv").open(encoding="utf-8", newline="") as f:
         return [row[1] for row in csv.reader(f, delimiter="|") if len(row) > 1]
 
 

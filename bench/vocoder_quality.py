@@ -89,7 +89,7 @@ def main() -> int:
     result = common.start_result("vocoder", "13. The vocoder against Griffin-Lim", {"minutes": minutes})
     scratch = common.scratch_dir("vocoder-")
     try:
-        corpus = common.DEMO_VOICE if args.tiny else single_speaker(result)
+        corpus = common.SMALL_VOICE if args.tiny else single_speaker(result)
         extra = [*common.VOCODER_TINY, "train.eval_every_steps=4"] if args.tiny else []
         sets = [f"train.target_hours={minutes / 60}", f"train.eval_every_steps={args.eval_every}", *extra]
         run_dir, wall = train(corpus, scratch, "vocoder-small", sets)
@@ -106,7 +106,7 @@ def main() -> int:
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     if args.tiny:
-        result.notes.append("--tiny: the vocoder shrunk, the 40-clip demo voice, 6 s; smoke settings")
+        result.notes.append("--tiny: the vocoder shrunk, the 40-clip test voice, 6 s; smoke settings")
     common.finish_result(result, started, args.out)
     return 0
 

@@ -70,7 +70,9 @@ TINY_PROFILE = tiny_profile("lm", run={"name": "e2e"})
 # Fields set on every run unless a test overrides them (None removes one: the profile default applies).
 DEFAULT_SETTINGS: dict[str, Any] = {"train.max_steps": 40}
 # Generous: other test processes share the two cores.
+# The shipped demo voice (330 clips) is for users; tests use a 40-clip corpus of their own to stay fast.
 DEMO_VOICE = REPO / "trainer_core" / "demo" / "voice"
+TEST_VOICE = REPO / "tests" / "fixtures" / "voice"
 
 
 def run_cli(env: dict[str, str], *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
@@ -85,7 +87,7 @@ def tiny_voice_profile(
     return tiny_profile(
         "tts",
         run={"name": name, "seed": seed},
-        data={"path": str(DEMO_VOICE), "cache_dir": "cache"},
+        data={"path": str(TEST_VOICE), "cache_dir": "cache"},
         train={"warmup_steps": 2, "max_steps": steps, "eval_every_steps": eval_every},
         tts={"text_units": "chars", "griffin_lim_iters": 4},
         sample={"sentences": sentences},

@@ -20,7 +20,7 @@ from trainer_core.data.audio import (
     trim_bounds,
 )
 
-DEMO_WAVS = Path(trainer_core.__file__).parent / "demo" / "voice" / "wavs"
+DEMO_WAVS = Path(__file__).parent / "fixtures" / "voice" / "wavs"
 
 
 def tone(seconds: float, sr: int, freq: float = 440.0, amplitude: float = 0.5) -> np.ndarray:

@@ -47,6 +47,16 @@ EXPECTED = {
     ),
     "vocoder_quality.py": ("Griffin-Lim: mel L1 (the reference)", "vocoder-small, end of the budget: mel L1"),
     "time_budget.py": ("whole job (spawn to exit) against the target", "trainer's own run time"),
+    "demo_run.py": (
+        "demo: best checkpoint's place in the run",
+        "demo: last validation / best",
+        "negative control (40 clips, same steps)",
+    ),
+    "finetune.py": (
+        "fine-tuned from the demo voice / from scratch: best mel loss",
+        "negative control (from an untrained base) / from scratch",
+        "from scratch: step",
+    ),
     "scale.py": (
         "scan, cold",
         "scan, warm",
@@ -91,6 +101,8 @@ KEYS = {
     "synth_speed.py": "synth",
     "learning.py": "learning",
     "vocoder_quality.py": "vocoder",
+    "demo_run.py": "demo_run",
+    "finetune.py": "finetune",
 }
 # Scripts that write a second result: its key and the figures it must report.
 SECOND = {
@@ -133,6 +145,7 @@ def test_benchmark_runs_on_smoke_settings(script: str, tmp_path: Path) -> None:
         for p in tmp_path.iterdir()
         if p.name.split("-")[0]
         in {"pipeline", "overhead", "preload", "events", "growth", "dashboard", "budget", "scale", "learning", "sizing"}
+        | {"demo", "finetune"}
     ]
     assert not leftovers, leftovers
 

@@ -12,7 +12,7 @@ import soundfile as sf
 
 import trainer_core
 
-DEMO_VOICE = Path(trainer_core.__file__).parent / "demo" / "voice"
+DEMO_VOICE = Path(__file__).parent / "fixtures" / "voice"
 
 
 def check_data(*args: str | Path) -> subprocess.CompletedProcess[str]:

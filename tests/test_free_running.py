@@ -18,7 +18,7 @@ from vega_tui.store import RunStore
 from vega_tui.widgets.charts import speech_chart
 
 REPO = Path(__file__).resolve().parents[1]
-DEMO_VOICE = REPO / "trainer_core" / "demo" / "voice"
+DEMO_VOICE = REPO / "tests" / "fixtures" / "voice"
 STEPS = 12
 
 

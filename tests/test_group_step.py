@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import DEMO_VOICE
+from conftest import TEST_VOICE
 
 from trainer_core.contract import rundir
 from trainer_core.contract.errors import VegaError
@@ -42,7 +42,7 @@ def new_vocoder(tmp_path: Path, name: str, *settings: str) -> Trainer:
     profile = tmp_path / "vocoder.toml"
     profile.write_text(tiny_profile("vocoder", data={"cache_dir": str(tmp_path / "cache")}), encoding="utf-8")
     run_dir = tmp_path / name
-    plan = make_plan(str(profile), [f"data.path={DEMO_VOICE}", *settings], run_dir=run_dir, use_machine_file=False)
+    plan = make_plan(str(profile), [f"data.path={TEST_VOICE}", *settings], run_dir=run_dir, use_machine_file=False)
     rundir.create_run_dir(run_dir)
     return build_trainer(plan, EventHub(EventWriter(run_dir / rundir.EVENTS)), ControlState(), run_dir)
 

@@ -14,7 +14,7 @@ from trainer_core.contract.profile import AudioSection
 from trainer_core.data.librosa_mel import librosa_power_mel
 from trainer_core.data.mel import MelExtractor, filter_bands, mel_filterbank
 
-DEMO_WAVS = Path(trainer_core.__file__).parent / "demo" / "voice" / "wavs"
+DEMO_WAVS = Path(__file__).parent / "fixtures" / "voice" / "wavs"
 
 
 def chirp(seconds: float, sr: int, f0: float = 60.0, f1: float = 7000.0) -> np.ndarray:

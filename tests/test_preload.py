@@ -22,7 +22,7 @@ from trainer_core.data.scan import scan_data
 from trainer_core.data.scan_report import DataReport, VoiceItem
 from trainer_core.data.voice_dataset import VoiceDataset
 
-DEMO_VOICE = Path(trainer_core.__file__).parent / "demo" / "voice"
+DEMO_VOICE = Path(__file__).parent / "fixtures" / "voice"
 
 
 @pytest.fixture(scope="module")

@@ -9,12 +9,9 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-import trainer_core
 from trainer_core.contract.errors import DataError
 from trainer_core.data.scan import estimate_preload_bytes, scan_data
 from trainer_core.data.scan_report import DataReport, TextItem, VoiceItem
-
-DEMO_VOICE = Path(trainer_core.__file__).parent / "demo" / "voice"
 
 
 def write_voice(
@@ -288,14 +285,3 @@ def test_estimate_preload_bytes_counts_audio_mels_and_text(tmp_path: Path) -> No
     samples = 22050  # one second resampled to the target rate
     expected = 4 * samples + 4 * 80 * (samples // 256 + 1) + 3
     assert estimate_preload_bytes(report, 22050, 256, 80) == expected
-
-
-def test_bundled_demo_voice_corpus_scans_clean() -> None:
-    report = scan_data(DEMO_VOICE)
-    assert report.mode == "voice"
-    assert report.problems == []
-    assert report.voice.usable == report.voice.audio_files >= 30
-    assert report.voice.sample_rates == {"22050": report.voice.usable}
-    assert report.voice.channels == {"1": report.voice.usable}
-    assert report.voice.formats == {"WAV/PCM_16": report.voice.usable}
-    assert 0 < report.voice.hours_usable * 3600 < 180

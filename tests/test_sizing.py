@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import DEMO_VOICE, TRAINER_CORE, write_corpus
+from conftest import TEST_VOICE, TRAINER_CORE, write_corpus
 
 from trainer_core.contract.profile_loader import load_profile_dict
 from trainer_core.data.scan import scan_data
@@ -63,8 +63,8 @@ def test_a_small_corpus_keeps_the_model_small(tmp_path: Path) -> None:
 
 
 def test_the_voice_probe_times_the_acoustic_model_on_the_demo_voice() -> None:
-    profile = load_profile_dict(tiny_sections("tts", data={"path": str(DEMO_VOICE)}))
-    report = scan_data(DEMO_VOICE, mode="voice")
+    profile = load_profile_dict(tiny_sections("tts", data={"path": str(TEST_VOICE)}))
+    report = scan_data(TEST_VOICE, mode="voice")
     probe = TtsProbe(profile, report, CPU)
     assert probe.corpus_tokens > 40 * 50 and probe.unit == "mel frames"
     choice = choose_size(probe, budget_s=10.0, device=CPU)

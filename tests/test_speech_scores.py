@@ -16,7 +16,7 @@ from trainer_core.models.free_running import FreeRunning, HeldOutSentence, pick_
 from trainer_core.scoring.dtw import dtw
 from trainer_core.scoring.speech_scores import score_heard
 
-DEMO_VOICE = Path(__file__).resolve().parents[1] / "trainer_core" / "demo" / "voice"
+DEMO_VOICE = Path(__file__).resolve().parent / "fixtures" / "voice"
 
 
 def test_dtw_on_a_case_worked_by_hand() -> None:

@@ -26,7 +26,7 @@ from trainer_core.models.text_frontend import (
     resolve_units,
 )
 
-DEMO_METADATA = Path(trainer_core.__file__).parent / "demo" / "voice" / "metadata.csv"
+DEMO_METADATA = Path(__file__).parent / "fixtures" / "voice" / "metadata.csv"
 BINARY_HIDDEN = os.environ.get("VEGA_TEST_NO_ESPEAK_BINARY") == "1"
 needs_binary = pytest.mark.skipif(
     shutil.which("espeak-ng") is None, reason="the espeak-ng program is not installed (apt install espeak-ng)"

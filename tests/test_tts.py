@@ -289,7 +289,7 @@ def test_torch_griffin_lim_is_as_close_to_real_speech_as_librosas() -> None:
     from trainer_core.models.vocoder import mel_power
 
     audio = AudioSection()
-    clip = Path(trainer_core.__file__).parent / "demo" / "voice" / "wavs" / "demo_005.wav"
+    clip = Path(__file__).parent / "fixtures" / "voice" / "wavs" / "demo_005.wav"
     wave, rate = soundfile.read(str(clip), dtype="float32")
     stft = dict(n_fft=audio.n_fft, hop_length=audio.hop_length, win_length=audio.win_length)
     power = librosa_power_mel(wave, audio, rate)

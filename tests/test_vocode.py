@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import soundfile
 import torch
-from conftest import DEMO_VOICE, run_cli, tiny_voice_profile
+from conftest import TEST_VOICE, run_cli, tiny_voice_profile
 from test_scan import write_voice
 
 from trainer_core.contract.errors import VegaError
@@ -32,7 +32,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, s
     (root / "config").mkdir()
     env = {**os.environ, "VEGA_CONFIG_DIR": str(root / "config"), "OMP_NUM_THREADS": "1"}
     profile = root / "vocoder.toml"
-    sections = {"data": {"path": str(DEMO_VOICE), "cache_dir": "cache"}, "train": {"max_steps": 6}}
+    sections = {"data": {"path": str(TEST_VOICE), "cache_dir": "cache"}, "train": {"max_steps": 6}}
     profile.write_text(tiny_profile("vocoder", **sections), encoding="utf-8")
     done = run_cli(env, "train", "--profile", str(profile), "--run-dir", str(root / "run"))
     assert done.returncode == 0, done.stderr[-3000:]
@@ -138,7 +138,7 @@ def test_a_voice_speaks_through_the_trained_vocoder(trained, tmp_path: Path) -> 
     assert plain.returncode == 0, plain.stderr
     # evaluate hears the sentences and the floor through Griffin-Lim unless told otherwise.
     scored = run_cli(
-        env, "evaluate", str(voice), "--data", str(DEMO_VOICE), "--items", "2", "--json", "--vocoder", str(run_dir)
+        env, "evaluate", str(voice), "--data", str(TEST_VOICE), "--items", "2", "--json", "--vocoder", str(run_dir)
     )
     assert scored.returncode == 0, scored.stderr
     assert json.loads(scored.stdout)["vocoder"] == str(run_dir)

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import DEMO_VOICE, TrainerLauncher, finished, of_type, step_rows
+from conftest import TEST_VOICE, TrainerLauncher, finished, of_type, step_rows
 from safetensors.torch import load_file
 from test_ddp import MIXED, NO_GPU, rank_digests, wait_for_control
 
@@ -29,7 +29,7 @@ SETTINGS = {"train.max_steps": STEPS, "train.eval_every_steps": 7}
 
 @pytest.fixture
 def vocoders(tmp_path: Path) -> Iterator[TrainerLauncher]:
-    launcher = TrainerLauncher(tmp_path, DEMO_VOICE)
+    launcher = TrainerLauncher(tmp_path, TEST_VOICE)
     launcher.profile.write_text(tiny_profile("vocoder", data={"cache_dir": "cache"}), encoding="utf-8")
     yield launcher
     launcher.close()

@@ -148,7 +148,7 @@ def test_every_bad_file_is_listed_with_its_reason_and_the_rest_trains(tmp_path: 
 @pytest.mark.parametrize("folder", ["voice", "text", "mixed"])
 def test_check_data_and_auto_mode_agree(folder: str, tmp_path: Path, isolated_env: dict) -> None:
     if folder == "voice":
-        data = DEMO / "voice"
+        data = Path(__file__).parent / "fixtures" / "voice"
     elif folder == "text":
         data = DEMO / "text" / "corpus"
     else:

@@ -15,7 +15,7 @@ from trainer_core.data.preload import VoiceFeatures, preload_voice
 from trainer_core.data.scan import scan_data
 from trainer_core.data.voice_dataset import VoiceDataset, split_items
 
-DEMO_VOICE = Path(trainer_core.__file__).parent / "demo" / "voice"
+DEMO_VOICE = Path(__file__).parent / "fixtures" / "voice"
 N_MELS = 8
 
 

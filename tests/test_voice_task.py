@@ -20,7 +20,7 @@ from trainer_core.models.tts import config_from_dict
 from trainer_core.models.voice_task import VoiceTask
 
 DEMO = Path(trainer_core.__file__).parent / "demo"
-DEMO_VOICE = DEMO / "voice"
+DEMO_VOICE = Path(__file__).parent / "fixtures" / "voice"
 TRAIN_STEPS = 60
 SENTENCES = ["Hi.", "This sentence is a good deal longer than the first one, so it takes longer to say."]
 
