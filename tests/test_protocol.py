@@ -170,6 +170,8 @@ def test_numeric_scalars_and_paths_are_converted() -> None:
     assert obj["step"] == 5 and obj["loss"] == 0.5 and obj["extra_count"] == 7 and obj["extra_rate"] == 0.25
     sample = protocol.SampleEvent(step=1, kind="audio", path=Path("samples") / "a.wav")
     assert json.loads(event_to_json(sample))["path"] == str(Path("samples") / "a.wav")
+    picture = protocol.SampleEvent(step=2, kind="image", path="samples/step-00000002/mel.png", text="a caption")
+    assert parse_event(event_to_json(picture)) == picture
 
 
 def test_unknown_type_passes_through_with_all_fields() -> None:

@@ -95,6 +95,19 @@ def make_app(args: argparse.Namespace):
     return VegaApp("launch", runs_root=args.runs_root, overrides=args.overrides)
 
 
+def ask_terminal_for_graphics() -> None:
+    """Whether the Samples tab can draw pictures with sixel or kitty graphics (the `images` extra): asked now,
+    because the terminal can be asked only before the app reads its input."""
+    from vega_tui.widgets import image_protocol
+
+    try:
+        image_protocol.detect()
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+    if image_protocol.problem():
+        print(f"vega-tui: {image_protocol.problem()}", file=sys.stderr)
+
+
 def quiet_gc() -> None:
     """Move everything built so far (modules, classes, the app) out of the collector's sight: a full
     collection then walks only what the dashboard made since, and pauses a key press for less time."""
@@ -106,6 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
     try:
         app = make_app(args)
+        ask_terminal_for_graphics()
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -213,7 +213,7 @@ class CheckpointRow:
 @dataclass(frozen=True, slots=True)
 class SampleRow:
     step: int
-    kind: str  # "audio" | "text"
+    kind: str  # "audio" | "text" | "image"
     path: str
     text: str | None
     t: float = 0.0

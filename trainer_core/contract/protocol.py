@@ -390,11 +390,12 @@ class FreeRunningEvent(Event):
 
 
 class SampleEvent(Event):
-    """An audio or text sample written during evaluation; `text` is the prompt or the generated text."""
+    """An audio, text or image sample written during evaluation; `text` is the prompt or the generated text, or
+    for an image (a voice's mel or alignment picture, PNG) its caption."""
 
     type: Literal["sample"] = "sample"
     step: Count
-    kind: Literal["audio", "text"]
+    kind: Literal["audio", "text", "image"]
     path: PathText
     text: str | None = None
 

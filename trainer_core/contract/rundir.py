@@ -20,6 +20,9 @@ CHECKPOINTS = "checkpoints"
 SAMPLES = "samples"
 EXPORT = "export"
 REPORT = "report.png"
+# A voice run's pictures of one held-out clip, in each evaluation's sample folder (`samples/step-<8 digits>/`).
+MEL_VIEW = "mel.png"
+ALIGNMENT_VIEW = "alignment.png"
 
 
 def default_runs_dir() -> Path:

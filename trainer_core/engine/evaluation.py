@@ -196,10 +196,11 @@ class Evaluator:
         model = self.module
         model.eval()
         try:
-            for sample in self.task.make_samples(model, out_dir, self.state.step):
-                self.events.emit(
-                    SampleEvent(step=self.state.step, kind=sample.kind, path=str(sample.path), text=sample.text)
-                )
+            for make in (self.task.make_samples, self.task.make_views):  # the sounds are announced before pictures
+                for sample in make(model, out_dir, self.state.step):
+                    self.events.emit(
+                        SampleEvent(step=self.state.step, kind=sample.kind, path=str(sample.path), text=sample.text)
+                    )
         finally:
             model.train()
 

@@ -1,4 +1,5 @@
-"""report.png at the end of a run: loss, validation loss, learning rate and throughput from the event log."""
+"""report.png at the end of a run: loss, validation loss, learning rate and throughput from the event log, and for
+a voice run the last alignment picture (`sample` events of kind "image" name it, `rundir.ALIGNMENT_VIEW`)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from pathlib import Path
 
 from trainer_core.contract import rundir
 from trainer_core.contract.eventlog import read_all
+from trainer_core.contract.protocol import Event, SampleEvent
 
 
 def _series(events) -> dict[str, list]:
@@ -23,14 +25,32 @@ def _series(events) -> dict[str, list]:
     return s
 
 
+def last_alignment(run_dir: Path, events: list[Event]) -> SampleEvent | None:
+    """The newest alignment picture the log names that this run folder still holds (found by its step folder and
+    name, so a moved run folder shows its own copy)."""
+    for e in reversed(events):
+        if isinstance(e, SampleEvent) and e.kind == "image" and Path(e.path).name == rundir.ALIGNMENT_VIEW:
+            recorded = Path(e.path)
+            here = run_dir / rundir.SAMPLES / recorded.parent.name / recorded.name
+            if here.is_file():
+                return e.model_copy(update={"path": str(here)})
+    return None
+
+
 def write_report(run_dir: Path) -> Path:
     import matplotlib
 
     matplotlib.use("Agg")  # no display on a training box
     import matplotlib.pyplot as plt
 
-    s = _series(read_all(run_dir / rundir.EVENTS))
-    fig, (ax_loss, ax_lr, ax_tp) = plt.subplots(3, 1, figsize=(9, 9), sharex=True)
+    events = read_all(run_dir / rundir.EVENTS)
+    s = _series(events)
+    alignment = last_alignment(run_dir, events)
+    rows = 3 if alignment is None else 4
+    fig = plt.figure(figsize=(9, 9 if alignment is None else 13))
+    grid = fig.add_gridspec(rows, 1, height_ratios=[1, 1, 1, 1.6][:rows])
+    ax_loss = fig.add_subplot(grid[0])
+    ax_lr, ax_tp = (fig.add_subplot(grid[n], sharex=ax_loss) for n in (1, 2))
     losses = [(x, y) for x, y in zip(s["step"], s["loss"], strict=False) if y is not None]
     if losses:
         ax_loss.plot(*zip(*losses, strict=False), label="train", linewidth=0.8)
@@ -43,9 +63,20 @@ def write_report(run_dir: Path) -> Path:
     ax_tp.plot(s["tp_step"], s["tp"])
     ax_tp.set_ylabel("samples/s")
     ax_tp.set_xlabel("step")
+    if alignment is not None:
+        _alignment_panel(fig.add_subplot(grid[3]), alignment)
     fig.suptitle(run_dir.name)
     fig.tight_layout()
     target = run_dir / rundir.REPORT
     fig.savefig(target, dpi=100)
     plt.close(fig)
     return target
+
+
+def _alignment_panel(axes, alignment: SampleEvent) -> None:
+    """The alignment picture as written at its evaluation (its own axes, title and colour bar included)."""
+    import matplotlib.image
+
+    axes.imshow(matplotlib.image.imread(alignment.path))
+    axes.set_axis_off()
+    axes.set_title(f"last alignment (step {alignment.step})", fontsize=9)

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from trainer_core.models.free_running import FreeRunningResult
 
 Batch = dict[str, torch.Tensor]
-SampleKind = Literal["text", "audio"]
+SampleKind = Literal["text", "audio", "image"]
 # What a group's pass leaves for the later groups of the same micro-batch (e.g. the generator's output).
 Carry = dict[str, Any]
 
@@ -38,7 +38,7 @@ def batch_to(batch: Batch, device: torch.device | str, non_blocking: bool = Fals
 
 @dataclass(frozen=True)
 class SampleResult:
-    """One sample written during evaluation: a text file or an audio file, with its text for the log."""
+    """One sample written during evaluation: a text, audio or image (PNG) file, with its text or caption."""
 
     kind: SampleKind
     path: Path
@@ -73,6 +73,11 @@ class Task(ABC):
     @abstractmethod
     def make_samples(self, model: nn.Module, out_dir: Path, step: int) -> list[SampleResult]:
         """Write this evaluation's samples under `out_dir` and describe them."""
+
+    def make_views(self, model: nn.Module, out_dir: Path, step: int) -> list[SampleResult]:
+        """Pictures of this evaluation (a voice's mel and alignment of a held-out clip) under `out_dir`; none by
+        default. Called after make_samples, with the model in eval mode."""
+        return []
 
     @abstractmethod
     def model_config(self) -> dict[str, Any]:

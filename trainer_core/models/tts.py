@@ -97,6 +97,16 @@ class TtsConfig:
         )
 
 
+@dataclass(frozen=True)
+class TeacherForced:
+    """The model on recorded batches (`AcousticModel.teacher_forced`): its mel in log-mel units (B, n_mels, Tm), the
+    hard alignment MAS found (B, Lt, Tm, 0/1) and the log-likelihoods it searched (B, Lt, Tm)."""
+
+    mel: torch.Tensor
+    path: torch.Tensor
+    log_likelihood: torch.Tensor
+
+
 def gaussian_log_likelihood(mu: torch.Tensor, mel: torch.Tensor) -> torch.Tensor:
     """log N(mel[:, :, j]; mu[:, i], I) summed over mel bins: (B, Lt, D), (B, D, Tm) -> (B, Lt, Tm) float32."""
     # Expanded square so that one batched matmul does the work; fp32 because the terms are large and cancel.
@@ -244,6 +254,25 @@ class AcousticModel(nn.Module):
         if pitch is not None and f0 is not None:
             losses.update(_pitch_losses(pitch, *token_pitch(path, f0), token_mask))
         return losses
+
+    @torch.no_grad()
+    def teacher_forced(
+        self,
+        text: torch.Tensor,
+        text_lengths: torch.Tensor,
+        mel: torch.Tensor,
+        mel_lengths: torch.Tensor,
+        f0: torch.Tensor | None = None,
+    ) -> TeacherForced:
+        """What training sees of a recorded batch, without the losses: MAS aligns each recording to its text and
+        the decoder predicts the mel along that path (the recorded pitch conditions it, as in training)."""
+        hidden, means, token_mask = self.encode(text, text_lengths)
+        frame_mask = length_mask(mel_lengths, mel.shape[2])
+        log_likelihood = gaussian_log_likelihood(means, self.standardise(mel))
+        path = monotonic_alignment_search(log_likelihood, text_lengths, mel_lengths)
+        aligned_means = expand_to_frames(path, means.float())
+        _, predicted, _ = self.decode(path, hidden, aligned_means, (token_mask, frame_mask), f0)
+        return TeacherForced(self.unstandardise(predicted), path, log_likelihood)
 
     @torch.no_grad()
     def predict_durations(self, hidden: torch.Tensor, mask: torch.Tensor, length_scale: float) -> torch.Tensor:

@@ -6,7 +6,8 @@ and build the model. The engine then only asks for batches, losses, metrics and 
 
 Samples: each `sample.sentences` entry is synthesised with predicted durations, turned into audio by the
 vocoder `tts.vocoder` names (Griffin-Lim by default, or a trained GAN vocoder) and written as 16-bit WAV to
-`samples/step-<8 digits>/<NN>.wav`.
+`samples/step-<8 digits>/<NN>.wav`. Beside them, `make_views` draws a fixed held-out clip's mel and alignment
+(`voice_views`: mel.png, alignment.png).
 
 Rebuilding elsewhere (`trainer-core synth`): `model_config()` (the export's config.json) holds the
 architecture, the text encoder state and the audio parameters; a checkpoint holds the vocabulary in
@@ -40,6 +41,7 @@ from trainer_core.models.registry import TaskRequest, register_task
 from trainer_core.models.text_frontend import TextEncoder
 from trainer_core.models.tts import AcousticModel, TtsConfig, build_tts_model
 from trainer_core.models.vocoder import write_wav
+from trainer_core.models.voice_views import ClipViews
 
 if TYPE_CHECKING:
     from trainer_core.contract.profile import Profile
@@ -124,6 +126,7 @@ class VoiceTask(Task):
         if self.vocoder.trained:
             log.info("samples and free-running scores are heard through the vocoder %s", self.vocoder.name)
         self._free_running: FreeRunning | None = None
+        self.views = ClipViews(self.dataset, self.encoder)
 
     def _log_preload(self) -> None:
         f = self.features
@@ -190,6 +193,13 @@ class VoiceTask(Task):
             path = write_wav(folder / f"{number:02d}.wav", wave, audio.sample_rate)
             results.append(SampleResult(kind="audio", path=path, text=sentence))
         return results
+
+    def make_views(self, model: nn.Module, out_dir: Path, step: int) -> list[SampleResult]:
+        """A fixed held-out clip's mel.png and alignment.png in `out_dir/step-<step>/` (voice_views)."""
+        inner = unwrap_model(model)
+        if not isinstance(inner, AcousticModel):
+            raise TypeError(f"voice views need an AcousticModel, got {type(inner).__name__}")
+        return self.views.write(inner, samples_folder(out_dir, step), step)
 
     # ------------------------------------------------------------------ free-running evaluation
 

@@ -468,7 +468,8 @@ class RunScreen(Screen[None]):
         if item is None:
             self.notify("no sample selected", severity="warning")
         elif item.sample.kind != "audio":
-            self.notify(f"a text sample: it is shown in the list ({item.path})", timeout=4)
+            where = "beside" if item.sample.kind == "image" else "in"
+            self.notify(f"a {item.sample.kind} sample: it is shown {where} the list ({item.path})", timeout=4)
         elif (player := find_player()) is None:
             self.notify(panel.detail_text(item).plain, timeout=15)
         else:

@@ -1,10 +1,12 @@
 """The samples list: text samples shown inline, audio samples with their path, a play action that uses a
 local player when there is one, and the `scp` command that fetches the file otherwise (the usual case over
-SSH: the audio lives on the GPU box, the ears are at the laptop).
+SSH: the audio lives on the GPU box, the ears are at the laptop). Image samples (a voice's mel and alignment
+pictures, listed after the same step's audio) are drawn beside the list when highlighted (SamplePicture).
 
 Samples are grouped by the evaluation (step) that wrote them, and `[` / `]` jump to the same sentence at
 the previous / next evaluation, so one sentence can be heard as training goes on. A sentence is known by
-its file name (`samples/step-N/01.wav` is the first `sample.sentences` entry at every step)."""
+its file name (`samples/step-N/01.wav` is the first `sample.sentences` entry at every step; `mel.png` the same
+picture at every step)."""
 
 from __future__ import annotations
 
@@ -19,11 +21,12 @@ from typing import TYPE_CHECKING
 
 from rich.text import Text
 from textual.binding import Binding
-from textual.containers import Vertical
+from textual.containers import Horizontal, Vertical
 from textual.widgets import ListItem, ListView, Static
 
 from vega_tui.widgets.checkpoints import locate
 from vega_tui.widgets.logs import clean
+from vega_tui.widgets.sample_picture import SamplePicture
 
 if TYPE_CHECKING:
     from textual.app import ComposeResult
@@ -32,6 +35,7 @@ if TYPE_CHECKING:
 
 SAMPLES_DIR = "samples"
 MAX_TEXT_LINES = 8
+ICONS = {"audio": "♪", "image": "▣", "text": "¶"}
 # Players tried in order, with the flags that make them play once and exit without a window.
 PLAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("paplay", ()),
@@ -74,13 +78,13 @@ def sentence_key(sample: SampleRow) -> tuple[str, str]:
 
 def sample_text(sample: SampleRow, path: Path, first_of_step: bool = False) -> Text:
     """One list entry: a rule opening each step's group, a header line, then the text itself (text samples)
-    or the file path (audio)."""
+    or the file path and the sentence or caption (audio, image)."""
     text = Text()
     if first_of_step:
         text.append(f"── step {sample.step} ──\n", style="bold reverse")
-    icon = "♪" if sample.kind == "audio" else "¶"
+    icon = ICONS.get(sample.kind, "·")
     text.append(f"{icon} step {sample.step} · {sample.kind} {Path(sample.path).stem}", style="bold")
-    if sample.kind == "audio":
+    if sample.kind in ("audio", "image"):
         text.append(f"\n  {path}", style="dim")
         if sample.text:
             text.append(f"\n  “{clean(sample.text)}”")
@@ -152,7 +156,9 @@ class SamplesPanel(Vertical):
         self._last: SampleRow | None = None
 
     def compose(self) -> ComposeResult:
-        yield SampleList(id="sample-list")
+        with Horizontal(id="sample-body"):
+            yield SampleList(id="sample-list")
+            yield SamplePicture(id="sample-picture")
         yield Static(
             "no samples yet: the trainer writes them at each evaluation (press e to evaluate now)", id="sample-detail"
         )
@@ -190,10 +196,24 @@ class SamplesPanel(Vertical):
         item = event.item
         if isinstance(item, SampleItem):
             self.query_one("#sample-detail", Static).update(self.detail_text(item))
+            self.show_picture(item)
+
+    def show_picture(self, item: SampleItem) -> None:
+        """Draw an image sample beside the list; any other kind hides the picture."""
+        picture = self.query_one(SamplePicture)
+        image = item.sample.kind == "image"
+        picture.set_class(image, "-shown")
+        if image:
+            picture.show(item.path, item.sample.text)
+        else:
+            picture.clear()
 
     def detail_text(self, item: SampleItem) -> Text:
         """What the line under the list says about the highlighted sample (players looked up afresh)."""
         compare = " · [ ]: same sentence, earlier/later step"
+        if item.sample.kind == "image":
+            fetch = scp_command(self.host, item.path)
+            return Text(f"image sample · [ ]: same picture, earlier/later step · fetch: {fetch}")
         if item.sample.kind != "audio":
             return Text(f"text sample: {item.path}{compare}")
         player = find_player()
