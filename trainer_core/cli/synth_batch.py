@@ -55,12 +55,15 @@ def speak_lines(synth: Synthesiser, lines: list[tuple[int, str]], args: argparse
     from trainer_core.cli.synthesiser import synthesise_to_wav
 
     width = max(4, len(str(lines[-1][0])))
+    speaker = getattr(args, "speaker", None)  # callers other than the CLI may leave it out
     rows = []
     for number, text in lines:
         name = f"{number:0{width}d}.wav"
         row: dict[str, Any] = {"line": number, "file": name, "text": text, "seconds": None, "error": None}
         try:
-            done = synthesise_to_wav(synth, text, args.out_dir / name, args.length_scale, args.griffin_lim_iters)
+            done = synthesise_to_wav(
+                synth, text, args.out_dir / name, args.length_scale, args.griffin_lim_iters, speaker
+            )
             row["seconds"] = round(done["seconds"], 4)
         except VegaError as exc:
             row["file"], row["error"] = None, str(exc)

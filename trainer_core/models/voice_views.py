@@ -100,7 +100,9 @@ class ClipViews:
 
     def _view(self, model: AcousticModel, index: int, step: int) -> ClipView:
         batch = batch_to(self.dataset.collate([index]), model.mel_mean.device)
-        seen = model.teacher_forced(batch["text"], batch["text_lens"], batch["mel"], batch["mel_lens"], batch.get("f0"))
+        seen = model.teacher_forced(
+            batch["text"], batch["text_lens"], batch["mel"], batch["mel_lens"], batch.get("f0"), batch.get("speaker")
+        )
         likelihood = seen.log_likelihood[0].float()
         features = self.dataset.features
         return ClipView(
