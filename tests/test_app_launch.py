@@ -420,6 +420,7 @@ def snapshot_env(tmp_path: Path, config: Path, monkeypatch: pytest.MonkeyPatch) 
 async def _settled(pilot: Pilot) -> None:
     screen = launch(pilot.app)
     await wait_until(pilot, lambda: plan_ready(pilot.app) and screen.data_report is not None, "a settled screen")
+    await wait_until(pilot, lambda: screen.start_key_shown == screen.start_key, "the models to start from")
     await pilot.pause(0.2)
 
 

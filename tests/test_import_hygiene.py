@@ -24,6 +24,8 @@ LIGHT_MODULES = [
     "vega_tui.history_worker",
     "vega_tui.runner",
     "vega_tui.pending",
+    "vega_tui.start_points",
+    "vega_tui.init_from_view",
     "trainer_core",
     "trainer_core.contract.protocol",
     "trainer_core.contract.profile",
@@ -34,6 +36,7 @@ LIGHT_MODULES = [
     "trainer_core.cli.control_wait",
     "trainer_core.contract.errors",
     "trainer_core.contract.rundir",
+    "trainer_core.contract.init_sources",
 ]
 
 

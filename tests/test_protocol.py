@@ -55,6 +55,21 @@ SAMPLE_FIELDS: dict[str, dict] = {
     "preload_progress": dict(done=10, total=120, bytes=2_000_000, stage="decode"),
     "preload_done": dict(items=120, seconds=3.5, where="ram", bytes=40_000_000, reason="fits in RAM"),
     "calibration": dict(samples_per_s=812.5, planned_epochs=40, planned_steps=4000, target_hours=1.5),
+    "init_from": dict(
+        source="runs/lessac",
+        path="runs/lessac/export",
+        form="export",
+        kind="tts",
+        step=4000,
+        loaded=52,
+        mapped=[{"name": "embedding.weight", "kept": 41, "rows": 57, "by": "symbol"}],
+        skipped=3,
+        new=6,
+        loaded_names=["encoder.blocks.0.attn.qkv.weight"],
+        skipped_names=["pitch_predictor.out.weight"],
+        new_names=["postnet.layers.0.weight"],
+        own=["mel_mean", "mel_std", "text_symbols", "text_phonemes"],
+    ),
     "epoch_start": dict(epoch=3, steps_in_epoch=100),
     "epoch_end": dict(epoch=3, loss=0.42, seconds=61.0),
     "step": dict(
@@ -123,7 +138,7 @@ def sample_event(kind: str, **envelope: object) -> Event:
 
 def test_samples_cover_every_event_type() -> None:
     assert set(SAMPLE_FIELDS) == set(EVENT_TYPES)
-    assert len(EVENT_TYPES) == len(EVENT_MODELS) == 26
+    assert len(EVENT_TYPES) == len(EVENT_MODELS) == 27
 
 
 @pytest.mark.parametrize("kind", sorted(SAMPLE_FIELDS))

@@ -17,6 +17,7 @@ from typing import Any
 
 from trainer_core.contract import rundir
 from trainer_core.contract.errors import DataError, DeviceError, VegaError
+from trainer_core.contract.init_sources import audio_features, plan_start
 from trainer_core.contract.profile import Profile
 from trainer_core.contract.profile_loader import find_profile, load_profile
 from trainer_core.contract.resources import DeviceChoice, GpuInfo, MachineResources, probe, select_device
@@ -57,6 +58,8 @@ class TrainPlan:
     """Set by `trainer-core train --nproc-per-node N` before torchrun starts (what --dry-run shows)."""
     model_size: dict[str, Any] | None = None
     """`model.size = "auto"`: the shape chosen, why, and every candidate measured."""
+    init_from: dict[str, Any] | None = None
+    """`train.init_from`: what the run starts from (checked to fit), or why it is not applied; None: scratch."""
 
     @property
     def data_mode(self) -> str:
@@ -112,6 +115,7 @@ class TrainPlan:
                 "warmup_effective": self.warmup_steps,
             },
             "validation": self.validation.to_dict() if self.validation is not None else None,
+            "init_from": self.init_from,
             "distributed": self._distributed_dict(),
             "notes": self.notes,
         }
@@ -388,6 +392,8 @@ def make_plan(
         world=world,
         model_size=model_size,
     )
+    kind, audio = model_kind(profile, report.mode), audio_features(profile.audio.model_dump())
+    plan.init_from = plan_start(profile.train.init_from, kind, audio, resume, target)
     plan.warmup_steps, warmup_change = plan_warmup(profile, plan.steps_per_epoch)
     plan.notes.extend(w for w in device.warnings if w != device.reason)
     if warmup_change:
@@ -483,6 +489,8 @@ def render_plan(plan: TrainPlan) -> None:
     )
     if plan.validation is not None:
         table.add_row("validation", validation_text(plan.validation))
+    if plan.init_from is not None:
+        table.add_row("start from", plan.init_from["text"])
     table.add_row("run folder", d["run_dir"] + (f"  (resume {plan.resume})" if plan.resume else ""))
     if plan.launch is not None:
         launch = plan.launch

@@ -307,6 +307,8 @@ class RunState:
     reference_name: str | None = None
     reference_passed_step: int | None = None
     data_scan: dict[str, Any] | None = None
+    # The init_from event's fields when the run started from a trained model (train.init_from).
+    init_from: dict[str, Any] | None = None
     memory_level: str | None = None
     last_error: str | None = None
     crash_log: list[str] = field(default_factory=list)

@@ -65,6 +65,7 @@ def train_argv(
     device: str | None = None,
     overrides: Iterable[str] = (),
     resume: str | Path | None = None,
+    init_from: str | Path | None = None,
     dry_run: bool = False,
     json: bool = False,
 ) -> list[str]:
@@ -77,6 +78,7 @@ def train_argv(
         "--data-mode": data_mode,
         "--device": device,
         "--resume": resume,
+        "--init-from": init_from,
     }
     for flag, value in options.items():
         if value not in (None, ""):

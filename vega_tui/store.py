@@ -31,6 +31,7 @@ from trainer_core.contract.protocol import (
     FinishedEvent,
     FreeRunningEvent,
     HelloEvent,
+    InitFromEvent,
     LogEvent,
     MemoryEvent,
     NonfiniteEvent,
@@ -47,6 +48,7 @@ from trainer_core.contract.protocol import (
     WarningEvent,
 )
 from trainer_core.contract.units import format_bytes, format_number
+from vega_tui.init_from_view import init_from_lines
 from vega_tui.run_state import (
     ENDED,
     FINISHED_STATUS,
@@ -102,6 +104,7 @@ class RunStore:
             PreloadProgressEvent: self._on_preload_progress,
             PreloadDoneEvent: self._on_preload_done,
             CalibrationEvent: self._on_calibration,
+            InitFromEvent: self._on_init_from,
             EpochStartEvent: self._on_epoch_start,
             EpochEndEvent: self._on_epoch_end,
             StepEvent: self._on_step,
@@ -264,6 +267,11 @@ class RunStore:
             f"calibrated {e.samples_per_s:.1f} samples/s: {e.planned_epochs} epochs, {e.planned_steps} steps",
             e.t,
         )
+
+    def _on_init_from(self, e: InitFromEvent) -> None:
+        self.state.init_from = e.model_dump(mode="json", exclude={"v", "seq", "t", "type"})
+        for line in init_from_lines(self.state.init_from):
+            self._log("info", "init_from", line, e.t)
 
     # -- training progress ----------------------------------------------------------------------------------
 

@@ -38,6 +38,13 @@ def register(sub) -> None:
     p.add_argument(
         "--resume", metavar="auto|PATH", help="resume: 'auto' (newest complete checkpoint of --run-dir) or a file"
     )
+    p.add_argument(
+        "--init-from",
+        type=Path,
+        metavar="PATH",
+        help="start from a trained model of the same kind: a run folder, checkpoint or export (overrides "
+        "train.init_from); optimizer and schedule start fresh",
+    )
     p.add_argument("--events", choices=["-"], help="'-' also prints events as JSON lines on stdout")
     p.add_argument("--dry-run", action="store_true", help="resolve profile, device and data, print the plan, stop")
     p.add_argument("--json", action="store_true", help="with --dry-run: print the plan as JSON")
@@ -63,13 +70,28 @@ def flag_overrides(args: argparse.Namespace) -> list[str]:
         out.append(f"data.mode={json.dumps(args.data_mode)}")
     if args.device:
         out.append(f"compute.device={json.dumps(args.device)}")
+    if args.init_from is not None:
+        out.append(f"train.init_from={json.dumps(str(args.init_from.expanduser().resolve()))}")
     return out
+
+
+def check_start_flags(args: argparse.Namespace) -> None:
+    """--resume continues a run's own checkpoint; --init-from starts a new run from another model: not both."""
+    from trainer_core.contract.errors import VegaError
+
+    if args.resume is not None and args.init_from is not None:
+        raise VegaError(
+            f"--resume {args.resume} and --init-from {args.init_from} together: --resume continues this run from "
+            "its own checkpoint (optimizer and schedule included), --init-from starts a new run from another "
+            "model's weights; pass one of them"
+        )
 
 
 def run(args: argparse.Namespace) -> int:
     from trainer_core.plan import make_plan, plan_launch, render_plan
     from trainer_core.world import World
 
+    check_start_flags(args)
     world = World.from_env()
     overrides = [*args.overrides, *flag_overrides(args)]
     plan = make_plan(

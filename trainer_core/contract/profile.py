@@ -157,6 +157,12 @@ class TrainSection(Section):
     free_running_items: int = Field(
         default=8, ge=1, le=256, description="Held-out sentences in the free-running evaluation."
     )
+    init_from: Path | None = Field(
+        default=None,
+        description="Start from a trained model of the same kind: a run folder (its export, else its best, else its "
+        "newest checkpoint), a checkpoint or an export folder. Matching weights are copied, the text embedding by "
+        "symbol; optimizer and schedule start fresh. A resumed run keeps its checkpoint instead.",
+    )
     select_best_by: Literal["val_loss", "free_running"] = Field(
         default="val_loss",
         description="What makes a checkpoint the best: the teacher-forced validation loss, or the free-running "
@@ -349,7 +355,12 @@ class Profile(Section):
 
 
 # Fields holding filesystem paths: resolved relative to the file (or folder) that set them.
-PATH_FIELDS: tuple[tuple[str, str], ...] = (("run", "runs_dir"), ("data", "path"), ("data", "cache_dir"))
+PATH_FIELDS: tuple[tuple[str, str], ...] = (
+    ("run", "runs_dir"),
+    ("data", "path"),
+    ("data", "cache_dir"),
+    ("train", "init_from"),
+)
 
 
 def field_descriptions() -> dict[str, str]:

@@ -234,6 +234,36 @@ class CalibrationEvent(Event):
 # Training progress
 
 
+class MappedRows(BaseModel):
+    """A table whose rows moved by what they stand for (symbols, speakers): `kept` of its `rows` came along."""
+
+    model_config = ConfigDict(extra="allow")
+
+    name: str
+    kept: Count
+    rows: Count
+    by: str = Field(description="what the rows stand for: symbol or speaker")
+
+
+class InitFromEvent(Event):
+    """The run started from a trained model (train.init_from), once at start: what came from it and what not."""
+
+    type: Literal["init_from"] = "init_from"
+    source: PathText = Field(description="what train.init_from named")
+    path: PathText = Field(description="the checkpoint or export read")
+    form: Literal["export", "checkpoint"]
+    kind: str
+    step: Count | None = None
+    loaded: Count = Field(description="tensors copied (name and shape matched)")
+    mapped: list[MappedRows] = Field(default_factory=list)
+    skipped: Count = Field(description="source tensors not used: absent here or another shape")
+    new: Count = Field(description="tensors only this model has: fresh initialisation")
+    loaded_names: list[str] = Field(default_factory=list, description="the first few of each list")
+    skipped_names: list[str] = Field(default_factory=list)
+    new_names: list[str] = Field(default_factory=list)
+    own: list[str] = Field(default_factory=list, description="this run's own values kept, e.g. its mel statistics")
+
+
 class EpochStartEvent(Event):
     type: Literal["epoch_start"] = "epoch_start"
     epoch: Count
@@ -469,6 +499,7 @@ EVENT_MODELS: tuple[type[Event], ...] = (
     PreloadProgressEvent,
     PreloadDoneEvent,
     CalibrationEvent,
+    InitFromEvent,
     EpochStartEvent,
     EpochEndEvent,
     StepEvent,

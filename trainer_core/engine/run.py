@@ -142,12 +142,13 @@ class RunOutcome:
 
 
 def _train(plan: TrainPlan, hub: EventHub, control: ControlState, run_dir: Path, outcome: RunOutcome) -> FinishedStatus:
-    from trainer_core.engine.setup import build_trainer, check_ranks_agree, finalize, resume_into
+    from trainer_core.engine.setup import build_trainer, check_ranks_agree, finalize, load_start_source, start_model
 
+    source = load_start_source(plan)
     trainer = build_trainer(plan, hub, control, run_dir)
     outcome.trainer = trainer
-    if plan.resume is not None:
-        resume_into(trainer, plan, hub)
+    start_model(trainer, plan, hub, source)
+    del source  # its weights are in the model now
     main = plan.world.is_main
     board = _tensorboard(plan, hub, run_dir) if main else _nothing()
     commands = _control_socket(run_dir, control, hub) if main else _nothing()

@@ -10,12 +10,14 @@ import logging
 import random
 import tomllib
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from trainer_core.contract import rundir
 from trainer_core.contract.errors import VegaError
+from trainer_core.contract.init_sources import audio_features, check_compatible
 from trainer_core.contract.profile_loader import profile_to_toml
 from trainer_core.contract.protocol import (
     DeviceSelectedEvent,
@@ -37,8 +39,11 @@ from trainer_core.engine.events import EventHub
 from trainer_core.engine.precision import PrecisionPolicy, cuda_bf16_supported
 from trainer_core.engine.trainer import Trainer
 from trainer_core.models.registry import build_task
-from trainer_core.plan import TrainPlan
+from trainer_core.plan import TrainPlan, model_kind
 from trainer_core.world import DistributedError
+
+if TYPE_CHECKING:
+    from trainer_core.engine.model_source import ModelSource
 
 log = logging.getLogger("trainer_core")
 
@@ -121,15 +126,63 @@ def _check_one_batch_fits(plan: TrainPlan, train_items: int) -> None:
     )
 
 
-def resume_into(trainer: Trainer, plan: TrainPlan, hub: EventHub) -> None:
-    """Restore a checkpoint into a freshly built trainer and say what was restored (nothing without --resume)."""
+def load_start_source(plan: TrainPlan) -> ModelSource | None:
+    """The model train.init_from names when the plan applies it (not on a resume), read and checked to fit this
+    run before any data is loaded, so a wrong source fails in seconds, not after the preload."""
+    from trainer_core.engine.model_source import load_model_source
+
+    given, start = plan.profile.train.init_from, plan.init_from
+    if given is None or not start or not start.get("applied"):
+        return None
+    source = load_model_source(given)
+    p = plan.profile
+    kind, audio = model_kind(p, plan.data.mode), audio_features(p.audio.model_dump())
+    check_compatible(str(given), source.kind, source.audio, kind, audio)
+    return source
+
+
+def start_model(trainer: Trainer, plan: TrainPlan, hub: EventHub, source: ModelSource | None) -> None:
+    """Where the weights start: the run's own checkpoint when it resumes (that wins), else the model
+    train.init_from names (`source`), else the fresh initialisation."""
+    resumed = resume_into(trainer, plan, hub)
+    given = plan.profile.train.init_from
+    if resumed and given is not None:
+        log.info("train.init_from (%s) is not applied: the run resumed from its own checkpoint", given)
+    elif source is not None:
+        init_into(trainer, hub, source)
+
+
+def init_into(trainer: Trainer, hub: EventHub, source: ModelSource) -> None:
+    """Copy a trained model's weights into the fresh one (engine.init_from) and report what came along."""
+    from trainer_core.engine.init_from import apply_init, export_prefix
+
+    module = trainer.module
+    prefix = export_prefix(module, trainer.task.export_module(module)) if source.file.form == "export" else ""
+    report = apply_init(module, source, prefix)
+    hub.emit(report.event())
+    log.info("%s", report.summary())
+    for name, why in report.skipped:
+        log.info("init_from: %s skipped (%s)", name, why)
+    for note in report.notes:
+        hub.warn(note, code="init_from_units")
+    if not report.loaded and not report.mapped:
+        hub.warn(
+            f"nothing was loaded from {source.describe()}: no tensor has the same name and shape here (is "
+            "the model's size the same as the source's?)",
+            code="init_from_empty",
+        )
+
+
+def resume_into(trainer: Trainer, plan: TrainPlan, hub: EventHub) -> bool:
+    """Restore a checkpoint into a freshly built trainer and say what was restored; False when nothing was
+    (no --resume, or --resume auto with no checkpoint yet)."""
     if plan.resume is None:
-        return
+        return False
     if plan.resume == "auto":
         found = find_resume(trainer.run_dir)
         if found is None:
             log.warning("--resume auto: no complete checkpoint in %s; starting from step 0", trainer.run_dir)
-            return
+            return False
         path, state, warnings = found
         for warning in warnings:
             hub.warn(warning, code="checkpoint_skipped")
@@ -150,6 +203,7 @@ def resume_into(trainer: Trainer, plan: TrainPlan, hub: EventHub) -> None:
     )
     for difference in profile_differences(state.get("profile_toml", ""), trainer.profile_toml):
         log.warning("profile differs from the checkpoint's: %s", difference)
+    return True
 
 
 def _check_ranks_resumed_alike(trainer: Trainer, path: Path) -> None:

@@ -40,6 +40,7 @@ from vega_tui.screens.launch_messages import (
     ProfilesChanged,
     ProfilesScanned,
     ResourcesProbed,
+    StartPointsScanned,
 )
 from vega_tui.screens.launch_selection import (
     Selection,
@@ -48,6 +49,7 @@ from vega_tui.screens.launch_selection import (
     overrides_with_runs_root,
     profile_defaults,
 )
+from vega_tui.start_points import SCRATCH, post_start_points, start_choices, start_points_key
 from vega_tui.widgets.choice_list import ChoiceList
 from vega_tui.widgets.mode_picker import AUTO_DEVICE, compute_mode_choices, data_mode_choices, device_choices
 from vega_tui.widgets.preflight import PreflightPanel, run_folder_parts
@@ -89,6 +91,9 @@ class LaunchScreen(Screen[None]):
         self.generation = 0  # bumps on every change: a plan answers one generation
         self.data_generation = 0  # bumps when the data folder, data mode or profile change
         self._data_check_started = -1  # the data generation whose check-data ran (or runs)
+        # (runs folder, model kind) the "Start from" list was asked for, and the one it shows.
+        self.start_key: tuple[str, str | None] | None = None
+        self.start_key_shown: tuple[str, str | None] | None = None
         self._back_from_run = False
         self.start_requested = False
         self.profiles_listed = False
@@ -105,6 +110,7 @@ class LaunchScreen(Screen[None]):
                 folder = Input(id="data-folder", placeholder="path to audio or text", compact=True)
                 yield _section("Data folder", folder)
                 yield _section("Data mode", ChoiceList(id="data-mode"), Static("", id="data-detect"))
+                yield _section("Start from", ChoiceList(id="start-from"))
             with VerticalScroll(id="launch-right", can_focus=False):
                 yield _section("Compute mode", ChoiceList(id="compute-mode"))
                 yield _section("Device", ChoiceList(id="device"))
@@ -118,6 +124,7 @@ class LaunchScreen(Screen[None]):
         self.query_one("#data-mode", ChoiceList).set_choices(data_mode_choices(), "auto")
         self.query_one("#compute-mode", ChoiceList).set_choices(compute_mode_choices(None), "mixed")
         self.query_one("#device", ChoiceList).set_choices(device_choices(None, "mixed"))
+        self.query_one("#start-from", ChoiceList).set_choices(start_choices([], None))
         self.query_one(PreflightPanel).show_waiting("reading profiles and this machine…")
         self._update_start()
         # After the first frame: these threads would otherwise compete with it for the interpreter.
@@ -135,6 +142,7 @@ class LaunchScreen(Screen[None]):
         # Back from a run: the next run gets a new folder and the plan may have changed (free memory, data).
         if self._back_from_run and self.selection.profile is not None:
             self._back_from_run = False
+            self.start_key = None  # the run just left may be a model to start from now
             self._schedule(data_changed=False)
 
     # ----------------------------------------------------------------------- background work
@@ -217,6 +225,15 @@ class LaunchScreen(Screen[None]):
         self.data_report, self.data_error = message.report, message.error
         self._show_detection()
         self._update_start()
+        self._scan_start_points()
+
+    @on(StartPointsScanned)
+    def _start_points_scanned(self, message: StartPointsScanned) -> None:
+        if message.key != self.start_key:
+            return
+        choices, self.start_key_shown = self.query_one("#start-from", ChoiceList), message.key
+        choices.set_choices(message.choices)
+        self._start_from_chosen(choices.value)
 
     @on(PlanReady)
     def _plan_ready(self, message: PlanReady) -> None:
@@ -244,6 +261,16 @@ class LaunchScreen(Screen[None]):
         self.selection.compute_mode = event.value
         self._show_devices()
         self._schedule(data_changed=False)
+
+    @on(ChoiceList.Changed, "#start-from")
+    def _start_from_changed(self, event: ChoiceList.Changed) -> None:
+        self._start_from_chosen(event.value)
+
+    def _start_from_chosen(self, value: str | None) -> None:
+        wanted = None if value in (None, SCRATCH) else value
+        if wanted != self.selection.init_from:
+            self.selection.init_from = wanted
+            self._schedule(data_changed=False)
 
     @on(ChoiceList.Changed, "#device")
     def _device_changed(self, event: ChoiceList.Changed) -> None:
@@ -388,8 +415,18 @@ class LaunchScreen(Screen[None]):
             self._timer.stop()
         self._timer = self.set_timer(DEBOUNCE_S, self._run_checks)
 
+    def _scan_start_points(self) -> None:
+        """List models to start from (on a thread) when the runs folder or the profile's model kind changed."""
+        entry = self.selection.profile
+        if entry is not None and entry.profile is not None:
+            key = start_points_key(entry.profile, self.selection.data_mode, self.data_report)
+            if key != self.start_key:
+                self.start_key = key
+                run_in_background(post_start_points, key, self.post_message, name="vega-start-points")
+
     def _run_checks(self) -> None:
         entry, folder = self.selection.profile, self.selection.data_folder
+        self._scan_start_points()
         if folder and self._data_check_started != self.data_generation:
             self._data_check_started = self.data_generation
             argv = check_data_argv(folder, self.selection.data_mode or "auto", entry)

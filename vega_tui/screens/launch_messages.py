@@ -14,6 +14,7 @@ from textual.message import Message
 
 if TYPE_CHECKING:
     from trainer_core.contract.resources import MachineResources
+    from vega_tui.widgets.choice_list import Choice
     from vega_tui.widgets.profile_list import ProfileEntry
 
 
@@ -51,3 +52,11 @@ class PlanReady(Message):
     def __init__(self, generation: int, plan: dict[str, Any] | None, error: str | None) -> None:
         super().__init__()
         self.generation, self.plan, self.error = generation, plan, error
+
+
+class StartPointsScanned(Message):
+    """The "Start from" choices for `key` (runs folder, model kind): scratch and the models found there."""
+
+    def __init__(self, key: tuple[str, str | None], choices: list[Choice]) -> None:
+        super().__init__()
+        self.key, self.choices = key, choices

@@ -31,6 +31,8 @@ class Selection:
     compute_mode: str | None = None
     device: str = AUTO_DEVICE
     overrides: list[str] = field(default_factory=list)
+    init_from: str | None = None
+    """A run folder, checkpoint or export to start from (`--init-from`); None: from scratch."""
 
     def argv(self, run_dir: Path | None, dry_run: bool) -> list[str]:
         from vega_tui.runner import train_argv
@@ -44,6 +46,7 @@ class Selection:
             data_mode=self.data_mode,
             device=None if self.device == AUTO_DEVICE else self.device,
             overrides=list(self.overrides),
+            init_from=self.init_from,
             dry_run=dry_run,
             json=dry_run,
         )

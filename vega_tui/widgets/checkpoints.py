@@ -22,6 +22,7 @@ from textual.containers import Vertical
 from textual.widgets import DataTable, Static
 
 from trainer_core.contract.units import format_bytes, format_duration, format_number
+from vega_tui.init_from_view import init_from_lines
 
 if TYPE_CHECKING:
     from textual.app import ComposeResult
@@ -131,7 +132,7 @@ class CheckpointPanel(Vertical):
     DEFAULT_CSS = """
     CheckpointPanel { height: 1fr; }
     CheckpointPanel CheckpointTable { height: 1fr; }
-    CheckpointPanel #ckpt-info { height: auto; max-height: 3; padding: 0 1; }
+    CheckpointPanel #ckpt-info { height: auto; max-height: 6; padding: 0 1; }
     """
 
     def __init__(self, run_dir: Path, *, id: str | None = None) -> None:
@@ -141,6 +142,7 @@ class CheckpointPanel(Vertical):
         self.files: RunFiles | None = None
         self._age_header = "age"
         self._signature: tuple = ()
+        self._started_from: list[str] = []  # what the run started from (train.init_from), shown above the hints
 
     def compose(self) -> ComposeResult:
         table = CheckpointTable(id="ckpt-table", cursor_type="row", zebra_stripes=True)
@@ -166,8 +168,9 @@ class CheckpointPanel(Vertical):
 
     def update_from(self, state: RunState, reference_t: float | None, ended: bool) -> None:
         """Rebuild the rows when anything they show changed, keeping the cursor on the same checkpoint."""
-        if ended != self.ended:
-            self.ended = ended
+        started_from = init_from_lines(state.init_from)
+        if ended != self.ended or started_from != self._started_from:
+            self.ended, self._started_from = ended, started_from
             self._show_info()
         header = "before end" if ended else "age"
         rows = sorted(state.checkpoints.values(), key=lambda row: row.step)
@@ -203,6 +206,8 @@ class CheckpointPanel(Vertical):
 
     def _show_info(self) -> None:
         text = export_text(self.files, self.run_dir, self.ended)
+        for number, line in enumerate(self._started_from):
+            text.append(f"\n{line}", "" if number == 0 else "dim")
         text.append("\nr: resume from the selected checkpoint · o: export · s: save now", "dim")
         self.query_one("#ckpt-info", Static).update(text)
 

@@ -81,6 +81,8 @@ def plan_rows(plan: dict[str, Any]) -> list[tuple[str, Text | str]]:
     rows.append(("plan", _schedule_text(plan.get("schedule", {}))))
     if plan.get("validation"):
         rows.append(("validate", _validation_text(plan["validation"])))
+    if plan.get("init_from"):
+        rows.append(("start from", str(plan["init_from"].get("text", plan["init_from"].get("given", "?")))))
     runs, name = run_folder_parts(plan)
     rows.append(("run", f"{display_path(runs)}/{name}-<start time>"))
     rows += [("note", Text(str(note), style="yellow")) for note in plan.get("notes", [])]

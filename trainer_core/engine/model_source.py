@@ -1,0 +1,148 @@
+"""A trained model to start from, read weights-only: its tensors and what they were trained on.
+
+`load_model_source(PATH)` takes a run folder (its export, else its best checkpoint, else its newest one), a
+checkpoint file or an export folder (`contract.init_sources.resolve_source` picks the file). Checkpoints are read
+with `torch.load(weights_only=True)` (`engine.checkpoint.load_checkpoint`), exports with safetensors: nothing in
+either can run code. Besides the state dict it returns the model kind, the audio features, the text vocabulary
+(one code point per id, -1 for the special symbols) and the speaker names, from the checkpoint's own profile
+TOML or the export's config.json, and the source's mel statistics (which a new run recomputes on its own data).
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from trainer_core.contract.init_sources import (
+    FIELD,
+    InitSourceError,
+    SourceFile,
+    audio_features,
+    profile_kind,
+    resolve_source,
+    run_data_mode,
+)
+from trainer_core.engine.checkpoint import load_checkpoint
+from trainer_core.engine.export import load_exported
+
+# Prefixes a wrapped model (DistributedDataParallel, torch.compile) adds to state dict names.
+WRAPPER_PREFIXES = ("module.", "_orig_mod.")
+
+
+@dataclass
+class ModelSource:
+    """A source's weights (on the CPU) and what they were trained on (None where the source does not say)."""
+
+    file: SourceFile
+    weights: dict[str, torch.Tensor]
+    kind: str
+    audio: dict[str, Any] | None
+    """The audio features (`contract.init_sources.AUDIO_FEATURES`); None for a text model."""
+    symbols: list[int] | None
+    """The text vocabulary, one code point per id (-1: pad, unk and other specials); None without one."""
+    phonemes: bool
+    speaker_names: list[str] | None
+    mel_mean: torch.Tensor | None
+    mel_std: torch.Tensor | None
+    step: int | None
+
+    def describe(self) -> str:
+        return self.file.describe()
+
+
+def strip_wrappers(state: dict[str, Any]) -> dict[str, torch.Tensor]:
+    """The state dict without DDP / torch.compile name prefixes, tensors only."""
+    out = {}
+    for name, value in state.items():
+        if not isinstance(value, torch.Tensor):
+            continue
+        for prefix in WRAPPER_PREFIXES:
+            name = name.removeprefix(prefix)
+        out[name] = value
+    return out
+
+
+def load_model_source(given: Path | str) -> ModelSource:
+    """Resolve and read a source; InitSourceError (or CheckpointError / ExportError) naming the file when it
+    cannot be used."""
+    file = resolve_source(given)
+    return _from_export(file) if file.form == "export" else _from_checkpoint(file)
+
+
+def _from_export(file: SourceFile) -> ModelSource:
+    weights, document = load_exported(file.path)
+    model = document.get("model") or {}
+    if not model.get("kind"):
+        raise InitSourceError(f"{FIELD}: {file.path}/config.json does not say its model kind; export it again")
+    audio = model.get("audio")
+    names = model.get("speaker_names")
+    step = model.get("step")
+    return _source(
+        file,
+        weights,
+        str(model["kind"]),
+        audio_features(audio) if isinstance(audio, dict) else None,
+        [str(name) for name in names] if isinstance(names, list) else None,
+        step if isinstance(step, int) else None,
+    )
+
+
+def _from_checkpoint(file: SourceFile) -> ModelSource:
+    state = load_checkpoint(file.path)
+    weights = strip_wrappers(state.get("model") or {})
+    if not weights:
+        raise InitSourceError(f"{FIELD}: checkpoint {file.path} holds no model weights; pick another checkpoint")
+    try:
+        profile = tomllib.loads(state.get("profile_toml") or "")
+    except tomllib.TOMLDecodeError as exc:
+        raise InitSourceError(f"{FIELD}: checkpoint {file.path}: its profile TOML does not parse ({exc})") from exc
+    data_mode = run_data_mode(file.run_dir) if file.run_dir is not None else None
+    kind = profile_kind(profile, data_mode) or _kind_from_weights(weights)
+    audio = profile.get("audio")
+    extra = state.get("extra") or {}
+    names = extra.get("speaker_names") if isinstance(extra, dict) else None
+    return _source(
+        file,
+        weights,
+        kind,
+        audio_features(audio) if isinstance(audio, dict) else None,
+        [str(name) for name in names] if isinstance(names, list) else None,
+        int(state.get("step", 0)),
+    )
+
+
+def _kind_from_weights(weights: dict[str, torch.Tensor]) -> str:
+    """An "auto" profile without a recorded data mode: a TTS model carries its vocabulary, a vocoder its GAN."""
+    if "text_symbols" in weights:
+        return "tts"
+    if any(name.startswith("generator.") for name in weights):
+        return "vocoder"
+    return "lm"
+
+
+def _source(
+    file: SourceFile,
+    weights: dict[str, torch.Tensor],
+    kind: str,
+    audio: dict[str, Any] | None,
+    speaker_names: list[str] | None,
+    step: int | None,
+) -> ModelSource:
+    symbols = weights.get("text_symbols")
+    phonemes = weights.get("text_phonemes")
+    return ModelSource(
+        file=file,
+        weights=weights,
+        kind=kind,
+        audio=audio if kind != "lm" else None,
+        symbols=[int(code) for code in symbols.tolist()] if symbols is not None else None,
+        phonemes=bool(phonemes is not None and int(phonemes) == 1),
+        speaker_names=speaker_names,
+        mel_mean=weights.get("mel_mean"),
+        mel_std=weights.get("mel_std"),
+        step=step,
+    )

@@ -1,0 +1,133 @@
+"""The launch screen's "Start from" choices: nothing (from scratch), or a model of the profile's kind found under
+the runs folder, to fine-tune from (`train --init-from PATH`).
+
+A candidate is a run folder that is not training now and holds an export or a checkpoint, or an export folder
+(model.safetensors + config.json) directly under the runs folder or one folder down. Its kind comes from its
+JSON and TOML files (`trainer_core.contract.init_sources`, imported when first used: it builds pydantic models),
+never from loading weights: the dashboard stays torch-free. `find_start_points` reads the disk: call it from a
+worker thread (`post_start_points`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from trainer_core.contract import rundir
+from trainer_core.contract.errors import VegaError
+from vega_tui.widgets.choice_list import Choice
+
+if TYPE_CHECKING:
+    from textual.message import Message
+
+    from trainer_core.contract.init_sources import SourceFacts
+    from trainer_core.contract.profile import Profile
+
+# The "Start from" choice that starts from scratch (no --init-from).
+SCRATCH = "scratch"
+MAX_POINTS = 50
+
+
+@dataclass(frozen=True)
+class StartPoint:
+    """One model to start from: `path` is what `--init-from` gets."""
+
+    path: Path
+    label: str
+    detail: str
+    modified: float
+
+
+def start_kind(profile: Profile, data_mode: str | None, detected_mode: str | None) -> str | None:
+    """The model kind a run of this profile trains, as the trainer decides it (None until the data mode is known)."""
+    if profile.model.kind != "auto":
+        return profile.model.kind
+    mode = data_mode if data_mode not in (None, "auto") else detected_mode
+    return {"voice": "tts", "text": "lm"}.get(mode or "")
+
+
+def start_points_key(profile: Profile, data_mode: str | None, report: dict[str, Any] | None) -> tuple[str, str | None]:
+    """(runs folder, model kind) for the profile and the data mode chosen or detected: what the list depends on."""
+    detected = report.get("mode") if report else None
+    runs = profile.run.runs_dir or rundir.default_runs_dir()
+    return str(runs), start_kind(profile, data_mode, detected if isinstance(detected, str) else None)
+
+
+def post_start_points(key: tuple[str, str | None], post: Callable[[Message], Any]) -> None:
+    """A worker's job: find the models for `key` and post them to the launch screen (never touching a widget)."""
+    from vega_tui.screens.launch_messages import StartPointsScanned
+
+    post(StartPointsScanned(key, start_choices(find_start_points(Path(key[0]), key[1]), key[1])))
+
+
+def _facts(path: Path) -> SourceFacts | None:
+    from trainer_core.contract.init_sources import peek_source, resolve_source
+
+    try:
+        return peek_source(resolve_source(path))
+    except (VegaError, OSError):
+        return None  # an empty, damaged or foreign folder is no candidate
+
+
+def _point(path: Path, kind: str, status: str | None) -> StartPoint | None:
+    facts = _facts(path)
+    if facts is None or facts.kind != kind:
+        return None
+    what = facts.file.chosen.removeprefix("its ") or f"{facts.file.form} folder"
+    parts = [status, what, f"step {facts.step}" if facts.step is not None else None]
+    try:
+        modified = facts.file.path.stat().st_mtime
+    except OSError:
+        modified = 0.0
+    return StartPoint(path, path.name, " · ".join(part for part in parts if part), modified)
+
+
+def _candidates(runs_dir: Path) -> list[tuple[Path, bool]]:
+    """(folder, is a run folder) under `runs_dir`: run folders and export folders, and exports one level down."""
+    from trainer_core.contract.init_sources import is_export
+
+    try:
+        children = sorted(child for child in runs_dir.iterdir() if child.is_dir())
+    except OSError:
+        return []
+    found: list[tuple[Path, bool]] = []
+    for child in children:
+        if rundir.is_run_dir(child):
+            found.append((child, True))
+        elif is_export(child):
+            found.append((child, False))
+        else:
+            try:
+                found += [(sub, False) for sub in sorted(child.iterdir()) if sub.is_dir() and is_export(sub)]
+            except OSError:
+                continue
+    return found
+
+
+def find_start_points(runs_dir: Path, kind: str | None) -> list[StartPoint]:
+    """Models of `kind` to start from under `runs_dir`, newest first; live runs are left out (still training)."""
+    from vega_tui.runner import run_status
+
+    if kind is None:
+        return []
+    points = []
+    for folder, is_run in _candidates(runs_dir):
+        status = run_status(folder) if is_run else None
+        if status == "live":
+            continue
+        point = _point(folder, kind, status)
+        if point is not None:
+            points.append(point)
+    return sorted(points, key=lambda p: p.modified, reverse=True)[:MAX_POINTS]
+
+
+def start_choices(points: list[StartPoint], kind: str | None) -> list[Choice]:
+    """ "nothing (from scratch)" first, then each model to start from by folder name, with what it holds."""
+    if kind is None:
+        why = "choose a data folder: its mode decides the model kind"
+    else:
+        why = "" if points else f"no finished {kind} run or export in the runs folder"
+    scratch = Choice(SCRATCH, "nothing (from scratch)", why)
+    return [scratch, *(Choice(str(point.path), point.label, point.detail) for point in points)]
