@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-import trainer_core
 from trainer_core.contract.errors import VegaError
 from trainer_core.data.audio import (
     AudioDecodeError,

@@ -10,9 +10,7 @@ from pathlib import Path
 import numpy as np
 import soundfile as sf
 
-import trainer_core
-
-DEMO_VOICE = Path(__file__).parent / "fixtures" / "voice"
+TEST_VOICE = Path(__file__).parent / "fixtures" / "voice"
 
 
 def check_data(*args: str | Path) -> subprocess.CompletedProcess[str]:
@@ -78,7 +76,7 @@ def test_nothing_usable_lists_what_was_found(tmp_path: Path) -> None:
 
 
 def test_human_output_on_the_demo_corpus(tmp_path: Path) -> None:
-    result = check_data(DEMO_VOICE)
+    result = check_data(TEST_VOICE)
     assert result.returncode == 0, result.stderr
     assert "Summary" in result.stdout
     assert "voice, because the folder has audio with transcripts" in result.stdout

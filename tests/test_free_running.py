@@ -18,7 +18,7 @@ from vega_tui.store import RunStore
 from vega_tui.widgets.charts import speech_chart
 
 REPO = Path(__file__).resolve().parents[1]
-DEMO_VOICE = REPO / "tests" / "fixtures" / "voice"
+TEST_VOICE = REPO / "tests" / "fixtures" / "voice"
 STEPS = 12
 
 
@@ -74,7 +74,7 @@ def test_evaluate_an_export_and_the_last_checkpoint_as_the_run_scored_them(voice
     last = events(run_dir, "free_running")[-1]
     checkpoint = run_dir / "checkpoints" / f"step-{STEPS:08d}.pt"
     for source in (run_dir / "export", checkpoint):
-        done = evaluate(env, str(source), "--data", str(DEMO_VOICE), "--items", "3", "--json")
+        done = evaluate(env, str(source), "--data", str(TEST_VOICE), "--items", "3", "--json")
         assert done.returncode == 0, done.stderr[-2000:]
         out = json.loads(done.stdout)
         assert [i["item_id"] for i in out["scores"]["items"]] == [i.item_id for i in last.per_item]
@@ -84,7 +84,7 @@ def test_evaluate_an_export_and_the_last_checkpoint_as_the_run_scored_them(voice
 
 def test_evaluate_a_run_folder_uses_its_best_checkpoint_and_prints_a_table(voice_run) -> None:
     run_dir, env = voice_run
-    done = evaluate(env, str(run_dir), "--data", str(DEMO_VOICE), "--all")
+    done = evaluate(env, str(run_dir), "--data", str(TEST_VOICE), "--all")
     assert done.returncode == 0, done.stderr[-2000:]
     best = json.loads((run_dir / "checkpoints" / "best.json").read_text())["path"]
     assert best in done.stdout.splitlines()[0]
@@ -94,7 +94,7 @@ def test_evaluate_a_run_folder_uses_its_best_checkpoint_and_prints_a_table(voice
 
 def test_evaluate_names_a_source_it_cannot_use(voice_run, tmp_path: Path) -> None:
     _, env = voice_run
-    done = evaluate(env, str(tmp_path), "--data", str(DEMO_VOICE))
+    done = evaluate(env, str(tmp_path), "--data", str(TEST_VOICE))
     assert done.returncode == 2
     assert str(tmp_path) in done.stderr and "not a checkpoint file, an export folder or a run folder" in done.stderr
 

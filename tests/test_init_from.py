@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import DEMO_VOICE, of_type, run_cli, set_args, tiny_voice_profile, write_corpus
+from conftest import TEST_VOICE, of_type, run_cli, set_args, tiny_voice_profile, write_corpus
 from textual.pilot import Pilot
 
 from trainer_core.contract.eventlog import read_all
@@ -171,9 +171,9 @@ def other_alphabet_corpus(folder: Path) -> Path:
 
     (folder / "wavs").mkdir(parents=True)
     rows = []
-    for line in (DEMO_VOICE / "metadata.csv").read_text(encoding="utf-8").splitlines()[:16]:
+    for line in (TEST_VOICE / "metadata.csv").read_text(encoding="utf-8").splitlines()[:16]:
         item, text, normalized = line.split("|")
-        audio, rate = soundfile.read(str(DEMO_VOICE / "wavs" / f"{item}.wav"))
+        audio, rate = soundfile.read(str(TEST_VOICE / "wavs" / f"{item}.wav"))
         soundfile.write(str(folder / "wavs" / f"{item}.wav"), audio * 1.5, rate)
         rows.append("|".join([item, *(t.replace("sh", "ш").replace("a", "ä") for t in (text, normalized))]))
     (folder / "metadata.csv").write_text("\n".join(rows) + "\n", encoding="utf-8")

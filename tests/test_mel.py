@@ -9,7 +9,6 @@ import pytest
 import soundfile as sf
 import torch
 
-import trainer_core
 from trainer_core.contract.profile import AudioSection
 from trainer_core.data.librosa_mel import librosa_power_mel
 from trainer_core.data.mel import MelExtractor, filter_bands, mel_filterbank

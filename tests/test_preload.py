@@ -12,7 +12,6 @@ import pytest
 import soundfile as sf
 import torch
 
-import trainer_core
 from trainer_core.contract.errors import DataError
 from trainer_core.contract.profile import Profile
 from trainer_core.data.audio import decode_calls, load_audio
@@ -22,12 +21,12 @@ from trainer_core.data.scan import scan_data
 from trainer_core.data.scan_report import DataReport, VoiceItem
 from trainer_core.data.voice_dataset import VoiceDataset
 
-DEMO_VOICE = Path(__file__).parent / "fixtures" / "voice"
+TEST_VOICE = Path(__file__).parent / "fixtures" / "voice"
 
 
 @pytest.fixture(scope="module")
 def demo_report() -> DataReport:
-    return scan_data(DEMO_VOICE, "voice")
+    return scan_data(TEST_VOICE, "voice")
 
 
 def make_profile(cache_dir: Path, **audio: Any) -> Profile:
@@ -134,7 +133,7 @@ def test_disk_mode_reads_each_mel_from_the_cache_per_batch(demo_report: DataRepo
 
 def test_disk_mode_survives_the_cache_file_going_and_recomputes_a_changed_recording(tmp_path: Path) -> None:
     voice = tmp_path / "voice"
-    shutil.copytree(DEMO_VOICE, voice)
+    shutil.copytree(TEST_VOICE, voice)
     profile = make_profile(tmp_path / "cache")
     on_disk = preload_voice(scan_data(voice, "voice"), profile, "cpu", "disk")
     expected = [on_disk.get_mel(i).clone() for i in (3, 4)]

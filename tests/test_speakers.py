@@ -1,8 +1,8 @@
 """Multi-speaker corpora end to end: both layouts scanned, check-data and the plan, a short real training run with a
 speaker embedding, samples per speaker, `synth --speaker`, the export's speaker names, evaluate and resume.
 
-The corpus is the bundled demo voice split into its two espeak-ng voices (the script alternates en-us and en-gb:
-odd clips are "us", even ones "gb"), once with a speaker column and once with a folder per speaker.
+The corpus is the tests' 40-clip voice (tests/fixtures/voice) split into its two espeak-ng voices (it alternates
+en-us and en-gb: odd clips are "us", even ones "gb"), once with a speaker column and once with a folder per speaker.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import DEMO_VOICE, run_cli, tiny_voice_profile
+from conftest import TEST_VOICE, run_cli, tiny_voice_profile
 
 from trainer_core.contract.errors import DataError
 from trainer_core.data.scan import scan_data
@@ -30,7 +30,7 @@ SPEAKERS = ["gb", "us"]
 
 def demo_rows() -> list[tuple[str, str, str]]:
     """(id, text, normalized) of every clip of the bundled demo voice, in its metadata.csv order."""
-    text = (DEMO_VOICE / "metadata.csv").read_text(encoding="utf-8")
+    text = (TEST_VOICE / "metadata.csv").read_text(encoding="utf-8")
     return [tuple(line.split("|")) for line in text.splitlines() if line.strip()]  # type: ignore[misc]
 
 
@@ -40,7 +40,7 @@ def speaker_of(item_id: str) -> str:
 
 def copy_wav(item_id: str, folder: Path) -> None:
     folder.mkdir(parents=True, exist_ok=True)
-    shutil.copy2(DEMO_VOICE / "wavs" / f"{item_id}.wav", folder / f"{item_id}.wav")
+    shutil.copy2(TEST_VOICE / "wavs" / f"{item_id}.wav", folder / f"{item_id}.wav")
 
 
 @pytest.fixture(scope="module")
@@ -94,9 +94,9 @@ def test_both_layouts_are_read_with_per_speaker_counts(layout: str, mode: str, r
 
 
 def test_the_ljspeech_demo_stays_one_speaker_under_auto() -> None:
-    table = read_metadata(DEMO_VOICE / "metadata.csv")
+    table = read_metadata(TEST_VOICE / "metadata.csv")
     assert len(table.lines) == 40 and not has_speaker_column(table)  # id|text|normalized: spaced second fields
-    report = scan_data(DEMO_VOICE, mode="voice", cache_folder=None)
+    report = scan_data(TEST_VOICE, mode="voice", cache_folder=None)
     assert report.voice.speaker_mode == "none" and report.voice.speakers == {}
     assert all(isinstance(item, VoiceItem) and item.speaker == "" for item in report.items)
     assert report.usable_count == 40 and not report.problems
@@ -141,7 +141,7 @@ def test_clips_without_a_speaker_are_listed_and_a_wrong_column_setting_is_one_cl
     # A clip in the data folder itself has no speaker folder; a sidecar transcript has no speaker column.
     loose = tmp_path / "loose"
     shutil.copytree(folder_corpus, loose)
-    shutil.copy2(DEMO_VOICE / "wavs" / "demo_001.wav", loose / "stray.wav")
+    shutil.copy2(TEST_VOICE / "wavs" / "demo_001.wav", loose / "stray.wav")
     (loose / "stray.txt").write_text("A stray clip.", encoding="utf-8")
     report = scan_data(loose, mode="voice", speakers="folders", cache_folder=None)
     assert per_speaker(report) == {"gb": 20, "us": 20}
@@ -150,14 +150,14 @@ def test_clips_without_a_speaker_are_listed_and_a_wrong_column_setting_is_one_cl
 
     mixed = tmp_path / "mixed"
     shutil.copytree(column_corpus, mixed)
-    shutil.copy2(DEMO_VOICE / "wavs" / "demo_001.wav", mixed / "wavs" / "extra.wav")
+    shutil.copy2(TEST_VOICE / "wavs" / "demo_001.wav", mixed / "wavs" / "extra.wav")
     (mixed / "wavs" / "extra.txt").write_text("An extra clip.", encoding="utf-8")
     report = scan_data(mixed, mode="voice", speakers="column", cache_folder=None)
     assert [(p.path.name, p.kind) for p in report.problems] == [("extra.wav", "missing_speaker")]
     assert "id|speaker|text" in report.problems[0].reason
 
     with pytest.raises(DataError, match=r'data.speakers = "column" but no row .* "none" or "auto"'):
-        scan_data(DEMO_VOICE, mode="voice", speakers="column", cache_folder=None)
+        scan_data(TEST_VOICE, mode="voice", speakers="column", cache_folder=None)
     # Told there are no speakers, a speaker table's 4-field rows are bad rows, as before speakers existed.
     forced = scan_data(column_corpus, mode="voice", speakers="none", cache_folder=None)
     assert forced.voice.speaker_mode == "none" and forced.voice.speakers == {}
@@ -179,9 +179,9 @@ def test_check_data_prints_the_speakers(column_corpus: Path, folder_corpus: Path
     assert {name: f["clips"] for name, f in voice["speakers"].items()} == {"gb": 20, "us": 20}
     assert all(f["hours"] > 0 for f in voice["speakers"].values())
     assert {item["speaker"] for item in report["items"]} == set(SPEAKERS)
-    single = run_cli(env, "check-data", str(DEMO_VOICE), "--no-cache", "--json")
+    single = run_cli(env, "check-data", str(TEST_VOICE), "--no-cache", "--json")
     assert json.loads(single.stdout)["summary"]["voice"]["speakers"] == {}
-    wrong = run_cli(env, "check-data", str(DEMO_VOICE), "--no-cache", "--speakers", "column")
+    wrong = run_cli(env, "check-data", str(TEST_VOICE), "--no-cache", "--speakers", "column")
     assert wrong.returncode == 2 and wrong.stderr.startswith("error:") and "Traceback" not in wrong.stderr
 
 
@@ -244,7 +244,7 @@ def test_a_run_writes_samples_per_speaker_and_keeps_the_names(voice_run: tuple[P
     events = [json.loads(line) for line in (run / "events.jsonl").read_text(encoding="utf-8").splitlines()]
     scan = next(e for e in events if e["type"] == "data_scan")
     assert scan["speakers"] == {"gb": 20, "us": 20}
-    samples = sorted(Path(e["path"]).name for e in events if e["type"] == "sample")
+    samples = sorted(Path(e["path"]).name for e in events if e["type"] == "sample" and e["kind"] == "audio")
     assert samples == ["01-gb.wav", "01-us.wav", "02-gb.wav", "02-us.wav"]
     assert all((run / "samples" / f"step-{STEPS:08d}" / name).stat().st_size > 1000 for name in samples)
     assert any(e["type"] == "free_running" for e in events)  # held-out clips spoken with their speaker ids
@@ -316,8 +316,31 @@ def test_resume_refuses_data_with_other_speakers(voice_run: tuple[Path, dict[str
     shutil.copytree(run, copy)
     profile = copy / "profile.toml"
     result = run_cli(
-        env, "train", "--profile", str(profile), "--data", str(DEMO_VOICE), "--run-dir", str(copy),
+        env, "train", "--profile", str(profile), "--data", str(TEST_VOICE), "--run-dir", str(copy),
         "--resume", "auto", "--set", f"train.max_steps={STEPS + 2}",
     )  # fmt: skip
     assert result.returncode == 2, result.stderr[-2000:]
     assert "speakers (gb, us) differ from the data's (one, unnamed)" in result.stderr
+
+
+def test_a_multi_speaker_voice_fine_tunes_to_one_new_speaker(
+    voice_run: tuple[Path, dict[str, str]], column_corpus: Path, tmp_path: Path
+) -> None:
+    """The "us" speaker's clips renamed to a new speaker "new" beside "gb": gb's row is kept by name, the new
+    speaker's row starts fresh, every other weight comes from the voice, and the run trains to the end."""
+    run, env = voice_run
+    table = (column_corpus / "metadata.csv").read_text(encoding="utf-8").replace("|us|", "|new|")
+    data = tmp_path / "data"
+    shutil.copytree(column_corpus / "wavs", data / "wavs")
+    (data / "metadata.csv").write_text(table, encoding="utf-8")
+    args = ["train", "--profile", str(run / "profile.toml"), "--data", str(data), "--run-dir", str(tmp_path / "tuned")]
+    result = run_cli(env, *args, "--init-from", str(run))
+    assert result.returncode == 0, result.stderr[-3000:]
+    events = [json.loads(line) for line in (tmp_path / "tuned" / "events.jsonl").read_text().splitlines()]
+    started = next(e for e in events if e["type"] == "init_from")
+    speakers = next(m for m in started["mapped"] if m["by"] == "speaker")
+    assert (speakers["kept"], speakers["rows"]) == (1, 2)  # gb by name; "new" is fresh
+    assert started["skipped"] == 0 and started["loaded"] > 10
+    assert events[-1]["type"] == "finished" and events[-1]["status"] == "completed"
+    names = json.loads((tmp_path / "tuned" / "export" / "config.json").read_text())["model"]["speaker_names"]
+    assert names == ["gb", "new"]

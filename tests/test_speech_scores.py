@@ -16,7 +16,7 @@ from trainer_core.models.free_running import FreeRunning, HeldOutSentence, pick_
 from trainer_core.scoring.dtw import dtw
 from trainer_core.scoring.speech_scores import score_heard
 
-DEMO_VOICE = Path(__file__).resolve().parent / "fixtures" / "voice"
+TEST_VOICE = Path(__file__).resolve().parent / "fixtures" / "voice"
 
 
 def test_dtw_on_a_case_worked_by_hand() -> None:
@@ -101,9 +101,9 @@ def test_a_recording_played_faster_is_that_many_cents_sharp() -> None:
 
 
 def demo_sentences(names: list[str]) -> list[HeldOutSentence]:
-    rows = [line.split("|") for line in (DEMO_VOICE / "metadata.csv").read_text().splitlines() if line]
+    rows = [line.split("|") for line in (TEST_VOICE / "metadata.csv").read_text().splitlines() if line]
     texts = {row[0]: row[1] for row in rows}
-    return [HeldOutSentence(name, texts[name], DEMO_VOICE / "wavs" / f"{name}.wav") for name in names]
+    return [HeldOutSentence(name, texts[name], TEST_VOICE / "wavs" / f"{name}.wav") for name in names]
 
 
 def test_a_resynthesis_scores_near_and_a_wrong_sentence_far() -> None:
@@ -111,7 +111,7 @@ def test_a_resynthesis_scores_near_and_a_wrong_sentence_far() -> None:
     free = FreeRunning(demo_sentences(["demo_003", "demo_017"]), audio, _tts(), vocoder=None)
     right, other = free.recordings()
     floor = free.floor().items[0]
-    wave = load_audio(DEMO_VOICE / "wavs" / "demo_017.wav", audio.sample_rate)
+    wave = load_audio(TEST_VOICE / "wavs" / "demo_017.wav", audio.sample_rate)
     wrong = score_heard(right, wave, free.mel_of, audio.sample_rate, audio.hop_length)
     itself = score_heard(right, load_audio(free.sentences[0].path, audio.sample_rate), free.mel_of, 22050, 256)
     assert itself.distance == 0.0 and itself.duration_ratio == 1.0 and itself.vuv_agreement == 1.0

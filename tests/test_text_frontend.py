@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 
-import trainer_core
 from trainer_core.models.espeak_library import load_espeak_library
 from trainer_core.models.text_frontend import (
     EspeakError,

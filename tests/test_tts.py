@@ -285,7 +285,6 @@ def test_torch_griffin_lim_is_as_close_to_real_speech_as_librosas() -> None:
 
     import librosa
 
-    import trainer_core
     from trainer_core.models.vocoder import mel_power
 
     audio = AudioSection()

@@ -15,7 +15,7 @@ import pytest
 import torch
 from conftest import TRAINER_CORE
 from test_text_data import _write_docs
-from test_voice_dataset import DEMO_VOICE, encode, features_of_lengths, varied_lengths
+from test_voice_dataset import TEST_VOICE, encode, features_of_lengths, varied_lengths
 
 from trainer_core.data.text import TextCorpus
 from trainer_core.data.validation_split import VAL_ITEM_COST, held_out_count, validation_share
@@ -84,7 +84,7 @@ def test_share_estimate_follows_items_and_interval() -> None:
 
 
 def dry_run(*sets: str, config: Path) -> dict:
-    argv = [*TRAINER_CORE, "train", "--profile", "demo", "--dry-run", "--json", "--data", str(DEMO_VOICE)]
+    argv = [*TRAINER_CORE, "train", "--profile", "demo", "--dry-run", "--json", "--data", str(TEST_VOICE)]
     argv += [arg for s in sets for arg in ("--set", s)]
     env = {**os.environ, "VEGA_CONFIG_DIR": str(config)}
     done = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)

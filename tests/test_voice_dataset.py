@@ -8,14 +8,13 @@ from pathlib import Path
 import pytest
 import torch
 
-import trainer_core
 from trainer_core.contract.errors import DataError
 from trainer_core.contract.profile import AudioSection, Profile
 from trainer_core.data.preload import VoiceFeatures, preload_voice
 from trainer_core.data.scan import scan_data
 from trainer_core.data.voice_dataset import VoiceDataset, split_items
 
-DEMO_VOICE = Path(__file__).parent / "fixtures" / "voice"
+TEST_VOICE = Path(__file__).parent / "fixtures" / "voice"
 N_MELS = 8
 
 
@@ -138,7 +137,7 @@ def test_validation_batches_are_sorted_by_length_and_cover_the_held_out_items(da
 def test_demo_corpus_batches_hold_the_real_mels_and_texts(tmp_path: Path) -> None:
     profile = Profile()
     profile.data.cache_dir = tmp_path / "cache"
-    features = preload_voice(scan_data(DEMO_VOICE, "voice"), profile, "cpu", "ram")
+    features = preload_voice(scan_data(TEST_VOICE, "voice"), profile, "cpu", "ram")
     data = VoiceDataset(features, encode, profile.data.val_fraction, profile.run.seed, bucket_size=8)
     assert (data.train_items(), data.val_items()) == (38, 2)
     order = data.epoch_order(0)

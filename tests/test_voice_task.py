@@ -20,12 +20,12 @@ from trainer_core.models.tts import config_from_dict
 from trainer_core.models.voice_task import VoiceTask
 
 DEMO = Path(trainer_core.__file__).parent / "demo"
-DEMO_VOICE = Path(__file__).parent / "fixtures" / "voice"
+TEST_VOICE = Path(__file__).parent / "fixtures" / "voice"
 TRAIN_STEPS = 60
 SENTENCES = ["Hi.", "This sentence is a good deal longer than the first one, so it takes longer to say."]
 
 
-def _profile(cache: Path, data_path: Path = DEMO_VOICE, **sections: dict) -> Profile:
+def _profile(cache: Path, data_path: Path = TEST_VOICE, **sections: dict) -> Profile:
     base: dict[str, dict] = {
         "run": {"seed": 5},
         "data": {"path": str(data_path), "mode": "voice", "val_fraction": 0.1, "cache_dir": str(cache)},
@@ -58,7 +58,7 @@ def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def built(cache_dir: Path) -> tuple[VoiceTask, list[dict]]:
     events: list[dict] = []
-    task = build_task(_profile(cache_dir, model={"kind": "auto"}), DEMO_VOICE, "cpu", progress=events.append)
+    task = build_task(_profile(cache_dir, model={"kind": "auto"}), TEST_VOICE, "cpu", progress=events.append)
     assert isinstance(task, VoiceTask)
     return task, events
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import DEMO_VOICE, of_type, tiny_voice_profile
+from conftest import TEST_VOICE, of_type, tiny_voice_profile
 from PIL import Image
 from rich.console import Console
 from test_app_run import DashApp, plain, settled, wait_until
@@ -120,12 +120,12 @@ def voice_task(tmp_path_factory: pytest.TempPathFactory, one_torch_thread: None)
     cache = tmp_path_factory.mktemp("view-cache")
     tiny = Profile(
         run={"seed": 5},
-        data={"path": str(DEMO_VOICE), "mode": "voice", "val_fraction": 0.2, "cache_dir": str(cache)},
+        data={"path": str(TEST_VOICE), "mode": "voice", "val_fraction": 0.2, "cache_dir": str(cache)},
         model={"kind": "tts", "hidden": 32, "encoder_layers": 1, "decoder_layers": 1, "heads": 2, "ffn_mult": 2},
         tts={"text_units": "chars", "griffin_lim_iters": 4},
         sample={"sentences": ["Hi."]},
     )
-    task = build_task(tiny, DEMO_VOICE, "cpu")
+    task = build_task(tiny, TEST_VOICE, "cpu")
     assert isinstance(task, VoiceTask)
     return task
 

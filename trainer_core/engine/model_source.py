@@ -104,7 +104,8 @@ def _from_checkpoint(file: SourceFile) -> ModelSource:
     kind = profile_kind(profile, data_mode) or _kind_from_weights(weights)
     audio = profile.get("audio")
     extra = state.get("extra") or {}
-    names = extra.get("speaker_names") if isinstance(extra, dict) else None
+    model_config = extra.get("model_config") if isinstance(extra, dict) else None
+    names = model_config.get("speaker_names") if isinstance(model_config, dict) else None
     return _source(
         file,
         weights,
