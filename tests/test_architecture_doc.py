@@ -43,7 +43,7 @@ def test_every_run_folder_name_is_in_the_layout_table() -> None:
     table = DOC.read_text(encoding="utf-8").partition("## The run folder")[2].partition("## Package layout")[0]
     names = [
         getattr(rundir, n)
-        for n in ("EVENTS", "PROFILE", "SESSION", "LOG", "SOCKET", "CHECKPOINTS", "SAMPLES", "EXPORT", "REPORT")
+        for n in ("EVENTS", "PROFILE", "SESSION", "LOG", "SOCKET", "CHECKPOINTS", "SAMPLES", "EXPORT", "REPORT", "ONNX")
     ]
     assert not [n for n in names if n not in table]
 

@@ -34,6 +34,10 @@ LIGHT_MODULES = [
     "trainer_core.cli.control_wait",
     "trainer_core.contract.errors",
     "trainer_core.contract.rundir",
+    # Speaking an ONNX voice (`synth --onnx`): onnxruntime and numpy only.
+    "trainer_core.cli.synth_cmd",
+    "trainer_core.models.onnx_voice",
+    "trainer_core.models.griffin_lim_numpy",
 ]
 
 

@@ -7,7 +7,7 @@ imported, so a cold call is quick.
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -33,10 +33,17 @@ class Synthesiser:
     tts: TtsSection
     data: DataSection | None = None  # the run's data settings; an export does not carry them
     vocoder: MelVocoder | None = None  # None: Griffin-Lim with the profile's iterations
+    speakers: list[str] = field(default_factory=list)  # a multi-speaker voice's names, id = position; else empty
 
     @property
     def model_device(self) -> str:
         return str(next(self.model.parameters()).device)
+
+    def speak_to_wav(
+        self, text: str, out: Path, length_scale: float | None = None, iters: int | None = None
+    ) -> dict[str, Any]:
+        """Speak `text` into `out`; return what was written (`synthesise_to_wav`)."""
+        return synthesise_to_wav(self, text, out, length_scale, iters)
 
 
 def _strip_wrappers(state: dict[str, Any]) -> dict[str, Any]:
@@ -69,7 +76,8 @@ def load_from_checkpoint(path: Path, device: str = "cpu") -> Synthesiser:
     weights = _strip_wrappers(state.get("model") or {})
     if "text_symbols" not in weights:
         raise VegaError(
-            f"checkpoint {path} is not a TTS model (no text vocabulary in it); synth and evaluate need a voice run"
+            f"checkpoint {path} is not a TTS model (no text vocabulary in it); synth, evaluate and export --onnx "
+            "need a voice run"
         )
     profile = _profile_from_checkpoint(state, path)
     codes = [int(c) for c in weights["text_symbols"].tolist()]
@@ -97,7 +105,7 @@ def load_from_export(folder: Path, device: str = "cpu") -> Synthesiser:
     config = document.get("model") or {}
     if config.get("kind") != "tts":
         kind = config.get("kind", "unknown")
-        raise VegaError(f"{folder} holds a {kind!r} model, not a TTS voice; synth and evaluate need one")
+        raise VegaError(f"{folder} holds a {kind!r} model, not a TTS voice; synth, evaluate and export --onnx need one")
     encoder = TextEncoder.from_state(config.get("text") or {})
     model = AcousticModel(config_from_dict(config), encoder.symbol_codes(), encoder.units == "phonemes")
     check_model_compatible(model, weights)

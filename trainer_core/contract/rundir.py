@@ -19,6 +19,7 @@ SOCKET = "control.sock"
 CHECKPOINTS = "checkpoints"
 SAMPLES = "samples"
 EXPORT = "export"
+ONNX = "onnx"  # `trainer-core export --onnx RUN` writes here by default
 REPORT = "report.png"
 
 
