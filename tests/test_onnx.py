@@ -21,6 +21,7 @@ import pytest
 import soundfile
 import torch
 from conftest import DEMO_VOICE, run_cli, tiny_voice_profile
+from test_speakers import copy_wav, demo_rows, speaker_of
 
 from trainer_core.cli import main
 from trainer_core.cli.evaluate_cmd import load_voice
@@ -218,10 +219,64 @@ def test_without_the_onnx_extra_both_commands_say_what_to_install(runs: Runs, ex
 
 def test_a_single_speaker_voice_refuses_a_speaker_name(exported) -> None:
     voice = OnnxVoice.load(exported[1])
+    assert voice.speaker_id(None) == 0 and [i.name for i in voice.acoustic.get_inputs()] == ["ids", "length_scale"]
     with pytest.raises(VegaError, match="has one speaker"):
-        voice.choose_speaker("alice")
+        voice.speaker_id("alice")
     with pytest.raises(VegaError, match="nothing to say"):
         voice.speak_to_wav("   ", Path("never.wav"))
+
+
+@pytest.fixture(scope="module")
+def multi_speaker(runs: Runs, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A tiny voice trained on the demo corpus split into two speakers (a speaker column), and its ONNX export."""
+    root = tmp_path_factory.mktemp("onnx-speakers")
+    lines = []
+    for item_id, text, _ in demo_rows():
+        copy_wav(item_id, root / "data" / "wavs")
+        lines.append(f"{item_id}|{speaker_of(item_id)}|{text}")
+    (root / "data" / "metadata.csv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (root / "voice.toml").write_text(tiny_voice_profile("onnx-multi", 4, 4, ["Hello."]), encoding="utf-8")
+    argv = [
+        "train",
+        "--profile",
+        str(root / "voice.toml"),
+        "--data",
+        str(root / "data"),
+        "--run-dir",
+        str(root / "run"),
+    ]
+    done = run_cli(runs.env, *argv)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert main(["export", "--onnx", str(root / "run")]) == 0
+    return root / "run", root / "run" / "onnx"
+
+
+def test_a_multi_speaker_voice_takes_a_speaker_input_and_speaks_as_each(
+    runs: Runs, multi_speaker: tuple[Path, Path], tmp_path: Path
+) -> None:
+    run, folder = multi_speaker
+    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    assert config["speakers"] == ["gb", "us"] and "speaker" in config["acoustic"]["inputs"]
+    voice = OnnxVoice.load(folder)
+    assert [i.name for i in voice.acoustic.get_inputs()] == ["ids", "length_scale", "speaker"]
+    synth, _ = load_voice(run, "cpu")
+    ids = voice.encoder.encode("Hello there, speakers.")
+    mels = {}
+    for name in ("gb", "us"):
+        mels[name], _ = voice.mel(ids, 1.0, voice.speaker_id(name))
+        expected = synth.model.synthesise(ids, 1.0, synth.speaker_id(name)).numpy()
+        assert mels[name].shape == expected.shape and np.abs(mels[name] - expected).max() < TOLERANCE
+    assert mels["gb"].shape != mels["us"].shape or not np.array_equal(mels["gb"], mels["us"])
+
+    out = tmp_path / "us.wav"
+    argv = ["synth", "--onnx", str(folder), "--speaker", "us", "--text", "Hello.", "--out", str(out)]
+    done = subprocess.run([sys.executable, "-c", WITHOUT_TORCH, *argv], capture_output=True, text=True, env=runs.env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "speaker us" in done.stdout
+    _wav(out)
+    argv[4] = "zz"
+    done = subprocess.run([sys.executable, "-c", WITHOUT_TORCH, *argv], capture_output=True, text=True, env=runs.env)
+    assert done.returncode == 2 and "--speaker 'zz'" in done.stderr and "gb, us" in done.stderr
 
 
 @pytest.mark.parametrize(("n_fft", "hop", "win"), [(1024, 256, 1024), (512, 128, 400), (63, 16, 50), (64, 40, 64)])

@@ -84,6 +84,8 @@ class TrainPlan:
                 "skipped": len(self.data.problems),
                 "hours": self.data.voice.hours_usable,
                 "problems": [pr.to_dict() for pr in self.data.problems],
+                "speaker_mode": self.data.voice.speaker_mode,
+                "speakers": {name: vars(f) for name, f in self.data.voice.speakers.items()},
             },
             "model": {
                 "kind": model_kind(p, self.data.mode),
@@ -359,6 +361,7 @@ def make_plan(
         max_duration_s=profile.data.max_duration_s,
         workers=max(1, profile.data.num_workers),
         cache_folder=scan_cache_folder(profile.data.cache_dir),
+        speakers=profile.data.speakers,
     )
     target = run_dir if run_dir is not None else rundir.propose_run_dir(profile.run.runs_dir, profile.run.name)
     if resume is not None and resume != "auto" and run_dir is None:
@@ -427,6 +430,14 @@ def _size_of_run(profile: Profile, run_dir: Path) -> Profile:
     return profile.model_copy(update={"model": model, "train": profile.train.model_copy(update={"lr": lr})})
 
 
+def speakers_row(data: dict[str, Any]) -> str:
+    """The plan's speakers row: how many, how they were read, each one's clips and minutes."""
+    listing = ", ".join(
+        f"{name} {f['clips']} clips / {f['hours'] * 60:.1f} min" for name, f in data["speakers"].items()
+    )
+    return f"{len(data['speakers'])} ({data['speaker_mode']}): {listing}"
+
+
 def validation_text(v: ValidationPlan) -> str:
     """One line: items, those the cap left out, and the estimated share of wall time."""
     capped = f" ({v.capped} more capped away by data.val_max_items = {v.max_items})" if v.capped else ""
@@ -451,6 +462,8 @@ def render_plan(plan: TrainPlan) -> None:
     table.add_row("device", f"{d['device']['device']}  — {d['device']['reason']}")
     table.add_row("data", f"{d['data']['path']}  [{d['data']['mode']}] — {d['data']['reason']}")
     table.add_row("usable", f"{d['data']['usable']} items, {d['data']['hours']:.3f} h; {d['data']['skipped']} skipped")
+    if d["data"]["speakers"]:
+        table.add_row("speakers", speakers_row(d["data"]))
     m = d["model"]
     table.add_row("model", describe_model(m))
     if m["size"]:

@@ -180,8 +180,8 @@ class Ema:
 
 @dataclass(frozen=True, slots=True)
 class Marker:
-    """A notable moment on the charts' step axis: kind is "oom", "nonfinite", "checkpoint", "best" or "passed"
-    (the validation metric first beat the reference)."""
+    """A notable moment on the charts' step axis: kind is "oom", "nonfinite", "checkpoint", "best", "passed"
+    (the validation metric first beat the reference) or "early_stop" (train.early_stopping_patience ended the run)."""
 
     kind: str
     step: int
@@ -294,6 +294,8 @@ class RunState:
     last_checkpoint_t: float = 0.0
     last_checkpoint_path: str = ""
     best_step: int | None = None
+    # The step where train.early_stopping_patience ended the run (the finished event's summary), else None.
+    early_stopped_step: int | None = None
     # The latest free-running evaluation (voice runs): its summary, and the vocoder's floor distance.
     free_running: dict[str, Any] | None = None
     free_running_floor: float | None = None

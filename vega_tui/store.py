@@ -216,6 +216,7 @@ class RunStore:
             self._log("info", "hello", f"trainer restarted (pid {e.pid}){' resuming' if e.resumed else ''}", e.t)
         # A new trainer in the same folder (a resume) starts a new life: clear the previous ending.
         state.status, state.finished, state.crash_log = "starting", None, []
+        state.early_stopped_step = None
         state.started_t = state.started_t if state.started_t is not None else e.t
         state.pid, state.host, state.world_size = e.pid, e.host, e.world_size
         state.profile_path, state.resumed = e.profile_path, e.resumed
@@ -241,7 +242,9 @@ class RunStore:
         state.data_mode = e.data_mode
         state.data_scan = {"usable": e.usable, "skipped": e.skipped, "hours": e.total_hours, "reason": e.reason}
         hours = f", {e.total_hours:.2f} h" if e.total_hours else ""
-        self._log("info", "data_scan", f"data: {e.data_mode}, {e.usable} usable, {e.skipped} skipped{hours}", e.t)
+        speakers = f", {len(e.speakers)} speakers" if e.speakers else ""
+        text = f"data: {e.data_mode}, {e.usable} usable, {e.skipped} skipped{hours}{speakers}"
+        self._log("info", "data_scan", text, e.t)
 
     def _on_preload_progress(self, e: PreloadProgressEvent) -> None:
         self.state.preload = (e.done, e.total)
@@ -572,8 +575,32 @@ class RunStore:
         best = e.summary.get("best_val_loss")
         if isinstance(best, (int, float)) and state.best_val_loss is None:
             state.best_val_loss = float(best)
+        self._note_best_from_summary(e.summary.get("best_step"))
         level = {"completed": "info", "stopped": "warning"}.get(e.status, "error")
         self._log(level, "finished", f"run {e.status} at step {e.step} after {e.seconds:.1f} s", e.t)
+        if e.summary.get("early_stopped") is True:
+            self._note_early_stop(e)
+
+    def _note_best_from_summary(self, step: Any) -> None:
+        """The summary's best step marks its checkpoint row when no best_model event did (e.g. a lost line)."""
+        state = self.state
+        if not isinstance(step, int) or any(row.best for row in state.checkpoints.values()):
+            return
+        row = state.checkpoints.get(step)
+        if row is not None:
+            row.best = True
+            state.best_step = step
+
+    def _note_early_stop(self, e: FinishedEvent) -> None:
+        """Early stopping ended the run: a chart marker at the last step and a log line naming the best step."""
+        state = self.state
+        state.early_stopped_step = e.step
+        best = e.summary.get("best_step")
+        best_text = f"; the best checkpoint is step {best}" if isinstance(best, int) else ""
+        why = "validation stopped improving (train.early_stopping_patience)"
+        text = f"stopped early at step {e.step}: {why}{best_text}"
+        self._mark("early_stop", e.step, e.t, text)
+        self._log("info", "finished", text, e.t)
 
 
 def group_losses_text(state: RunState) -> str:

@@ -18,7 +18,7 @@ from trainer_core.cli.common import print_json
 from trainer_core.contract.units import format_bytes
 
 if TYPE_CHECKING:
-    from trainer_core.data.scan_report import DataReport, Problem
+    from trainer_core.data.scan_report import DataReport, Problem, SpeakerFigures
 
 # Rows shown in the problems table; the rest are counted (all of them are in --json).
 MAX_PROBLEM_ROWS = 50
@@ -34,6 +34,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--data-mode", "--mode", dest="data_mode", choices=["auto", "voice", "text"], default="auto",
         help="data mode (default: auto); --mode is the older spelling",
+    )  # fmt: skip
+    parser.add_argument(
+        "--speakers", choices=["auto", "column", "folders", "none"], default="auto",
+        help="how clips get their speaker, as data.speakers (default: auto)",
     )  # fmt: skip
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--items", action="store_true", help="with --json: include every usable item")
@@ -57,7 +61,13 @@ def run(args: argparse.Namespace) -> int:
 
     cache = None if args.no_cache else scan_cache_folder(args.cache_dir)
     report = scan_data(
-        args.path, args.data_mode, args.min_duration, args.max_duration, workers=args.workers, cache_folder=cache
+        args.path,
+        args.data_mode,
+        args.min_duration,
+        args.max_duration,
+        workers=args.workers,
+        cache_folder=cache,
+        speakers=args.speakers,
     )
     if args.json:
         print_json(report.to_dict(include_items=args.items))
@@ -92,7 +102,16 @@ def _voice_rows(report: DataReport) -> list[tuple[str, str]]:
         ("sample rates", _histogram_text(v.sample_rates, " Hz")),
         ("channels", _histogram_text(v.channels)),
         ("transcript characters", f"{v.transcript_chars} ({len(v.charset)} distinct)"),
+        ("speakers", speakers_text(v.speakers, v.speaker_reason)),
     ]
+
+
+def speakers_text(speakers: dict[str, SpeakerFigures], reason: str) -> str:
+    """'2 — alice 20 clips, 0.4 min · bob …' (and how they were read), or 'one' for single-speaker data."""
+    if not speakers:
+        return f"one ({reason})" if reason else "one"
+    listing = " · ".join(f"{name} {f.clips} clips, {f.hours * 60:.1f} min" for name, f in speakers.items())
+    return f"{len(speakers)} — {listing} ({reason})"
 
 
 def _text_rows(report: DataReport) -> list[tuple[str, str]]:

@@ -7,12 +7,15 @@
 The sentences are the folder's held-out split (the same rule training uses, by item id, so a run's own data
 folder gives its validation sentences), spread over their lengths; `--all` scores every item. Two runs
 evaluated on the same folder are scored on the same sentences. Each score is printed beside the floor: the
-recordings re-synthesised through the same vocoder.
+recordings re-synthesised through the same vocoder. A voice with several speakers says each sentence as the
+speaker of its recording (read by the run's data.speakers); a speaker the voice does not know is spoken by its
+first speaker, and a note says how many were.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -82,7 +85,10 @@ def choose_sentences(synth: Synthesiser, items: list[VoiceItem], count: int | No
     from trainer_core.data.voice_dataset import split_items
     from trainer_core.models.free_running import HeldOutSentence, pick_sentences
 
-    sentences = [HeldOutSentence(i.item_id, i.text, i.path) for i in items if synth.encoder.encode(i.text)]
+    ids = {name: number for number, name in enumerate(synth.speaker_names)}
+    sentences = [
+        HeldOutSentence(i.item_id, i.text, i.path, ids.get(i.speaker)) for i in items if synth.encoder.encode(i.text)
+    ]
     if every:
         return sentences
     data = synth.data or DataSection()
@@ -103,11 +109,12 @@ def run(args: argparse.Namespace) -> int:
     if args.items is not None and args.items < 1:
         raise VegaError(f"--items must be at least 1, got {args.items}")
     synth, path = load_voice(args.source, _check_device(args.device))
-    report = scan_data(args.data, mode="voice")
+    report = scan_data(args.data, mode="voice", speakers=synth.data.speakers if synth.data else "auto")
     items = [item for item in report.items if isinstance(item, VoiceItem)]
     sentences: list[HeldOutSentence] = choose_sentences(synth, items, args.items, args.all)
     if not sentences:
         raise VegaError(f"{args.data}: no transcript has a symbol this voice knows; nothing to evaluate")
+    _note_unknown_speakers(synth, sentences, items)
     vocoder = load_vocoder(args.vocoder, synth.audio, synth.model_device, synth.tts.griffin_lim_iters)
     free = FreeRunning(sentences, synth.audio, synth.tts, vocoder=vocoder if vocoder.trained else None)
     result = evaluate_free_running(free, synth.model, synth.encoder)
@@ -121,6 +128,20 @@ def run(args: argparse.Namespace) -> int:
     }
     print_json(out) if args.json else print_table(out)
     return 0
+
+
+def _note_unknown_speakers(synth: Synthesiser, sentences: list[HeldOutSentence], items: list[VoiceItem]) -> None:
+    """A multi-speaker voice hears recordings of speakers it was not trained on with its first speaker: say so."""
+    if len(synth.speaker_names) < 2:
+        return
+    speaker_of = {item.path: item.speaker for item in items}
+    unknown = sorted({speaker_of[s.path] or "(none)" for s in sentences if s.speaker is None})
+    if unknown:
+        print(
+            f"note: speakers this voice does not know ({', '.join(unknown)}) are spoken by its first speaker, "
+            f"{synth.speaker_names[0]}",
+            file=sys.stderr,
+        )
 
 
 def print_table(out: dict[str, Any]) -> None:

@@ -56,12 +56,13 @@ def speak_lines(
 ) -> list[dict[str, Any]]:
     """Speak each line into the out folder; one index row per line (with `error` set where it failed)."""
     width = max(4, len(str(lines[-1][0])))
+    speaker = getattr(args, "speaker", None)  # callers other than the CLI may leave it out
     rows = []
     for number, text in lines:
         name = f"{number:0{width}d}.wav"
         row: dict[str, Any] = {"line": number, "file": name, "text": text, "seconds": None, "error": None}
         try:
-            done = synth.speak_to_wav(text, args.out_dir / name, args.length_scale, args.griffin_lim_iters)
+            done = synth.speak_to_wav(text, args.out_dir / name, args.length_scale, args.griffin_lim_iters, speaker)
             row["seconds"] = round(done["seconds"], 4)
         except VegaError as exc:
             row["file"], row["error"] = None, str(exc)

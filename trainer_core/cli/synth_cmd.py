@@ -3,6 +3,7 @@
     trainer-core synth --checkpoint runs/demo-…/checkpoints/step-00000200.pt --text "Hello." --out hello.wav
     trainer-core synth --export runs/demo-…/export --text "Hello." --out hello.wav --length-scale 1.2
     trainer-core synth --checkpoint C --text-file lines.txt --out-dir spoken/   # one wav per line + index
+    trainer-core synth --export runs/multi-…/export --speaker alice --text "Hello." --out alice.wav
     trainer-core synth --onnx runs/demo-…/onnx --text "Hello." --out hello.wav   # onnxruntime, no torch
 
 A checkpoint carries the weights (with the text vocabulary in the model's `text_symbols` buffer) and
@@ -102,6 +103,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="\"griffin-lim\", or a trained vocoder's run folder, checkpoint or export (default: the profile's "
         "tts.vocoder); it must have been trained on the voice's audio features",
     )
+    parser.add_argument(
+        "--speaker",
+        metavar="NAME",
+        help="a voice trained on several speakers: who speaks (default: the first; an unknown name lists them)",
+    )
     parser.add_argument("--device", default=None, help="torch device to run the model on (default: cpu)")
     parser.add_argument("--json", action="store_true", help="print what was written as JSON")
     parser.set_defaults(handler=run)
@@ -168,7 +174,7 @@ def _load_onnx(args: argparse.Namespace) -> OnnxVoice:
             "export again with trainer-core export --onnx SOURCE --vocoder V"
         )
     voice = OnnxVoice.load(args.onnx)
-    voice.choose_speaker(getattr(args, "speaker", None))  # --speaker, where synth has it (multi-speaker voices)
+    voice.speaker_id(args.speaker)  # an unknown name fails before any audio is made
     return voice
 
 
@@ -178,7 +184,8 @@ def run(args: argparse.Namespace) -> int:
         voice = _load_onnx(args)
         if lines is not None:
             return _speak_lines(voice, lines, args)
-        return _report(voice.speak_to_wav(args.text, args.out, args.length_scale, args.griffin_lim_iters), args)
+        result = voice.speak_to_wav(args.text, args.out, args.length_scale, args.griffin_lim_iters, args.speaker)
+        return _report(result, args)
     from trainer_core.models.mel_vocoders import load_vocoder
 
     device = _check_device(args.device or "cpu")
@@ -186,6 +193,7 @@ def run(args: argparse.Namespace) -> int:
         synth = load_from_checkpoint(args.checkpoint, device)
     else:
         synth = load_from_export(args.export, device)
+    synth.speaker_id(args.speaker)  # an unknown name fails before any audio is made
     synth.vocoder = load_vocoder(
         args.vocoder if args.vocoder is not None else synth.tts.vocoder,
         synth.audio,
@@ -194,12 +202,14 @@ def run(args: argparse.Namespace) -> int:
     )
     if lines is not None:
         return _speak_lines(synth, lines, args)
-    return _report(synthesise_to_wav(synth, args.text, args.out, args.length_scale, args.griffin_lim_iters), args)
+    result = synthesise_to_wav(synth, args.text, args.out, args.length_scale, args.griffin_lim_iters, args.speaker)
+    return _report(result, args)
 
 
 def _report(result: dict[str, Any], args: argparse.Namespace) -> int:
     if args.json:
         print_json(result)
     else:
-        print(f"wrote {result['out']} ({result['seconds']:.2f} s at {result['sample_rate']} Hz)")
+        who = f", speaker {result['speaker']}" if result["speaker"] else ""
+        print(f"wrote {result['out']} ({result['seconds']:.2f} s at {result['sample_rate']} Hz{who})")
     return 0

@@ -7,7 +7,7 @@ imported, so a cold call is quick.
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -33,17 +33,37 @@ class Synthesiser:
     tts: TtsSection
     data: DataSection | None = None  # the run's data settings; an export does not carry them
     vocoder: MelVocoder | None = None  # None: Griffin-Lim with the profile's iterations
-    speakers: list[str] = field(default_factory=list)  # a multi-speaker voice's names, id = position; else empty
 
     @property
     def model_device(self) -> str:
         return str(next(self.model.parameters()).device)
 
+    @property
+    def speaker_names(self) -> list[str]:
+        """The voice's speakers in id order (empty for a single-speaker voice without a name)."""
+        return list(self.model.config.speaker_names)
+
+    def speaker_id(self, name: str | None) -> int | None:
+        """The id of speaker `name` (None: the voice's first speaker); a clear error for a name it does not know."""
+        if name is None:
+            return None
+        names = self.speaker_names
+        if name in names:
+            return names.index(name)
+        if not names:
+            raise VegaError(f"--speaker {name!r}: this voice was trained on one speaker and has no speaker names")
+        raise VegaError(f"--speaker {name!r}: this voice knows {len(names)} speaker(s): {', '.join(names)}")
+
     def speak_to_wav(
-        self, text: str, out: Path, length_scale: float | None = None, iters: int | None = None
+        self,
+        text: str,
+        out: Path,
+        length_scale: float | None = None,
+        iters: int | None = None,
+        speaker: str | None = None,
     ) -> dict[str, Any]:
-        """Speak `text` into `out`; return what was written (`synthesise_to_wav`)."""
-        return synthesise_to_wav(self, text, out, length_scale, iters)
+        """Speak `text` into `out` as `speaker` (a name; None: the first); return what was written."""
+        return synthesise_to_wav(self, text, out, length_scale, iters, speaker)
 
 
 def _strip_wrappers(state: dict[str, Any]) -> dict[str, Any]:
@@ -66,6 +86,18 @@ def _profile_from_checkpoint(state: dict[str, Any], path: Path):
     return load_profile_dict(data, base_dir=path.parent, source=f"{path} (profile_toml)")
 
 
+def _checkpoint_speaker_names(state: dict[str, Any], weights: dict[str, Any], path: Path) -> list[str]:
+    """The speaker names a checkpoint's model config holds (extra["model_config"]["speaker_names"])."""
+    config = (state.get("extra") or {}).get("model_config") or {}
+    names = [str(name) for name in config.get("speaker_names") or []]
+    if "speaker_embedding.weight" in weights and len(names) != len(weights["speaker_embedding.weight"]):
+        raise VegaError(
+            f"checkpoint {path} has a speaker embedding but {len(names)} speaker name(s) for its "
+            f"{len(weights['speaker_embedding.weight'])} rows; use another checkpoint or the run's export"
+        )
+    return names
+
+
 def load_from_checkpoint(path: Path, device: str = "cpu") -> Synthesiser:
     """Rebuild the model and text encoder from a training checkpoint (loaded weights-only)."""
     from trainer_core.engine.checkpoint import check_model_compatible, load_checkpoint
@@ -80,12 +112,13 @@ def load_from_checkpoint(path: Path, device: str = "cpu") -> Synthesiser:
             "need a voice run"
         )
     profile = _profile_from_checkpoint(state, path)
+    names = _checkpoint_speaker_names(state, weights, path)
     codes = [int(c) for c in weights["text_symbols"].tolist()]
     phonemes = "text_phonemes" in weights and int(weights["text_phonemes"]) == 1
     t = profile.tts
     units: TextUnits = "phonemes" if phonemes else "chars"
     encoder = TextEncoder.from_symbol_codes(codes, units, t.lowercase, t.espeak_voice, t.espeak_backend)
-    model = AcousticModel(TtsConfig.from_profile(profile, len(codes)), codes, phonemes)
+    model = AcousticModel(TtsConfig.from_profile(profile, len(codes), names), codes, phonemes)
     check_model_compatible(model, weights)
     model.load_state_dict(weights)
     return Synthesiser(model.to(device).eval(), encoder, profile.audio, profile.tts, profile.data)
@@ -120,15 +153,21 @@ def load_from_export(folder: Path, device: str = "cpu") -> Synthesiser:
 
 
 def synthesise_to_wav(
-    synth: Synthesiser, text: str, out: Path, length_scale: float | None = None, iters: int | None = None
+    synth: Synthesiser,
+    text: str,
+    out: Path,
+    length_scale: float | None = None,
+    iters: int | None = None,
+    speaker: str | None = None,
 ) -> dict[str, Any]:
-    """Speak `text` into `out`; return what was written."""
+    """Speak `text` into `out` (in the voice of `speaker`, a name; None: the first); return what was written."""
     from trainer_core.models.vocoder import mel_to_audio, write_wav
 
     ids = synth.encoder.encode(text)
     if not ids:
         raise VegaError(f"nothing to say: {text!r} has no symbols after normalisation")
-    mel = synth.model.synthesise(ids, length_scale or synth.tts.length_scale)
+    speaker_id = synth.speaker_id(speaker)
+    mel = synth.model.synthesise(ids, length_scale or synth.tts.length_scale, speaker_id)
     if synth.vocoder is not None:
         wave = synth.vocoder(mel)
     else:
@@ -141,4 +180,5 @@ def synthesise_to_wav(
         "sample_rate": rate,
         "frames": int(mel.shape[1]),
         "symbols": len(ids),
+        "speaker": synth.speaker_names[speaker_id or 0] if synth.speaker_names else None,
     }

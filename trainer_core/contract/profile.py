@@ -46,6 +46,11 @@ class DataSection(Section):
     cache_dir: Path | None = Field(default=None, description="Feature cache folder (default: the user cache folder).")
     num_workers: int = Field(default=2, ge=0, le=64, description="Parallel decode workers for preloading.")
     context_bytes: int = Field(default=256, ge=8, le=65536, description="Text mode: bytes per training sequence.")
+    speakers: Literal["auto", "column", "folders", "none"] = Field(
+        default="auto",
+        description="Voice: column (metadata.csv rows id|speaker|text), folders (DATA/<speaker>/...), none (one "
+        "speaker), or auto (column or folders when the data clearly has them, else none).",
+    )
 
     @model_validator(mode="after")
     def _durations_ordered(self) -> DataSection:

@@ -196,6 +196,9 @@ class DataScanEvent(Event):
     skipped: Count
     total_hours: Real | None = None
     problems: list[DataProblem] = Field(default_factory=list)
+    speakers: dict[str, Count] = Field(
+        default_factory=dict, description="usable clips per speaker (multi-speaker voice data; empty for one)"
+    )
 
 
 class PreloadProgressEvent(Event):

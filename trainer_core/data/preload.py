@@ -100,6 +100,7 @@ class VoiceFeatures:
     pitch_cache: FeatureCache | None = None  # set when the features include the pitch track
     pitches: list[torch.Tensor] | None = None  # (1, frames) log-F0 rows, ram mode with pitch only
     disk_reads: int = 0
+    speakers: list[str] = field(default_factory=list)  # each item's speaker name ("" for single-speaker data)
     _fallback_extractor: MelExtractor | None = field(default=None, repr=False)
 
     def __len__(self) -> int:
@@ -342,6 +343,7 @@ def _assemble(
         mels=[slots.mels[i] for i in kept] if slots.where == "ram" else None,
         pitch_cache=pitch_cache,
         pitches=[slots.pitches[i] for i in kept] if slots.where == "ram" and pitch_cache is not None else None,
+        speakers=[items[i].speaker for i in kept],
     )
 
 

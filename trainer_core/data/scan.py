@@ -35,12 +35,14 @@ from trainer_core.data.scan_report import (
     VoiceItem,
     VoiceSummary,
 )
+from trainer_core.data.speakers import SpeakerLayout, assign_speakers, decide_layout, speaker_figures
 from trainer_core.data.text_probe import TEXT_SUFFIXES, TextProbe, probe_text
 from trainer_core.data.transcripts import (
     METADATA_NAME,
     Transcript,
     TranscriptIndex,
-    parse_metadata,
+    index_rows,
+    read_metadata,
     sidecar_paths,
 )
 
@@ -161,6 +163,7 @@ def _voice_item(probe: AudioProbe, transcript: Transcript) -> VoiceItem:
         size_bytes=probe.size_bytes,
         item_id=probe.path.stem,
         transcript_source=transcript.source,
+        speaker=transcript.speaker,
     )
 
 
@@ -189,7 +192,9 @@ def _histogram(values: Iterable[object]) -> dict[str, int]:
     return {str(key): count for key, count in Counter(values).most_common()}
 
 
-def _voice_summary(inventory: Inventory, probes: list[AudioProbe], items: list[VoiceItem]) -> VoiceSummary:
+def _voice_summary(
+    inventory: Inventory, probes: list[AudioProbe], items: list[VoiceItem], layout: SpeakerLayout
+) -> VoiceSummary:
     headers = [probe.header for probe in probes if probe.header is not None]
     durations = [item.duration_s for item in items]
     transcripts = "".join(item.text for item in items)
@@ -210,16 +215,23 @@ def _voice_summary(inventory: Inventory, probes: list[AudioProbe], items: list[V
         channels=_histogram(h.channels for h in headers),
         transcript_chars=len(transcripts),
         charset="".join(sorted(set(transcripts))),
+        speaker_mode=layout.mode,
+        speaker_reason=layout.reason,
+        speakers=speaker_figures(items),
     )
 
 
-def _transcript_index(inventory: Inventory) -> TranscriptIndex:
+def _transcript_index(inventory: Inventory, speakers: str) -> tuple[TranscriptIndex, SpeakerLayout]:
+    """The transcript of every audio file; the tables' columns are read once the speaker layout is known."""
     suffixes = all_audio_suffixes()
-    tables = [parse_metadata(path, suffixes) for path in inventory.metadata]
+    tables = [read_metadata(path) for path in inventory.metadata]
+    layout = decide_layout(speakers, tables, inventory.root, inventory.audio)
+    for table in tables:
+        index_rows(table, suffixes, speaker_column=layout.mode == "column")
     index = TranscriptIndex(tables, inventory.root)
     for audio in inventory.audio + inventory.unsupported_audio:
         index.note_audio_stem(audio)
-    return index
+    return index, layout
 
 
 def _probe_all(
@@ -254,24 +266,27 @@ def _probe_all(
 
 
 def scan_voice(
-    inventory: Inventory, limits: DurationLimits, workers: int, cache_folder: Path | None = None
+    inventory: Inventory, limits: DurationLimits, workers: int, cache_folder: Path | None = None, speakers: str = "auto"
 ) -> VoiceScan:
-    """Probe every audio file in parallel and pair usable ones with their transcripts.
+    """Probe every audio file in parallel and pair usable ones with their transcripts and speakers.
 
     `cache_folder`: where the data-scan cache lives (data.scan_cache); None probes every file afresh.
+    `speakers`: data.speakers (trainer_core.data.speakers).
     """
-    index = _transcript_index(inventory)
+    index, layout = _transcript_index(inventory, speakers)
     transcripts = [index.lookup(audio) for audio in inventory.audio]
     cache = ScanCache(cache_folder, inventory.root) if cache_folder is not None and inventory.audio else None
     probes = _probe_all(list(zip(inventory.audio, transcripts, strict=True)), limits, workers, cache)
     items, file_problems = _select_items(probes, transcripts)
+    items, speaker_problems = assign_speakers(layout, items, inventory.root)
     problems = (
         index.table_problems()
         + [unsupported_problem(path) for path in inventory.unsupported_audio]
         + file_problems
+        + speaker_problems
         + index.missing_audio_problems()
     )
-    return VoiceScan(items, problems, _voice_summary(inventory, probes, items))
+    return VoiceScan(items, problems, _voice_summary(inventory, probes, items, layout))
 
 
 # ------------------------------------------------------------------------------------------------ text
@@ -332,6 +347,7 @@ VOICE_HINTS: dict[str, str] = {
     "empty": "re-export the files; they hold no audio",
     "silent": "check the recordings: they are silent",
     "clipped": "re-record or lower the gain: the recordings are clipped",
+    "missing_speaker": 'give every clip a speaker (id|speaker|text, or DATA/<speaker>/), or set data.speakers = "none"',
 }
 
 
@@ -434,10 +450,12 @@ def scan_data(
     max_duration_s: float = 20.0,
     workers: int = 2,
     cache_folder: Path | None = None,
+    speakers: str = "auto",
 ) -> DataReport:
     """Scan a data folder and decide its mode (auto: voice if usable audio with transcripts, else text).
 
     `cache_folder`: the data-scan cache's folder (data.scan_cache.scan_cache_folder); None reads every file.
+    `speakers`: how voice clips get their speakers (data.speakers: auto, column, folders or none).
     Raises DataError when the folder is missing or empty, or when nothing usable is found for the mode.
     """
     _check_arguments(mode, min_duration_s, max_duration_s)
@@ -450,7 +468,8 @@ def scan_data(
         )
     voice: VoiceScan | None = None
     if mode != "text":
-        voice = scan_voice(inventory, DurationLimits(min_duration_s, max_duration_s), workers, cache_folder)
+        limits = DurationLimits(min_duration_s, max_duration_s)
+        voice = scan_voice(inventory, limits, workers, cache_folder, speakers)
         if voice.items:
             return _voice_report(root, mode, inventory, voice)
         if mode == "voice":

@@ -28,6 +28,7 @@ PROBLEM_LABELS: dict[str, str] = {
     "metadata_row": "bad metadata row",
     "missing_audio": "listed but no audio",
     "no_text": "no text",
+    "missing_speaker": "no speaker",
 }
 
 
@@ -57,6 +58,7 @@ class VoiceItem:
     size_bytes: int
     item_id: str
     transcript_source: str
+    speaker: str = ""  # "" for single-speaker data (data.speakers resolved to "none")
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -82,8 +84,20 @@ class TextItem:
 
 
 @dataclass
+class SpeakerFigures:
+    """One speaker's usable clips and hours."""
+
+    clips: int = 0
+    hours: float = 0.0
+
+
+@dataclass
 class VoiceSummary:
-    """Figures over the audio found. Histograms cover every file whose header could be read."""
+    """Figures over the audio found. Histograms cover every file whose header could be read.
+
+    `speaker_mode` is how speakers were read (column, folders or none: trainer_core.data.speakers) and why;
+    `speakers` holds each speaker's usable clips and hours (empty for single-speaker data).
+    """
 
     audio_files: int = 0
     usable: int = 0
@@ -101,6 +115,9 @@ class VoiceSummary:
     channels: dict[str, int] = field(default_factory=dict)
     transcript_chars: int = 0
     charset: str = ""
+    speaker_mode: str = "none"
+    speaker_reason: str = ""
+    speakers: dict[str, SpeakerFigures] = field(default_factory=dict)
 
 
 @dataclass

@@ -1,9 +1,10 @@
 """Transcripts for voice data: LJSpeech `metadata.csv` tables and `<stem>.txt` / `<stem>.lab` sidecars.
 
 A `metadata.csv` row is `id|text` or `id|text|normalized`; the normalized column wins when it is
-present and non-empty. Ids match audio files by stem anywhere under the table's folder, so a corpus
-converted from WAV to FLAC keeps its table. Problems (bad rows, duplicates, bad encoding) are
-collected with line numbers instead of raised: one bad row must not hide a whole corpus.
+present and non-empty. A table with a speaker column (`trainer_core.data.speakers` decides, by `data.speakers`)
+has rows `id|speaker|text` or `id|speaker|text|normalized`. Ids match audio files by stem anywhere under the
+table's folder, so a corpus converted from WAV to FLAC keeps its table. Problems (bad rows, duplicates, bad
+encoding) are collected with line numbers instead of raised: one bad row must not hide a whole corpus.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from trainer_core.data.scan_report import Problem
 METADATA_NAME = "metadata.csv"
 SIDECAR_SUFFIXES: tuple[str, ...] = (".txt", ".lab")
 UTF8_BOM = b"\xef\xbb\xbf"
+# A speaker name is a short token: longer or spaced second fields are transcripts.
+MAX_SPEAKER_CHARS = 64
 
 
 @dataclass(frozen=True)
@@ -25,15 +28,21 @@ class MetadataRow:
     item_id: str
     text: str
     line: int
+    speaker: str = ""
 
 
 @dataclass
 class MetadataTable:
-    """A parsed `metadata.csv`: rows by id, plus the problems found while parsing it."""
+    """A parsed `metadata.csv`: rows by id, plus the problems found while parsing it.
+
+    `lines` holds every decoded non-blank line split at '|' (line number, fields): what the speaker-column rule
+    looks at before `index_rows` reads the columns.
+    """
 
     path: Path
     rows: dict[str, MetadataRow] = field(default_factory=dict)
     problems: list[Problem] = field(default_factory=list)
+    lines: list[tuple[int, list[str]]] = field(default_factory=list)
 
     @property
     def folder(self) -> Path:
@@ -48,6 +57,7 @@ class Transcript:
     # Identifies the source (a table row or a sidecar file): two audio files sharing one are duplicates.
     source_key: str
     source: str
+    speaker: str = ""  # from a table's speaker column; "" when the table has none (or for a sidecar)
 
 
 def normalise_id(raw: str, audio_suffixes: frozenset[str]) -> str:
@@ -57,6 +67,12 @@ def normalise_id(raw: str, audio_suffixes: frozenset[str]) -> str:
     if dot and f".{suffix.lower()}" in audio_suffixes:
         return stem
     return name
+
+
+def is_speaker_name(value: str) -> bool:
+    """1 to MAX_SPEAKER_CHARS characters without spaces: a speaker column's value, never a sentence."""
+    name = value.strip()
+    return 0 < len(name) <= MAX_SPEAKER_CHARS and not any(ch.isspace() for ch in name)
 
 
 def clean_text(text: str) -> str:
@@ -73,27 +89,44 @@ def _decode_line(raw: bytes, line_no: int, path: Path) -> str | Problem:
         return Problem(path, reason, "metadata_row")
 
 
-def _parse_row(text: str, line_no: int, table: MetadataTable, audio_suffixes: frozenset[str]) -> None:
-    columns = text.split("|")
-    if len(columns) < 2 or len(columns) > 3:
-        reason = f"line {line_no}: expected id|text or id|text|normalized, found {len(columns)} column(s)"
-        table.problems.append(Problem(table.path, reason, "metadata_row"))
+def _column_problem(table: MetadataTable, line_no: int, count: int, speaker_column: bool) -> None:
+    expected = "id|speaker|text or id|speaker|text|normalized" if speaker_column else "id|text or id|text|normalized"
+    reason = f"line {line_no}: expected {expected}, found {count} column(s)"
+    if speaker_column:
+        reason += " (the table has a speaker column: see data.speakers)"
+    table.problems.append(Problem(table.path, reason, "metadata_row"))
+
+
+def _parse_row(
+    columns: list[str], line_no: int, table: MetadataTable, audio_suffixes: frozenset[str], speaker_column: bool
+) -> None:
+    first_text = 2 if speaker_column else 1  # the column of the text; the normalized text follows it
+    if not first_text + 1 <= len(columns) <= first_text + 2:
+        _column_problem(table, line_no, len(columns), speaker_column)
         return
     item_id = normalise_id(columns[0], audio_suffixes)
     if not item_id:
         table.problems.append(Problem(table.path, f"line {line_no}: empty id before the first '|'", "metadata_row"))
+        return
+    speaker = columns[1].strip() if speaker_column else ""
+    if speaker_column and not is_speaker_name(speaker):
+        reason = (
+            f"line {line_no}: second column {speaker[:40]!r} is not a speaker name (1-{MAX_SPEAKER_CHARS} "
+            'characters, no spaces); an id|text|normalized table needs data.speakers = "none" or "auto"'
+        )
+        table.problems.append(Problem(table.path, reason, "metadata_row"))
         return
     if item_id in table.rows:
         first = table.rows[item_id].line
         reason = f"line {line_no}: duplicate id '{item_id}' (first at line {first}); keeping the first"
         table.problems.append(Problem(table.path, reason, "duplicate"))
         return
-    normalized = clean_text(columns[2]) if len(columns) == 3 else ""
-    table.rows[item_id] = MetadataRow(item_id, normalized or clean_text(columns[1]), line_no)
+    normalized = clean_text(columns[first_text + 1]) if len(columns) == first_text + 2 else ""
+    table.rows[item_id] = MetadataRow(item_id, normalized or clean_text(columns[first_text]), line_no, speaker)
 
 
-def parse_metadata(path: Path, audio_suffixes: frozenset[str]) -> MetadataTable:
-    """Parse one metadata.csv (UTF-8, optional BOM, blank lines allowed, CRLF or LF line ends)."""
+def read_metadata(path: Path) -> MetadataTable:
+    """Read one metadata.csv into `lines` (UTF-8, optional BOM, blank lines allowed, CRLF or LF line ends)."""
     table = MetadataTable(path)
     try:
         data = path.read_bytes()
@@ -110,8 +143,20 @@ def parse_metadata(path: Path, audio_suffixes: frozenset[str]) -> MetadataTable:
         if isinstance(decoded, Problem):
             table.problems.append(decoded)
             continue
-        _parse_row(decoded, line_no, table, audio_suffixes)
+        table.lines.append((line_no, decoded.split("|")))
     return table
+
+
+def index_rows(table: MetadataTable, audio_suffixes: frozenset[str], speaker_column: bool = False) -> MetadataTable:
+    """Read the columns of every line into `rows` (the second column is the speaker when `speaker_column`)."""
+    for line_no, columns in table.lines:
+        _parse_row(columns, line_no, table, audio_suffixes, speaker_column)
+    return table
+
+
+def parse_metadata(path: Path, audio_suffixes: frozenset[str], speaker_column: bool = False) -> MetadataTable:
+    """Parse one metadata.csv: its lines read, then their columns."""
+    return index_rows(read_metadata(path), audio_suffixes, speaker_column)
 
 
 def read_sidecar(path: Path) -> str:
@@ -161,7 +206,8 @@ class TranscriptIndex:
             table = self.tables.get(folder)
             if table is not None and audio.stem in table.rows:
                 row = table.rows[audio.stem]
-                return Transcript(row.text, f"{table.path}#{row.item_id}", f"{table.path.name} line {row.line}")
+                source = f"{table.path.name} line {row.line}"
+                return Transcript(row.text, f"{table.path}#{row.item_id}", source, row.speaker)
         for sidecar in sidecar_paths(audio):
             if sidecar.is_file():
                 return self._sidecar_transcript(sidecar)

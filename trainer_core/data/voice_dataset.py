@@ -17,7 +17,8 @@ item where it stopped, skipping and repeating nothing.
 
 Batches: "text" (B, Lt) int64 token ids padded with 0 (so `encode` must not use 0 for a symbol),
 "text_lens" (B,), "mel" (B, n_mels, Tm) float32 padded with log(log_floor) (the log-mel of silence),
-"mel_lens" (B,); with pitch features also "f0" (B, Tm) float32, log F0 in Hz, 0 on unvoiced and padded frames.
+"mel_lens" (B,); with pitch features also "f0" (B, Tm) float32, log F0 in Hz, 0 on unvoiced and padded frames;
+with `speaker_ids` (several speakers) also "speaker" (B,) int64, each item's speaker id.
 
 Data-parallel training (`shard(rank, world)`): every rank walks the same epoch order in global batches of
 `batch_size * world` items and collates items rank, rank + world, ... of each (neighbours in the bucketed
@@ -83,9 +84,14 @@ class VoiceDataset:
         seed: int,
         bucket_size: int = 32,
         val_max_items: int = 0,
+        speaker_ids: Sequence[int] | None = None,
     ) -> None:
         if bucket_size < 1:
             raise ValueError(f"bucket_size must be at least 1, got {bucket_size}")
+        if speaker_ids is not None and len(speaker_ids) != len(features):
+            raise ValueError(f"{len(speaker_ids)} speaker ids for {len(features)} items")
+        # Several speakers: each item's id, batched as "speaker"; None keeps single-speaker batches as they were.
+        self.speaker_ids = torch.tensor(list(speaker_ids), dtype=torch.int64) if speaker_ids is not None else None
         self.features = features
         self.seed = seed
         self.bucket_size = bucket_size
@@ -146,6 +152,8 @@ class VoiceDataset:
         batch = {"text": text, "text_lens": text_lens, "mel": mel, "mel_lens": mel_lens}
         if self.features.has_pitch:
             batch["f0"] = self._pitch_rows(indices, int(mel_lens.max()))
+        if self.speaker_ids is not None:
+            batch["speaker"] = self.speaker_ids[list(indices)]
         return {name: t.pin_memory() for name, t in batch.items()} if self.pin_memory else batch
 
     def _pitch_rows(self, indices: Sequence[int], frames: int) -> torch.Tensor:

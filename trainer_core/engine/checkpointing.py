@@ -1,7 +1,9 @@
 """Saving and restoring a run: everything an exact resume needs, in one checkpoint (the Trainer's component).
 
 A checkpoint holds the loop's own state (model, every optimizer group with its schedule, the loss scaler,
-RNG, counters, data position); the file format and the atomic write live in `engine.checkpoint`.
+RNG, counters, data position) and, in `extra["model_config"]`, the task's model config (what an export's
+config.json holds under "model", e.g. a voice's speaker names); the file format and the atomic write live in
+`engine.checkpoint`.
 
 Under DDP every rank enters `save` at the same step (the loop's decisions agree), because the checkpoint
 gathers each rank's random streams; rank 0 alone writes the file, holding the unwrapped model's weights.
@@ -10,6 +12,7 @@ On resume every rank reads the same file and takes its own streams back.
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -36,6 +39,15 @@ from trainer_core.world import World
 log = logging.getLogger("trainer_core")
 
 
+def plain_config(config: dict[str, Any]) -> dict[str, Any] | None:
+    """The config as plain JSON values (tuples become lists), as a weights-only load reads it back; None when it
+    holds something JSON cannot (then checkpoints go without it)."""
+    try:
+        return json.loads(json.dumps(config, allow_nan=False))
+    except (TypeError, ValueError):
+        return None
+
+
 class Checkpointer:
     """Writes checkpoints of the run (rank 0; `manager` is None elsewhere) and restores one into it."""
 
@@ -56,6 +68,8 @@ class Checkpointer:
         self.nonfinite, self.run_length, self.manager, self.world = nonfinite, run_length, manager, world
         self.faults, self.events = faults, events
         self.val_loss: float | None = None  # the last validation loss, saved with each checkpoint
+        # The task's model config (Task.model_config()), saved with each checkpoint; set by the Trainer.
+        self.model_config: dict[str, Any] | None = None
         self.saves = 0
         self.last_save_step = -1
 
@@ -67,6 +81,8 @@ class Checkpointer:
             extra["budget_elapsed_s"] = self.run_length.budget.elapsed()
         if self.world.active:
             extra.update(world_size=self.world.world_size, rank_rng=rank_rng)
+        if self.model_config is not None:
+            extra["model_config"] = self.model_config
         groups = runner.groups.state_dict()
         return new_checkpoint_state(
             model=unwrap_model(runner.model).state_dict(),
@@ -131,9 +147,10 @@ class Checkpointer:
         """Load a checkpoint's states so the next step is exactly the one after it was saved."""
         runner = self.runner
         module = unwrap_model(runner.model)
+        extra = state.get("extra") or {}
+        self._check_same_speakers(extra.get("model_config"))
         check_model_compatible(module, state["model"])
         module.load_state_dict(state["model"])
-        extra = state.get("extra") or {}
         runner.groups.load_state_dict(
             {"optimizer": state["optimizer"], "scheduler": state["scheduler"], **extra.get("optimizer_groups", {})}
         )
@@ -160,6 +177,20 @@ class Checkpointer:
             "lr": runner.groups.main.lr(),
             "loss_scale": scaler.get_scale() if scaler.is_enabled() else None,
         }
+
+    def _check_same_speakers(self, saved: dict[str, Any] | None) -> None:
+        """A resume must give every speaker id the voice it was trained with: the same names in the same order
+        (a checkpoint from before model configs were saved: the weights' shapes are checked alone)."""
+        if saved is None:
+            return
+        before = list(saved.get("speaker_names") or [])
+        now = list((self.model_config or {}).get("speaker_names") or [])
+        if before != now:
+            raise CheckpointError(
+                f"the checkpoint's speakers ({', '.join(before) or 'one, unnamed'}) differ from the data's "
+                f"({', '.join(now) or 'one, unnamed'}): resume with the data it was trained on "
+                "(data.path, data.speakers)"
+            )
 
     def _restore_rank_streams(self, extra: dict[str, Any]) -> None:
         """Each rank's own dropout stream back; a different world size changes the effective batch."""

@@ -281,6 +281,7 @@ def _announce(plan: TrainPlan, hub: EventHub, run_dir: Path) -> None:
             skipped=len(data.problems),
             total_hours=data.voice.hours_usable,
             problems=[DataProblem(**pr.to_dict()) for pr in data.problems],
+            speakers={name: figures.clips for name, figures in data.voice.speakers.items()},
         )
     )
     for problem in data.problems:

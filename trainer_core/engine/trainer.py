@@ -23,8 +23,8 @@ import torch
 
 from trainer_core.contract.profile import Profile
 from trainer_core.contract.protocol import EpochEndEvent, EpochStartEvent, FinishedStatus
-from trainer_core.engine.checkpoint import CheckpointManager
-from trainer_core.engine.checkpointing import Checkpointer
+from trainer_core.engine.checkpoint import CheckpointManager, read_best
+from trainer_core.engine.checkpointing import Checkpointer, plain_config
 from trainer_core.engine.control_state import Controller, ControlState
 from trainer_core.engine.distributed import share_initial_weights, wrap_model
 from trainer_core.engine.evaluation import Evaluator
@@ -83,6 +83,8 @@ class Trainer:
         self.checkpointer = Checkpointer(
             profile, profile_toml, self.runner, self.state, nonfinite, self.run_length, manager, world, faults, events
         )
+        self.checkpointer.model_config = plain_config(task.model_config())
+        self.early_stopped = False  # fit() ended on train.early_stopping_patience (the summary says so)
         self.evaluator = Evaluator(
             profile, task, self.runner, self.state, world, events, run_dir, self.checkpointer, self.telemetry,
             self.run_length,
@@ -135,9 +137,11 @@ class Trainer:
             if self._epoch_spent():
                 self.end_epoch()
             if self.evaluator.early_stop_due():
+                self.early_stopped = True
                 log.info(
                     "early stopping at step %d: validation loss has not improved for %d evaluations "
-                    "(train.early_stopping_patience)", self.state.step, self.state.evals_since_best,
+                    "(train.early_stopping_patience); the best checkpoint is step %s", self.state.step,
+                    self.state.evals_since_best, self.best_step(),
                 )  # fmt: skip
                 break
         return self.complete()
@@ -212,8 +216,14 @@ class Trainer:
         ):
             self.checkpointer.save()
 
+    def best_step(self) -> int | None:
+        """The step of the best checkpoint (best.json), None before there is one or on ranks other than 0."""
+        manager = self.checkpointer.manager
+        record = read_best(manager.folder) if manager is not None else None
+        return int(record["step"]) if record and isinstance(record.get("step"), int) else None
+
     def summary(self) -> dict[str, Any]:
-        """Final figures for the `finished` event and session.json."""
+        """Final figures for the `finished` event and session.json (`early_stopped`: the patience ended the run)."""
         best = self.checkpointer.manager.best() if self.checkpointer.manager is not None else None
         return {
             "steps": self.state.step,
@@ -222,6 +232,8 @@ class Trainer:
             "val_loss": self.checkpointer.val_loss,
             "best_val_loss": self.state.best_val,
             "best_checkpoint": str(best) if best else None,
+            "best_step": self.best_step(),
+            "early_stopped": self.early_stopped,
             "micro_batch": self.state.micro_batch,
             "grad_accum": self.state.grad_accum,
             "precision": self.runner.precision.name,

@@ -38,6 +38,7 @@ class HeldOutSentence:
     item_id: str
     text: str
     path: Path
+    speaker: int | None = None  # the speaker id the model says it with (voices with several speakers)
 
 
 def pick_sentences(candidates: Sequence[HeldOutSentence], seconds: Sequence[float], count: int) -> list[int]:
@@ -103,8 +104,9 @@ class FreeRunning:
         model.eval()
         try:
             items = []
-            for r in self.recordings():
-                mel = model.synthesise(encoder.encode(r.text), self.tts.length_scale).float().cpu().numpy()
+            for r, sentence in zip(self.recordings(), self.sentences, strict=True):
+                ids = encoder.encode(r.text)
+                mel = model.synthesise(ids, self.tts.length_scale, sentence.speaker).float().cpu().numpy()
                 heard = self.vocode(mel)
                 items.append(score_heard(r, heard, self.mel_of, a.sample_rate, a.hop_length, predicted_mel=mel))
             return Scores(items)

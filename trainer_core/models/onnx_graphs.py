@@ -50,10 +50,7 @@ class AcousticGraph(nn.Module):
         self.model = model
 
     def forward(self, ids: Tensor, length_scale: Tensor, speaker: Tensor | None = None) -> tuple[Tensor, Tensor]:
-        if speaker is None:
-            return self.model.speak(ids, length_scale)
-        # A multi-speaker model's `speak` takes the speaker id as its third input.
-        return self.model.speak(ids, length_scale, speaker)  # type: ignore[call-arg]
+        return self.model.speak(ids, length_scale, speaker)
 
 
 class ConvISTFT(nn.Module):
@@ -107,14 +104,14 @@ class VocoderGraph(nn.Module):
         return self.istft(magnitude * phase.cos(), magnitude * phase.sin())
 
 
-def export_acoustic(model: AcousticModel, with_speaker: bool) -> bytes:
-    """`model`'s free-running graph as a serialised ONNX model (inputs ids, length_scale[, speaker]; outputs mel,
-    durations)."""
+def export_acoustic(model: AcousticModel) -> bytes:
+    """`model`'s free-running graph as a serialised ONNX model (inputs ids, length_scale and, when the model has a
+    speaker embedding, speaker; outputs mel, durations)."""
     device = model.text_symbols.device
     args = [torch.ones(1, 8, dtype=torch.long, device=device), torch.ones(1, device=device)]
     names = ["ids", "length_scale"]
     shapes: dict[str, Any] = {"ids": {1: torch.export.Dim("tokens", min=1, max=MAX_TOKENS)}, "length_scale": None}
-    if with_speaker:
+    if model.speaker_embedding is not None:
         args.append(torch.zeros(1, dtype=torch.long, device=device))
         names.append("speaker")
         shapes["speaker"] = None

@@ -84,7 +84,6 @@ class OnnxVoice:
     acoustic: Any  # onnxruntime.InferenceSession
     vocoder: Any | None = None
     speakers: list[str] = field(default_factory=list)
-    speaker_id: int = 0  # the speaker spoken with, an index into `speakers` (unused without speakers)
 
     @classmethod
     def load(cls, folder: Path) -> OnnxVoice:
@@ -104,18 +103,17 @@ class OnnxVoice:
         generator = start_session(folder / vocoder_file) if vocoder_file else None
         return cls(folder, encoder, audio, tts, acoustic, generator, speakers)
 
-    def choose_speaker(self, name: str | None) -> None:
-        """Speak as `name` from now on (None: the first speaker); a clear error for a name the voice lacks."""
+    def speaker_id(self, name: str | None) -> int:
+        """The id of speaker `name` (None: the first); a clear error for a name the voice does not know."""
         if name is None:
-            self.speaker_id = 0
-        elif not self.speakers:
-            raise VegaError(f"--speaker {name!r}: the voice in {self.folder} has one speaker; leave --speaker out")
-        elif name not in self.speakers:
-            raise VegaError(f"--speaker {name!r}: the voice in {self.folder} has {', '.join(self.speakers)}")
-        else:
-            self.speaker_id = self.speakers.index(name)
+            return 0
+        if name in self.speakers:
+            return self.speakers.index(name)
+        if not self.speakers:
+            raise VegaError(f"--speaker {name!r}: the voice in {self.folder} has one speaker and no speaker names")
+        raise VegaError(f"--speaker {name!r}: the voice in {self.folder} knows {', '.join(self.speakers)}")
 
-    def mel(self, ids: list[int], length_scale: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def mel(self, ids: list[int], length_scale: float | None = None, speaker: int = 0) -> tuple[np.ndarray, np.ndarray]:
         """Ids -> (log-mel (n_mels, frames) float32, frames per token (tokens,) int64), through the acoustic graph."""
         if not ids:
             raise VegaError("nothing to say: the text has no symbols after normalisation")
@@ -123,8 +121,9 @@ class OnnxVoice:
         if not scale > 0:
             raise VegaError(f"length scale must be positive, got {scale}")
         feeds = {"ids": np.asarray([ids], dtype=np.int64), "length_scale": np.asarray([scale], dtype=np.float32)}
-        if self.speakers:
-            feeds["speaker"] = np.asarray([self.speaker_id], dtype=np.int64)
+        # Only a voice with a speaker embedding has the input; a single named speaker has none.
+        if "speaker" in {graph_input.name for graph_input in self.acoustic.get_inputs()}:
+            feeds["speaker"] = np.asarray([speaker], dtype=np.int64)
         mel, durations = self.acoustic.run(["mel", "durations"], feeds)
         return mel[0], durations[0]
 
@@ -138,17 +137,30 @@ class OnnxVoice:
         return np.asarray(audio[0], dtype=np.float32)
 
     def speak_to_wav(
-        self, text: str, out: Path, length_scale: float | None = None, iters: int | None = None
+        self,
+        text: str,
+        out: Path,
+        length_scale: float | None = None,
+        iters: int | None = None,
+        speaker: str | None = None,
     ) -> dict[str, Any]:
-        """Speak `text` into `out` (16-bit WAV); return what was written, as `synth` prints it."""
+        """Speak `text` into `out` (16-bit WAV) as `speaker` (a name; None: the first); return what was written,
+        as `synth` prints it."""
         from trainer_core.models.vocoder import write_wav
 
+        speaker_id = self.speaker_id(speaker)
         ids = self.encoder.encode(text)
         if not ids:
             raise VegaError(f"nothing to say: {text!r} has no symbols after normalisation")
-        mel, _ = self.mel(ids, length_scale)
+        mel, _ = self.mel(ids, length_scale, speaker_id)
         wave = self.wave(mel, iters)
         path = write_wav(out, wave, self.audio.sample_rate)
         rate = self.audio.sample_rate
-        seconds = len(wave) / rate
-        return {"out": str(path), "seconds": seconds, "sample_rate": rate, "frames": mel.shape[1], "symbols": len(ids)}
+        return {
+            "out": str(path),
+            "seconds": len(wave) / rate,
+            "sample_rate": rate,
+            "frames": mel.shape[1],
+            "symbols": len(ids),
+            "speaker": self.speakers[speaker_id] if self.speakers else None,
+        }

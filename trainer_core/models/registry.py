@@ -100,6 +100,7 @@ def _scan_folder(profile: Profile, path: Path) -> DataReport:
         data.max_duration_s,
         data.num_workers,
         cache_folder=scan_cache_folder(data.cache_dir),
+        speakers=data.speakers,
     )
 
 

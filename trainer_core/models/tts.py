@@ -8,6 +8,8 @@ Design (Glow-TTS alignment with a FastSpeech-style decoder):
     path expands h and mu to frames (the length regulator) -> transformer decoder (model.decoder_layers)
     mel = mu_aligned + linear(decoder output): the decoder refines the aligned means
     duration predictor on h.detach() -> log frames per token (used at inference instead of MAS)
+    with 2+ speakers: h += speaker_embedding(speaker id) before everything below, so means, durations,
+    pitch and the decoder all depend on who speaks (one speaker: no embedding, the model as before)
     with model.pitch: a pitch predictor on h.detach() -> log F0 and a voicing logit per token; h gets a pitch
     embedding before the expansion, of the recording's pitch averaged over each token's frames (through the
     MAS path) in training and of the predicted one at inference (FastPitch), so the decoder need not guess it
@@ -22,14 +24,17 @@ weights them into "total".
 The text vocabulary travels with the weights: `text_symbols` is a persistent buffer with one code
 point per id (-1 for padding and unknown) and `text_phonemes` says whether the ids are phonemes, so a
 checkpoint's `model` state dict with its profile is enough to rebuild the text encoder (see
-`TextEncoder.from_symbol_codes`). Mels are standardised per bin with the training data's statistics
-(`mel_mean`, `mel_std`, also buffers); the "mel" loss and `synthesise` are in plain log-mel units.
+`TextEncoder.from_symbol_codes`). Speaker names are not weights: they are `TtsConfig.speaker_names` (id order),
+written to the export's config.json and to each checkpoint's `extra["model_config"]`. Mels are standardised
+per bin with the training data's statistics (`mel_mean`, `mel_std`, also buffers); the "mel" loss and
+`synthesise` are in plain log-mel units.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -77,10 +82,19 @@ class TtsConfig:
     attention_dropout: float | None = None  # None: the same as dropout
     decoder: str = "transformer"
     pitch: bool = False
+    speakers: int = 1  # 2 or more: a speaker embedding, and every batch and synthesis names a speaker id
+    speaker_names: tuple[str, ...] = ()  # the name of each speaker id (data.speakers); () for unnamed single
+
+    def __post_init__(self) -> None:
+        if self.speakers < 1 or (self.speaker_names and len(self.speaker_names) != self.speakers):
+            raise VegaError(
+                f"TTS config: {self.speakers} speaker(s) but {len(self.speaker_names)} speaker name(s); re-export"
+            )
 
     @classmethod
-    def from_profile(cls, profile: Profile, vocab_size: int) -> TtsConfig:
+    def from_profile(cls, profile: Profile, vocab_size: int, speaker_names: Sequence[str] = ()) -> TtsConfig:
         m = profile.model
+        names = tuple(speaker_names)
         return cls(
             vocab_size,
             profile.audio.n_mels,
@@ -94,6 +108,8 @@ class TtsConfig:
             m.attention_dropout,
             m.decoder,
             m.pitch,
+            max(1, len(names)),
+            names,
         )
 
 
@@ -140,6 +156,10 @@ class AcousticModel(nn.Module):
         self.duration_predictor = DurationPredictor(c.hidden, c.dropout)
         self.pitch_predictor = DurationPredictor(c.hidden, c.dropout, outputs=2) if c.pitch else None
         self.pitch_embedding = PitchEmbedding(c.hidden) if c.pitch else None
+        # Zero at first: every speaker starts from the shared voice and learns what sets it apart.
+        self.speaker_embedding = nn.Embedding(c.speakers, c.hidden) if c.speakers >= 2 else None
+        if self.speaker_embedding is not None:
+            nn.init.zeros_(self.speaker_embedding.weight)
         codes = symbol_codes if symbol_codes is not None else [-1] * c.vocab_size
         if len(codes) != c.vocab_size:
             raise ValueError(f"{len(codes)} symbol codes for a vocabulary of {c.vocab_size}")
@@ -162,10 +182,17 @@ class AcousticModel(nn.Module):
     def unstandardise(self, mel: torch.Tensor) -> torch.Tensor:
         return mel.float() * self.mel_std[:, None] + self.mel_mean[:, None]
 
-    def encode(self, text: torch.Tensor, text_lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(B, Lt) ids -> hidden (B, Lt, H), means (B, Lt, n_mels), token mask (B, Lt)."""
+    def encode(
+        self, text: torch.Tensor, text_lengths: torch.Tensor, speaker: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(B, Lt) ids and (B,) speaker ids -> hidden (B, Lt, H), means (B, Lt, n_mels), token mask (B, Lt)."""
         mask = length_mask(text_lengths, text.shape[1])
         hidden = self.encoder(self.embedding(text) * math.sqrt(self.config.hidden), mask)
+        if self.speaker_embedding is not None:
+            if speaker is None:
+                raise ValueError(f"this model has {self.config.speakers} speakers: its batches need the speaker ids")
+            voice = self.speaker_embedding(speaker.to(device=text.device, dtype=torch.long))
+            hidden = hidden + voice[:, None, :].to(hidden.dtype) * mask[:, :, None].to(hidden.dtype)
         return hidden, self.to_mean(hidden), mask
 
     def decode(
@@ -216,15 +243,17 @@ class AcousticModel(nn.Module):
         mel: torch.Tensor,
         mel_lengths: torch.Tensor,
         f0: torch.Tensor | None = None,
+        speaker: torch.Tensor | None = None,
     ) -> dict[str, torch.Tensor]:
         """Training losses for a padded batch: {"mel", "prior", "duration"} float32 scalars, and with model.pitch
-        {"pitch", "voicing"} (then `f0`, the recordings' log F0 per frame, is required).
+        {"pitch", "voicing"} (then `f0`, the recordings' log F0 per frame, is required). A model with several
+        speakers needs `speaker`, (B,) speaker ids.
 
         "mel" is in log-mel units; "prior" is per standardised mel bin.
         """
         if self.pitch_predictor is not None and f0 is None:
             raise ValueError("this model predicts pitch (model.pitch = true): its batches need the f0 track")
-        hidden, means, token_mask = self.encode(text, text_lengths)
+        hidden, means, token_mask = self.encode(text, text_lengths, speaker)
         frame_mask = length_mask(mel_lengths, mel.shape[2])
         target = self.standardise(mel)
         with torch.no_grad():
@@ -255,22 +284,34 @@ class AcousticModel(nn.Module):
         return frames.long() * mask.long()
 
     @torch.no_grad()
-    def synthesise(self, text_ids: torch.Tensor | list[int], length_scale: float = 1.0) -> torch.Tensor:
-        """One utterance: ids (Lt,) -> log-mel (n_mels, T) on the model's device, T from predicted durations."""
+    def synthesise(
+        self, text_ids: torch.Tensor | list[int], length_scale: float = 1.0, speaker: int | None = None
+    ) -> torch.Tensor:
+        """One utterance: ids (Lt,) -> log-mel (n_mels, T) on the model's device, T from predicted durations.
+
+        `speaker`: the speaker id (a model with several speakers; None: the first), ignored with one speaker.
+        """
         device = self.text_symbols.device
         ids = torch.as_tensor(text_ids, dtype=torch.long, device=device).reshape(1, -1)
         if ids.shape[1] == 0:
             raise VegaError("nothing to synthesise: the text has no symbols after normalisation")
         if length_scale <= 0:
             raise VegaError(f"length scale must be positive, got {length_scale}")
-        mel, _ = self.speak(ids, torch.tensor([float(length_scale)], device=device))
+        who = speaker or 0
+        if not 0 <= who < self.config.speakers:
+            raise VegaError(f"speaker id {who} is out of range: this voice has {self.config.speakers} speaker(s)")
+        scale = torch.tensor([float(length_scale)], device=device)
+        mel, _ = self.speak(ids, scale, torch.tensor([who], device=device))
         return mel[0]
 
-    def speak(self, ids: torch.Tensor, length_scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def speak(
+        self, ids: torch.Tensor, length_scale: torch.Tensor, speaker: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Free-running inference in operations `torch.export` can trace (the ONNX acoustic graph is this method):
-        ids (1, Lt) int64 and length_scale (1,) -> log-mel (1, n_mels, T) and whole frames per token (1, Lt)."""
+        ids (1, Lt) int64, length_scale (1,) and speaker (1,) int64 (a model with speakers; else None) -> log-mel
+        (1, n_mels, T) and whole frames per token (1, Lt)."""
         lengths = torch.full((1,), ids.shape[1], dtype=torch.long, device=ids.device)
-        hidden, means, mask = self.encode(ids, lengths)
+        hidden, means, mask = self.encode(ids, lengths, speaker)
         durations = self.predict_durations(hidden, mask, length_scale)
         frames = durations.sum().item()
         torch._check(frames >= 1)  # every token gets a frame or more: tells the exporter the length is positive
@@ -346,4 +387,7 @@ def config_from_dict(data: dict[str, Any]) -> TtsConfig:
     missing = [name for name in required if name not in data]
     if missing:
         raise VegaError(f"the TTS model config lacks {', '.join(missing)}; re-export the model")
-    return TtsConfig(**{name: data[name] for name in fields if name in data})
+    values = {name: data[name] for name in fields if name in data}
+    if "speaker_names" in values:  # a JSON list
+        values["speaker_names"] = tuple(str(name) for name in values["speaker_names"] or ())
+    return TtsConfig(**values)

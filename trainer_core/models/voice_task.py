@@ -6,7 +6,8 @@ and build the model. The engine then only asks for batches, losses, metrics and 
 
 Samples: each `sample.sentences` entry is synthesised with predicted durations, turned into audio by the
 vocoder `tts.vocoder` names (Griffin-Lim by default, or a trained GAN vocoder) and written as 16-bit WAV to
-`samples/step-<8 digits>/<NN>.wav`.
+`samples/step-<8 digits>/<NN>.wav`; a voice with several speakers says each sentence in the voice of each of
+its first MAX_SAMPLE_SPEAKERS speakers (by name), as `<NN>-<speaker>.wav`.
 
 Rebuilding elsewhere (`trainer-core synth`): `model_config()` (the export's config.json) holds the
 architecture, the text encoder state and the audio parameters; a checkpoint holds the vocabulary in
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import asdict
 from pathlib import Path
@@ -26,6 +28,7 @@ import torch
 from torch import nn
 
 from trainer_core.data.preload import PreloadWhere, VoiceFeatures, preload_voice
+from trainer_core.data.speakers import speaker_names
 from trainer_core.data.voice_dataset import VoiceDataset
 from trainer_core.models.base import Batch, SampleResult, Task, count_parameters, unwrap_model
 from trainer_core.models.free_running import (
@@ -52,6 +55,9 @@ MAX_LISTED_SKIPS = 20
 # Mel statistics come from at most this many training items: enough for stable per-bin figures, and
 # quick even when the features stream from the disk cache.
 MAX_STATS_ITEMS = 1000
+# Samples at each evaluation are spoken by at most this many speakers: a 100-speaker corpus must not write
+# hundreds of files per evaluation.
+MAX_SAMPLE_SPEAKERS = 8
 
 
 def choose_where(where: str | None, profile: Profile) -> PreloadWhere:
@@ -82,6 +88,13 @@ def samples_folder(out_dir: Path, step: int) -> Path:
     return out_dir / f"step-{step:08d}"
 
 
+def sample_name(number: int, speaker: str | None) -> str:
+    """`01.wav`, or `01-alice.wav` for a voice with several speakers (a name made safe for any file system)."""
+    if speaker is None:
+        return f"{number:02d}.wav"
+    return f"{number:02d}-{re.sub(r'[^A-Za-z0-9._-]', '_', speaker)}.wav"
+
+
 class VoiceTask(Task):
     """TTS on preloaded features: the engine's `Task` for voice mode."""
 
@@ -104,8 +117,19 @@ class VoiceTask(Task):
         self.encoder = TextEncoder.from_profile(self.features.texts, profile.tts)
         log.info("text input: %s, %d symbols", self.encoder.units, self.encoder.vocab_size)
         d = profile.data
+        # The model's speakers in id order; one speaker (or none named) means no speaker embedding.
+        self.speaker_names = speaker_names(self.features.speakers)
+        self._speaker_index = {name: i for i, name in enumerate(self.speaker_names)}
+        self.speaker_ids = [self.speaker_id(name) for name in self.features.speakers] if self.multi_speaker else None
+        if self.multi_speaker:
+            log.info("speakers: %d (%s)", len(self.speaker_names), ", ".join(self.speaker_names))
         self.dataset = VoiceDataset(
-            self.features, self.encoder.encode, d.val_fraction, profile.run.seed, val_max_items=d.val_max_items
+            self.features,
+            self.encoder.encode,
+            d.val_fraction,
+            profile.run.seed,
+            val_max_items=d.val_max_items,
+            speaker_ids=self.speaker_ids,
         )
         self.dataset.pin_memory = self.device.type == "cuda"
         log.info(
@@ -113,7 +137,7 @@ class VoiceTask(Task):
             self.dataset.val_items(),
             self.dataset.val_capped,
         )
-        self.config = TtsConfig.from_profile(profile, self.encoder.vocab_size)
+        self.config = TtsConfig.from_profile(profile, self.encoder.vocab_size, self.speaker_names)
         codes, phonemes = self.encoder.symbol_codes(), self.encoder.units == "phonemes"
         self.model: AcousticModel = build_tts_model(self.config, profile.run.seed, codes, phonemes)
         self.model.set_mel_stats(*mel_statistics(self.features, self.dataset.train_ids))
@@ -124,6 +148,13 @@ class VoiceTask(Task):
         if self.vocoder.trained:
             log.info("samples and free-running scores are heard through the vocoder %s", self.vocoder.name)
         self._free_running: FreeRunning | None = None
+
+    @property
+    def multi_speaker(self) -> bool:
+        return len(self.speaker_names) >= 2
+
+    def speaker_id(self, name: str) -> int:
+        return self._speaker_index[name]
 
     def _log_preload(self) -> None:
         f = self.features
@@ -152,7 +183,8 @@ class VoiceTask(Task):
     # ------------------------------------------------------------------ losses
 
     def compute_losses(self, model: nn.Module, batch: Batch) -> dict[str, torch.Tensor]:
-        parts = model(batch["text"], batch["text_lens"], batch["mel"], batch["mel_lens"], batch.get("f0"))
+        text, mel = (batch["text"], batch["text_lens"]), (batch["mel"], batch["mel_lens"])
+        parts = model(*text, *mel, batch.get("f0"), batch.get("speaker"))
         tts = self.profile.tts
         total = parts["mel"] + tts.prior_loss_weight * parts["prior"] + tts.duration_loss_weight * parts["duration"]
         if "pitch" in parts:
@@ -180,15 +212,18 @@ class VoiceTask(Task):
 
     def _write_samples(self, model: AcousticModel, folder: Path) -> list[SampleResult]:
         tts, audio = self.profile.tts, self.profile.audio
+        voices: list[str | None] = list(self.speaker_names[:MAX_SAMPLE_SPEAKERS]) if self.multi_speaker else [None]
         results = []
         for number, sentence in enumerate(self.profile.sample.sentences, start=1):
             ids = self.encoder.encode(sentence)
             if not ids:
                 log.warning("sample sentence %d (%r) has no symbols to say; skipped", number, sentence)
                 continue
-            wave = self.vocoder(model.synthesise(ids, tts.length_scale))
-            path = write_wav(folder / f"{number:02d}.wav", wave, audio.sample_rate)
-            results.append(SampleResult(kind="audio", path=path, text=sentence))
+            for voice in voices:
+                speaker = self.speaker_id(voice) if voice is not None else None
+                wave = self.vocoder(model.synthesise(ids, tts.length_scale, speaker))
+                path = write_wav(folder / sample_name(number, voice), wave, audio.sample_rate)
+                results.append(SampleResult(kind="audio", path=path, text=sentence))
         return results
 
     # ------------------------------------------------------------------ free-running evaluation
@@ -211,7 +246,10 @@ class VoiceTask(Task):
         f, a = self.features, self.profile.audio
         ids = self.dataset.val_ids  # items with no symbols to say are never among them
         seconds = [f.frames[i] * a.hop_length / a.sample_rate for i in ids]
-        candidates = [HeldOutSentence(f.item_ids[i], f.texts[i], f.paths[i]) for i in ids]
+        speakers = self.speaker_ids
+        candidates = [
+            HeldOutSentence(f.item_ids[i], f.texts[i], f.paths[i], speakers[i] if speakers else None) for i in ids
+        ]
         picked = pick_sentences(candidates, seconds, self.profile.train.free_running_items)
         vocoder = self.vocoder if self.vocoder.trained else None
         return FreeRunning([candidates[k] for k in picked], a, self.profile.tts, vocoder=vocoder)
@@ -234,6 +272,7 @@ class VoiceTask(Task):
             "held_out": {
                 "val_fraction": self.profile.data.val_fraction,
                 "val_max_items": self.profile.data.val_max_items,
+                "speakers": self.profile.data.speakers,
             },
         }
 
@@ -273,6 +312,7 @@ class VoiceTask(Task):
             "architecture": ARCHITECTURE,
             "text_units": self.encoder.units,
             "vocab_size": self.encoder.vocab_size,
+            "speakers": list(self.speaker_names),
             "parameters": count_parameters(self.model),
             "items": self.train_items(),
             "val_items": self.dataset.val_items(),

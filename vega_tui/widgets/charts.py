@@ -42,6 +42,7 @@ MARKER_STYLES: dict[str, tuple[str, str, str]] = {
     "oom": ("X", "red", "OOM"),
     "nonfinite": ("!", "magenta", "non-finite"),
     "passed": ("^", "green", "beats ref"),
+    "early_stop": ("E", "yellow", "early stop"),
 }
 FAULT_KINDS = ("oom", "nonfinite")
 
@@ -267,7 +268,8 @@ def _best_only(state: RunState, also: tuple[str, ...] = ()) -> dict[str, list[in
 def validation_chart(state: RunState) -> ChartData:
     """The validation metric (a vocoder's mel_l1; the validation loss when there is none) and, when the trainer
     measured one, the reference it should beat (Griffin-Lim copy synthesis) as a flat line labelled with its
-    name, with best-model markers and one where the metric first beat the reference."""
+    name, with best-model markers, one where the metric first beat the reference and one where early stopping
+    ended the run."""
     name = state.metric_name
     metric = series_line(state, f"val_metric:{name}", name, "orange") if name else None
     if metric is None:
@@ -276,7 +278,7 @@ def validation_chart(state: RunState) -> ChartData:
     label = state.reference_name or "reference"
     line = flat_line(label, metric.xs, reference, "green") if metric is not None and reference is not None else None
     title = _validation_title(state, name, reference)
-    return ChartData(title, _present((metric, line)), _best_only(state, ("passed",)))
+    return ChartData(title, _present((metric, line)), _best_only(state, ("passed", "early_stop")))
 
 
 def _validation_title(state: RunState, name: str | None, reference: float | None) -> str:
@@ -331,6 +333,7 @@ def marker_bands(plotted: list[float]) -> dict[str, float] | None:
         "checkpoint": checkpoint_y,
         "best": checkpoint_y,
         "passed": checkpoint_y,
+        "early_stop": checkpoint_y,
         "oom": fault_y,
         "nonfinite": fault_y,
     }

@@ -73,6 +73,8 @@ def plan_rows(plan: dict[str, Any]) -> list[tuple[str, Text | str]]:
     rows: list[tuple[str, Text | str]] = [("device", _device_text(plan.get("device", {})))]
     data = plan.get("data", {})
     rows.append(("data", _data_text(data)))
+    if data.get("speakers"):
+        rows.append(("speakers", _speakers_text(data)))
     rows += [("skipped", Text(line, style="yellow")) for line in _problem_lines(data)]
     rows.append(("RAM", _ram_text(plan.get("preload", {}))))
     rows.append(("model", _model_text(plan.get("model", {}))))
@@ -100,6 +102,16 @@ def _data_text(data: dict[str, Any]) -> str:
     if data.get("mode") == "voice" and data.get("hours"):
         parts.append(format_duration(float(data["hours"]) * 3600))
     return " · ".join(parts)
+
+
+def _speakers_text(data: dict[str, Any]) -> str:
+    """Multi-speaker data: how many speakers, how they were read, and each one's clips and time."""
+    speakers: dict[str, Any] = data["speakers"]
+    listing = " · ".join(
+        f"{name} {figures.get('clips', 0)} clips, {format_duration(float(figures.get('hours', 0.0)) * 3600)}"
+        for name, figures in speakers.items()
+    )
+    return f"{len(speakers)} by {data.get('speaker_mode', '?')}: {listing}"
 
 
 def _problem_lines(data: dict[str, Any]) -> list[str]:

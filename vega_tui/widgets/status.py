@@ -72,6 +72,9 @@ def status_first_line(state: RunState, now: float | None) -> Text:
     line.append(state.name or (state.run_dir.name if state.run_dir is not None else ""), style="bold")
     line.append("  ")
     line.append(f"{state.status.upper()}{_preload_text(state)}", style=STATE_STYLES.get(state.status, "bold"))
+    if state.early_stopped_step is not None:
+        best = f", best step {state.best_step}" if state.best_step is not None else ""
+        line.append(f" (early stop{best})", style="yellow")
     eta = "—" if state.status in ENDED_STATES else format_duration(state.eta_s)
     parts = [_step_text(state), _epoch_text(state), f"elapsed {format_duration(elapsed_seconds(state, now))}"]
     parts.append(f"ETA {eta}")
