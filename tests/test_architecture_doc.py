@@ -44,7 +44,19 @@ def test_every_run_folder_name_is_in_the_layout_table() -> None:
     views = ("MEL_VIEW", "ALIGNMENT_VIEW")
     names = [
         getattr(rundir, n)
-        for n in ("EVENTS", "PROFILE", "SESSION", "LOG", "SOCKET", "CHECKPOINTS", "SAMPLES", "EXPORT", "REPORT", *views)
+        for n in (
+            "EVENTS",
+            "PROFILE",
+            "SESSION",
+            "LOG",
+            "SOCKET",
+            "CHECKPOINTS",
+            "SAMPLES",
+            "EXPORT",
+            "REPORT",
+            "ONNX",
+            *views,
+        )
     ]
     assert not [n for n in names if n not in table]
 

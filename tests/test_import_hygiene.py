@@ -37,6 +37,10 @@ LIGHT_MODULES = [
     "trainer_core.contract.errors",
     "trainer_core.contract.rundir",
     "trainer_core.contract.init_sources",
+    # Speaking an ONNX voice (`synth --onnx`): onnxruntime and numpy only.
+    "trainer_core.cli.synth_cmd",
+    "trainer_core.models.onnx_voice",
+    "trainer_core.models.griffin_lim_numpy",
 ]
 
 

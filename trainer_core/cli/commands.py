@@ -16,6 +16,7 @@ MODULES: dict[str, str] = {
     "synth": "synth_cmd",
     "evaluate": "evaluate_cmd",
     "vocode": "vocode_cmd",
+    "export": "export_cmd",
 }
 
 # Sub-command name -> the summary its parser and the command list show.
@@ -29,4 +30,5 @@ SUMMARIES: dict[str, str] = {
     "synth": "synthesise speech from text with a trained TTS checkpoint or export",
     "evaluate": "score a voice (run, checkpoint or export) on held-out sentences of a voice folder, free-running",
     "vocode": "re-synthesise a recording through a trained vocoder or Griffin-Lim, to judge the vocoder by ear",
+    "export": "export a trained voice (and its vocoder) as ONNX, to speak with onnxruntime and no torch",
 }

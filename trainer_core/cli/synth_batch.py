@@ -19,6 +19,7 @@ from trainer_core.contract.errors import VegaError
 
 if TYPE_CHECKING:
     from trainer_core.cli.synthesiser import Synthesiser
+    from trainer_core.models.onnx_voice import OnnxVoice
 
 INDEX_FIELDS = ("line", "file", "text", "seconds", "error")
 
@@ -50,10 +51,10 @@ def prepare_out_dir(path: Path) -> None:
         raise VegaError(f"--out-dir {path}: cannot be created ({exc.strerror or exc})") from None
 
 
-def speak_lines(synth: Synthesiser, lines: list[tuple[int, str]], args: argparse.Namespace) -> list[dict[str, Any]]:
+def speak_lines(
+    synth: Synthesiser | OnnxVoice, lines: list[tuple[int, str]], args: argparse.Namespace
+) -> list[dict[str, Any]]:
     """Speak each line into the out folder; one index row per line (with `error` set where it failed)."""
-    from trainer_core.cli.synthesiser import synthesise_to_wav
-
     width = max(4, len(str(lines[-1][0])))
     speaker = getattr(args, "speaker", None)  # callers other than the CLI may leave it out
     rows = []
@@ -61,9 +62,7 @@ def speak_lines(synth: Synthesiser, lines: list[tuple[int, str]], args: argparse
         name = f"{number:0{width}d}.wav"
         row: dict[str, Any] = {"line": number, "file": name, "text": text, "seconds": None, "error": None}
         try:
-            done = synthesise_to_wav(
-                synth, text, args.out_dir / name, args.length_scale, args.griffin_lim_iters, speaker
-            )
+            done = synth.speak_to_wav(text, args.out_dir / name, args.length_scale, args.griffin_lim_iters, speaker)
             row["seconds"] = round(done["seconds"], 4)
         except VegaError as exc:
             row["file"], row["error"] = None, str(exc)

@@ -4,6 +4,7 @@
     trainer-core synth --export runs/demo-…/export --text "Hello." --out hello.wav --length-scale 1.2
     trainer-core synth --checkpoint C --text-file lines.txt --out-dir spoken/   # one wav per line + index
     trainer-core synth --export runs/multi-…/export --speaker alice --text "Hello." --out alice.wav
+    trainer-core synth --onnx runs/demo-…/onnx --text "Hello." --out hello.wav   # onnxruntime, no torch
 
 A checkpoint carries the weights (with the text vocabulary in the model's `text_symbols` buffer) and
 the run's profile TOML (architecture sizes, audio parameters, text settings). An export carries the
@@ -12,17 +13,24 @@ rebuilt, its durations predicted, and the mel turned into audio by the vocoder (
 profile's tts.vocoder: Griffin-Lim in torch, or a trained GAN vocoder with the same audio features).
 Only what speaking needs is imported, so a cold call is quick; `--text-file` speaks many lines with one
 loaded model, and a line that cannot be spoken is listed in the index while the others are written.
+
+`--onnx DIR` speaks an ONNX export (`trainer-core export --onnx`) with onnxruntime and numpy and never imports
+torch: the text front end, the graphs, Griffin-Lim in numpy when the export has no vocoder, the WAV writer.
 """
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from trainer_core.cli.commands import SUMMARIES
 from trainer_core.cli.common import print_json
 from trainer_core.cli.synthesiser import Synthesiser, load_from_checkpoint, load_from_export, synthesise_to_wav
 from trainer_core.contract.errors import VegaError
+
+if TYPE_CHECKING:
+    from trainer_core.models.onnx_voice import OnnxVoice
 
 
 def _positive_float(text: str) -> float:
@@ -54,6 +62,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--checkpoint", type=Path, metavar="FILE", help="a checkpoint .pt written by training")
     source.add_argument("--export", type=Path, metavar="DIR", help="an export folder (model.safetensors + config.json)")
+    source.add_argument(
+        "--onnx",
+        type=Path,
+        metavar="DIR",
+        help="an ONNX export (trainer-core export --onnx): spoken with onnxruntime and numpy, without torch",
+    )
     what = parser.add_mutually_exclusive_group(required=True)
     what.add_argument("--text", help="the text to say (with --out)")
     what.add_argument(
@@ -94,7 +108,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="NAME",
         help="a voice trained on several speakers: who speaks (default: the first; an unknown name lists them)",
     )
-    parser.add_argument("--device", default="cpu", help="torch device to run the model on (default: cpu)")
+    parser.add_argument("--device", default=None, help="torch device to run the model on (default: cpu)")
     parser.add_argument("--json", action="store_true", help="print what was written as JSON")
     parser.set_defaults(handler=run)
 
@@ -114,7 +128,7 @@ def _check_outputs(args: argparse.Namespace) -> list[tuple[int, str]] | None:
     return lines
 
 
-def _speak_lines(synth: Synthesiser, lines: list[tuple[int, str]], args: argparse.Namespace) -> int:
+def _speak_lines(synth: Synthesiser | OnnxVoice, lines: list[tuple[int, str]], args: argparse.Namespace) -> int:
     from trainer_core.cli.synth_batch import speak_lines, write_index
 
     rows = speak_lines(synth, lines, args)
@@ -148,11 +162,33 @@ def _check_device(name: str) -> str:
     return str(device)
 
 
+def _load_onnx(args: argparse.Namespace) -> OnnxVoice:
+    """The ONNX voice, checked against the options that only torch voices take; torch is never imported."""
+    from trainer_core.models.onnx_voice import OnnxVoice
+
+    if args.device not in (None, "cpu"):
+        raise VegaError(f"--device {args.device}: an ONNX voice runs on the CPU with onnxruntime; leave --device out")
+    if args.vocoder is not None:
+        raise VegaError(
+            "--vocoder does not go with --onnx: the ONNX folder's vocoder.onnx is its vocoder (else Griffin-Lim); "
+            "export again with trainer-core export --onnx SOURCE --vocoder V"
+        )
+    voice = OnnxVoice.load(args.onnx)
+    voice.speaker_id(args.speaker)  # an unknown name fails before any audio is made
+    return voice
+
+
 def run(args: argparse.Namespace) -> int:
+    lines = _check_outputs(args)
+    if args.onnx is not None:
+        voice = _load_onnx(args)
+        if lines is not None:
+            return _speak_lines(voice, lines, args)
+        result = voice.speak_to_wav(args.text, args.out, args.length_scale, args.griffin_lim_iters, args.speaker)
+        return _report(result, args)
     from trainer_core.models.mel_vocoders import load_vocoder
 
-    lines = _check_outputs(args)
-    device = _check_device(args.device)
+    device = _check_device(args.device or "cpu")
     if args.checkpoint is not None:
         synth = load_from_checkpoint(args.checkpoint, device)
     else:
@@ -167,6 +203,10 @@ def run(args: argparse.Namespace) -> int:
     if lines is not None:
         return _speak_lines(synth, lines, args)
     result = synthesise_to_wav(synth, args.text, args.out, args.length_scale, args.griffin_lim_iters, args.speaker)
+    return _report(result, args)
+
+
+def _report(result: dict[str, Any], args: argparse.Namespace) -> int:
     if args.json:
         print_json(result)
     else:

@@ -54,6 +54,17 @@ class Synthesiser:
             raise VegaError(f"--speaker {name!r}: this voice was trained on one speaker and has no speaker names")
         raise VegaError(f"--speaker {name!r}: this voice knows {len(names)} speaker(s): {', '.join(names)}")
 
+    def speak_to_wav(
+        self,
+        text: str,
+        out: Path,
+        length_scale: float | None = None,
+        iters: int | None = None,
+        speaker: str | None = None,
+    ) -> dict[str, Any]:
+        """Speak `text` into `out` as `speaker` (a name; None: the first); return what was written."""
+        return synthesise_to_wav(self, text, out, length_scale, iters, speaker)
+
 
 def _strip_wrappers(state: dict[str, Any]) -> dict[str, Any]:
     out = {}
@@ -97,7 +108,8 @@ def load_from_checkpoint(path: Path, device: str = "cpu") -> Synthesiser:
     weights = _strip_wrappers(state.get("model") or {})
     if "text_symbols" not in weights:
         raise VegaError(
-            f"checkpoint {path} is not a TTS model (no text vocabulary in it); synth and evaluate need a voice run"
+            f"checkpoint {path} is not a TTS model (no text vocabulary in it); synth, evaluate and export --onnx "
+            "need a voice run"
         )
     profile = _profile_from_checkpoint(state, path)
     names = _checkpoint_speaker_names(state, weights, path)
@@ -126,7 +138,7 @@ def load_from_export(folder: Path, device: str = "cpu") -> Synthesiser:
     config = document.get("model") or {}
     if config.get("kind") != "tts":
         kind = config.get("kind", "unknown")
-        raise VegaError(f"{folder} holds a {kind!r} model, not a TTS voice; synth and evaluate need one")
+        raise VegaError(f"{folder} holds a {kind!r} model, not a TTS voice; synth, evaluate and export --onnx need one")
     encoder = TextEncoder.from_state(config.get("text") or {})
     model = AcousticModel(config_from_dict(config), encoder.symbol_codes(), encoder.units == "phonemes")
     check_model_compatible(model, weights)

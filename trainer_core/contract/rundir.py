@@ -19,6 +19,7 @@ SOCKET = "control.sock"
 CHECKPOINTS = "checkpoints"
 SAMPLES = "samples"
 EXPORT = "export"
+ONNX = "onnx"  # `trainer-core export --onnx RUN` writes here by default
 REPORT = "report.png"
 # A voice run's pictures of one held-out clip, in each evaluation's sample folder (`samples/step-<8 digits>/`).
 MEL_VIEW = "mel.png"

@@ -151,6 +151,12 @@ class Generator(nn.Module):
 
     def spectrum(self, mel: Tensor) -> Tensor:
         """(B, n_mels, T) log-mel -> (B, n_fft // 2 + 1, T) complex STFT."""
+        magnitude, phase = self.magnitude_and_phase(mel)
+        return torch.complex(magnitude * phase.cos(), magnitude * phase.sin())
+
+    def magnitude_and_phase(self, mel: Tensor) -> tuple[Tensor, Tensor]:
+        """(B, n_mels, T) log-mel -> the STFT's magnitude and phase, (B, n_fft // 2 + 1, T) real float32 each
+        (real tensors: the ONNX graph builds its wave from these without complex numbers)."""
         if mel.dim() != 3 or mel.shape[1] != self.config.n_mels:
             raise ValueError(f"expected a (batch, {self.config.n_mels}, frames) log-mel, got {tuple(mel.shape)}")
         x = (mel - self.mel_mean) / self.mel_std
@@ -160,8 +166,7 @@ class Generator(nn.Module):
         # float32 from here: under autocast the head is half precision, and complex half is poorly supported.
         x = self.head(self.out_norm(x)).transpose(1, 2).float()
         log_magnitude, phase = x.chunk(2, dim=1)
-        magnitude = log_magnitude.clamp(max=MAX_LOG_MAGNITUDE).exp()
-        return torch.complex(magnitude * phase.cos(), magnitude * phase.sin())
+        return log_magnitude.clamp(max=MAX_LOG_MAGNITUDE).exp(), phase
 
     def forward(self, mel: Tensor) -> Tensor:
         """(B, n_mels, T) log-mel -> (B, T * hop_length) float32 wave."""

@@ -42,7 +42,7 @@ import torch
 from torch import nn
 
 from trainer_core.contract.errors import VegaError
-from trainer_core.models.alignment import durations_to_path, monotonic_alignment_search
+from trainer_core.models.alignment import monotonic_alignment_search
 from trainer_core.models.tts_modules import (
     ConvStack,
     DurationPredictor,
@@ -305,7 +305,9 @@ class AcousticModel(nn.Module):
         return TeacherForced(self.unstandardise(predicted), path, log_likelihood)
 
     @torch.no_grad()
-    def predict_durations(self, hidden: torch.Tensor, mask: torch.Tensor, length_scale: float) -> torch.Tensor:
+    def predict_durations(
+        self, hidden: torch.Tensor, mask: torch.Tensor, length_scale: float | torch.Tensor
+    ) -> torch.Tensor:
         """Whole frames per token at inference: rounded, at least 1, at most MAX_TOKEN_FRAMES; 0 on padding."""
         log_durations = self.duration_predictor(hidden, mask).float()
         frames = torch.round(torch.exp(log_durations) * length_scale).clamp(1, MAX_TOKEN_FRAMES)
@@ -328,12 +330,29 @@ class AcousticModel(nn.Module):
         who = speaker or 0
         if not 0 <= who < self.config.speakers:
             raise VegaError(f"speaker id {who} is out of range: this voice has {self.config.speakers} speaker(s)")
-        lengths = torch.tensor([ids.shape[1]], device=device)
-        hidden, means, mask = self.encode(ids, lengths, torch.tensor([who], device=device))
-        path = durations_to_path(self.predict_durations(hidden, mask, length_scale))
-        frame_mask = torch.ones(1, path.shape[2], dtype=torch.bool, device=device)
+        scale = torch.tensor([float(length_scale)], device=device)
+        mel, _ = self.speak(ids, scale, torch.tensor([who], device=device))
+        return mel[0]
+
+    def speak(
+        self, ids: torch.Tensor, length_scale: torch.Tensor, speaker: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Free-running inference in operations `torch.export` can trace (the ONNX acoustic graph is this method):
+        ids (1, Lt) int64, length_scale (1,) and speaker (1,) int64 (a model with speakers; else None) -> log-mel
+        (1, n_mels, T) and whole frames per token (1, Lt)."""
+        lengths = torch.full((1,), ids.shape[1], dtype=torch.long, device=ids.device)
+        hidden, means, mask = self.encode(ids, lengths, speaker)
+        durations = self.predict_durations(hidden, mask, length_scale)
+        frames = durations.sum().item()
+        torch._check(frames >= 1)  # every token gets a frame or more: tells the exporter the length is positive
+        # One padded frame more than spoken: the decoder never sees a single frame, whose shape an exported graph
+        # would have to special-case (attention broadcasting); masked, it changes no spoken frame.
+        positions = torch.arange(frames + 1, device=ids.device)
+        ends = durations.cumsum(dim=1)[..., None]
+        path = ((positions >= ends - durations[..., None]) & (positions < ends)).float()
+        frame_mask = (positions < frames)[None, :]
         _, mel, _ = self.decode(path, hidden, expand_to_frames(path, means.float()), (mask, frame_mask))
-        return self.unstandardise(mel)[0]
+        return self.unstandardise(mel)[:, :, :frames], durations
 
 
 def _masked_l1(predicted: torch.Tensor, target: torch.Tensor, frame_mask: torch.Tensor) -> torch.Tensor:
