@@ -326,7 +326,7 @@ async def test_vocoder_profiles_are_listed_and_their_plan_renders(config: Path, 
         assert screen.plan is not None, screen.plan_error
         assert screen.plan["model"]["kind"] == "vocoder" and screen.selection.data_mode == "voice"
         shown = screen.query_one(PreflightPanel).text
-        for expected in ("data voice · 40 usable, 0 skipped", f"model vocoder, {shape}", f"{name}-<start time>"):
+        for expected in ("data voice · 330 usable, 0 skipped", f"model vocoder, {shape}", f"{name}-<start time>"):
             assert expected in shown, (expected, shown)
         assert "hidden" not in shown  # the plan's transformer fields mean nothing for a vocoder
         older = {**screen.plan, "model": {k: v for k, v in screen.plan["model"].items() if k != "vocoder"}}

@@ -50,7 +50,7 @@ EXPECTED = {
     "demo_run.py": (
         "demo: best checkpoint's place in the run",
         "demo: last validation / best",
-        "negative control (40 clips, same steps)",
+        "negative control (16 clips, same steps)",
     ),
     "finetune.py": (
         "fine-tuned from the demo voice / from scratch: best mel loss",
