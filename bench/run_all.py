@@ -164,7 +164,8 @@ def render(out: Path, run_info: dict, earlier: str = "") -> str:
         lines += ["Kept from earlier runs (no result file this time): " + ", ".join(kept_sections) + ".", ""]
     lines += [*SUMMARY_HEAD, *(row for _, row in sorted(rows, key=lambda x: title_order(x[0]))), ""]
     for _, section in sorted(sections, key=lambda x: title_order(x[0])):
-        lines += section
+        # A kept section lost its trailing blank line at the end marker: keep headings apart.
+        lines += [*section, ""] if section and section[-1].strip() else section
     return "\n".join(lines) + "\n"
 
 
