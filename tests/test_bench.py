@@ -55,7 +55,7 @@ EXPECTED = {
     "finetune.py": (
         "fine-tuned from the demo voice / from scratch: best mel loss",
         "negative control (from an untrained base) / from scratch",
-        "from scratch: step",
+        "from scratch: mean best mel loss",
     ),
     "scale.py": (
         "scan, cold",
