@@ -23,21 +23,13 @@ Torch-free: the dashboard imports this module. Only stdlib and pydantic.
 
 from __future__ import annotations
 
-import math
-import operator
-import os
 import time
 from functools import cache
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import (
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
-    Field,
-    TypeAdapter,
-    WithJsonSchema,
-)
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+from trainer_core.contract.protocol_fields import Count, PathText, Real, Timestamp
 
 PROTOCOL_VERSION = 1
 
@@ -47,55 +39,6 @@ ENVELOPE_FIELDS = ("v", "seq", "t", "type")
 
 class ProtocolError(ValueError):
     """A line or command is not valid protocol: not JSON, not an object, or a known type with bad fields."""
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Field types: numbers that stay numbers
-
-
-def _reject_text(value: Any) -> None:
-    # A preformatted "0.123" must fail loudly: charts cannot plot strings.
-    if isinstance(value, (str, bytes, bool)):
-        raise ValueError(f"expected a number, got {type(value).__name__} {value!r}")
-
-
-def _as_real(value: Any) -> Any:
-    """Accept ints, floats and numeric scalars (numpy, torch); null on the wire means non-finite -> NaN."""
-    if value is None:
-        return math.nan
-    _reject_text(value)
-    if not isinstance(value, (int, float)) and hasattr(value, "__float__"):
-        return float(value)
-    return value
-
-
-def _as_count(value: Any) -> Any:
-    """Accept ints and integer scalars (numpy, torch); pydantic then rejects fractional floats."""
-    _reject_text(value)
-    if not isinstance(value, (int, float)) and hasattr(value, "__index__"):
-        return operator.index(value)
-    return value
-
-
-def _as_number(value: Any) -> Any:
-    _reject_text(value)
-    return value
-
-
-def _as_path_text(value: Any) -> Any:
-    # Emitters naturally hold pathlib.Path objects; the wire carries plain strings.
-    return os.fspath(value) if isinstance(value, os.PathLike) else value
-
-
-_REAL_SCHEMA = {
-    "anyOf": [{"type": "number"}, {"type": "null"}],
-    "description": "a number; null stands for a non-finite value (NaN or infinity)",
-}
-
-Real = Annotated[float, BeforeValidator(_as_real), WithJsonSchema(_REAL_SCHEMA)]
-Count = Annotated[int, BeforeValidator(_as_count)]
-PathText = Annotated[str, BeforeValidator(_as_path_text)]
-Timestamp = Annotated[float, BeforeValidator(_as_number)]
 
 
 # ---------------------------------------------------------------------------------------------------------------
