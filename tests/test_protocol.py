@@ -127,7 +127,15 @@ SAMPLE_FIELDS: dict[str, dict] = {
     "paused": dict(step=1201),
     "resumed": dict(step=1201),
     "warning": dict(message="no GPU, training on CPU", code="cpu_fallback"),
-    "error": dict(message="boom", traceback='Traceback (most recent call last):\n  File "x.py"\nValueError: boom\n'),
+    "error": dict(
+        message="compute_losses raised ValueError: boom (x.py:2 in MyTask.compute_losses)",
+        traceback='Traceback (most recent call last):\n  File "x.py", line 2\nValueError: boom\n',
+        code="task_failed",
+        task_method="compute_losses",
+        file="x.py",
+        line=2,
+        function="MyTask.compute_losses",
+    ),
     "finished": dict(status="completed", step=4000, epoch=40, seconds=5400.0, summary={"best_val_loss": 0.5}),
 }
 

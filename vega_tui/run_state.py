@@ -311,6 +311,9 @@ class RunState:
     init_from: dict[str, Any] | None = None
     memory_level: str | None = None
     last_error: str | None = None
+    # Where the last error happened (the error event's file and line: a task's own code where it failed).
+    last_error_file: str | None = None
+    last_error_line: int | None = None
     crash_log: list[str] = field(default_factory=list)
     unknown_fields: int = 0
     bad_events: int = 0

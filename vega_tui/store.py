@@ -538,8 +538,11 @@ class RunStore:
         self._log("warning", "warning", f"{code}{e.message}", e.t)
 
     def _on_error(self, e: ErrorEvent) -> None:
-        self.state.last_error = e.message
-        self._log("error", "error", e.message, e.t)
+        state = self.state
+        state.last_error, state.last_error_file, state.last_error_line = e.message, e.file, e.line
+        where = f"{e.file}:{e.line}" if e.file and e.line is not None else None
+        # A task's failure names its line in the message already; other failures get it added here.
+        self._log("error", "error", e.message if not where or where in e.message else f"{e.message} (at {where})", e.t)
 
     def _on_command_ack(self, e: CommandAckEvent) -> None:
         state = self.state

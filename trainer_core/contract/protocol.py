@@ -413,9 +413,22 @@ class WarningEvent(Event):
 
 
 class ErrorEvent(Event):
+    """A failure, with where in the code it happened; a task's failure (a Task method raised, or returned or yielded
+    the wrong thing) names the task's own source line and what the engine expected."""
+
     type: Literal["error"] = "error"
     message: str
     traceback: str | None = None
+    code: str | None = Field(
+        default=None,
+        description="task_failed (a Task method raised), task_contract (a Task method returned or yielded the wrong "
+        "thing), trainer (any other exception)",
+    )
+    task_method: str | None = Field(default=None, description="the Task method that failed, or 'building the task'")
+    file: str | None = Field(default=None, description="source file: the task's code where it is in the traceback")
+    line: Count | None = Field(default=None, description="line in `file`")
+    function: str | None = Field(default=None, description="function at that line")
+    expected: str | None = Field(default=None, description="what the engine expected (task_contract failures)")
 
 
 FinishedStatus = Literal["completed", "stopped", "failed"]

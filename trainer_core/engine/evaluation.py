@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import logging
 import time
+import traceback
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -23,12 +25,23 @@ from trainer_core.contract.protocol import (
 )
 from trainer_core.engine.checkpointing import Checkpointer
 from trainer_core.engine.distributed import reduce_sums
-from trainer_core.engine.events import EventHub
+from trainer_core.engine.events import NO_EVENT, EventHub
 from trainer_core.engine.loop_state import LoopState
 from trainer_core.engine.run_length import RunLength
 from trainer_core.engine.step import StepRunner
+from trainer_core.engine.task_contract import (
+    END,
+    TaskCall,
+    TaskError,
+    as_iterator,
+    check_losses,
+    check_metrics,
+    check_samples,
+    check_val_batch,
+    next_item,
+)
 from trainer_core.engine.telemetry import Telemetry
-from trainer_core.models.base import Task, batch_to, unwrap_model
+from trainer_core.models.base import Batch, Task, batch_to, unwrap_model
 from trainer_core.models.free_running import FreeRunningResult
 from trainer_core.world import World
 
@@ -92,7 +105,9 @@ class Evaluator:
         distance = self._free_running() if self._free_running_due(final) else None
         if means is None:
             return None
-        metrics = self.task.val_metrics(means)
+        with TaskCall(self.task, "val_metrics"):
+            metrics = self.task.val_metrics(means)
+        metrics = check_metrics(self.task, metrics)
         self.checkpointer.val_loss = means["total"]
         self.events.emit(self._validation_event(means, metrics))
         if self.state.step > 0:  # the untrained baseline is a reference point, not a model worth keeping
@@ -160,12 +175,13 @@ class Evaluator:
         sums: dict[str, float] = {}
         items = 0
         try:
-            for batch in self.task.val_batches(self.state.micro_batch):
+            for batch in self._val_batches():
                 # Weight by batch size: the last validation batch may be smaller.
                 n = next(iter(batch.values())).shape[0]
                 batch = batch_to(batch, device, non_blocking=device.type == "cuda")
-                with self.runner.precision.autocast():
+                with self.runner.precision.autocast(), TaskCall(self.task, "compute_losses"):
                     losses = self.task.compute_losses(model, batch)
+                losses = check_losses(self.task, "compute_losses", losses, training=False)
                 for name, value in losses.items():
                     sums[name] = sums.get(name, 0.0) + float(value) * n
                 items += n
@@ -173,6 +189,14 @@ class Evaluator:
             model.train()
         sums, items = reduce_sums(self.world, sums, items)
         return {k: v / items for k, v in sums.items()} if items else None
+
+    def _val_batches(self) -> Iterator[Batch]:
+        """The task's validation batches, each fetched inside the task boundary and checked."""
+        with TaskCall(self.task, "val_batches"):
+            made = self.task.val_batches(self.state.micro_batch)
+        source = as_iterator(self.task, "val_batches", made)
+        while (batch := next_item(self.task, "val_batches", source)) is not END:
+            yield check_val_batch(self.task, batch, source)
 
     def _track_best(self, score: float, val_loss: float | None) -> None:
         """`score` is what train.select_best_by names; lower is better."""
@@ -192,17 +216,32 @@ class Evaluator:
         return patience is not None and self.state.evals_since_best >= patience
 
     def make_samples(self) -> None:
+        """Samples, then pictures; a failure in either is a warning and training goes on (the model is fine)."""
         out_dir = self.run_dir / "samples"
         model = self.module
         model.eval()
         try:
-            for make in (self.task.make_samples, self.task.make_views):  # the sounds are announced before pictures
-                for sample in make(model, out_dir, self.state.step):
+            for method in ("make_samples", "make_views"):  # the sounds are announced before pictures
+                try:
+                    with TaskCall(self.task, method):
+                        made = getattr(self.task, method)(model, out_dir, self.state.step)
+                    samples = check_samples(self.task, method, made)
+                except TaskError as exc:
+                    self._samples_failed(exc)
+                    continue
+                for sample in samples:
                     self.events.emit(
                         SampleEvent(step=self.state.step, kind=sample.kind, path=str(sample.path), text=sample.text)
                     )
         finally:
             model.train()
+
+    def _samples_failed(self, exc: TaskError) -> None:
+        """A warning event naming the task's line; the traceback goes to trainer.log only."""
+        what = "samples" if exc.method == "make_samples" else "pictures"
+        cause = exc.__cause__ or exc
+        log.warning("%s", "".join(traceback.format_exception(cause)).rstrip(), extra={NO_EVENT: True})
+        self.events.warn(f"{exc}; no {what} at step {self.state.step}, training goes on", code=f"{exc.method}_failed")
 
 
 def free_running_event(step: int, result: FreeRunningResult) -> FreeRunningEvent:

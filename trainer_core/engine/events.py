@@ -11,7 +11,7 @@ import logging
 import sys
 import traceback
 from collections.abc import Callable
-from typing import Literal
+from typing import Any, Literal
 
 from trainer_core.contract.eventlog import EventWriter
 from trainer_core.contract.protocol import ErrorEvent, Event, LogEvent, WarningEvent
@@ -58,12 +58,13 @@ class EventHub:
         log.warning("%s", message, extra={NO_EVENT: True})
         self.emit(WarningEvent(message=message, code=code))
 
-    def error(self, message: str, tb: str | None = None) -> None:
-        """An `error` event, also written to trainer.log (without a duplicate `log` event)."""
+    def error(self, message: str, tb: str | None = None, **details: Any) -> None:
+        """An `error` event, also written to trainer.log (without a duplicate `log` event); `details` are the
+        event's other fields (code, task_method, file, line, function, expected)."""
         log.error("%s", message, extra={NO_EVENT: True})
         if tb:
             log.error("%s", tb, extra={NO_EVENT: True})
-        self.emit(ErrorEvent(message=message, traceback=tb))
+        self.emit(ErrorEvent(message=message, traceback=tb, **details))
 
 
 class EventLogHandler(logging.Handler):

@@ -27,6 +27,7 @@ from trainer_core.engine.distributed import average_gradients
 from trainer_core.engine.grad_scaler import abandon_iteration
 from trainer_core.engine.optimizers import OptimizerGroup
 from trainer_core.engine.step import StepOutcome, StepRunner
+from trainer_core.engine.task_contract import TaskCall, check_losses
 from trainer_core.models.base import Batch, Carry, batch_to
 
 
@@ -86,7 +87,7 @@ class GroupedStepRunner(StepRunner):
         for _ in range(accum):
             d0 = time.perf_counter()
             with self.profiler.phase("data"):
-                batch, n = next(source)
+                batch, n = self._next_batch(source, items)
             data_s += time.perf_counter() - d0
             with self.profiler.phase("transfer"):
                 batches.append(batch_to(batch, self.device, non_blocking=self.device.type == "cuda"))
@@ -122,7 +123,9 @@ class GroupedStepRunner(StepRunner):
         name = group.name
         with self.profiler.phase("forward", name), self.precision.autocast():
             self.faults.before_forward(step_no, name)
-            losses = self.task.group_losses(self.model, batch, name, carry)
+            with TaskCall(self.task, "group_losses"):
+                losses = self.task.group_losses(self.model, batch, name, carry)
+            losses = check_losses(self.task, "group_losses", losses, training=True, group=name)
             loss = self.faults.poison_loss(step_no, losses["total"], name)
             scaled = loss / accum if accum > 1 else loss
         with self.profiler.phase("backward", name):

@@ -38,6 +38,7 @@ from trainer_core.contract.protocol import (
 )
 from trainer_core.engine.control_state import ControlState
 from trainer_core.engine.events import EventHub, NullEventWriter, setup_logging
+from trainer_core.engine.task_contract import TaskError, error_details
 from trainer_core.plan import TrainPlan
 from trainer_core.world import rank_log_name
 
@@ -64,6 +65,8 @@ def run_training(plan: TrainPlan, events_to_stdout: bool = False) -> int:
             if main:
                 _announce(plan, hub, run_dir)
             outcome.status = _train(plan, hub, control, run_dir, outcome)
+    except TaskError as exc:  # the task's own code failed: its line and what was expected, status 3
+        outcome.fail(exc, hub, exit_code=exc.exit_code, tb=traceback.format_exc())
     except VegaError as exc:
         outcome.fail(exc, hub, exit_code=2)
     except Exception as exc:
@@ -75,9 +78,9 @@ def run_training(plan: TrainPlan, events_to_stdout: bool = False) -> int:
             writer.close()
     if isinstance(outcome.error, VegaError):
         raise outcome.error
-    if outcome.exit_code == 1:
+    if outcome.exit_code != 0:
         log_name = rundir.LOG if main else rank_log_name(plan.world.rank)
-        print(f"trainer failed: {outcome.error!r} (traceback in {run_dir / log_name})", file=sys.stderr)
+        print(outcome.failure_text(run_dir / log_name), file=sys.stderr)
     return outcome.exit_code
 
 
@@ -111,10 +114,26 @@ class RunOutcome:
         self.summary: dict[str, Any] = {}
 
     def fail(self, exc: BaseException, hub: EventHub, exit_code: int, tb: str | None = None) -> None:
+        """The `error` event; a failure with a traceback also names the code it happened in (file and line)."""
         self.status, self.exit_code, self.error = "failed", exit_code, exc
         if self.trainer is not None:
             self.trainer.telemetry.flush()  # the steps before the failure belong in the log
-        hub.error(str(exc) or type(exc).__name__, tb=tb)
+        message = str(exc) or type(exc).__name__
+        details = error_details(exc, self.trainer.task if self.trainer else None) if tb else {}
+        hub.error(message, tb=tb, **details)
+        self.summary["error"] = message
+        if details.get("file"):
+            self.summary["error_at"] = f"{details['file']}:{details['line']}"
+
+    def failure_text(self, log_path: Path) -> str:
+        """What stderr says when the run failed with a traceback: the error, then the log and the last checkpoint."""
+        t = self.trainer
+        manager = t.checkpointer.manager if t is not None else None
+        saved = manager.list_complete() if manager is not None else []
+        kept = f"; the last checkpoint is intact: {saved[0]}" if saved else ""
+        if isinstance(self.error, TaskError):
+            return f"the task failed: {self.error}\n  traceback in {log_path}{kept}"
+        return f"trainer failed: {self.error!r} (traceback in {log_path}){kept}"
 
     def finish(self, hub: EventHub, run_dir: Path, plan: TrainPlan) -> None:
         """session.json, then the `finished` event: always the log's last line (rank 0 only)."""

@@ -37,6 +37,7 @@ from trainer_core.engine.distributed import (
 )
 from trainer_core.engine.events import EventHub
 from trainer_core.engine.precision import PrecisionPolicy, cuda_bf16_supported
+from trainer_core.engine.task_contract import BUILDING, TaskCall
 from trainer_core.engine.trainer import Trainer
 from trainer_core.models.registry import build_task
 from trainer_core.plan import TrainPlan, model_kind
@@ -83,18 +84,21 @@ def build_trainer(plan: TrainPlan, hub: EventHub, control: ControlState, run_dir
     )
     if plan.model_size is not None:
         hub.emit(LogEvent(level="info", message=f"model size (model.size = auto): {plan.model_size['reason']}"))
-    task = build_task(
-        p,
-        plan.data,
-        device,
-        preload_where=plan.preload_where,
-        progress=lambda fields: hub.emit(PreloadProgressEvent(**fields)),
-    )
-    preload = task.preload_done_event(plan.preload_reason)
+    with TaskCall(None, BUILDING):  # the task's factory and constructor: no task yet to name its files
+        task = build_task(
+            p,
+            plan.data,
+            device,
+            preload_where=plan.preload_where,
+            progress=lambda fields: hub.emit(PreloadProgressEvent(**fields)),
+        )
+    with TaskCall(task, BUILDING):
+        preload = task.preload_done_event(plan.preload_reason)
+        items, described = task.train_items(), task.describe()
     if preload is not None:
         hub.emit(PreloadDoneEvent(**preload))
-    _check_one_batch_fits(plan, task.train_items())
-    for warning in task.describe().get("warnings", []):
+    _check_one_batch_fits(plan, items)
+    for warning in described.get("warnings", []):
         hub.warn(warning, code="data")
     world = plan.world
     shard_task_data(task, world)

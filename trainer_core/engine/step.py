@@ -26,6 +26,15 @@ from trainer_core.engine.memory import MemoryManager
 from trainer_core.engine.optimizers import OptimizerGroups
 from trainer_core.engine.precision import PrecisionPolicy
 from trainer_core.engine.profiler import StepProfiler
+from trainer_core.engine.task_contract import (
+    END,
+    TaskCall,
+    as_iterator,
+    check_losses,
+    check_train_item,
+    epoch_ended_early,
+    next_item,
+)
 from trainer_core.models.base import Batch, Task, batch_to
 from trainer_core.world import World
 
@@ -97,7 +106,7 @@ class StepRunner:
         for micro in range(accum):
             d0 = time.perf_counter()
             with profiler.phase("data"):
-                batch, n = next(batches)
+                batch, n = self._next_batch(batches, items)
             data_s += time.perf_counter() - d0
             with profiler.phase("transfer"):
                 batch = batch_to(batch, self.device, non_blocking=self.device.type == "cuda")
@@ -115,7 +124,9 @@ class StepRunner:
     def _forward_backward(self, batch: Batch, step_no: int, accum: int) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         with self.profiler.phase("forward"), self.precision.autocast():
             self.faults.before_forward(step_no)
-            losses = self.task.compute_losses(self.model, batch)
+            with TaskCall(self.task, "compute_losses"):
+                losses = self.task.compute_losses(self.model, batch)
+            losses = check_losses(self.task, "compute_losses", losses, training=True)
             loss = self.faults.poison_loss(step_no, losses["total"])
             # Gradients average over the micro-batches; a division by 1 would only add a graph node.
             scaled = loss / accum if accum > 1 else loss
@@ -128,9 +139,18 @@ class StepRunner:
         after a new epoch, a resume, a halved micro-batch or a step that failed half-way."""
         s = self.state
         if self._batches is None or self._batches_at != (s.epoch, s.micro_batch, s.item):
-            self._batches = iter(self.task.train_batches(s.epoch, s.micro_batch, start_item=s.item))
+            with TaskCall(self.task, "train_batches"):
+                made = self.task.train_batches(s.epoch, s.micro_batch, start_item=s.item)
+            self._batches = as_iterator(self.task, "train_batches", made)
         self._batches_at = None  # until this step completes, the iterator is ahead of the loop's position
         return self._batches
+
+    def _next_batch(self, batches: Iterator[tuple[Batch, int]], taken: int) -> tuple[Batch, int]:
+        """The next (batch, items) of the epoch's order, checked (`taken`: items this step read before it)."""
+        item = next_item(self.task, "train_batches", batches)
+        if item is END:
+            raise epoch_ended_early(self.task, self.state.epoch, self.state.item + taken, batches)
+        return check_train_item(self.task, item, batches)
 
     def _gradient_sync(self, last: bool) -> AbstractContextManager[object]:
         """DDP averages gradients over ranks on the last micro-batch of a step only (no_sync on the others)."""

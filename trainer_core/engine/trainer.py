@@ -39,6 +39,7 @@ from trainer_core.engine.precision import NonfiniteTracker, PrecisionPolicy
 from trainer_core.engine.profiler import StepProfiler
 from trainer_core.engine.run_length import RunLength
 from trainer_core.engine.step import StepOutcome, StepRunner
+from trainer_core.engine.task_contract import TaskCall
 from trainer_core.engine.telemetry import StepRecord, Telemetry
 from trainer_core.models.base import Task, unwrap_model
 from trainer_core.world import SINGLE, World
@@ -83,7 +84,8 @@ class Trainer:
         self.checkpointer = Checkpointer(
             profile, profile_toml, self.runner, self.state, nonfinite, self.run_length, manager, world, faults, events
         )
-        self.checkpointer.model_config = plain_config(task.model_config())
+        with TaskCall(task, "model_config"):
+            self.checkpointer.model_config = plain_config(task.model_config())
         self.early_stopped = False  # fit() ended on train.early_stopping_patience (the summary says so)
         self.evaluator = Evaluator(
             profile, task, self.runner, self.state, world, events, run_dir, self.checkpointer, self.telemetry,

@@ -7,6 +7,7 @@ caller passes `now`), so a finished run always renders the same way.
 from __future__ import annotations
 
 import math
+from pathlib import PurePath
 from typing import TYPE_CHECKING
 
 from rich.text import Text
@@ -72,6 +73,8 @@ def status_first_line(state: RunState, now: float | None) -> Text:
     line.append(state.name or (state.run_dir.name if state.run_dir is not None else ""), style="bold")
     line.append("  ")
     line.append(f"{state.status.upper()}{_preload_text(state)}", style=STATE_STYLES.get(state.status, "bold"))
+    if state.status == "failed" and (site := error_site(state, short=True)):
+        line.append(f" at {site}", style="red")
     if state.early_stopped_step is not None:
         best = f", best step {state.best_step}" if state.best_step is not None else ""
         line.append(f" (early stop{best})", style="yellow")
@@ -124,6 +127,14 @@ def last_error_message(state: RunState) -> str | None:
     return None
 
 
+def error_site(state: RunState, short: bool = False) -> str | None:
+    """`file.py:42` (`short`: the file's name only) of the last error, when the trainer named where it was."""
+    if not state.last_error_file or state.last_error_line is None:
+        return None
+    file = PurePath(state.last_error_file).name if short else state.last_error_file
+    return f"{file}:{state.last_error_line}"
+
+
 def problem_text(state: RunState) -> Text | None:
     """What the banner says for a crashed or failed run; None when the run is fine."""
     if state.status == "crashed":
@@ -135,7 +146,11 @@ def problem_text(state: RunState) -> Text | None:
     if state.status == "failed":
         message = (last_error_message(state) or "no error message was recorded").strip()
         text = Text("The run failed: ", style="bold red")
-        text.append(message.splitlines()[0] if message else "no error message was recorded")
+        first = message.splitlines()[0] if message else "no error message was recorded"
+        text.append(first)
+        site = error_site(state)
+        if site and site not in first:
+            text.append(f"\nat {site}", style="red")
         text.append("\n(the traceback is in the Logs tab and in trainer.log)", style="dim")
         return text
     return None
