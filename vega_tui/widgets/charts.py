@@ -295,8 +295,9 @@ def _validation_title(state: RunState, name: str | None, reference: float | None
 def validation_wanted(state: RunState) -> bool:
     """Whether the validation chart takes the speech chart's place: the run is scored against a reference, or
     trains several optimizers (a GAN vocoder: no free-running speech, and its loss is not what validation
-    measures)."""
-    return bool(state.reference) or len(state.groups) > 1
+    measures), or its task says it does not speak (a model of one's own, an LM: its metrics are charted there)."""
+    speaks = state.task.get("speaks") if state.task is not None else None
+    return bool(state.reference) or len(state.groups) > 1 or speaks is False
 
 
 # Rows of a chart that are not plot: title, top and bottom frame, step labels.
