@@ -66,6 +66,11 @@ def doc_machine_lines() -> str:
     return text
 
 
+def fast(root: Path) -> dict[str, Any]:
+    """The fast settings, with the feature cache in the test's own folder."""
+    return {**FAST, "data.cache_dir": str(root / "cache")}
+
+
 def with_path(env: dict[str, str], *folders: Path) -> dict[str, str]:
     return {**env, "PYTHONPATH": os.pathsep.join(str(folder) for folder in folders)}
 
@@ -78,7 +83,6 @@ def example(tmp_path: Path) -> Iterator[TrainerLauncher]:
     launcher.profile = EXAMPLE / "denoise.toml"
     launcher.env = with_path(launcher.env, REPO, SRC)
     (tmp_path / "config" / "machine.toml").write_text(doc_machine_lines(), encoding="utf-8")
-    FAST["data.cache_dir"] = str(tmp_path / "cache")
     yield launcher
     launcher.close()
 
@@ -110,14 +114,15 @@ def test_the_example_is_a_valid_package() -> None:
 
 
 def test_trains_headless_with_its_own_losses_samples_and_metric_and_resumes_exactly(example: TrainerLauncher) -> None:
-    whole = example.start("whole", FAST)
-    split = example.start("split", FAST, env=SLOW)
+    settings = fast(example.root)
+    whole = example.start("whole", settings)
+    split = example.start("split", settings, env=SLOW)
     split.wait_for_step(6)
     split.send(signal.SIGTERM)
     assert split.wait() == 0, split.stderr
     stopped = finished(split.events())
     assert stopped.status == "stopped" and 6 <= stopped.step < 16
-    resumed = example.run("split", FAST, "--resume", "auto", run_dir=split.run_dir)
+    resumed = example.run("split", settings, "--resume", "auto", run_dir=split.run_dir)
     assert resumed.proc.returncode == 0, resumed.stderr
     assert whole.wait() == 0, whole.stderr
 
@@ -161,11 +166,24 @@ def check_custom_run(run_dir: Path, events: list[Event]) -> None:
     assert any(f"code from vega_denoise.task ({TASK_FILE})" in line.message for line in state.logs)
 
 
+def test_the_task_event_decides_between_the_speech_and_the_validation_chart() -> None:
+    from trainer_core.contract.protocol import TaskEvent
+
+    for name, speaks in (("tts", True), ("lm", False), (SPEC, False)):
+        store = RunStore()
+        store.apply([TaskEvent(name=name, speaks=speaks, parameters=1234)])
+        assert validation_wanted(store.state) is not speaks, name
+        assert store.state.task is not None and store.state.task["name"] == name
+        assert [line.message for line in store.state.logs] == [f"task {name}, 1,234 parameters"]
+    assert not validation_wanted(RunStore().state)  # a log written before the task event: as it always was
+
+
 def test_two_gloo_ranks_train_the_example_and_end_identical(example: TrainerLauncher) -> None:
-    run = example.run("ddp", FAST, "--nproc-per-node", "2")
+    run = example.run("ddp", {**fast(example.root), "train.max_steps": 8}, "--nproc-per-node", "2")
     assert run.proc.returncode == 0, run.stderr + run.stdout
     events = run.events()
-    assert finished(events).status == "completed" and finished(events).step == 16
+    assert finished(events).status == "completed" and finished(events).step == 8
+    assert [s.kind for s in of_type(events, "sample")] == ["audio", "text", "image"]  # rank 0 wrote them
     assert all(h.world_size == 2 and h.backend == "gloo" for h in of_type(events, "hello"))
     assert all(e.world_size == 2 for e in of_type(events, "step"))
     logs = (run.run_dir / "trainer.log").read_text() + (run.run_dir / "trainer-rank1.log").read_text()
@@ -217,8 +235,8 @@ def as_test_command(command: str, run_dir: Path) -> str | None:
         line = f"{sys.executable} -m trainer_core {command.removeprefix('trainer-core ')}"
         if "--dry-run" in command:
             return line
-        fast = " ".join(f"'{arg}'" for arg in set_args({**FAST, "train.max_steps": 4, "train.eval_every_steps": 4}))
-        return f"{line} --data {TEST_VOICE} --run-dir {run_dir} {fast}"
+        tiny = {**fast(run_dir.parent), "train.max_steps": 4, "train.eval_every_steps": 4}
+        return f"{line} --data {TEST_VOICE} --run-dir {run_dir} " + " ".join(f"'{arg}'" for arg in set_args(tiny))
     return command
 
 
@@ -268,6 +286,52 @@ async def wait_until(pilot: Pilot, predicate: Callable[[], bool], what: str, tim
     pytest.fail(f"timed out after {timeout:g} s waiting for {what}{seen}")
 
 
+def dashboard_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, allow: bool) -> Path:
+    """A user config folder whose `denoise` profile extends the example's (fast settings, the tests' voice), with
+    the document's machine lines when `allow`; this process's environment set for the dashboard and its trainer."""
+    config = tmp_path / "config"
+    (config / "profiles").mkdir(parents=True)
+    if allow:
+        (config / "machine.toml").write_text(doc_machine_lines(), encoding="utf-8")
+    settings = {**fast(tmp_path), "data.path": str(TEST_VOICE)}
+    lines = [f"{key} = {value}" for key, value in (item.split("=", 1) for item in set_args(settings)[1::2])]
+    (config / "profiles" / "denoise.toml").write_text(
+        f'extends = "{EXAMPLE / "denoise.toml"}"\n' + "\n".join(lines) + "\n", encoding="utf-8"
+    )
+    for key in [key for key in os.environ if key.startswith("VEGA_")]:
+        monkeypatch.delenv(key)
+    monkeypatch.setenv("VEGA_CONFIG_DIR", str(config))
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(REPO), str(SRC)]))
+    return config
+
+
+@pytest.mark.anyio
+async def test_the_launch_screen_says_how_to_allow_the_example(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from textual.widgets import Button
+
+    from vega_tui.app import VegaApp
+    from vega_tui.screens.launch import LaunchScreen
+    from vega_tui.widgets.preflight import PreflightPanel
+    from vega_tui.widgets.profile_list import ProfileList
+
+    config = dashboard_config(tmp_path, monkeypatch, allow=False)
+    app = VegaApp(runs_root=tmp_path / "runs")
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = app.screen
+        assert isinstance(screen, LaunchScreen)
+        profiles = screen.query_one(ProfileList)
+        await wait_until(pilot, lambda: "denoise" in profiles.entries, "the example's profile")
+        assert profiles.entries["denoise"].valid  # naming a module is valid; running it is this machine's call
+        profiles.select("denoise")
+        await wait_until(pilot, lambda: screen.plan_error is not None, "the trainer's refusal")
+        shown = screen.query_one(PreflightPanel).text
+        assert "The trainer would not start:" in shown and f"this machine's file {config / 'machine.toml'}" in shown
+        assert 'allowed = ["vega_denoise.task"]' in shown
+        assert screen.query_one("#start", Button).disabled
+    assert not (tmp_path / "runs").exists()
+
+
 @pytest.mark.anyio
 async def test_the_dashboard_trains_the_example(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from vega_tui.app import VegaApp
@@ -278,20 +342,7 @@ async def test_the_dashboard_trains_the_example(tmp_path: Path, monkeypatch: pyt
     from vega_tui.widgets.profile_list import ProfileList
     from vega_tui.widgets.samples import SamplesPanel
 
-    config = tmp_path / "config"
-    (config / "profiles").mkdir(parents=True)
-    (config / "machine.toml").write_text(doc_machine_lines(), encoding="utf-8")
-    fast = "\n".join(f"{key} = {value}" for key, value in (item.split("=", 1) for item in set_args(FAST)[1::2]))
-    (config / "profiles" / "denoise.toml").write_text(
-        f'extends = "{EXAMPLE / "denoise.toml"}"\n{fast}\ndata.path = "{TEST_VOICE}"\n'
-        f'data.cache_dir = "{tmp_path / "cache"}"\n',
-        encoding="utf-8",
-    )
-    for key in [key for key in os.environ if key.startswith("VEGA_")]:
-        monkeypatch.delenv(key)
-    monkeypatch.setenv("VEGA_CONFIG_DIR", str(config))
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(REPO), str(SRC)]))
+    dashboard_config(tmp_path, monkeypatch, allow=True)
     app = VegaApp(runs_root=tmp_path / "runs")
     async with app.run_test(size=(120, 40)) as pilot:
         screen = app.screen
