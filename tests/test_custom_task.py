@@ -167,7 +167,7 @@ def check_custom_run(run_dir: Path, events: list[Event]) -> None:
 
 
 def test_the_task_event_decides_between_the_speech_and_the_validation_chart() -> None:
-    from trainer_core.contract.protocol import TaskEvent
+    from trainer_core.contract.protocol import TaskEvent, ValidationEvent
 
     for name, speaks in (("tts", True), ("lm", False), (SPEC, False)):
         store = RunStore()
@@ -176,6 +176,21 @@ def test_the_task_event_decides_between_the_speech_and_the_validation_chart() ->
         assert store.state.task is not None and store.state.task["name"] == name
         assert [line.message for line in store.state.logs] == [f"task {name}, 1,234 parameters"]
     assert not validation_wanted(RunStore().state)  # a log written before the task event: as it always was
+    # Every metric a task reports is charted: the first on the left axis, the others each on the right.
+    store = RunStore()
+    metrics = [{"noise_left": 0.9, "snr_db": 12.0}, {"noise_left": 0.7, "snr_db": 15.5}]
+    store.apply([TaskEvent(name=SPEC, speaks=False)])
+    store.apply(
+        ValidationEvent(
+            step=8 * n, epoch=n, loss=0.1, metric_name="noise_left", metric_value=m["noise_left"], metrics=m
+        )
+        for n, m in enumerate(metrics, start=1)
+    )
+    chart = validation_chart(store.state)
+    assert [(ln.label, ln.right, ln.ys) for ln in chart.lines] == [
+        ("noise_left", False, [0.9, 0.7]),
+        ("snr_db", True, [12.0, 15.5]),
+    ]
 
 
 def test_two_gloo_ranks_train_the_example_and_end_identical(example: TrainerLauncher) -> None:

@@ -278,7 +278,18 @@ def validation_chart(state: RunState) -> ChartData:
     label = state.reference_name or "reference"
     line = flat_line(label, metric.xs, reference, "green") if metric is not None and reference is not None else None
     title = _validation_title(state, name, reference)
-    return ChartData(title, _present((metric, line)), _best_only(state, ("passed", "early_stop")))
+    others = [] if reference is not None else _other_metrics(state, name)
+    return ChartData(title, _present((metric, line, *others)), _best_only(state, ("passed", "early_stop")))
+
+
+def _other_metrics(state: RunState, shown: str | None) -> list[Line | None]:
+    """A task's further validation metrics (its val_metrics beyond the first), on the right axis: each scale its own."""
+    keys = sorted(key for key in state.series if key.startswith("val_metric:") and key != f"val_metric:{shown}")
+    colors = PART_COLORS[1:]
+    return [
+        series_line(state, key, key.removeprefix("val_metric:"), colors[i % len(colors)], right=True)
+        for i, key in enumerate(keys)
+    ]
 
 
 def _validation_title(state: RunState, name: str | None, reference: float | None) -> str:
