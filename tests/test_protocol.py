@@ -70,6 +70,14 @@ SAMPLE_FIELDS: dict[str, dict] = {
         new_names=["postnet.layers.0.weight"],
         own=["mel_mean", "mel_std", "text_symbols", "text_phonemes"],
     ),
+    "task": dict(
+        name="my_models.denoise:factory",
+        module="my_models.denoise",
+        file="/home/me/my_models/denoise.py",
+        external=True,
+        speaks=False,
+        parameters=12345,
+    ),
     "epoch_start": dict(epoch=3, steps_in_epoch=100),
     "epoch_end": dict(epoch=3, loss=0.42, seconds=61.0),
     "step": dict(
@@ -146,7 +154,7 @@ def sample_event(kind: str, **envelope: object) -> Event:
 
 def test_samples_cover_every_event_type() -> None:
     assert set(SAMPLE_FIELDS) == set(EVENT_TYPES)
-    assert len(EVENT_TYPES) == len(EVENT_MODELS) == 27
+    assert len(EVENT_TYPES) == len(EVENT_MODELS) == 28
 
 
 @pytest.mark.parametrize("kind", sorted(SAMPLE_FIELDS))

@@ -19,8 +19,9 @@ from trainer_core.contract import rundir
 from trainer_core.contract.errors import DataError, DeviceError, VegaError
 from trainer_core.contract.init_sources import audio_features, plan_start
 from trainer_core.contract.profile import Profile
-from trainer_core.contract.profile_loader import find_profile, load_profile
+from trainer_core.contract.profile_loader import find_profile, load_profile, machine_file_path
 from trainer_core.contract.resources import DeviceChoice, GpuInfo, MachineResources, probe, select_device
+from trainer_core.contract.task_source import TaskSource, resolve_task
 from trainer_core.data.scan import DataReport, estimate_preload_bytes, scan_data
 from trainer_core.data.scan_cache import scan_cache_folder
 from trainer_core.data.validation_split import ValidationPlan, capped_away, held_out_count, plan_validation
@@ -60,6 +61,8 @@ class TrainPlan:
     """`model.size = "auto"`: the shape chosen, why, and every candidate measured."""
     init_from: dict[str, Any] | None = None
     """`train.init_from`: what the run starts from (checked to fit), or why it is not applied; None: scratch."""
+    task: TaskSource | None = None
+    """`model.task`: the module the run imports, its file, and the machine file's pattern that allows it."""
 
     @property
     def data_mode(self) -> str:
@@ -96,6 +99,7 @@ class TrainPlan:
                 "layers": p.model.encoder_layers,
                 "heads": p.model.heads,
                 "size": self.model_size,
+                "task": p.model.task,
                 **({"vocoder": vocoder_shape(p)} if model_kind(p, self.data.mode) == "vocoder" else {}),
             },
             "preload": {
@@ -116,6 +120,7 @@ class TrainPlan:
             },
             "validation": self.validation.to_dict() if self.validation is not None else None,
             "init_from": self.init_from,
+            "task": self.task.to_dict() if self.task is not None else None,
             "distributed": self._distributed_dict(),
             "notes": self.notes,
         }
@@ -152,6 +157,8 @@ def vocoder_shape(profile: Profile) -> dict[str, object]:
 
 def describe_model(m: dict) -> str:
     """The plan's model row: a vocoder's generator and discriminators, or the transformer's shape."""
+    if m.get("task"):
+        return f"custom task {m['task']}"
     v = m.get("vocoder")
     if v:
         return (
@@ -163,6 +170,8 @@ def describe_model(m: dict) -> str:
 
 
 def model_kind(profile: Profile, data_mode: str) -> str:
+    if profile.model.task is not None:
+        return "custom"
     if profile.model.kind != "auto":
         return profile.model.kind
     return "tts" if data_mode == "voice" else "lm"
@@ -350,6 +359,8 @@ def make_plan(
     check_resume_request(resume, run_dir)
     path = find_profile(profile_ref)
     profile = load_profile(path, overrides, machine_file="default" if use_machine_file else None)
+    # Before anything else: a module this machine does not allow stops the plan here, having run none of its code.
+    task = resolve_task(profile.model.task, machine_file_path()) if profile.model.task is not None else None
     if profile.data.path is None:
         raise DataError(f"{path}: no data folder: set data.path in the profile or pass --data DIR")
     resources = probe(torch_check=TORCH if profile.compute.mode != "cpu" else None)
@@ -391,6 +402,7 @@ def make_plan(
         validation=estimate_validation(profile, report, world.world_size),
         world=world,
         model_size=model_size,
+        task=task,
     )
     kind, audio = model_kind(profile, report.mode), audio_features(profile.audio.model_dump())
     plan.init_from = plan_start(profile.train.init_from, kind, audio, resume, target)
@@ -472,6 +484,8 @@ def render_plan(plan: TrainPlan) -> None:
         table.add_row("speakers", speakers_row(d["data"]))
     m = d["model"]
     table.add_row("model", describe_model(m))
+    if plan.task is not None:
+        table.add_row("code", plan.task.runs_code_text())
     if m["size"]:
         table.add_row("model size", f"auto: {m['size']['reason']}")
     pre = d["preload"]

@@ -309,6 +309,9 @@ class RunState:
     data_scan: dict[str, Any] | None = None
     # The init_from event's fields when the run started from a trained model (train.init_from).
     init_from: dict[str, Any] | None = None
+    # The task event's fields: which task trains (a built-in kind or model.task), whose code, and whether it speaks
+    # (None: a log from before the event existed).
+    task: dict[str, Any] | None = None
     memory_level: str | None = None
     last_error: str | None = None
     # Where the last error happened (the error event's file and line: a task's own code where it failed).

@@ -420,9 +420,10 @@ def run_json(argv: Sequence[str], timeout: float = 120.0) -> dict[str, Any]:
 
 def _failure_message(name: str, code: int, stderr: str) -> str:
     lines = [line for line in stderr.splitlines() if line.strip()]
-    errors = [line[len("error: ") :] for line in lines if line.startswith("error: ")]
-    if errors:
-        return errors[-1]
+    starts = [n for n, line in enumerate(lines) if line.startswith("error: ")]
+    if starts:
+        # The last error with the lines it continues on (a refusal's lines to add to the machine file, say).
+        return "\n".join(lines[starts[-1] :])[len("error: ") :]
     tail = " | ".join(lines[-3:]) if lines else "no output on stderr"
     return f"`{name}` failed with exit code {code}: {tail}"
 

@@ -42,6 +42,8 @@ class StartPoint:
 
 def start_kind(profile: Profile, data_mode: str | None, detected_mode: str | None) -> str | None:
     """The model kind a run of this profile trains, as the trainer decides it (None until the data mode is known)."""
+    if profile.model.task is not None:
+        return "custom"  # a task of one's own: none of Vega's kinds to start from
     if profile.model.kind != "auto":
         return profile.model.kind
     mode = data_mode if data_mode not in (None, "auto") else detected_mode

@@ -44,6 +44,7 @@ from trainer_core.contract.protocol import (
     ResumedEvent,
     SampleEvent,
     StepEvent,
+    TaskEvent,
     ValidationEvent,
     WarningEvent,
 )
@@ -105,6 +106,7 @@ class RunStore:
             PreloadDoneEvent: self._on_preload_done,
             CalibrationEvent: self._on_calibration,
             InitFromEvent: self._on_init_from,
+            TaskEvent: self._on_task,
             EpochStartEvent: self._on_epoch_start,
             EpochEndEvent: self._on_epoch_end,
             StepEvent: self._on_step,
@@ -272,6 +274,12 @@ class RunStore:
         self.state.init_from = e.model_dump(mode="json", exclude={"v", "seq", "t", "type"})
         for line in init_from_lines(self.state.init_from):
             self._log("info", "init_from", line, e.t)
+
+    def _on_task(self, e: TaskEvent) -> None:
+        self.state.task = e.model_dump(mode="json", exclude={"v", "seq", "t", "type"})
+        size = f", {e.parameters:,} parameters" if e.parameters is not None else ""
+        code = f": code from {e.module} ({e.file})" if e.module else ""
+        self._log("info", "task", f"task {e.name}{size}{code}", e.t)
 
     # -- training progress ----------------------------------------------------------------------------------
 

@@ -45,6 +45,12 @@ def register(sub) -> None:
         help="start from a trained model of the same kind: a run folder, checkpoint or export (overrides "
         "train.init_from); optimizer and schedule start fresh",
     )
+    p.add_argument(
+        "--task",
+        metavar="PACKAGE.MODULE:FACTORY",
+        help="train a task from an installed package (overrides model.task); a module outside Vega must be allowed "
+        "by this machine's file ([tasks] allowed in machine.toml)",
+    )
     p.add_argument("--events", choices=["-"], help="'-' also prints events as JSON lines on stdout")
     p.add_argument("--dry-run", action="store_true", help="resolve profile, device and data, print the plan, stop")
     p.add_argument("--json", action="store_true", help="with --dry-run: print the plan as JSON")
@@ -72,7 +78,21 @@ def flag_overrides(args: argparse.Namespace) -> list[str]:
         out.append(f"compute.device={json.dumps(args.device)}")
     if args.init_from is not None:
         out.append(f"train.init_from={json.dumps(str(args.init_from.expanduser().resolve()))}")
+    if args.task is not None:
+        # The task chooses the model: whatever kind and sizing the profile names are Vega's models'.
+        out += [f"model.task={json.dumps(checked_task(args.task))}", 'model.kind="auto"', 'model.size="fixed"']
     return out
+
+
+def checked_task(text: str) -> str:
+    """--task's value, refused with the rule when it is not package.module:factory."""
+    from trainer_core.contract.errors import VegaError
+    from trainer_core.contract.task_source import spec_problem
+
+    problem = spec_problem(text)
+    if problem is not None:
+        raise VegaError(f"--task {text}: {problem}")
+    return text
 
 
 def check_start_flags(args: argparse.Namespace) -> None:

@@ -178,6 +178,8 @@ def _frozen_profile(run_dir: Path) -> dict[str, Any] | None:
 def profile_kind(profile: dict[str, Any], data_mode: str | None) -> str | None:
     """The model kind a (frozen) profile trains: model.kind, or "auto" followed by the data mode."""
     model, data = profile.get("model") or {}, profile.get("data") or {}
+    if model.get("task"):
+        return "custom"  # model.task: not one of Vega's kinds, whatever its data
     kind = model.get("kind", "auto")
     if kind != "auto":
         return str(kind)

@@ -10,7 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from trainer_core.contract.task_source import spec_problem
 
 ComputeMode = Literal["gpu", "cpu", "mixed"]
 DataMode = Literal["voice", "text", "auto"]
@@ -67,6 +69,11 @@ class ModelSection(Section):
         description="Model family; auto follows the data mode (voice: tts). vocoder: mel to waveform, a GAN trained "
         "on the same voice folders (settings in [vocoder]).",
     )
+    task: str | None = Field(
+        default=None,
+        description='A task from an installed package, "package.module:factory" (module names only, no paths); a '
+        "module outside Vega runs only when this machine's file allows it ([tasks] allowed in machine.toml).",
+    )
     size: Literal["fixed", "auto"] = Field(
         default="fixed",
         description="fixed: hidden, layers and heads as set here; auto: chosen for train.target_hours from this "
@@ -98,6 +105,22 @@ class ModelSection(Section):
         description="Dropout on attention weights (TTS); unset: the same as dropout. 0 lets CPU attention use its "
         "fused kernel, about twice as fast for small models.",
     )
+
+    @field_validator("task")
+    @classmethod
+    def _task_is_a_module_name(cls, value: str | None) -> str | None:
+        problem = spec_problem(value) if value is not None else None
+        if problem is not None:
+            raise ValueError(problem)
+        return value
+
+    @model_validator(mode="after")
+    def _task_chooses_the_model(self) -> ModelSection:
+        if self.task is not None and self.kind != "auto":
+            raise ValueError(f'model.task ({self.task}) chooses the model: leave model.kind "auto", not "{self.kind}"')
+        if self.task is not None and self.size == "auto":
+            raise ValueError(f'model.size = "auto" sizes Vega\'s own models; model.task ({self.task}) sizes its own')
+        return self
 
     @model_validator(mode="after")
     def _heads_divide_hidden(self) -> ModelSection:

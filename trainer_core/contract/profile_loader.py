@@ -40,6 +40,7 @@ import trainer_core
 from trainer_core.contract.errors import ProfileError
 from trainer_core.contract.profile import PATH_FIELDS, Profile, field_descriptions
 from trainer_core.contract.profile_messages import describe_error, join_problems, section_models, show_value
+from trainer_core.contract.task_source import TASKS_TABLE, allowed_patterns
 
 MachineFileArg = Path | str | None | Literal["default"]
 
@@ -208,6 +209,7 @@ def _layers_from_data(
 ) -> list[Layer]:
     """Layers for one parsed profile (popping its `extends`), preceded by its ancestors' layers."""
     label = label or (display_path(file) if file is not None else "<profile>")
+    _refuse_allow_list(data, label)
     data = dict(data)
     parent_ref = data.pop("extends", None)
     layer = Layer(label, resolve_paths(data, base_dir), file)
@@ -239,6 +241,16 @@ def _parent_file(parent_ref: Any, label: str, base_dir: Path, chain: list[Path])
 # ---------------------------------------------------------------- machine file and --set
 
 
+def _refuse_allow_list(data: dict[str, Any], label: str) -> None:
+    """A profile cannot allow the code it names: the allow-list is this machine's, in its machine file only."""
+    if TASKS_TABLE in data:
+        raise ProfileError(
+            f"{label}: [{TASKS_TABLE}] (allowed) cannot be set in a profile: profiles travel between machines, and a "
+            f"profile that allowed its own modules would defeat the check; allow modules in this machine's file "
+            f"{machine_file_path()} instead"
+        )
+
+
 def _machine_layer(machine_file: MachineFileArg) -> Layer | None:
     """The machine file's layer: the default location when present, an explicit file (must exist), or none."""
     if machine_file is None:
@@ -251,6 +263,8 @@ def _machine_layer(machine_file: MachineFileArg) -> Layer | None:
     data = read_toml(path, label)
     if "extends" in data:
         raise ProfileError(f"{label}: the machine file cannot use extends; put its settings in it directly")
+    # [tasks] is the machine's allow-list (contract.task_source reads it), not a profile section.
+    allowed_patterns(data.pop(TASKS_TABLE, None), label)
     return Layer(label, resolve_paths(data, path.parent), path)
 
 
@@ -264,6 +278,7 @@ def parse_override(item: str) -> Layer:
     if len(parts) != 2 or not all(part.strip() for part in parts):
         raise ProfileError(f"--set {item}: '{key}' is not SECTION.KEY (for example train.batch_size)")
     section, name = (part.strip() for part in parts)
+    _refuse_allow_list({section: None}, f"--set {item}")
     value = parse_override_value(raw.strip(), wants_text=(section, name) in _text_fields())
     return Layer(f"--set {item}", resolve_paths({section: {name: value}}, Path.cwd()), None)
 

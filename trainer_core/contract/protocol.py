@@ -207,6 +207,18 @@ class InitFromEvent(Event):
     own: list[str] = Field(default_factory=list, description="this run's own values kept, e.g. its mel statistics")
 
 
+class TaskEvent(Event):
+    """Once per start, when the task is built: which task trains and whose code it is."""
+
+    type: Literal["task"] = "task"
+    name: str = Field(description='a built-in task ("tts", "lm", "vocoder") or model.task\'s "package.module:factory"')
+    module: str | None = Field(default=None, description="model.task's module")
+    file: PathText | None = Field(default=None, description="the file model.task's module was loaded from")
+    external: bool = Field(default=False, description="the code comes from outside Vega (allowed by the machine file)")
+    speaks: bool = Field(default=False, description="the model turns text into speech (scored free-running)")
+    parameters: Count | None = None
+
+
 class EpochStartEvent(Event):
     type: Literal["epoch_start"] = "epoch_start"
     epoch: Count
@@ -456,6 +468,7 @@ EVENT_MODELS: tuple[type[Event], ...] = (
     PreloadDoneEvent,
     CalibrationEvent,
     InitFromEvent,
+    TaskEvent,
     EpochStartEvent,
     EpochEndEvent,
     StepEvent,

@@ -24,6 +24,7 @@ from trainer_core.contract.protocol import (
     LogEvent,
     PreloadDoneEvent,
     PreloadProgressEvent,
+    TaskEvent,
     WarningEvent,
 )
 from trainer_core.engine.checkpoint import find_resume, load_checkpoint
@@ -45,6 +46,7 @@ from trainer_core.world import DistributedError
 
 if TYPE_CHECKING:
     from trainer_core.engine.model_source import ModelSource
+    from trainer_core.models.base import Task
 
 log = logging.getLogger("trainer_core")
 
@@ -97,6 +99,7 @@ def build_trainer(plan: TrainPlan, hub: EventHub, control: ControlState, run_dir
         items, described = task.train_items(), task.describe()
     if preload is not None:
         hub.emit(PreloadDoneEvent(**preload))
+    hub.emit(task_event(plan, task))
     _check_one_batch_fits(plan, items)
     for warning in described.get("warnings", []):
         hub.warn(warning, code="data")
@@ -115,6 +118,17 @@ def build_trainer(plan: TrainPlan, hub: EventHub, control: ControlState, run_dir
     if world.active:
         log.info("data-parallel: %s on %s; global batch %d", world.describe(), device, trainer.global_batch())
     return trainer
+
+
+def task_event(plan: TrainPlan, task: Task) -> TaskEvent:
+    """Which task trains: a built-in by its kind, or model.task's factory with the file its module came from."""
+    source, size = plan.task, sum(p.numel() for p in task.model.parameters() if p.requires_grad)
+    if source is None:
+        return TaskEvent(name=model_kind(plan.profile, plan.data.mode), speaks=task.speaks(), parameters=size)
+    spec, file = source.spec, str(source.file) if source.file else None
+    return TaskEvent(
+        name=str(spec), module=spec.module, file=file, external=not spec.in_vega, speaks=task.speaks(), parameters=size
+    )
 
 
 def _check_one_batch_fits(plan: TrainPlan, train_items: int) -> None:

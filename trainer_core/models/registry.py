@@ -3,13 +3,15 @@
 Built-in tasks register themselves when their module is imported (`register_task` at the bottom of
 `models.lm` and `models.voice_task`); `build_task` imports a built-in's module only when its mode is asked
 for, so a voice run never pays for the text model's imports and `base` never imports its subclasses.
-External tasks (the task API) register through the same `register_task`.
+External tasks (the task API) register through the same `register_task`; `model.task = "package.module:factory"`
+names one by module, and `task_factory` imports it only after `contract.task_source` found this machine allows it.
 """
 
 from __future__ import annotations
 
 import importlib
 import os
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,9 +60,12 @@ def register_task(mode: str, factory: TaskFactory) -> None:
 
 
 def task_factory(mode: str) -> TaskFactory:
-    """The factory registered for `mode`, importing its built-in module first when it has one."""
+    """The factory registered for `mode` (a data mode, or a "package.module:factory" spec), importing its module
+    first when it has one: a built-in's, or an allowed external module."""
     if mode not in _FACTORIES and mode in BUILTIN_TASK_MODULES:
         importlib.import_module(BUILTIN_TASK_MODULES[mode])
+    if mode not in _FACTORIES and ":" in mode:
+        register_task(mode, _external_factory(mode))
     try:
         return _FACTORIES[mode]
     except KeyError:
@@ -82,9 +87,47 @@ def build_task(
     meaning RAM) and `progress`, called with each preload_progress event's fields.
     """
     report = _scan_folder(profile, Path(data)) if isinstance(data, (str, os.PathLike)) else data
-    mode = _resolve_mode(profile, report)
+    mode = profile.model.task or _resolve_mode(profile, report)
     request = TaskRequest(profile, report, torch.device(device), preload_where=preload_where, progress=progress)
-    return task_factory(mode)(request)
+    task = task_factory(mode)(request)
+    if profile.model.task is not None:
+        _check_is_task(task, profile.model.task)
+    return task
+
+
+def _external_factory(spec_text: str) -> TaskFactory:
+    """Import an external task's module, after checking again that this machine allows it, and take its factory."""
+    from trainer_core.contract.profile_loader import machine_file_path
+    from trainer_core.contract.task_source import resolve_task
+
+    source = resolve_task(spec_text, machine_file_path())
+    where = f"{source.spec.module} ({source.file})"
+    try:
+        module = importlib.import_module(source.spec.module)
+    except Exception as exc:
+        frame = traceback.extract_tb(exc.__traceback__)[-1]  # where in the task's own code it failed
+        raise VegaError(
+            f'model.task = "{spec_text}": importing {where} failed at {frame.filename}:{frame.lineno}: '
+            f"{type(exc).__name__}: {exc}"
+        ) from exc
+    factory = getattr(module, source.spec.factory, None)
+    if not callable(factory):
+        names = sorted(name for name in vars(module) if not name.startswith("_") and callable(vars(module)[name]))
+        raise VegaError(
+            f'model.task = "{spec_text}": {where} has no callable {source.spec.factory!r} '
+            f"(it defines {', '.join(names) or 'no callables'}); name a function that takes a TaskRequest"
+        )
+    return factory
+
+
+def _check_is_task(task: object, spec_text: str) -> None:
+    from trainer_core.models.base import Task
+
+    if not isinstance(task, Task):
+        raise VegaError(
+            f'model.task = "{spec_text}": the factory returned {type(task).__name__}, not a Task: return an '
+            "instance of a trainer_core.api.Task subclass"
+        )
 
 
 def _scan_folder(profile: Profile, path: Path) -> DataReport:

@@ -278,7 +278,18 @@ def validation_chart(state: RunState) -> ChartData:
     label = state.reference_name or "reference"
     line = flat_line(label, metric.xs, reference, "green") if metric is not None and reference is not None else None
     title = _validation_title(state, name, reference)
-    return ChartData(title, _present((metric, line)), _best_only(state, ("passed", "early_stop")))
+    others = [] if reference is not None else _other_metrics(state, name)
+    return ChartData(title, _present((metric, line, *others)), _best_only(state, ("passed", "early_stop")))
+
+
+def _other_metrics(state: RunState, shown: str | None) -> list[Line | None]:
+    """A task's further validation metrics (its val_metrics beyond the first), on the right axis: each scale its own."""
+    keys = sorted(key for key in state.series if key.startswith("val_metric:") and key != f"val_metric:{shown}")
+    colors = PART_COLORS[1:]
+    return [
+        series_line(state, key, key.removeprefix("val_metric:"), colors[i % len(colors)], right=True)
+        for i, key in enumerate(keys)
+    ]
 
 
 def _validation_title(state: RunState, name: str | None, reference: float | None) -> str:
@@ -295,8 +306,9 @@ def _validation_title(state: RunState, name: str | None, reference: float | None
 def validation_wanted(state: RunState) -> bool:
     """Whether the validation chart takes the speech chart's place: the run is scored against a reference, or
     trains several optimizers (a GAN vocoder: no free-running speech, and its loss is not what validation
-    measures)."""
-    return bool(state.reference) or len(state.groups) > 1
+    measures), or its task says it does not speak (a model of one's own, an LM: its metrics are charted there)."""
+    speaks = state.task.get("speaks") if state.task is not None else None
+    return bool(state.reference) or len(state.groups) > 1 or speaks is False
 
 
 # Rows of a chart that are not plot: title, top and bottom frame, step labels.

@@ -78,6 +78,10 @@ def plan_rows(plan: dict[str, Any]) -> list[tuple[str, Text | str]]:
     rows += [("skipped", Text(line, style="yellow")) for line in _problem_lines(data)]
     rows.append(("RAM", _ram_text(plan.get("preload", {}))))
     rows.append(("model", _model_text(plan.get("model", {}))))
+    if plan.get("task"):
+        rows.append(
+            ("code", Text(str(plan["task"].get("text", "")), style="yellow" if plan["task"].get("external") else ""))
+        )
     rows.append(("plan", _schedule_text(plan.get("schedule", {}))))
     if plan.get("validation"):
         rows.append(("validate", _validation_text(plan["validation"])))
@@ -132,6 +136,8 @@ def _ram_text(preload: dict[str, Any]) -> str:
 
 
 def _model_text(model: dict[str, Any]) -> str:
+    if model.get("task"):
+        return f"custom task {model['task']}"
     if model.get("kind") == "vocoder":
         return _vocoder_text(model.get("vocoder"))
     text = f"{model.get('kind', '?')}, hidden {model.get('hidden', '?')}"

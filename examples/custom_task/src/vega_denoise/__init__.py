@@ -1,0 +1,1 @@
+"""vega_denoise: a model of one's own for Vega (the task is in vega_denoise.task)."""
