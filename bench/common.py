@@ -347,6 +347,25 @@ def fit_steps(run: VegaRun, steps: int, hook: Callable[[], None] | None = None) 
     return list(stamps)
 
 
+def train_shipped(
+    profile: str, scratch: Path, name: str, sets: Sequence[str], extra: Sequence[str] = ()
+) -> tuple[Path, float]:
+    """`trainer-core train --profile <profile>` as shipped (no machine file, CPU, no report) into scratch/name with
+    `--set` overrides; (run folder, wall seconds). SystemExit with the trainer's last stderr when it fails."""
+    run_dir = scratch / name
+    argv = [*TRAINER_CORE, "train", "--profile", profile, "--run-dir", str(run_dir), *extra]
+    for item in ["compute.mode=cpu", "logging.report=false", *sets]:
+        argv += ["--set", item]
+    env = {**os.environ, "VEGA_CONFIG_DIR": str(scratch / "config")}
+    t0 = time.perf_counter()
+    with open(scratch / f"{name}.err", "wb") as err:
+        status = subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=err, check=False).returncode
+    if status != 0:
+        tail = (scratch / f"{name}.err").read_text(encoding="utf-8", errors="replace")[-2000:]
+        raise SystemExit(f"{name}: training failed (exit {status}):\n{tail}")
+    return run_dir, time.perf_counter() - t0
+
+
 def read_events(run_dir: Path) -> list[Any]:
     from trainer_core.contract.eventlog import read_all
 

@@ -13,9 +13,7 @@ the loss by a fifth; the figures compare the means.
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
 import time
 from pathlib import Path
 
@@ -26,18 +24,7 @@ TARGET = 0.8
 
 
 def train(scratch: Path, name: str, sets: list[str], extra: tuple[str, ...] = ()) -> tuple[Path, float]:
-    run_dir = scratch / name
-    argv = [*common.TRAINER_CORE, "train", "--profile", "demo", "--run-dir", str(run_dir), *extra]
-    for item in ["compute.mode=cpu", "logging.report=false", *sets]:
-        argv += ["--set", item]
-    env = {**os.environ, "VEGA_CONFIG_DIR": str(scratch / "config")}  # the profile as shipped, no machine file
-    t0 = time.perf_counter()
-    with open(scratch / f"{name}.err", "wb") as err:
-        status = subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=err, check=False).returncode
-    if status != 0:
-        tail = (scratch / f"{name}.err").read_text(encoding="utf-8", errors="replace")[-2000:]
-        raise SystemExit(f"{name}: training failed (exit {status}):\n{tail}")
-    return run_dir, time.perf_counter() - t0
+    return common.train_shipped("demo", scratch, name, sets, extra)
 
 
 def mel_losses(run_dir: Path) -> list[tuple[int, float]]:
