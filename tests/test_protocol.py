@@ -98,7 +98,17 @@ SAMPLE_FIELDS: dict[str, dict] = {
         steps_in_window=7,
     ),
     "profile_breakdown": dict(data_s=0.1, transfer_s=0.02, forward_s=0.5, backward_s=0.9, optimizer_s=0.1, steps=50),
-    "memory": dict(level="high", used_frac=0.8, action="emptied cache"),
+    "memory": dict(
+        level="high",
+        used_frac=0.92,
+        action="released caches (gc + empty_cache); micro-batch 8 -> 4 x accumulation 2 (effective batch 8 kept)",
+        decision="shrink",
+        step=120,
+        used_bytes=9_880_000_000,
+        budget_bytes=10_737_418_240,
+        micro_batch=4,
+        grad_accum=2,
+    ),
     "oom_recovered": dict(step=77, micro_batch=8, grad_accum=4, message="CUDA out of memory"),
     "nonfinite": dict(step=78, action="skipped", consecutive=2, precision="fp16"),
     "validation": dict(
@@ -132,7 +142,7 @@ SAMPLE_FIELDS: dict[str, dict] = {
     "sample": dict(step=1200, kind="text", path="samples/step-00001200.txt", text="hello world"),
     "log": dict(level="warning", message="data wait is high"),
     "command_ack": dict(cmd="pause", id="c1", ok=True, detail="paused at step 1201"),
-    "paused": dict(step=1201),
+    "paused": dict(step=1201, reason="memory at 99% of its 10.0 GiB budget"),
     "resumed": dict(step=1201),
     "warning": dict(message="no GPU, training on CPU", code="cpu_fallback"),
     "error": dict(

@@ -12,7 +12,7 @@ from typing import Any, Literal
 import tomli_w
 
 Kind = Literal["lm", "tts", "vocoder"]
-_ORDER = ("run", "data", "model", "train", "compute", "audio", "tts", "vocoder", "sample", "logging", "debug")
+_ORDER = ("run", "data", "model", "train", "compute", "audio", "tts", "vocoder", "sample", "logging", "memory", "debug")
 
 # The parts both kinds share: CPU, one thread, quick telemetry, no report.
 _COMMON: dict[str, dict[str, Any]] = {

@@ -181,7 +181,8 @@ class Ema:
 @dataclass(frozen=True, slots=True)
 class Marker:
     """A notable moment on the charts' step axis: kind is "oom", "nonfinite", "checkpoint", "best", "passed"
-    (the validation metric first beat the reference) or "early_stop" (train.early_stopping_patience ended the run)."""
+    (the validation metric first beat the reference), "early_stop" (train.early_stopping_patience ended the run)
+    or "memory" (the memory manager released caches, shrank the micro-batch or paused the run)."""
 
     kind: str
     step: int
@@ -313,6 +314,8 @@ class RunState:
     # (None: a log from before the event existed).
     task: dict[str, Any] | None = None
     memory_level: str | None = None
+    pause_reason: str | None = None
+    """Why the trainer paused itself (memory near its budget), while paused; None for a client's pause."""
     last_error: str | None = None
     # Where the last error happened (the error event's file and line: a task's own code where it failed).
     last_error_file: str | None = None

@@ -407,9 +407,15 @@ class RunStore:
         self.state.breakdown_groups = groups or None
 
     def _on_memory(self, e: MemoryEvent) -> None:
-        self.state.memory_level = e.level
+        state = self.state
+        state.memory_level = e.level
         level = "warning" if e.level in ("high", "critical") else "info"
-        self._log(level, "memory", f"memory pressure {e.level} ({e.used_frac:.0%} used): {e.action}", e.t)
+        text = f"memory pressure {e.level} ({e.used_frac:.0%} used): {e.action}"
+        self._log(level, "memory", text, e.t)
+        if e.micro_batch is not None and e.grad_accum is not None:  # shrunk ahead of an OOM
+            state.micro_batch, state.grad_accum = e.micro_batch, e.grad_accum
+        if e.decision not in (None, "none") and e.step is not None:
+            self._mark("memory", e.step, e.t, f"memory {e.level}: {e.decision}")
 
     def _on_oom_recovered(self, e: OomRecoveredEvent) -> None:
         state = self.state
@@ -571,13 +577,18 @@ class RunStore:
             self._status_before_eval = "paused"
         else:
             self._set_status("paused")
-        self._log("info", "paused", f"paused at step {e.step}", e.t)
+        state.pause_reason = e.reason
+        if e.reason:
+            self._log("warning", "paused", f"the trainer paused itself at step {e.step}: {e.reason}", e.t)
+        else:
+            self._log("info", "paused", f"paused at step {e.step}", e.t)
 
     def _on_resumed(self, e: ResumedEvent) -> None:
         state = self.state
         if self._paused_at is not None:
             state.paused_s += max(0.0, e.t - self._paused_at)
             self._paused_at = None
+        state.pause_reason = None
         if state.status == "evaluating":
             self._status_before_eval = "training"
         else:

@@ -348,8 +348,45 @@ class LoggingSection(Section):
     report: bool = Field(default=True, description="Write report.png (loss, LR, throughput) at the end.")
 
 
+class MemorySection(Section):
+    """The trainer's memory budget and the levels (fractions of it) at which the memory manager acts."""
+
+    budget_gb: float | None = Field(
+        default=None,
+        gt=0.0,
+        description="Memory the trainer may use, in GiB: CUDA reserved, MPS allocated, else process RSS "
+        "(default: 90% of the GPU's memory, or 75% of the host's RAM on CPU).",
+    )
+    release_at: float = Field(
+        default=0.75, gt=0.0, le=1.0, description="Above this fraction of the budget: release caches (gc, empty_cache)."
+    )
+    shrink_at: float = Field(
+        default=0.90,
+        gt=0.0,
+        le=1.0,
+        description="Above this fraction: halve the micro-batch, keeping the effective batch.",
+    )
+    pause_at: float = Field(
+        default=0.98, gt=0.0, le=1.0, description="Above this fraction: save a checkpoint and pause the run."
+    )
+    act: bool = Field(default=True, description="Act on the levels; false only reports them as memory events.")
+
+    @model_validator(mode="after")
+    def _levels_rise(self) -> MemorySection:
+        if not self.release_at < self.shrink_at < self.pause_at:
+            raise ValueError(
+                f"memory levels must rise: release_at ({self.release_at}) < shrink_at ({self.shrink_at}) "
+                f"< pause_at ({self.pause_at})"
+            )
+        return self
+
+
 class DebugSection(Section):
     oom_at_steps: list[int] = Field(default_factory=list, description="Raise a real OutOfMemoryError at these steps.")
+    oom_in_optimizer_at_steps: list[int] = Field(
+        default_factory=list,
+        description="Raise OutOfMemoryError in the optimizer step of these steps, after the loss scaler unscaled.",
+    )
     nonfinite_at_steps: list[int] = Field(default_factory=list, description="Make the loss NaN at these steps.")
     hold_checkpoint_write_s: float = Field(
         default=0.0, ge=0.0, le=3600.0, description="Pause mid-way through each checkpoint write (fault tests)."
@@ -374,6 +411,7 @@ class Profile(Section):
     tts: TtsSection = Field(default_factory=TtsSection, description="TTS text front end, losses and vocoder.")
     vocoder: VocoderSection = Field(default_factory=VocoderSection, description="GAN vocoder (model.kind vocoder).")
     logging: LoggingSection = Field(default_factory=LoggingSection, description="Events, reports and logs.")
+    memory: MemorySection = Field(default_factory=MemorySection, description="Memory budget and what is done near it.")
     debug: DebugSection = Field(default_factory=DebugSection, description="Fault injection for tests.")
 
 

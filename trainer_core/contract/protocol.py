@@ -282,12 +282,22 @@ class ProfileBreakdownEvent(Event):
 
 
 class MemoryEvent(Event):
-    """Memory pressure changed level; `action` says what the trainer did about it ("none" when nothing)."""
+    """Memory pressure changed level; `action` says what the trainer did about it ("none" when nothing).
+
+    `used_frac` is the trainer's memory over its budget (profile [memory]); `decision` is the manager's act:
+    release caches, shrink the micro-batch (then `micro_batch`/`grad_accum` are the new sizes), or checkpoint
+    and pause."""
 
     type: Literal["memory"] = "memory"
     level: MemoryLevel
     used_frac: Real
     action: str = "none"
+    decision: MemoryDecision | None = None
+    step: Count | None = None
+    used_bytes: Count | None = None
+    budget_bytes: Count | None = None
+    micro_batch: Count | None = None
+    grad_accum: Count | None = None
 
 
 class OomRecoveredEvent(Event):
@@ -411,6 +421,8 @@ class CommandAckEvent(Event):
 class PausedEvent(Event):
     type: Literal["paused"] = "paused"
     step: Count
+    reason: str | None = None
+    """Why the trainer paused itself (e.g. memory near its budget); None for a pause asked for by a client."""
 
 
 class ResumedEvent(Event):
@@ -445,6 +457,7 @@ class ErrorEvent(Event):
 
 FinishedStatus = Literal["completed", "stopped", "failed"]
 MemoryLevel = Literal["low", "moderate", "high", "critical"]
+MemoryDecision = Literal["none", "release", "shrink", "pause"]
 
 
 class FinishedEvent(Event):

@@ -35,6 +35,14 @@ class ControlState:
         self._requests: queue.SimpleQueue[str] = queue.SimpleQueue()
         self.stop_requested = threading.Event()
         self.paused = False
+        self.pause_reason: str | None = None  # why the trainer paused itself; None for a client's pause
+
+    def pause_for(self, reason: str) -> None:
+        """The trainer pauses itself (memory near its budget): a checkpoint at the next step boundary, then the
+        pause, through the same queue as a client's commands; `resume` goes on as after any pause."""
+        self.pause_reason = reason
+        self.request("save")
+        self.request("pause")
 
     def request(self, cmd: str) -> None:
         if cmd == "stop":
@@ -99,9 +107,9 @@ class Controller:
         elif cmd == "pause" and not self.control.paused:
             self.control.paused = True
             self.telemetry.flush()
-            self.events.emit(PausedEvent(step=self.state.step))
+            self.events.emit(PausedEvent(step=self.state.step, reason=self.control.pause_reason))
         elif cmd == "resume" and self.control.paused:
-            self.control.paused = False
+            self.control.paused, self.control.pause_reason = False, None
             self.events.emit(ResumedEvent(step=self.state.step))
 
     def _wait_while_paused(self) -> str | None:

@@ -2,6 +2,8 @@
 
 Sources: the profile's [debug] section, or environment variables (comma-separated numbers):
   VEGA_FAULT_OOM_AT_STEPS          raise torch.OutOfMemoryError in the forward pass of these steps
+  VEGA_FAULT_OOM_IN_OPTIMIZER_AT_STEPS  raise torch.OutOfMemoryError in the optimizer step of these steps, after
+                                   the loss scaler unscaled the gradients (the retry must not unscale twice)
   VEGA_FAULT_NONFINITE_AT_STEPS    make the loss NaN at these steps
   VEGA_FAULT_FAIL_AT_STEP          raise RuntimeError at this step (crash drills)
   VEGA_FAULT_STEP_SLEEP_S          sleep this many seconds in every step attempt (keeps a tiny model's
@@ -27,6 +29,7 @@ import torch
 from trainer_core.contract.profile import DebugSection
 
 OOM_ENV = "VEGA_FAULT_OOM_AT_STEPS"
+OOM_IN_OPTIMIZER_ENV = "VEGA_FAULT_OOM_IN_OPTIMIZER_AT_STEPS"
 NONFINITE_ENV = "VEGA_FAULT_NONFINITE_AT_STEPS"
 FAIL_ENV = "VEGA_FAULT_FAIL_AT_STEP"
 SLEEP_ENV = "VEGA_FAULT_STEP_SLEEP_S"
@@ -55,6 +58,7 @@ def _take(pending: Counter[int], step: int) -> bool:
 class FaultInjector:
     def __init__(self, debug: DebugSection) -> None:
         self.oom = Counter(debug.oom_at_steps) + Counter(_env_numbers(OOM_ENV))
+        self.oom_in_optimizer = Counter(debug.oom_in_optimizer_at_steps) + Counter(_env_numbers(OOM_IN_OPTIMIZER_ENV))
         self.nonfinite = Counter(debug.nonfinite_at_steps) + Counter(_env_numbers(NONFINITE_ENV))
         fail: Iterable[int] = _env_numbers(FAIL_ENV) + ([debug.fail_at_step] if debug.fail_at_step is not None else [])
         self.fail = Counter(fail)
@@ -76,6 +80,11 @@ class FaultInjector:
             raise RuntimeError(f"injected failure at step {step} (fault injection)")
         if _take(self.oom, step):
             raise torch.OutOfMemoryError(f"injected out-of-memory at step {step} (fault injection)")
+
+    def after_unscale(self, step: int, group: str | None = None) -> None:
+        """Inside the optimizer step, once the loss scaler has unscaled this group's gradients."""
+        if self._aimed_at(group) and _take(self.oom_in_optimizer, step):
+            raise torch.OutOfMemoryError(f"injected out-of-memory in the optimizer step {step} (fault injection)")
 
     def poison_loss(self, step: int, loss: torch.Tensor, group: str | None = None) -> torch.Tensor:
         if self._aimed_at(group) and _take(self.nonfinite, step):

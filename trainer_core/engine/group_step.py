@@ -111,6 +111,7 @@ class GroupedStepRunner(StepRunner):
             with self.profiler.phase("optimizer", group.name):
                 self.precision.scaler.unscale_(group.optimizer)
                 norms.append(torch.nn.utils.clip_grad_norm_(group.params, group.clip or float("inf")))
+                self.faults.after_unscale(step_no, group.name)
                 if group is not last:
                     snapshots.append(GroupSnapshot(group))
                     self.precision.scaler.step(group.optimizer)

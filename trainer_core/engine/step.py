@@ -21,6 +21,7 @@ from trainer_core.contract.protocol import OomRecoveredEvent
 from trainer_core.engine.distributed import mean_over_ranks
 from trainer_core.engine.events import EventHub
 from trainer_core.engine.faults import FaultInjector
+from trainer_core.engine.grad_scaler import abandon_iteration
 from trainer_core.engine.loop_state import LoopState, halve_micro_batch
 from trainer_core.engine.memory import MemoryManager
 from trainer_core.engine.optimizers import OptimizerGroups
@@ -167,6 +168,7 @@ class StepRunner:
             for group in self.groups:
                 scaler.unscale_(group.optimizer)
                 norms.append(torch.nn.utils.clip_grad_norm_(group.params, group.clip or float("inf")))
+            self.faults.after_unscale(self.state.step + 1)
             grad_norm = norms[0] if len(norms) == 1 else torch.linalg.vector_norm(torch.stack(norms))
             loss, norm, parts = self._read_step_values(rows, grad_norm)
             finite = math.isfinite(loss) and math.isfinite(norm)
@@ -213,18 +215,29 @@ class StepRunner:
             "and raise train.grad_accum to keep the effective batch, then resume"
         )
 
+    def shrink_micro_batch(self) -> tuple[int, int] | None:
+        """Halve the micro-batch and raise accumulation so the effective batch holds: (micro_batch, grad_accum),
+        or None when it is 1 already. OOM recovery and the memory manager's pre-emptive shrink both come here;
+        the next step reads the same items in smaller pieces (the batch iterator follows the new size)."""
+        s = self.state
+        smaller = halve_micro_batch(s.micro_batch, s.grad_accum)
+        if smaller is None:
+            return None
+        s.micro_batch, s.grad_accum = smaller
+        self.on_resize()
+        return smaller
+
     def _recover_from_oom(self, message: str) -> None:
         s = self.state
         self.groups.zero_grad()
+        # An OOM after the scaler unscaled (inside the optimizer step): the retry must unscale afresh.
+        abandon_iteration(self.precision.scaler)
         action = self.memory.release()
-        smaller = halve_micro_batch(s.micro_batch, s.grad_accum)
-        if smaller is None:
+        if self.shrink_micro_batch() is None:
             raise VegaError(
                 f"out of memory at step {s.step + 1} even with micro-batch 1 ({message}); "
                 "use a smaller model (model.hidden, model.*_layers) or a GPU with more free memory"
             )
-        s.micro_batch, s.grad_accum = smaller
-        self.on_resize()
         self.events.emit(
             OomRecoveredEvent(
                 step=s.step + 1,

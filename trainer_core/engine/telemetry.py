@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from trainer_core.contract.protocol import MemoryEvent, ProfileBreakdownEvent, StepEvent
+from trainer_core.contract.protocol import ProfileBreakdownEvent, StepEvent
 from trainer_core.engine.distributed import RankRates
 
 if TYPE_CHECKING:
@@ -98,7 +98,7 @@ class StepWindow:
 
 
 class Telemetry:
-    """The loop's reporting: coalesced `step` events, memory and profile-breakdown events, and the ETA.
+    """The loop's reporting: coalesced `step` events (with memory figures), profile-breakdown events, and the ETA.
 
     Under DDP the step events also carry each rank's throughput (`rates`, fed by the step-boundary exchange).
     """
@@ -132,12 +132,6 @@ class Telemetry:
     def record(self, record: StepRecord) -> None:
         self.last_loss = record.loss
         self.window.add(record)
-
-    def observe_memory(self) -> None:
-        """A `memory` event when the memory pressure level changed."""
-        change = self.memory.observe()
-        if change is not None:
-            self.events.emit(MemoryEvent(level=change.level, used_frac=change.used_frac, action=change.action))
 
     def report_due(self) -> None:
         """A `step` event and a profile breakdown, each when its interval has passed."""

@@ -4,7 +4,8 @@
   task declares several optimizer groups (a discriminator, then a generator);
 - `NonfiniteGuard` (engine.nonfinite_guard): skipped steps and precision fallback;
 - `RunLength` (engine.run_length): the schedule's length and warmup, the time budget;
-- `Telemetry` (engine.telemetry): step, memory and profile events, the ETA;
+- `Telemetry` (engine.telemetry): step and profile events, the ETA;
+- `MemoryGuard` (engine.memory_guard): memory against its budget; releases, shrinks the micro-batch, pauses;
 - `Checkpointer` (engine.checkpointing): save and exact restore;
 - `Evaluator` (engine.evaluation): validation, samples, best model, early stopping;
 - `Controller` (engine.control_state): pause, resume, save, evaluate, stop (agreed over ranks under DDP).
@@ -33,6 +34,7 @@ from trainer_core.engine.faults import FaultInjector
 from trainer_core.engine.group_step import GroupedStepRunner
 from trainer_core.engine.loop_state import LoopState
 from trainer_core.engine.memory import MemoryManager
+from trainer_core.engine.memory_guard import MemoryGuard
 from trainer_core.engine.nonfinite_guard import NonfiniteGuard
 from trainer_core.engine.optimizers import task_groups
 from trainer_core.engine.precision import NonfiniteTracker, PrecisionPolicy
@@ -68,7 +70,7 @@ class Trainer:
         model = self._place_model(task, device, world)
         groups = task_groups(task, model, profile, device, self.run_length.warmup_steps(), self.state.total_steps)
         self.run_length.attach(groups)
-        self.memory = MemoryManager(device)
+        self.memory = MemoryManager(device, profile.memory)
         self.profiler = StepProfiler(device, profile.logging.profile_interval_s)
         faults = FaultInjector(profile.debug)
         runner = GroupedStepRunner if len(groups) > 1 else StepRunner
@@ -78,6 +80,7 @@ class Trainer:
         )  # fmt: skip
         nonfinite = NonfiniteTracker(t.nonfinite_patience)
         self.guard = NonfiniteGuard(nonfinite, self.runner, events)
+        self.memory_guard = MemoryGuard(self.memory, self.runner, control, world, events)
         self.telemetry = Telemetry(profile, self.state, world, events, self.memory, self.profiler, self.run_length)
         # Rank 0 alone owns the checkpoint folder (the manager also clears half-written files on start).
         manager = CheckpointManager(run_dir, keep_last=t.keep_last) if world.is_main else None
@@ -157,7 +160,7 @@ class Trainer:
         self.guard.observe(outcome)
         if outcome.applied:
             self.telemetry.record(self._record(outcome))
-        self.telemetry.observe_memory()
+        self.memory_guard.observe()
         self.run_length.observe(outcome.items)
         self.telemetry.report_due()
         if outcome.applied:

@@ -43,6 +43,7 @@ MARKER_STYLES: dict[str, tuple[str, str, str]] = {
     "nonfinite": ("!", "magenta", "non-finite"),
     "passed": ("^", "green", "beats ref"),
     "early_stop": ("E", "yellow", "early stop"),
+    "memory": ("M", "yellow", "memory"),
 }
 FAULT_KINDS = ("oom", "nonfinite")
 
@@ -239,14 +240,14 @@ def throughput_chart(state: RunState) -> ChartData:
 
 
 def memory_chart(state: RunState) -> ChartData:
-    """Device and host memory in GiB, with OOM markers (an OOM halves the batch and changes both)."""
+    """Device and host memory in GiB, with OOM and memory-manager markers (both can halve the batch)."""
     lines = _present(
         (
             series_line(state, "mem_device", "device", "magenta", scale=GIB),
             series_line(state, "mem_host", "host", "blue", scale=GIB),
         )
     )
-    faults = {kind: steps for kind, steps in marker_steps(state).items() if kind == "oom"}
+    faults = {kind: steps for kind, steps in marker_steps(state).items() if kind in ("oom", "memory")}
     return ChartData("memory (GiB)", lines, faults)
 
 
@@ -348,6 +349,7 @@ def marker_bands(plotted: list[float]) -> dict[str, float] | None:
         "early_stop": checkpoint_y,
         "oom": fault_y,
         "nonfinite": fault_y,
+        "memory": fault_y,
     }
 
 

@@ -73,6 +73,8 @@ def status_first_line(state: RunState, now: float | None) -> Text:
     line.append(state.name or (state.run_dir.name if state.run_dir is not None else ""), style="bold")
     line.append("  ")
     line.append(f"{state.status.upper()}{_preload_text(state)}", style=STATE_STYLES.get(state.status, "bold"))
+    if state.status == "paused" and state.pause_reason:
+        line.append(f" ({state.pause_reason})", style="yellow")
     if state.status == "failed" and (site := error_site(state, short=True)):
         line.append(f" at {site}", style="red")
     if state.early_stopped_step is not None:
