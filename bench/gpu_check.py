@@ -292,10 +292,10 @@ def check_oom(result: common.Result, scratch: Path) -> None:
 def check_nccl(result: common.Result, scratch: Path, steps: int) -> None:
     """lm-small as a one-process torchrun on the GPU: the process group must come up on NCCL and the run complete."""
     run = train(scratch, "lm-nccl", "lm-small", min(steps, 60), [], extra=("--nproc-per-node", "1"))
-    log = scratch / "lm-nccl" / "trainer.log"
-    nccl = log.is_file() and "nccl" in log.read_text(encoding="utf-8", errors="replace").lower()
-    ok = run["exit"] == 0 and run["status"] == "completed" and nccl
-    detail = f"{run['device']}; trainer.log names NCCL: {nccl}; exit {run['exit']}"
+    hello = next((e for e in read_events(scratch / "lm-nccl" / "events.jsonl") if e["type"] == "hello"), {})
+    backend = str(hello.get("backend") or "none")  # the hello event names the process group's backend
+    ok = run["exit"] == 0 and run["status"] == "completed" and "nccl" in backend
+    detail = f"{run['device']}; backend {backend}; world size {hello.get('world_size')}; exit {run['exit']}"
     result.add("one-GPU NCCL torchrun: samples/s", run["samples_per_s"], "/s", "completes on NCCL", ok, detail)
     if not ok:
         result.notes.append(f"NCCL torchrun failed (exit {run['exit']}): {run['stderr']}")
