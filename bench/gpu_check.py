@@ -1,26 +1,37 @@
-"""GPU-only paths, run for real on a CUDA machine: mixed precision with the loss scaler, TF32, NVML, a real OOM.
+"""GPU-only paths, run for real on a CUDA machine: mixed precision with the loss scaler, TF32, NVML, OOM, NCCL.
 
-    python bench/gpu_check.py [--steps 200] [--out DIR]
+    bench/gpu_check [--steps 200] [--out DIR] [--doc docs/gpu.md]
 
-Each check trains the shipped profiles through `trainer-core train` (a real subprocess, real events) and reads
-the figures from the run's events.jsonl: lm-small in fp32 (TF32 on and off), bf16 and fp16 against the same
-profile on this machine's CPU cores, tts-small on the demo voice in bf16 and fp16, and lm-small with a batch
-far too big for the GPU, which must end with `oom_recovered` events and a completed run. NVML's memory figures
-are compared with `nvidia-smi`. Without CUDA it writes a result that says so (skipped), and exits 0.
+Each training check trains the shipped profiles through `trainer-core train` (a real subprocess, real events)
+and reads the figures from the run's events.jsonl: lm-small in fp32 (TF32 on and off), bf16 and fp16 against
+the same profile on this machine's CPU cores, with the GPU's utilisation sampled through NVML meanwhile;
+tts-small and vocoder-small in bf16 and fp16; lm-small with a batch far too big for the GPU, which must end with
+`oom_recovered` events and a completed run; lm-small as a one-GPU NCCL torchrun (`--nproc-per-node 1`); and
+bench/pipeline_efficiency.py (Vega against a raw loop) for lm-small and vocoder-small. NVML's memory figures are
+compared with `nvidia-smi`, and bench/gpu_torch_checks.py adds fused AdamW, pinned non-blocking copies
+overlapping compute, a real OOM in the forward pass and in the optimizer step retried in place, and
+torch.compile. A check that fails is recorded as a missed figure; the others still run.
+
+The result JSON goes to --out (gpu.json) and is rendered into --doc. Without CUDA it says so on stderr, writes
+a skipped result and a doc that says "not measured", and exits 0.
 """
 
 from __future__ import annotations
 
 import json
+import platform
 import shutil
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import common
+import gpu_torch_checks
+import run_all
 
 from trainer_core.contract.units import format_bytes
 
@@ -29,44 +40,83 @@ GPU_BATCH = 256
 WARMUP_STEPS = 20
 # One run past this is killed and recorded as failed, so a hung run cannot eat the device's whole lease.
 RUN_TIMEOUT_S = 150
+DOC = common.REPO / "docs" / "gpu.md"
+# How often NVML's utilisation is read while a training run goes on.
+UTIL_SAMPLE_S = 0.2
 
 
 def main() -> int:
     parser = common.base_parser(__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=200, help="optimizer steps per training run")
+    parser.add_argument("--doc", type=Path, default=DOC, help="the document rendered from the result (docs/gpu.md)")
+    parser.add_argument("--skip-pipeline", action="store_true", help="leave out the raw-loop comparison (minutes)")
     args = parser.parse_args()
     steps = 30 if args.tiny else args.steps
     started = time.monotonic()
     result = common.start_result("gpu", "10. GPU check", {"steps": steps, "warmup_steps_left_out": WARMUP_STEPS})
     if not cuda_available():
-        result.skipped = "no CUDA device here: run it on a machine with an NVIDIA GPU"
+        result.skipped = f"not measured: no CUDA device on {platform.node() or 'this machine'}"
+        print(f"gpu_check: {result.skipped}; run bench/gpu_check on a machine with an NVIDIA GPU", file=sys.stderr)
     else:
         scratch = common.scratch_dir("gpu-check-")
         try:
-            run_checks(result, scratch, steps)
+            run_checks(result, scratch, steps, pipeline=not args.skip_pipeline)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
-    common.finish_result(result, started, args.out)
+    path = common.finish_result(result, started, args.out)
+    write_gpu_doc(args.doc, path)
     return 0
 
 
-def run_checks(result: common.Result, scratch: Path, steps: int) -> None:
+def write_gpu_doc(doc: Path, result_path: Path) -> None:
+    """docs/gpu.md from the result JSON, in the layout of docs/benchmarks.md's sections."""
+    result = common.load_result(result_path)
+    lines = [
+        "# GPU check",
+        "",
+        "Rendered by `bench/gpu_check` from its result JSON; do not edit by hand. It runs every code path that",
+        "needs a CUDA GPU (see the docstring of bench/gpu_check.py for the list).",
+        "",
+        f"Machine: {run_all.machine_text(result.machine)}.",
+        "",
+    ]
+    if result.skipped:
+        lines += [f"**{result.skipped}.** Nothing here has run on a GPU yet.", ""]
+    lines += run_all.render_section(result)
+    doc.parent.mkdir(parents=True, exist_ok=True)
+    doc.write_text("\n".join(lines).rstrip() + "\n", encoding="utf-8")
+
+
+def run_checks(result: common.Result, scratch: Path, steps: int, pipeline: bool = True) -> None:
     result.notes.append(gpu_name())
-    check_nvml(result)
+    gpu_torch_checks.guarded(result, "NVML against nvidia-smi", check_nvml)
+    gpu_torch_checks.guarded(result, "training runs", lambda r: check_training(r, scratch, steps))
+    gpu_torch_checks.guarded(result, "real CUDA OOM in a run", lambda r: check_oom(r, scratch))
+    gpu_torch_checks.guarded(result, "one-GPU NCCL torchrun", lambda r: check_nccl(r, scratch, steps))
+    gpu_torch_checks.run_torch_checks(result)
+    if pipeline:  # last: the longest check, generating a 300-clip voice corpus first
+        gpu_torch_checks.guarded(result, "pipeline efficiency", lambda r: check_pipeline(r, scratch))
+    else:
+        result.notes.append("pipeline efficiency against a raw loop: left out (--skip-pipeline)")
+
+
+def check_training(result: common.Result, scratch: Path, steps: int) -> None:
     # A batch big enough that the GPU, not Python, sets the pace (lm-small ships with 16 for small machines).
     big = [f"train.batch_size={GPU_BATCH}"]
     lm = {
-        p: train(scratch, f"lm-{p}", "lm-small", steps, [*big, f"train.precision={json.dumps(p)}"]) for p in PRECISIONS
+        p: train(scratch, f"lm-{p}", "lm-small", steps, [*big, f"train.precision={json.dumps(p)}"], sample_util=True)
+        for p in PRECISIONS
     }
     lm["fp32-no-tf32"] = train(
         scratch, "lm-fp32-no-tf32", "lm-small", steps, [*big, 'train.precision="fp32"', "train.tf32=false"]
     )
     cpu = train(scratch, "lm-cpu", "lm-small", max(30, steps // 4), big, compute="cpu")
     report_lm(result, lm, cpu)
-    for precision in ("bf16", "fp16"):
-        sets = [f"train.precision={json.dumps(precision)}", *common.voice_overrides(common.SMALL_VOICE)]
-        add_run(result, f"tts-small {precision}", train(scratch, f"tts-{precision}", "tts-small", steps, sets))
-    check_oom(result, scratch)
+    for profile in ("tts-small", "vocoder-small"):
+        for precision in ("bf16", "fp16"):
+            sets = [f"train.precision={json.dumps(precision)}", *common.voice_overrides(common.SMALL_VOICE)]
+            name = f"{profile}-{precision}"
+            add_run(result, f"{profile} {precision}", train(scratch, name, profile, steps, sets, sample_util=True))
 
 
 PRECISIONS = ("fp32", "bf16", "fp16")
@@ -103,11 +153,20 @@ def check_nvml(result: common.Result) -> None:
     result.add("NVML used memory minus nvidia-smi's", used_diff, "MiB", "<= 64 MiB", used_diff <= 64.0)
 
 
-def train(scratch: Path, name: str, profile: str, steps: int, sets: list[str], compute: str = "gpu") -> dict[str, Any]:
-    """One `trainer-core train` run; its events summarised."""
+def train(
+    scratch: Path,
+    name: str,
+    profile: str,
+    steps: int,
+    sets: list[str],
+    compute: str = "gpu",
+    sample_util: bool = False,
+    extra: tuple[str, ...] = (),
+) -> dict[str, Any]:
+    """One `trainer-core train` run; its events summarised (with NVML's GPU utilisation when `sample_util`)."""
     run_dir = scratch / name
     argv = [sys.executable, "-m", "trainer_core", "train", "--profile", profile, "--run-dir", str(run_dir)]
-    argv += ["--compute-mode", compute]
+    argv += ["--compute-mode", compute, *extra]
     # A short warmup: the shipped profiles warm up over more steps than these runs take.
     settings = [
         f"train.max_steps={steps}",
@@ -118,12 +177,44 @@ def train(scratch: Path, name: str, profile: str, steps: int, sets: list[str], c
     settings += sets
     for item in settings:
         argv += ["--set", item]
+    sampler = UtilSampler() if sample_util else None
     try:
         proc = subprocess.run(argv, cwd=common.REPO, capture_output=True, text=True, check=False, timeout=RUN_TIMEOUT_S)
         status, stderr = proc.returncode, proc.stderr[-2000:]
     except subprocess.TimeoutExpired:
         status, stderr = 124, f"killed after {RUN_TIMEOUT_S} s"
-    return summarise(read_events(run_dir / "events.jsonl"), status, stderr)
+    finally:
+        util = sampler.stop() if sampler is not None else None
+    summary = summarise(read_events(run_dir / "events.jsonl"), status, stderr)
+    summary["gpu_util_pct"] = util
+    return summary
+
+
+class UtilSampler:
+    """NVML's GPU utilisation read every UTIL_SAMPLE_S on a thread while a run goes on; `stop()` gives the median
+    of the readings taken while the GPU was busy at all (start-up and shut-down read 0 and are left out)."""
+
+    def __init__(self) -> None:
+        from trainer_core.contract.nvml import NvmlSource
+
+        self.source = NvmlSource()
+        self.readings: list[float] = []
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._poll, name="gpu-util", daemon=True)
+        self.thread.start()
+
+    def _poll(self) -> None:
+        while not self.done.wait(UTIL_SAMPLE_S):
+            gpus = self.source.read()
+            if gpus and gpus[0].utilization_pct is not None:
+                self.readings.append(gpus[0].utilization_pct)
+
+    def stop(self) -> float | None:
+        self.done.set()
+        self.thread.join()
+        self.source.close()
+        busy = [r for r in self.readings if r > 0]
+        return statistics.median(busy) if busy else None
 
 
 def read_events(path: Path) -> list[dict[str, Any]]:
@@ -161,6 +252,8 @@ def add_run(result: common.Result, label: str, run: dict[str, Any]) -> None:
         f"{run['nonfinite']} non-finite step(s); loss scale {run['loss_scale']}; "
         f"peak allocated {format_bytes(run['mem_device_bytes'])}"
     )
+    if run.get("gpu_util_pct") is not None:
+        detail += f"; GPU utilisation (NVML, median while busy) {run['gpu_util_pct']:.0f} %"
     result.add(f"{label}: samples/s", run["samples_per_s"], "/s", "completes, loss falls", ok and learned, detail)
     if not ok:
         result.notes.append(f"{label} failed (exit {run['exit']}): {run['stderr']}")
@@ -194,6 +287,37 @@ def check_oom(result: common.Result, scratch: Path) -> None:
     result.add("real CUDA OOM: recoveries before the step fit", len(halvings), "", ">= 1, run completes", ok, detail)
     if not ok:
         result.notes.append(f"OOM check failed (exit {run['exit']}): {run['stderr']}")
+
+
+def check_nccl(result: common.Result, scratch: Path, steps: int) -> None:
+    """lm-small as a one-process torchrun on the GPU: the process group must come up on NCCL and the run complete."""
+    run = train(scratch, "lm-nccl", "lm-small", min(steps, 60), [], extra=("--nproc-per-node", "1"))
+    hello = next((e for e in read_events(scratch / "lm-nccl" / "events.jsonl") if e["type"] == "hello"), {})
+    backend = str(hello.get("backend") or "none")  # the hello event names the process group's backend
+    ok = run["exit"] == 0 and run["status"] == "completed" and "nccl" in backend
+    detail = f"{run['device']}; backend {backend}; world size {hello.get('world_size')}; exit {run['exit']}"
+    result.add("one-GPU NCCL torchrun: samples/s", run["samples_per_s"], "/s", "completes on NCCL", ok, detail)
+    if not ok:
+        result.notes.append(f"NCCL torchrun failed (exit {run['exit']}): {run['stderr']}")
+
+
+def check_pipeline(result: common.Result, scratch: Path) -> None:
+    """bench/pipeline_efficiency.py on this GPU (Vega against a raw loop), its figures copied in."""
+    out = scratch / "pipeline-results"
+    argv = [sys.executable, str(common.BENCH / "pipeline_efficiency.py"), "--models", "lm-small,vocoder-small"]
+    argv += ["--out", str(out)]
+    sampler = UtilSampler()
+    try:
+        proc = subprocess.run(argv, cwd=common.REPO, capture_output=True, text=True, check=False, timeout=240)
+    finally:
+        util = sampler.stop()
+    if proc.returncode != 0 or not (out / "pipeline.json").is_file():
+        result.add("pipeline efficiency on the GPU: ran", None, "", "runs", False, proc.stderr[-300:])
+        return
+    for figure in common.load_result(out / "pipeline.json").figures:
+        busy = f"; GPU utilisation {util:.0f} % (NVML, median while busy)" if util is not None else ""
+        figure.name, figure.detail = f"GPU: {figure.name}", figure.detail + busy
+        result.figures.append(figure)
 
 
 def fmt(value: float | None) -> str:

@@ -31,14 +31,17 @@ class Limit:
     """The stripped loop of one model: the task's initial model and its first batches, resident."""
 
     def __init__(self, plan: Any, batches_needed: int) -> None:
+        from trainer_core.models.base import batch_to
         from trainer_core.models.registry import build_task
 
-        task = build_task(plan.profile, plan.data, "cpu", preload_where="ram")
+        # The device Vega's run trains on (the CPU here; the GPU under bench/gpu_check), batches resident on it.
+        device = plan.device.device
+        task = build_task(plan.profile, plan.data, device, preload_where="ram")
         self.profile = plan.profile
         self.task = task
         self.initial = copy.deepcopy(task.model)
         batches = task.train_batches(0, plan.profile.train.batch_size)
-        self.batches = [batch for batch, _ in itertools.islice(batches, batches_needed)]
+        self.batches = [batch_to(batch, device) for batch, _ in itertools.islice(batches, batches_needed)]
 
     def loop(self) -> Any:
         """A fresh copy of the initial model with its own optimizer(s), over the resident batches."""

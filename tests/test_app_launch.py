@@ -395,6 +395,44 @@ async def test_start_runs_a_real_trainer_and_opens_its_dashboard(config: Path, t
         assert any(e.type == "step" for e in events)
 
 
+async def test_two_gloo_processes_start_from_the_launch_screen_and_show_both_ranks(
+    config: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from vega_tui.screens.run import RunScreen
+    from vega_tui.widgets.process_list import ProcessList
+    from vega_tui.widgets.status import StatusLine
+
+    monkeypatch.setenv("VEGA_FAKE_GPUS", "[]")  # no GPU, whatever this machine has: the processes are gloo ranks
+    data = write_text_corpus(tmp_path / "data")
+    (config / "profiles" / "tiny.toml").write_text(launch_profile(data, tmp_path / "runs", 24), encoding="utf-8")
+    app = VegaApp()
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = launch(app)
+        profiles, processes = screen.query_one(ProfileList), screen.query_one(ProcessList)
+        await wait_until(pilot, lambda: "tiny" in profiles.entries, "the tiny profile")
+        profiles.focus()
+        while profiles.value != "tiny":
+            await pilot.press("down")
+        await wait_until(pilot, lambda: "2" in option_texts(processes), "the CPU process counts")
+        assert "gloo" in option_texts(processes)["2"][0]
+        processes.focus()
+        await pilot.press("down")  # 1 -> 2 processes
+        assert screen.selection.nproc == 2
+        await wait_until(pilot, lambda: screen.plan is not None, "the two-process plan")
+        assert screen.plan is not None and screen.plan["distributed"]["nproc_per_node"] == 2
+        await pilot.press("s")
+        await wait_until(pilot, lambda: isinstance(app.screen, RunScreen), "the run dashboard")
+        run = app.screen
+        assert isinstance(run, RunScreen)
+        events_path = run.run_dir / "events.jsonl"
+        await wait_until(pilot, lambda: events_path.is_file() and _finished(events_path), "the run to finish", 120)
+        await wait_until(pilot, lambda: len(run.state.rank_samples_per_s) == 2, "both ranks on the dashboard")
+        await wait_until(pilot, lambda: "ranks 0 " in run.query_one(StatusLine).content.plain, "the rank line")
+        assert ", slowest " in run.query_one(StatusLine).content.plain
+        assert (run.run_dir / "trainer-rank1.log").is_file()
+        assert [e.status for e in read_all(events_path) if e.type == "finished"] == ["completed"]
+
+
 def _finished(path: Path) -> bool:
     return b'"type":"finished"' in path.read_bytes().replace(b" ", b"")
 

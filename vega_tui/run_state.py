@@ -256,6 +256,9 @@ class RunState:
     precision: str | None = None
     data_mode: str | None = None
     world_size: int = 1
+    # DDP: each rank's own samples/s and data-wait fraction over the latest step window, in rank order.
+    rank_samples_per_s: list[float] = field(default_factory=list)
+    rank_data_wait_frac: list[float] = field(default_factory=list)
     pid: int | None = None
     profile_path: str | None = None
     series: dict[str, Series] = field(default_factory=lambda: new_series(2000))

@@ -66,6 +66,7 @@ def train_argv(
     overrides: Iterable[str] = (),
     resume: str | Path | None = None,
     init_from: str | Path | None = None,
+    nproc: int | None = None,
     dry_run: bool = False,
     json: bool = False,
 ) -> list[str]:
@@ -79,6 +80,8 @@ def train_argv(
         "--device": device,
         "--resume": resume,
         "--init-from": init_from,
+        # One process is the plain run: torchrun only when several are asked for.
+        "--nproc-per-node": nproc if nproc is not None and nproc > 1 else None,
     }
     for flag, value in options.items():
         if value not in (None, ""):

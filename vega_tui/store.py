@@ -301,6 +301,7 @@ class RunStore:
         state.losses = {name: value for name, value in e.losses.items() if finite_or_none(value) is not None}
         state.grad_norm, state.loss_scale = e.grad_norm, e.loss_scale
         state.samples_per_s, state.data_wait_frac = e.samples_per_s, e.data_wait_frac
+        state.rank_samples_per_s, state.rank_data_wait_frac = list(e.rank_samples_per_s), list(e.rank_data_wait_frac)
         state.micro_batch, state.grad_accum, state.eta_s = e.micro_batch, e.grad_accum, e.eta_s
         if self._train_start_t is None:
             self._train_start_t = e.t

@@ -1,4 +1,4 @@
-"""The launch screen: pick a profile, data folder, data mode, compute mode and device, read the plan, Start.
+"""The launch screen: pick a profile, data, compute mode, device and processes per node, read the plan, Start.
 
 Everything slow runs on background threads that only post messages: probing the machine
 (`trainer_core.contract.resources`, torch-free), validating profiles, watching the profile folders
@@ -53,6 +53,7 @@ from vega_tui.start_points import SCRATCH, post_start_points, start_choices, sta
 from vega_tui.widgets.choice_list import ChoiceList
 from vega_tui.widgets.mode_picker import AUTO_DEVICE, compute_mode_choices, data_mode_choices, device_choices
 from vega_tui.widgets.preflight import PreflightPanel, run_folder_parts
+from vega_tui.widgets.process_list import ProcessList
 from vega_tui.widgets.profile_list import ProfileEntry, ProfileList, default_profile_name, scan_profiles
 
 if TYPE_CHECKING:
@@ -114,6 +115,7 @@ class LaunchScreen(Screen[None]):
             with VerticalScroll(id="launch-right", can_focus=False):
                 yield _section("Compute mode", ChoiceList(id="compute-mode"))
                 yield _section("Device", ChoiceList(id="device"))
+                yield _section("Processes per node", ProcessList(id="processes"))
                 yield _section("Preflight", PreflightPanel(id="preflight"))
         with Horizontal(id="start-bar"):
             yield Button("Start ▶", id="start", variant="success", compact=True)
@@ -273,8 +275,9 @@ class LaunchScreen(Screen[None]):
             self._schedule(data_changed=False)
 
     @on(ChoiceList.Changed, "#device")
-    def _device_changed(self, event: ChoiceList.Changed) -> None:
-        self.selection.device = event.value
+    @on(ChoiceList.Changed, "#processes")
+    def _device_changed(self) -> None:
+        self._show_devices()  # a chosen GPU allows one process: the process list follows the device
         self._schedule(data_changed=False)
 
     @on(ChoiceList.Changed, "#data-mode")
@@ -350,8 +353,10 @@ class LaunchScreen(Screen[None]):
     def _show_devices(self) -> None:
         devices = self.query_one("#device", ChoiceList)
         choices = device_choices(self.resources, self.selection.compute_mode or "mixed")
-        devices.set_choices(choices, self.selection.device)
+        devices.set_choices(choices, devices.value or self.selection.device)
         self.selection.device = devices.value or AUTO_DEVICE
+        processes, mode = self.query_one(ProcessList), self.selection.compute_mode or "mixed"
+        self.selection.nproc = processes.show(self.resources, mode, self.selection.device, processes.count)
 
     def _show_detection(self) -> None:
         detect = self.query_one("#data-detect", Static)

@@ -1,7 +1,7 @@
 """What the user picked on the launch screen, and the commands built from it.
 
-`Selection` holds the profile, data folder, data mode, compute mode, device and `--set` overrides; the
-argv of both the dry run and the real run come from it. Next to it: the values a profile brings to the
+`Selection` holds the profile, data folder, data mode, compute mode, device, processes per node and `--set`
+overrides; the argv of both the dry run and the real run come from it. Next to it: the values a profile brings to the
 choices (`profile_defaults`), the `trainer-core check-data` command for a data folder, the `--runs-root`
 override, and the one-line text describing a data check's result. Plain functions, no widgets.
 """
@@ -33,6 +33,8 @@ class Selection:
     overrides: list[str] = field(default_factory=list)
     init_from: str | None = None
     """A run folder, checkpoint or export to start from (`--init-from`); None: from scratch."""
+    nproc: int = 1
+    """Processes per node (`--nproc-per-node`); 1: a plain single-process run."""
 
     def argv(self, run_dir: Path | None, dry_run: bool) -> list[str]:
         from vega_tui.runner import train_argv
@@ -47,6 +49,7 @@ class Selection:
             device=None if self.device == AUTO_DEVICE else self.device,
             overrides=list(self.overrides),
             init_from=self.init_from,
+            nproc=self.nproc,
             dry_run=dry_run,
             json=dry_run,
         )

@@ -83,3 +83,27 @@ def _accelerator_row(value: str, detail: str, mode: str) -> Choice:
 
 def data_mode_choices() -> list[Choice]:
     return [Choice(mode, mode, _DATA_MODE_DETAIL[mode]) for mode in DATA_MODES]
+
+
+# Processes per node on a machine without usable GPUs: gloo ranks on the CPU, for trying multi-process runs.
+CPU_PROCESS_COUNTS = (2, 4)
+
+
+def process_choices(resources: MachineResources | None, mode: str, device: str = AUTO_DEVICE) -> list[Choice]:
+    """Processes per node (`--nproc-per-node`): 1..N with N the GPUs torch can drive, else gloo ranks on the CPU."""
+    rows = [Choice("1", "1", "one process")]
+    if resources is None:
+        return rows
+    gpus = [gpu for gpu in resources.gpus if gpu.torch_usable is not False]
+    if gpus and mode != "cpu" and device != "cpu":
+        # Every rank takes cuda:LOCAL_RANK, so one chosen GPU and several processes cannot go together.
+        one_device = device not in (AUTO_DEVICE, "")
+        why = "a chosen device runs one process: pick device auto" if one_device else ""
+        for count in range(2, len(gpus) + 1):
+            rows.append(Choice(str(count), str(count), why or f"one per GPU, {count} GPUs (NCCL)", one_device))
+        return rows
+    blocked = "gpu mode needs an accelerator" if mode == "gpu" else ""
+    for count in CPU_PROCESS_COUNTS:
+        detail = blocked or f"{count} CPU processes (gloo), for trying it"
+        rows.append(Choice(str(count), str(count), detail, bool(blocked)))
+    return rows

@@ -89,10 +89,21 @@ def status_first_line(state: RunState, now: float | None) -> Text:
     return line
 
 
+def rank_text(state: RunState) -> str | None:
+    """`ranks 0 12.3/s · 1 11.8/s, slowest 1` for a multi-process run's latest step window, else None."""
+    rates = state.rank_samples_per_s
+    if len(rates) < 2:
+        return None
+    slowest = min(range(len(rates)), key=lambda rank: rates[rank])
+    listing = " · ".join(f"{rank} {format_rate(rate)}/s" for rank, rate in enumerate(rates))
+    return f"ranks {listing}, slowest {slowest}"
+
+
 def status_second_line(state: RunState) -> Text:
-    """`52.3 samples/s · cpu fp32 · world 1 · text · batch 16×1`."""
+    """`52.3 samples/s · cpu fp32 · world 1 · text · batch 16×1` (DDP: `ranks 0 26.1/s · 1 25.9/s, slowest 1`)."""
     device = " ".join(part for part in (state.device, state.precision) if part) or "device —"
-    parts = [f"{format_rate(state.samples_per_s)} samples/s", device, f"world {state.world_size or 1}"]
+    ranks = rank_text(state)  # several processes: each rank's own rate says more than the world size
+    parts = [f"{format_rate(state.samples_per_s)} samples/s", device, ranks or f"world {state.world_size or 1}"]
     if state.data_mode:
         parts.append(state.data_mode)
     if state.micro_batch:
