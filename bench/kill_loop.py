@@ -304,6 +304,14 @@ def report_control(name: str, tally: checks.Tally, result: common.Result) -> Non
     result.add(f"negative control ({name}): failures found", caught, target="> 0", met=caught > 0, detail=detail)
 
 
+def hide_workspace(result: common.Result, root: Path) -> None:
+    """Messages name files in the deleted temporary workspace: show them relative to it, as docs may not
+    point outside the repository."""
+    result.notes = [note.replace(str(root), "WORKSPACE") for note in result.notes]
+    for figure in result.figures:
+        figure.detail = figure.detail.replace(str(root), "WORKSPACE")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = common.base_parser(__doc__.split("\n\n")[0])
     parser.add_argument("--kills", type=int, default=30, help="SIGKILLs in the drill (default 30; --tiny: 4)")
@@ -333,6 +341,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"workspace kept: {root}")
         else:
             shutil.rmtree(root, ignore_errors=True)
+    hide_workspace(result, root)
     common.finish_result(result, started, args.out)
     return 0 if all(f.met is not False for f in result.figures) else 1
 
