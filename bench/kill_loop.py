@@ -1,29 +1,31 @@
-"""Benchmark: SIGKILL the trainer at random moments, N times in a row, and check what survives every kill.
+"""Benchmark: the kill drill. SIGKILL the trainer at chosen phases of training and check what survives every kill.
 
-Each segment starts `trainer_core train` (with `--resume auto` after the first), waits until it trains,
-sleeps a random 0..--max-delay seconds and SIGKILLs it. The run saves a checkpoint every step with
-keep_last 2, validates every few steps (so best.json moves too), and the fault hook
-`debug.hold_checkpoint_write_s` holds every write half-way for a moment, so kills land while a checkpoint
-is being written and pruned as well as between steps. After every kill:
+Each kill targets one phase and holds the trainer exactly there through the fault switches of
+trainer_core/engine/faults.py (VEGA_FAULT_HOLD_AT; the trainer writes a marker file, then blocks):
+write (a checkpoint's temp file about half written), rename (fsynced, before the rename), prune (removing
+old checkpoints), step (a plain step between checkpoints), validation, sampling, preload. Phases take
+turns, so 30 kills give every phase at least 4; the kills are shared between a tiny LM run and a tiny
+two-optimizer vocoder run (preload kills are the vocoder's: text runs have no preload). Both runs save a
+checkpoint every step with keep_last 2 and validate every few steps.
 
-- the newest complete checkpoint loads (weights_only) ............................ unreadable_latest, target 0
-- the next segment's `--resume auto` continues from exactly that checkpoint ...... failed_resumes, target 0
-- every complete line of events.jsonl parses, seq never repeats; only the last line
-  may be cut, and the next writer ends it so that readers skip it ................ event_log_damage, target 0
-- no checkpoint announced by a checkpoint_saved event is gone unless a newer one
-  replaced it, at least keep_last remain, and best.json names an existing file .. lost_checkpoints, target 0
+A kill counts only when the trainer was held at its phase and its exit status is -9; one that exited on
+its own first is a failure (vacuous_kills). After every kill (bench/kill_checks.py): the newest checkpoint
+loads, every announced checkpoint is still there and loads (or was pruned for newer ones), the event log
+parses, and the next segment's `--resume auto` starts from the newest checkpoint and reaches a later step.
+A run that never announced a checkpoint fails. Each run ends with a segment that resumes and is stopped
+with SIGTERM (exit 0, `stopped`).
 
-A last segment resumes once more and is stopped with SIGTERM (it must end `stopped`, exit 0). Timings:
-seconds from start to "resumed from", and per checkpoint write.
+Negative controls (--control, and run after the drill unless --tiny): `in-place` writes checkpoints
+without the temp file and rename (VEGA_FAULT_CHECKPOINT_IN_PLACE), so a kill mid-write must show up as an
+unreadable checkpoint; `vacuous` lets the trainer finish before its hold point, so the kill must show up as
+vacuous. Under --control the drill must fail (exit 1).
 
-    .venv/bin/python bench/kill_loop.py --kills 25
+    .venv/bin/python bench/kill_loop.py --kills 30
 """
 
 from __future__ import annotations
 
 import os
-import random
-import re
 import shutil
 import signal
 import subprocess
@@ -31,291 +33,259 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
-from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
 import common
+import kill_checks as checks
 
-from trainer_core.contract.event_lines import parse_event
 from trainer_core.contract.eventlog import EventReader
-from trainer_core.contract.protocol import Event, ProtocolError
-from trainer_core.engine.checkpoint import CheckpointError, list_checkpoints, load_checkpoint, read_best
+from trainer_core.contract.protocol import Event
+from trainer_core.engine.faults import HOLD_AT_ENV, HOLD_MARKER_ENV, HOLD_PHASES, IN_PLACE_ENV
 from trainer_core.tiny_profiles import tiny_profile
 
 KEEP_LAST = 2
-
-
-def kill_loop_profile(keep_last: int, hold_s: float) -> str:
-    """The tiny LM (trainer_core.tiny_profiles) twice as wide and deep, saving at every step."""
-    return tiny_profile(
-        "lm",
-        run={"name": "kill-loop", "seed": 11},
-        model={"hidden": 64, "encoder_layers": 2, "dropout": None},
-        train={
-            "lr": 1e-3,
-            "max_steps": 1000000,
-            "eval_every_steps": 7,
-            "checkpoint_every_steps": 1,
-            "keep_last": keep_last,
-        },
-        sample={"max_new_bytes": 8},
-        logging={"step_interval_s": 0.1},
-        debug={"hold_checkpoint_write_s": hold_s},
-    )
-
-
-WORDS = [
-    "the",
-    "river",
-    "runs",
-    "past",
-    "a",
-    "quiet",
-    "town",
-    "where",
-    "small",
-    "dogs",
-    "sleep",
-    "in",
-    "the",
-    "sun",
-    "and",
-    "old",
-    "people",
-    "read",
-    "long",
-    "letters",
-    "from",
-    "far",
-    "away",
-    "while",
-    "the",
-    "wind",
-    "moves",
-    "slowly",
-    "over",
-    "green",
-    "hills",
-]
-RESUMED_RE = re.compile(r"^resumed from (?P<path>\S+): step (?P<step>\d+),")
 WAIT_S = 120.0  # generous: the machine is shared
+# Which arrival at the phase to hold: late enough that this process has announced a checkpoint (a fresh run
+# validates and samples at step 0; the vocoder's two optimizers each pass the step hook once per step).
+NTH = {"write": 2, "rename": 2, "prune": 1, "step": 3, "validation": 2, "sampling": 2, "preload": 1}
+TINY_SCHEDULE = (("lm", "write"), ("lm", "prune"), ("vocoder", "rename"), ("vocoder", "preload"))
+RUNS = ("lm", "vocoder")
 
 
-@dataclass
-class Tally:
-    """What the loop found; the four counters must stay 0."""
+def run_of(index: int, phase: str) -> str:
+    """Preload kills go to the vocoder (text has no preload), and so does every fourth other kill."""
+    return "vocoder" if phase == "preload" or index % 4 == 1 else "lm"
 
-    kills: int = 0
-    unreadable_latest: int = 0
-    failed_resumes: int = 0
-    event_log_damage: int = 0
-    lost_checkpoints: int = 0
-    killed_mid_write: int = 0
-    previous_cut_lines: int = 0
-    resume_seconds: list[float] = field(default_factory=list)
-    write_seconds: list[float] = field(default_factory=list)
-    problems: list[str] = field(default_factory=list)
 
-    def fail(self, counter: str, message: str) -> None:
-        setattr(self, counter, getattr(self, counter) + 1)
-        self.problems.append(f"kill {self.kills}: {message}")
+def schedule(kills: int) -> list[tuple[str, str]]:
+    """(run, phase) for each kill: phases in turn; a run's first kill is never a preload (nothing saved yet)."""
+    plan = [(run_of(i, HOLD_PHASES[i % len(HOLD_PHASES)]), HOLD_PHASES[i % len(HOLD_PHASES)]) for i in range(kills)]
+    for run in RUNS:
+        mine = [i for i, (r, _) in enumerate(plan) if r == run]
+        later = next((i for i in mine if plan[i][1] != "preload"), None)
+        if mine and plan[mine[0]][1] == "preload" and later is not None:
+            plan[mine[0]], plan[later] = plan[later], plan[mine[0]]
+    return plan
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# The workspace and one trainer segment
+# The workspace: one run folder per model
 
 
-def write_workspace(root: Path, hold_s: float) -> tuple[Path, Path]:
-    """A small English-like corpus and the profile; returns (profile, corpus folder)."""
-    rng = random.Random(0)
-    corpus = root / "corpus"
-    corpus.mkdir(parents=True)
-    for n in range(6):
-        lines = [" ".join(rng.choice(WORDS) for _ in range(12)).capitalize() + "." for _ in range(60)]
-        (corpus / f"doc-{n}.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    profile = root / "kill.toml"
-    profile.write_text(kill_loop_profile(KEEP_LAST, hold_s), encoding="utf-8")
-    (root / "config").mkdir()
-    return profile, corpus
+def lm_profile(max_steps: int) -> str:
+    return tiny_profile(
+        "lm",
+        run={"name": "kill-lm", "seed": 11},
+        train={"max_steps": max_steps, "eval_every_steps": 7, "checkpoint_every_steps": 1, "keep_last": KEEP_LAST},
+        sample={"max_new_bytes": 8},
+        logging={"step_interval_s": 0.1},
+    )
+
+
+def vocoder_profile(cache: Path) -> str:
+    return tiny_profile(
+        "vocoder",
+        run={"name": "kill-vocoder", "seed": 5},
+        data={"path": str(common.SMALL_VOICE), "cache_dir": str(cache)},
+        train={"max_steps": 1000000, "eval_every_steps": 5, "checkpoint_every_steps": 1, "keep_last": KEEP_LAST},
+        logging={"step_interval_s": 0.1},
+    )
+
+
+def write_corpus(folder: Path) -> Path:
+    """A small English text corpus from the bundled demo text."""
+    folder.mkdir(parents=True)
+    text = " ".join(common.corpus_sentences(300))
+    (folder / "corpus.txt").write_text(text + "\n", encoding="utf-8")
+    return folder
+
+
+@dataclass
+class Run:
+    """One run folder under drill: its profile and data, the events of all its segments, what to resume from."""
+
+    name: str
+    root: Path
+    profile: Path
+    data: Path
+    events: list[Event] = field(default_factory=list)
+    expect: Path | None = None  # the checkpoint the next segment must resume from
+    segments: int = 0
+    cut_lines: int = 0
+
+    @property
+    def run_dir(self) -> Path:
+        return self.root / self.name
+
+
+def make_runs(root: Path, lm_max_steps: int = 1000000) -> dict[str, Run]:
+    (root / "config").mkdir(parents=True, exist_ok=True)
+    corpus = write_corpus(root / "corpus")
+    (root / "lm.toml").write_text(lm_profile(lm_max_steps), encoding="utf-8")
+    (root / "vocoder.toml").write_text(vocoder_profile(root / "cache"), encoding="utf-8")
+    return {
+        "lm": Run("lm", root, root / "lm.toml", corpus),
+        "vocoder": Run("vocoder", root, root / "vocoder.toml", common.SMALL_VOICE),
+    }
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# One trainer segment
 
 
 @dataclass
 class Segment:
-    """One trainer process of the run and the events it has appended so far."""
-
     proc: subprocess.Popen
     started: float
     reader: EventReader
+    marker: Path
     events: list[Event] = field(default_factory=list)
+    started_wall: float = field(default_factory=time.time)  # to compare with the events' unix times
 
     def poll(self) -> list[Event]:
-        fresh = self.reader.poll()
-        self.events.extend(fresh)
-        return fresh
+        self.events.extend(self.reader.poll())
+        return self.events
 
-    def wait_for(self, predicate, what: str, timeout: float = WAIT_S) -> Event | None:
-        """The first new event matching `predicate`, or None when the process exits or time runs out."""
-        deadline = time.monotonic() + timeout
-        checked = 0
+    def wait_held(self) -> bool:
+        """True once the trainer says it is held; False when it exits first (or never gets there)."""
+        deadline = time.monotonic() + WAIT_S
         while time.monotonic() < deadline:
-            exited = self.proc.poll() is not None
-            self.poll()
-            for event in self.events[checked:]:
-                if predicate(event):
-                    return event
-            checked = len(self.events)
-            if exited:
-                return None
+            if self.marker.exists():
+                return True
+            if self.proc.poll() is not None:
+                return self.marker.exists()
             time.sleep(0.02)
-        raise TimeoutError(f"no {what} within {timeout:g} s")
+        return False
 
 
-def start_segment(
-    root: Path, profile: Path, corpus: Path, run_dir: Path, resume: bool, number: int, step_sleep_s: float
-) -> Segment:
-    argv = [*common.TRAINER_CORE, "train", "--profile", str(profile), "--data", str(corpus), "--run-dir", str(run_dir)]
-    argv += ["--resume", "auto"] if resume else []
+def start_segment(run: Run, hold: str | None, extra_env: dict[str, str]) -> Segment:
+    run.segments += 1
+    argv = [*common.TRAINER_CORE, "train", "--profile", str(run.profile), "--data", str(run.data)]
+    argv += ["--run-dir", str(run.run_dir)] + (["--resume", "auto"] if run.segments > 1 else [])
+    marker = run.root / f"{run.name}-{run.segments:03d}.held"
     env = {k: v for k, v in os.environ.items() if not k.startswith("VEGA_")}
-    env.update(VEGA_CONFIG_DIR=str(root / "config"), OMP_NUM_THREADS="1", VEGA_FAULT_STEP_SLEEP_S=str(step_sleep_s))
-    log = run_dir / "events.jsonl"
+    env.update(VEGA_CONFIG_DIR=str(run.root / "config"), OMP_NUM_THREADS="1", **extra_env)
+    env.update({HOLD_AT_ENV: hold, HOLD_MARKER_ENV: str(marker)} if hold else {})
+    log = run.run_dir / "events.jsonl"
     reader = EventReader(log)
     reader.offset = log.stat().st_size if log.exists() else 0  # this segment's events only
-    with open(root / f"segment-{number:03d}.err", "wb") as err:
+    with open(run.root / f"{run.name}-{run.segments:03d}.err", "wb") as err:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, env=env)
-    return Segment(proc, time.monotonic(), reader)
+    return Segment(proc, time.monotonic(), reader, marker)
+
+
+def end_segment(run: Run, segment: Segment, tally: checks.Tally) -> None:
+    """Collect the segment's events and check the resume it was to make (not for preload: it holds first)."""
+    run.events.extend(segment.poll())
+    tally.write_seconds.extend(e.seconds for e in segment.events if e.type == "checkpoint_saved")
+    held_phase = segment.marker.read_text().split()[0] if segment.marker.exists() else None
+    if run.expect is None or held_phase == "preload":
+        return
+    where = f"{run.name} segment {run.segments}"
+    resumed = checks.resumed_step(segment.events, run.expect, tally, where)
+    if resumed is None:
+        return
+    said = next(e for e in segment.events if e.type == "log" and e.message.startswith("resumed from"))
+    tally.resume_seconds.append(said.t - segment.started_wall)
+    if checks.reached_step(segment.events, run.run_dir) <= resumed:
+        tally.fail("failed_resumes", f"{where}: resumed at step {resumed} but trained no later step")
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Checks after a kill
+# The drill
 
 
-def check_newest_checkpoint(run_dir: Path, tally: Tally) -> Path | None:
-    """The newest complete checkpoint, after proving it loads; None when there is none."""
-    complete = list_checkpoints(run_dir / "checkpoints")
-    if not complete:
-        return None
-    try:
-        load_checkpoint(complete[0])
-    except CheckpointError as exc:
-        tally.fail("unreadable_latest", f"{complete[0].name} does not load: {exc}")
-    return complete[0]
-
-
-def check_event_log(run_dir: Path, tally: Tally) -> None:
-    """Every complete line parses except the cut lines earlier kills left; seq strictly increases."""
-    data = (run_dir / "events.jsonl").read_bytes()
-    *complete, tail = data.split(b"\n")
-    broken, seqs = 0, []
-    for line in complete:
-        try:
-            seqs.append(parse_event(line).seq)
-        except ProtocolError:
-            broken += 1
-    if broken > tally.previous_cut_lines:
-        tally.fail("event_log_damage", f"{broken - tally.previous_cut_lines} complete line(s) do not parse")
-    if any(b <= a for a, b in pairwise(seqs)):
-        tally.fail("event_log_damage", "seq numbers repeat or go back")
-    tally.previous_cut_lines += 1 if tail else 0
-
-
-def check_retained(run_dir: Path, events: list[Event], newest: Path | None, tally: Tally) -> None:
-    """Announced checkpoints survive (or a newer one replaced them); keep_last of them remain; best.json is sound."""
-    saved = sorted({e.step for e in events if e.type == "checkpoint_saved"})
-    folder = run_dir / "checkpoints"
-    newest_step = int(newest.stem.split("-")[1]) if newest else -1
-    if saved and newest_step < saved[-1]:
-        tally.fail("lost_checkpoints", f"step {saved[-1]} was announced saved, the newest file is step {newest_step}")
-    if len(list_checkpoints(folder)) < min(KEEP_LAST, len(saved)):
-        tally.fail("lost_checkpoints", f"fewer than keep_last={KEEP_LAST} checkpoints remain")
-    if (folder / "best.json").exists() and read_best(folder) is None:
-        tally.fail("lost_checkpoints", "best.json names a checkpoint that is gone or is unreadable")
-
-
-def check_resume(segment: Segment, newest: Path | None, tally: Tally) -> None:
-    """The new segment must say it resumed from `newest` and then train the step after it."""
-    if newest is None:
-        return
-    said = segment.wait_for(lambda e: e.type == "log" and e.message.startswith("resumed from"), "resume message")
-    match = RESUMED_RE.match(said.message) if said is not None else None
-    if match is None or Path(match["path"]).name != newest.name:
-        got = said.message if said is not None else f"exit {segment.proc.returncode} before resuming"
-        tally.fail("failed_resumes", f"expected to resume from {newest.name}; got: {got}")
-        return
-    tally.resume_seconds.append(time.monotonic() - segment.started)
-    step = int(match["step"])
-    first = segment.wait_for(lambda e: e.type == "step", "first step after resume")
-    if first is None or first.step_series[0] != step + 1:
-        got = first.step_series[0] if first is not None else "none"
-        tally.fail("failed_resumes", f"resumed at step {step} but the next step reported was {got}")
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# The loop
-
-
-def kill_at_random(segment: Segment, run_dir: Path, max_delay_s: float, rng: random.Random, tally: Tally) -> None:
-    """Wait until the segment trains, then SIGKILL it after a random delay."""
-    if segment.wait_for(lambda e: e.type == "step", "a step") is None:
-        raise RuntimeError(f"the trainer exited ({segment.proc.returncode}) before training")
-    time.sleep(rng.uniform(0.0, max_delay_s))
+def kill_at(run: Run, phase: str, tally: checks.Tally, extra_env: dict[str, str], nth: int | None = None) -> None:
+    """One kill: hold the trainer at `phase`, SIGKILL it, check exit status, files, event log and the resume."""
+    where = f"{run.name} segment {run.segments + 1} ({phase})"
+    segment = start_segment(run, f"{phase}:{nth or NTH[phase]}", extra_env)
+    held = segment.wait_held()
     segment.proc.kill()
-    segment.proc.wait()
-    tally.kills += 1
-    if any((run_dir / "checkpoints").glob(".step-*.tmp")):
-        tally.killed_mid_write += 1
+    code = segment.proc.wait()
+    if not held or code != -signal.SIGKILL:
+        tally.fail("vacuous_kills", f"{where}: the trainer was not held and killed there (exit status {code})")
+    else:
+        tally.kills += 1
+        tally.by_phase[phase] += 1
+        tally.by_run[run.name] += 1
+    end_segment(run, segment, tally)
+    run.expect = checks.newest_loadable(run.run_dir, tally, where)
+    checks.check_announced(run.run_dir, run.events, KEEP_LAST, tally, where)
+    if (run.run_dir / "events.jsonl").exists():
+        run.cut_lines = checks.check_event_log(run.run_dir, run.cut_lines, tally, where)
 
 
-def inspect(run_dir: Path, all_events: list[Event], tally: Tally) -> Path | None:
-    newest = check_newest_checkpoint(run_dir, tally)
-    check_event_log(run_dir, tally)
-    check_retained(run_dir, all_events, newest, tally)
-    return newest
-
-
-def run_loop(root: Path, kills: int, max_delay_s: float, hold_s: float, step_sleep_s: float, seed: int) -> Tally:
-    profile, corpus = write_workspace(root, hold_s)
-    run_dir, tally, rng = root / "run", Tally(), random.Random(seed)
-    all_events: list[Event] = []
-    newest: Path | None = None
-    for number in range(kills + 1):
-        segment = start_segment(root, profile, corpus, run_dir, number > 0, number, step_sleep_s)
-        check_resume(segment, newest, tally)
-        if number == kills:
-            return finish_cleanly(segment, tally)
-        kill_at_random(segment, run_dir, max_delay_s, rng, tally)
-        segment.poll()
-        all_events.extend(segment.events)
-        tally.write_seconds.extend(e.seconds for e in segment.events if e.type == "checkpoint_saved")
-        newest = inspect(run_dir, all_events, tally)
-    return tally
-
-
-def finish_cleanly(segment: Segment, tally: Tally) -> Tally:
-    """The last segment: train a little, SIGTERM, and it must end as `stopped` with exit code 0."""
-    segment.wait_for(lambda e: e.type == "step", "a step")
+def finish_cleanly(run: Run, tally: checks.Tally, extra_env: dict[str, str]) -> None:
+    """The last segment: resume, train a step further, SIGTERM; it must end `stopped` with exit status 0."""
+    segment = start_segment(run, None, extra_env)
+    deadline = time.monotonic() + WAIT_S
+    start = run.expect and checks.step_of(run.expect)
+    while time.monotonic() < deadline and segment.proc.poll() is None:
+        if checks.reached_step(segment.poll(), run.run_dir) > (start or 0):
+            break
+        time.sleep(0.05)
     segment.proc.send_signal(signal.SIGTERM)
     code = segment.proc.wait(timeout=WAIT_S)
-    end = segment.wait_for(lambda e: e.type == "finished", "finished event", timeout=5)
+    end_segment(run, segment, tally)
+    end = next((e for e in segment.events if e.type == "finished"), None)
     if code != 0 or end is None or end.status != "stopped":
-        tally.fail("failed_resumes", f"the last segment did not stop cleanly (exit {code}, {end and end.status})")
+        status = end.status if end is not None else "no finished event"
+        tally.fail("failed_resumes", f"{run.name}: the last segment did not stop cleanly (exit {code}, {status})")
+
+
+def run_drill(root: Path, plan: list[tuple[str, str]], extra_env: dict[str, str], final: bool = True) -> checks.Tally:
+    runs, tally = make_runs(root), checks.Tally()
+    for name, phase in plan:
+        kill_at(runs[name], phase, tally, extra_env)
+    for run in runs.values():
+        if run.segments and final:
+            finish_cleanly(run, tally, extra_env)
+        count_announced(run, tally)
     return tally
+
+
+def count_announced(run: Run, tally: checks.Tally) -> None:
+    """A run that never announced a checkpoint tested nothing: that fails the drill."""
+    announced = sum(1 for e in run.events if e.type == "checkpoint_saved")
+    tally.announced += announced
+    if run.segments and announced == 0:
+        tally.fail("lost_checkpoints", f"{run.name}: no checkpoint was ever announced: the drill tested nothing")
+
+
+def control_in_place(root: Path) -> checks.Tally:
+    """Negative control: non-atomic checkpoint writes, killed mid-write; the drill must find the damage."""
+    return run_drill(root, [("lm", "write")], {IN_PLACE_ENV: "1"}, final=False)
+
+
+def control_vacuous(root: Path) -> checks.Tally:
+    """Negative control: the trainer finishes (8 steps) before the step it is to be held at; the kill is vacuous."""
+    runs, tally = make_runs(root, lm_max_steps=8), checks.Tally()
+    kill_at(runs["lm"], "step", tally, {}, nth=1000)
+    count_announced(runs["lm"], tally)
+    return tally
+
+
+# name -> (the control, the kills it plans)
+CONTROLS = {"in-place": (control_in_place, [("lm", "write")]), "vacuous": (control_vacuous, [("lm", "step")])}
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # Report
 
 
-def report(tally: Tally, result: common.Result) -> None:
-    for name in ("unreadable_latest", "failed_resumes", "event_log_damage", "lost_checkpoints"):
+def report(tally: checks.Tally, result: common.Result, plan: list[tuple[str, str]], per_phase: int) -> None:
+    wanted = len(plan)
+    result.add("kills", tally.kills, target=f"= {wanted}", met=tally.kills == wanted, detail="held, SIGKILL, exit -9")
+    for phase in HOLD_PHASES:
+        if any(p == phase for _, p in plan):
+            count = tally.by_phase[phase]
+            result.add(f"kills at {phase}", count, target=f">= {per_phase}", met=count >= per_phase)
+    result.add("kills on the two-optimizer vocoder run", tally.by_run["vocoder"])
+    for name in checks.ZERO_COUNTERS:
         value = getattr(tally, name)
         result.add(name, value, target="= 0", met=value == 0)
-    result.add("kills", tally.kills)
-    result.add(
-        "kills during a checkpoint write",
-        tally.killed_mid_write,
-        detail="a half-written temp file was left in checkpoints/",
-    )
+    result.add("checkpoints announced", tally.announced, target="> 0", met=tally.announced > 0)
     result.add(
         "start to resumed (median)",
         common.median(tally.resume_seconds),
@@ -323,37 +293,55 @@ def report(tally: Tally, result: common.Result) -> None:
         detail=common.spread(tally.resume_seconds),
     )
     result.add(
-        "checkpoint write (median)",
-        common.median(tally.write_seconds),
-        "s",
-        detail="includes the injected hold; " + common.spread(tally.write_seconds),
+        "checkpoint write (median)", common.median(tally.write_seconds), "s", detail=common.spread(tally.write_seconds)
     )
     result.notes.extend(tally.problems[:20])
 
 
+def report_control(name: str, tally: checks.Tally, result: common.Result) -> None:
+    caught = tally.failures()
+    detail = "; ".join(tally.problems[:2]).replace("\n", " ")[:300]
+    result.add(f"negative control ({name}): failures found", caught, target="> 0", met=caught > 0, detail=detail)
+
+
+def hide_workspace(result: common.Result, root: Path) -> None:
+    """Messages name files in the deleted temporary workspace: show them relative to it, as docs may not
+    point outside the repository."""
+    result.notes = [note.replace(str(root), "WORKSPACE") for note in result.notes]
+    for figure in result.figures:
+        figure.detail = figure.detail.replace(str(root), "WORKSPACE")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = common.base_parser(__doc__.split("\n\n")[0])
-    parser.add_argument("--kills", type=int, default=25, help="SIGKILLs in the loop (default 25)")
-    parser.add_argument("--max-delay", type=float, default=1.5, help="longest random wait before a kill, seconds")
-    parser.add_argument("--hold", type=float, default=0.02, help="seconds each checkpoint write is held half-written")
-    parser.add_argument("--step-sleep", type=float, default=0.01, help="seconds of sleep injected in every step")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the random kill moments")
+    parser.add_argument("--kills", type=int, default=30, help="SIGKILLs in the drill (default 30; --tiny: 4)")
+    parser.add_argument("--control", choices=sorted(CONTROLS), help="run only this negative control (must fail)")
     parser.add_argument("--keep", action="store_true", help="keep the workspace (printed) instead of deleting it")
     args = parser.parse_args(argv)
     if args.kills < 1:
         parser.error("--kills must be at least 1")
-    settings: dict[str, Any] = {k: getattr(args, k) for k in ("kills", "max_delay", "hold", "step_sleep", "seed")}
-    result = common.start_result("kill_loop", "Random SIGKILLs: checkpoints, resume and event log survive", settings)
+    plan = list(TINY_SCHEDULE) if args.tiny else schedule(args.kills)
+    per_phase = 1 if args.tiny else max(1, min(3, args.kills // len(HOLD_PHASES)))
+    settings: dict[str, Any] = {"kills": len(plan), "control": args.control, "schedule": plan, "nth": NTH}
+    settings["tiny"] = args.tiny
+    title = "Kill drill: SIGKILLs held at every phase of training"
+    result = common.start_result("kill", title, settings)
     started = time.monotonic()
     root = Path(tempfile.mkdtemp(prefix="vega-kill-"))  # short: the control socket path must fit
     try:
-        tally = run_loop(root, args.kills, args.max_delay, args.hold, args.step_sleep, args.seed)
+        if args.control:
+            control, planned = CONTROLS[args.control]
+            report(control(root / args.control), result, planned, 1)
+        else:
+            report(run_drill(root / "drill", plan, {}), result, plan, per_phase)
+            for name, (control, _) in ({} if args.tiny else CONTROLS).items():
+                report_control(name, control(root / name), result)
     finally:
         if args.keep:
             print(f"workspace kept: {root}")
         else:
             shutil.rmtree(root, ignore_errors=True)
-    report(tally, result)
+    hide_workspace(result, root)
     common.finish_result(result, started, args.out)
     return 0 if all(f.met is not False for f in result.figures) else 1
 

@@ -26,6 +26,9 @@ import common
 
 DOC = common.REPO / "docs" / "benchmarks.md"
 START, END = "<!-- bench:results:start -->", "<!-- bench:results:end -->"
+# Results rendered into docs/reliability.md (between the same markers) instead of docs/benchmarks.md.
+RELIABILITY_DOC = common.REPO / "docs" / "reliability.md"
+RELIABILITY_KEYS = ("kill",)
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,7 @@ BENCHES = (
     Bench("synth", "synth_speed.py", ("--sentences", "40", "--train-steps", "20", "--repeats", "5")),
     Bench("demo_run", "demo_run.py", ()),
     Bench("finetune", "finetune.py", ("--steps", "150", "--eval-every", "25")),
+    Bench("kill", "kill_loop.py", ("--kills", "30")),
     Bench("budget", "time_budget.py", ("--hours", "0.1667")),
     Bench("vocoder", "vocoder_quality.py", ("--minutes", "30")),
     Bench("sizing", "learning.py", ("--lm-minutes", "4"), ("--sections", "lm")),
@@ -113,6 +117,9 @@ def main() -> int:
     }
     write_doc(args.doc, render(args.out, run_info, generated_part(args.doc)))
     print(f"[run_all] wrote {args.doc}" + (f"; failed: {', '.join(failures)}" if failures else ""))
+    if (reliability := render_reliability(args.out, run_info)) is not None:
+        write_doc(args.reliability_doc, reliability)
+        print(f"[run_all] wrote {args.reliability_doc}")
     return 1 if failures else 0
 
 
@@ -124,6 +131,12 @@ def parse_args() -> argparse.Namespace:
     )
     parser.add_argument("--out", type=Path, default=common.RESULTS, help="folder of the JSON results")
     parser.add_argument("--doc", type=Path, default=DOC, help="the document to update (default docs/benchmarks.md)")
+    parser.add_argument(
+        "--reliability-doc",
+        type=Path,
+        default=RELIABILITY_DOC,
+        help="where the kill drill's result is rendered (default docs/reliability.md)",
+    )
     parser.add_argument("--render-only", action="store_true", help="only rewrite the document from existing results")
     return parser.parse_args()
 
@@ -155,7 +168,8 @@ def write_doc(path: Path, generated: str) -> None:
 def render(out: Path, run_info: dict, earlier: str = "") -> str:
     """The generated part: sections of the results in `out`, plus the sections of `earlier` (the document's
     previous generated part) whose benchmark has no result file now, so `--only X` rewrites X alone."""
-    results = sorted((common.load_result(p) for p in out.glob("*.json")), key=lambda r: title_order(r.title))
+    found = (common.load_result(p) for p in out.glob("*.json"))
+    results = sorted((r for r in found if r.key not in RELIABILITY_KEYS), key=lambda r: title_order(r.title))
     kept_sections, kept_rows = earlier_sections(earlier, {r.title for r in results})
     rows = [(r.title, row) for r in results for row in summary_rows(r)] + kept_rows
     sections = [(r.title, render_section(r)) for r in results] + list(kept_sections.items())
@@ -166,6 +180,22 @@ def render(out: Path, run_info: dict, earlier: str = "") -> str:
     for _, section in sorted(sections, key=lambda x: title_order(x[0])):
         # A kept section lost its trailing blank line at the end marker: keep headings apart.
         lines += [*section, ""] if section and section[-1].strip() else section
+    return "\n".join(lines) + "\n"
+
+
+def render_reliability(out: Path, run_info: dict) -> str | None:
+    """The generated part of docs/reliability.md: the kill drill's result, or None when `out` has none."""
+    paths = [out / f"{key}.json" for key in RELIABILITY_KEYS if (out / f"{key}.json").is_file()]
+    if not paths:
+        return None
+    results = [common.load_result(p) for p in paths]
+    lines = [
+        f"Rendered by `bench/run_all` on {run_info['date']} from `{shown_path(run_info['out'])}`. "
+        "Machine: " + machine_text(results[0].machine) + ".",
+        "",
+    ]
+    for result in results:
+        lines += render_section(result)
     return "\n".join(lines) + "\n"
 
 

@@ -78,6 +78,17 @@ EXPECTED = {
         "batch, book sentences: seconds of speech",
         "synth --text-file end to end",
     ),
+    "kill_loop.py": (
+        "kills",
+        "kills at write",
+        "kills at preload",
+        "kills on the two-optimizer vocoder run",
+        "vacuous_kills",
+        "unreadable_latest",
+        "lost_checkpoints",
+        "failed_resumes",
+        "checkpoints announced",
+    ),
     "learning.py": (
         "demo, before: free-running distance",
         "demo, after: free-running distance",
@@ -103,6 +114,7 @@ KEYS = {
     "vocoder_quality.py": "vocoder",
     "demo_run.py": "demo_run",
     "finetune.py": "finetune",
+    "kill_loop.py": "kill",
 }
 # Scripts that write a second result: its key and the figures it must report.
 SECOND = {

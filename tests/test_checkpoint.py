@@ -335,3 +335,21 @@ def test_sigkill_mid_write_leaves_previous_checkpoint_resumable(tmp_path: Path) 
     assert torch.equal(state["model"]["w"], torch.arange(200_000, dtype=torch.float32) + 10)
     CheckpointManager(tmp_path)  # the next trainer start sweeps the killed writer's temp file
     assert temp_files(tmp_path) == []
+
+
+def test_a_held_write_pauses_past_the_header_with_about_half_the_payload_on_disk(tmp_path: Path) -> None:
+    """The kill drill's `write` hold point: never inside the first write() (the zip header), and only once
+    about half the tensor bytes are on disk, so a kill there leaves a temp file with real payload in it."""
+    from trainer_core.engine.checkpoint import _PartialWriteHook, _tensor_bytes
+
+    state = new_checkpoint_state(model={"a": torch.ones(4096), "b": torch.zeros(4096)}, step=1, epoch=0, rng={})
+    half = _tensor_bytes(state) // 2
+    seen: list[tuple[int, int]] = []
+    with open(tmp_path / "partial", "wb") as file:
+        hook = _PartialWriteHook(file, half, lambda: seen.append((hook.written, (tmp_path / "partial").stat().st_size)))
+        torch.save(state, hook)  # type: ignore[arg-type]
+    assert len(seen) == 1, "the fault fires exactly once"
+    written, on_disk = seen[0]
+    assert on_disk == written, "the partial bytes are flushed before the hold"
+    assert half // 2 < written < hook.written, (written, half, hook.written)
+    assert load_checkpoint(tmp_path / "partial")["step"] == 1, "the write completes after the hold"

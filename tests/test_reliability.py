@@ -1,9 +1,10 @@
 """Fault injection against real processes: random SIGKILLs, a dashboard that dies, a trainer that raises,
 stale sockets, several dashboards, garbage on the control socket, and the two long benchmarks run tiny.
 
-The kill loop (bench/kill_loop.py) and the soak (bench/soak.py) start in the background when this module
-starts and are checked by the last tests; the other tests run meanwhile. Their trainers sleep in every step
-(VEGA_FAULT_STEP_SLEEP_S), so they stay alive long enough to be killed, attached to and commanded.
+The kill drill (bench/kill_loop.py, and its negative controls) and the soak (bench/soak.py) start in the
+background when this module starts and are checked by the last tests; the other tests run meanwhile. Their
+trainers sleep in every step (VEGA_FAULT_STEP_SLEEP_S), so they stay alive long enough to be killed, attached
+to and commanded.
 """
 
 from __future__ import annotations
@@ -80,19 +81,22 @@ def argv_for(workspace: Path, run_dir: Path, *overrides: str) -> list[str]:
 
 @pytest.fixture(scope="module", autouse=True)
 def benchmarks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, tuple[subprocess.Popen, Path]]]:
-    """bench/kill_loop.py --kills 3 and bench/soak.py --minutes 0.2, started at once, in the background."""
+    """bench/kill_loop.py --tiny, its two negative controls and bench/soak.py --minutes 0.2, started at once,
+    in the background."""
     root = tmp_path_factory.mktemp("bench")
     env = {k: v for k, v in os.environ.items() if not k.startswith("VEGA_")}
     commands = {
-        "kill_loop": ["--kills", "3", "--max-delay", "0.6"],
-        "soak": ["--minutes", "0.2"],
+        "kill_loop": ("kill_loop", ["--tiny"]),
+        "kill_in_place": ("kill_loop", ["--control", "in-place"]),
+        "kill_vacuous": ("kill_loop", ["--control", "vacuous"]),
+        "soak": ("soak", ["--minutes", "0.2"]),
     }
     started = {}
-    for name, args in commands.items():
+    for name, (script, args) in commands.items():
         out = root / name
         with open(root / f"{name}.log", "wb") as log:
             proc = subprocess.Popen(
-                [sys.executable, str(REPO / "bench" / f"{name}.py"), *args, "--out", str(out)],
+                [sys.executable, str(REPO / "bench" / f"{script}.py"), *args, "--out", str(out)],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -337,24 +341,42 @@ def test_malformed_commands_get_error_replies_and_the_trainer_goes_on(live_run: 
 # The benchmarks, tiny
 
 
-def bench_figures(benchmarks, name: str) -> dict[str, dict]:
+def bench_figures(benchmarks, name: str, key: str | None = None, status: int = 0) -> dict[str, dict]:
     proc, out = benchmarks[name]
     try:
         code = proc.wait(timeout=240)
     except subprocess.TimeoutExpired:
-        pytest.fail(f"bench/{name}.py did not finish")
+        pytest.fail(f"bench {name} did not finish")
     log = (out.parent / f"{name}.log").read_text(errors="replace")
-    assert code == 0, log
-    result = json.loads((out / f"{name}.json").read_text())
+    assert code == status, log
+    result = json.loads((out / f"{key or name}.json").read_text())
     return {figure["name"]: figure for figure in result["figures"]}
 
 
 def test_random_sigkills_never_leave_an_unreadable_checkpoint_or_a_failed_resume(benchmarks) -> None:
-    figures = bench_figures(benchmarks, "kill_loop")
-    assert figures["kills"]["value"] == 3
-    for name in ("unreadable_latest", "failed_resumes", "event_log_damage", "lost_checkpoints"):
+    figures = bench_figures(benchmarks, "kill_loop", key="kill")
+    assert figures["kills"]["value"] == 4 and figures["kills"]["met"]
+    for phase in ("write", "prune", "rename", "preload"):
+        assert figures[f"kills at {phase}"]["value"] == 1, figures
+    assert figures["kills on the two-optimizer vocoder run"]["value"] == 2
+    for name in ("vacuous_kills", "unreadable_latest", "lost_checkpoints", "failed_resumes", "event_log_damage"):
         assert figures[name]["value"] == 0 and figures[name]["met"], figures[name]
+    assert figures["checkpoints announced"]["value"] > 0
     assert figures["start to resumed (median)"]["value"] > 0
+
+
+def test_the_kill_drill_fails_when_checkpoints_are_written_in_place(benchmarks) -> None:
+    """Negative control: without the temp file and rename, a kill mid-write leaves a torn newest checkpoint."""
+    figures = bench_figures(benchmarks, "kill_in_place", key="kill", status=1)
+    assert figures["kills at write"]["value"] == 1 and figures["vacuous_kills"]["value"] == 0
+    assert figures["unreadable_latest"]["value"] >= 1 and figures["unreadable_latest"]["met"] is False
+
+
+def test_the_kill_drill_fails_when_the_trainer_exits_before_the_kill(benchmarks) -> None:
+    """Negative control: a trainer that finishes before its hold point is a failure, not a counted kill."""
+    figures = bench_figures(benchmarks, "kill_vacuous", key="kill", status=1)
+    assert figures["kills"]["value"] == 0 and figures["kills"]["met"] is False
+    assert figures["vacuous_kills"]["value"] == 1 and figures["vacuous_kills"]["met"] is False
 
 
 def test_the_soak_samples_memory_and_the_log_and_stops_cleanly(benchmarks) -> None:

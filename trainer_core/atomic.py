@@ -34,10 +34,11 @@ def fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
-def atomic_write(target: Path, write: Callable[[BinaryIO], T]) -> T:
+def atomic_write(target: Path, write: Callable[[BinaryIO], T], before_replace: Callable[[], None] | None = None) -> T:
     """Call `write(file)` on a temp file, then make it `target` atomically; returns what `write` returned.
 
-    On any failure the temp file is removed and `target` is left as it was.
+    On any failure the temp file is removed and `target` is left as it was. `before_replace` runs after the
+    fsync, just before the rename (a fault-injection point).
     """
     temp = temp_path_for(target)
     try:
@@ -45,6 +46,8 @@ def atomic_write(target: Path, write: Callable[[BinaryIO], T]) -> T:
             result = write(file)
             file.flush()
             os.fsync(file.fileno())
+        if before_replace is not None:
+            before_replace()
         os.replace(temp, target)
     except BaseException:
         temp.unlink(missing_ok=True)

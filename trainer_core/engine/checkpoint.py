@@ -25,11 +25,12 @@ Checkpoint layout the training loop writes (format "vega-checkpoint", version 1)
      "val_loss": float | None, "extra": dict}
 `new_checkpoint_state(...)` builds that dict; `load_checkpoint` verifies "format" and "version".
 
-Fault-injection hooks (for tests of crash safety; both off by default):
-    hold_s (from profile `debug.hold_checkpoint_write_s`): after part of the bytes are written
+Fault-injection hooks (for tests of crash safety; all off by default):
+    hold_s (from profile `debug.hold_checkpoint_write_s`): after about half the payload is written
         and flushed, sleep this many seconds before completing, so a test can SIGKILL mid-write.
     VEGA_FAULT_CHECKPOINT_ENOSPC=<n>: the n-th save (1-based) of a CheckpointManager raises
         OSError(ENOSPC) part-way through the write, as a full disk would.
+    VEGA_FAULT_HOLD_AT=write|rename|prune and VEGA_FAULT_CHECKPOINT_IN_PLACE: see engine.faults.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ import math
 import os
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,6 +51,7 @@ from torch import nn
 
 from trainer_core.atomic import TEMP_PREFIX, TEMP_SUFFIX, atomic_write, atomic_write_text
 from trainer_core.contract.errors import VegaError
+from trainer_core.engine.faults import hold_at, writes_in_place
 
 CHECKPOINT_FORMAT = "vega-checkpoint"
 CHECKPOINT_VERSION = 1
@@ -137,41 +140,60 @@ def new_checkpoint_state(
 
 
 class _PartialWriteHook:
-    """File wrapper torch.save writes through: on the first write it can pause or fail half-way."""
+    """File wrapper torch.save writes through: once about half the payload is written (never inside the first
+    write, which is the zip header), it writes part of the current chunk, flushes, and calls `fault`."""
 
-    def __init__(self, file: Any, hold_s: float, fail_enospc: bool, target: Path) -> None:
+    def __init__(self, file: Any, fault_after: int, fault: Callable[[], None]) -> None:
         self._file = file
-        self._hold_s = hold_s
-        self._fail_enospc = fail_enospc
-        self._target = target
-        self._armed = hold_s > 0 or fail_enospc
+        self._fault_after = fault_after
+        self._fault: Callable[[], None] | None = fault
         self.written = 0
+        self.failure: OSError | None = None  # torch wraps what a write raises; this is the real cause
 
     def write(self, data: Any) -> int:
         view = memoryview(data).cast("B")
-        if self._armed and len(view) > 1:
-            self._armed = False
-            return self._write_half_then_fault(view)
+        size = len(view)
+        if self._fault is not None and self.written > 0 and self.written + size >= self._fault_after and size > 1:
+            fault, self._fault = self._fault, None
+            half = size // 2
+            self._file.write(view[:half])
+            self._file.flush()  # make the partial bytes visible on disk, as a real interrupted write would
+            self.written += half
+            try:
+                fault()
+            except OSError as exc:
+                self.failure = exc
+                raise
+            view = view[half:]
         self._file.write(view)
         self.written += len(view)
-        return len(view)
-
-    def _write_half_then_fault(self, view: memoryview) -> int:
-        half = len(view) // 2
-        self._file.write(view[:half])
-        self._file.flush()  # make the partial bytes visible on disk, as a real interrupted write would
-        self.written += half
-        if self._fail_enospc:
-            raise OSError(
-                errno.ENOSPC, "No space left on device (injected by " + FAULT_ENOSPC_ENV + ")", str(self._target)
-            )
-        time.sleep(self._hold_s)
-        self._file.write(view[half:])
-        self.written += len(view) - half
-        return len(view)
+        return size
 
     def flush(self) -> None:
         self._file.flush()
+
+
+def _tensor_bytes(obj: Any) -> int:
+    """The bytes of every tensor in a nested state: the bulk of what torch.save writes."""
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, dict):
+        return sum(_tensor_bytes(v) for v in obj.values())
+    if isinstance(obj, list | tuple):
+        return sum(_tensor_bytes(v) for v in obj)
+    return 0
+
+
+def _partial_write_fault(target: Path, hold_s: float, fail_enospc: bool) -> Callable[[], None]:
+    """What happens half-way through a write: an injected full disk, a timed hold, or a drill's hold point."""
+
+    def fault() -> None:
+        if fail_enospc:
+            raise OSError(errno.ENOSPC, "No space left on device (injected by " + FAULT_ENOSPC_ENV + ")", str(target))
+        time.sleep(hold_s)
+        hold_at("write")
+
+    return fault
 
 
 def _remove_quietly(path: Path) -> None:
@@ -180,13 +202,23 @@ def _remove_quietly(path: Path) -> None:
 
 def _write_torch_atomically(obj: Any, target: Path, hold_s: float = 0.0, fail_enospc: bool = False) -> int:
     """torch.save `obj` to `target` atomically; return the byte count."""
+    fault = _partial_write_fault(target, hold_s, fail_enospc)
+    fault_after = max(1, _tensor_bytes(obj) // 2)
 
     def write(file: Any) -> int:
-        hook = _PartialWriteHook(file, hold_s, fail_enospc, target)
-        torch.save(obj, hook)  # type: ignore[arg-type]  # torch.save needs only write/flush; its hint wants IO[bytes]
+        hook = _PartialWriteHook(file, fault_after, fault)
+        try:
+            torch.save(obj, hook)  # type: ignore[arg-type]  # torch.save needs only write/flush; its hint wants IO[bytes]
+        except RuntimeError as exc:
+            if hook.failure is not None:
+                raise hook.failure from exc
+            raise
         return hook.written
 
-    return atomic_write(target, write)
+    if writes_in_place():  # the kill drill's negative control: what a non-atomic save would leave behind
+        with open(target, "wb") as file:
+            return write(file)
+    return atomic_write(target, write, before_replace=lambda: hold_at("rename"))
 
 
 def _write_json_atomically(data: dict[str, Any], target: Path) -> None:
@@ -450,6 +482,7 @@ class CheckpointManager:
         for path in self.list_complete():
             if path in keep:
                 continue
+            hold_at("prune")
             try:
                 path.unlink()
                 pruned.append(path)

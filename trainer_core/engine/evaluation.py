@@ -26,6 +26,7 @@ from trainer_core.contract.protocol import (
 from trainer_core.engine.checkpointing import Checkpointer
 from trainer_core.engine.distributed import reduce_sums
 from trainer_core.engine.events import NO_EVENT, EventHub
+from trainer_core.engine.faults import hold_at
 from trainer_core.engine.loop_state import LoopState
 from trainer_core.engine.run_length import RunLength
 from trainer_core.engine.step import StepRunner
@@ -99,6 +100,7 @@ class Evaluator:
         self.last_val_step = self.state.step
         if self.state.step > 0:
             self.validations += 1
+        hold_at("validation")
         means = self._mean_val_losses()
         if self.world.is_main:
             self.make_samples()
@@ -217,6 +219,7 @@ class Evaluator:
 
     def make_samples(self) -> None:
         """Samples, then pictures; a failure in either is a warning and training goes on (the model is fine)."""
+        hold_at("sampling")
         out_dir = self.run_dir / "samples"
         model = self.module
         model.eval()

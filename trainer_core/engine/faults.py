@@ -12,6 +12,14 @@ Sources: the profile's [debug] section, or environment variables (comma-separate
                                    (default: the first pass that reaches the step)
   VEGA_FAULT_HOLD_CHECKPOINT_SAVES hold only these saves (1-based count in this process) for
                                    `debug.hold_checkpoint_write_s`; without it every save holds
+  VEGA_FAULT_HOLD_AT               "<phase>" or "<phase>:<n>": block the trainer the n-th time (default the first)
+                                   it reaches that point, so a drill can SIGKILL it exactly there; phases:
+                                   write (a checkpoint's temp file partly written), rename (fsynced, before
+                                   the rename), prune (removing old checkpoints), step (a plain step's forward
+                                   pass), validation, sampling, preload (the dataset's preload progress)
+  VEGA_FAULT_HOLD_MARKER           a file written ("<phase> <pid>") when the trainer is held, before it blocks
+  VEGA_FAULT_CHECKPOINT_IN_PLACE   write checkpoints straight into their final name (no temp file, no
+                                   rename): the kill drill's negative control, never for real runs
 Each listed step number fires once per occurrence: [5] fails one attempt at step 5 and the retry runs
 clean, [5, 5] fails two attempts in a row (a skipped step is retried under the same number).
 VEGA_FAULT_CHECKPOINT_ENOSPC (a full disk during a save) lives in `engine.checkpoint`.
@@ -23,6 +31,7 @@ import os
 import time
 from collections import Counter
 from collections.abc import Iterable
+from pathlib import Path
 
 import torch
 
@@ -35,6 +44,12 @@ FAIL_ENV = "VEGA_FAULT_FAIL_AT_STEP"
 SLEEP_ENV = "VEGA_FAULT_STEP_SLEEP_S"
 HOLD_SAVES_ENV = "VEGA_FAULT_HOLD_CHECKPOINT_SAVES"
 GROUP_ENV = "VEGA_FAULT_GROUP"
+HOLD_AT_ENV = "VEGA_FAULT_HOLD_AT"
+HOLD_MARKER_ENV = "VEGA_FAULT_HOLD_MARKER"
+IN_PLACE_ENV = "VEGA_FAULT_CHECKPOINT_IN_PLACE"
+HOLD_PHASES = ("write", "rename", "prune", "step", "validation", "sampling", "preload")
+HOLD_LIMIT_S = 600.0  # a held trainer nobody kills goes on after this, rather than hang forever
+_arrivals: Counter[str] = Counter()  # arrivals at each hold point in this process
 
 
 def _env_numbers(name: str) -> list[int]:
@@ -45,6 +60,39 @@ def _env_numbers(name: str) -> list[int]:
 def _env_seconds(name: str) -> float:
     raw = os.environ.get(name, "").strip()
     return max(0.0, float(raw)) if raw else 0.0
+
+
+def hold_target() -> tuple[str, int] | None:
+    """(phase, n) named by VEGA_FAULT_HOLD_AT, or None; a phase that does not exist is an error."""
+    raw = os.environ.get(HOLD_AT_ENV, "").strip()
+    if not raw:
+        return None
+    phase, _, nth = raw.partition(":")
+    if phase not in HOLD_PHASES or not (nth or "1").isdigit() or int(nth or 1) < 1:
+        raise ValueError(
+            f"{HOLD_AT_ENV}={raw!r} is not a hold point: use one of {', '.join(HOLD_PHASES)}, "
+            "optionally followed by ':<n>' (n >= 1)"
+        )
+    return phase, int(nth or 1)
+
+
+def hold_at(phase: str) -> None:
+    """Block here on the n-th arrival at `phase` when VEGA_FAULT_HOLD_AT names it, after writing the marker file."""
+    target = hold_target()
+    if target is None or target[0] != phase:
+        return
+    _arrivals[phase] += 1
+    if _arrivals[phase] != target[1]:
+        return
+    marker = os.environ.get(HOLD_MARKER_ENV)
+    if marker:
+        Path(marker).write_text(f"{phase} {os.getpid()}\n", encoding="utf-8")
+    time.sleep(HOLD_LIMIT_S)
+
+
+def writes_in_place() -> bool:
+    """The negative control of the kill drill: checkpoints written without the temp file and rename."""
+    return os.environ.get(IN_PLACE_ENV, "") not in ("", "0")
 
 
 def _take(pending: Counter[int], step: int) -> bool:
@@ -74,6 +122,7 @@ class FaultInjector:
     def before_forward(self, step: int, group: str | None = None) -> None:
         if self.step_sleep_s:
             time.sleep(self.step_sleep_s)
+        hold_at("step")
         if not self._aimed_at(group):
             return
         if _take(self.fail, step):

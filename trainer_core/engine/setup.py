@@ -10,7 +10,7 @@ import logging
 import random
 import tomllib
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -37,6 +37,7 @@ from trainer_core.engine.distributed import (
     shard_task_data,
 )
 from trainer_core.engine.events import EventHub
+from trainer_core.engine.faults import hold_at
 from trainer_core.engine.precision import PrecisionPolicy, cuda_bf16_supported
 from trainer_core.engine.task_contract import BUILDING, TaskCall
 from trainer_core.engine.trainer import Trainer
@@ -92,7 +93,7 @@ def build_trainer(plan: TrainPlan, hub: EventHub, control: ControlState, run_dir
             plan.data,
             device,
             preload_where=plan.preload_where,
-            progress=lambda fields: hub.emit(PreloadProgressEvent(**fields)),
+            progress=lambda fields: _preload_progress(hub, fields),
         )
     with TaskCall(task, BUILDING):
         preload = task.preload_done_event(plan.preload_reason)
@@ -290,3 +291,8 @@ def finalize(trainer: Trainer, plan: TrainPlan, hub: EventHub, run_dir: Path) ->
         except Exception as exc:  # a plotting problem must not fail a finished run
             hub.emit(WarningEvent(code="report_failed", message=f"report.png not written: {exc}"))
     return out
+
+
+def _preload_progress(hub: EventHub, fields: dict[str, Any]) -> None:
+    hold_at("preload")  # a fault-injection point: the kill drill holds the trainer mid-preload
+    hub.emit(PreloadProgressEvent(**fields))
