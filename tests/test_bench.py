@@ -20,7 +20,8 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 BENCH = REPO / "bench"
 
-# script -> figure names every smoke run must report (prefixes: the names carry sizes and rates).
+# script -> figure names every smoke run must report (prefixes: the names carry sizes and rates). The kill drill
+# and the soak run tiny in tests/test_reliability.py, with their negative controls and closer checks.
 EXPECTED = {
     "pipeline_efficiency.py": (
         "lm-small: pipeline efficiency",
@@ -78,17 +79,6 @@ EXPECTED = {
         "batch, book sentences: seconds of speech",
         "synth --text-file end to end",
     ),
-    "kill_loop.py": (
-        "kills",
-        "kills at write",
-        "kills at preload",
-        "kills on the two-optimizer vocoder run",
-        "vacuous_kills",
-        "unreadable_latest",
-        "lost_checkpoints",
-        "failed_resumes",
-        "checkpoints announced",
-    ),
     "learning.py": (
         "demo, before: free-running distance",
         "demo, after: free-running distance",
@@ -114,7 +104,6 @@ KEYS = {
     "vocoder_quality.py": "vocoder",
     "demo_run.py": "demo_run",
     "finetune.py": "finetune",
-    "kill_loop.py": "kill",
 }
 # Scripts that write a second result: its key and the figures it must report.
 SECOND = {
