@@ -2,7 +2,7 @@
 
 Part 1, on the demo models (the `demo` TTS profile and `lm-small`): a real Vega run through the engine
 API, where the instance methods EventHub.emit (validation + EventWriter.emit), EventWriter.emit,
-MemoryManager.observe, StepWindow.add/flush and StepProfiler.flush are wrapped with timers from outside.
+MemoryGuard.observe, StepWindow.add/flush and StepProfiler.flush are wrapped with timers from outside.
 Their time between the end of the warm-up and the last measured step, over the wall time of those
 steps, is the fraction of step time they cost (target < 0.5 %). The profiler's per-phase context
 managers cannot be wrapped without changing the engine; their cost is measured with a micro-benchmark
@@ -39,7 +39,7 @@ def watch(run: common.VegaRun, totals: dict[str, float]) -> None:
     owners = {
         "hub": run.hub,
         "writer": run.writer,
-        "memory": run.trainer.memory,
+        "memory": run.trainer.memory_guard,
         "window": run.trainer.telemetry.window,
         "profiler": run.trainer.profiler,
     }
@@ -166,7 +166,7 @@ def report_model(result: common.Result, label: str, m: dict[str, Any], phase_s: 
         f"{emits} events over {steps} steps of {step_ms:.0f} ms; writer alone {100 * w.get('writer', 0) / wall:.4f} %",
     )
     result.add(
-        f"{label}: MemoryManager.observe",
+        f"{label}: MemoryGuard.observe",
         100 * memory,
         "% of step time",
         "< 0.5 %",

@@ -38,7 +38,7 @@ EXPECTED = {
         "vocoder-small: Vega steps/s",
     ),
     "preload_speed.py": ("Vega cold vs naive librosa loop", "cache hit vs cold", "Vega cold: real-time factor"),
-    "event_cost.py": ("demo (TTS): EventHub.emit", "lm-small: MemoryManager.observe", "event log at 1000 steps/s"),
+    "event_cost.py": ("demo (TTS): EventHub.emit", "lm-small: MemoryGuard.observe", "event log at 1000 steps/s"),
     "dashboard_speed.py": (
         "first frame of vega-tui",
         "open a 20,000-line events.jsonl",
