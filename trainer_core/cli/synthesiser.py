@@ -45,14 +45,9 @@ class Synthesiser:
 
     def speaker_id(self, name: str | None) -> int | None:
         """The id of speaker `name` (None: the voice's first speaker); a clear error for a name it does not know."""
-        if name is None:
-            return None
-        names = self.speaker_names
-        if name in names:
-            return names.index(name)
-        if not names:
-            raise VegaError(f"--speaker {name!r}: this voice was trained on one speaker and has no speaker names")
-        raise VegaError(f"--speaker {name!r}: this voice knows {len(names)} speaker(s): {', '.join(names)}")
+        from trainer_core.data.speakers import speaker_index
+
+        return None if name is None else speaker_index(self.speaker_names, name, "this voice")
 
     def speak_to_wav(
         self,

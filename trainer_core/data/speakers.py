@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
-from trainer_core.contract.errors import DataError
+from trainer_core.contract.errors import DataError, VegaError
 from trainer_core.data.scan_report import Problem, SpeakerFigures, VoiceItem
 from trainer_core.data.transcripts import MetadataTable, is_speaker_name
 
@@ -150,3 +150,12 @@ def speaker_figures(items: Sequence[VoiceItem]) -> dict[str, SpeakerFigures]:
 def speaker_names(speakers: Sequence[str]) -> list[str]:
     """The model's speakers, in id order: the distinct non-empty names, sorted (so ids do not depend on file order)."""
     return sorted({name for name in speakers if name})
+
+
+def speaker_index(names: Sequence[str], name: str, voice: str) -> int:
+    """The id of speaker `name` among a voice's `names` (id order); `voice` says which voice in the error."""
+    if name in names:
+        return list(names).index(name)
+    if not names:
+        raise VegaError(f"--speaker {name!r}: {voice} has one speaker and no speaker names")
+    raise VegaError(f"--speaker {name!r}: {voice} knows {len(names)} speaker(s): {', '.join(names)}")

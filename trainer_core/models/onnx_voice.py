@@ -27,6 +27,7 @@ import numpy as np
 
 from trainer_core.contract.errors import VegaError
 from trainer_core.contract.profile import AudioSection, TtsSection
+from trainer_core.data.speakers import speaker_index
 from trainer_core.models.text_frontend import TextEncoder
 
 ONNX_FORMAT = "vega-onnx"
@@ -105,13 +106,7 @@ class OnnxVoice:
 
     def speaker_id(self, name: str | None) -> int:
         """The id of speaker `name` (None: the first); a clear error for a name the voice does not know."""
-        if name is None:
-            return 0
-        if name in self.speakers:
-            return self.speakers.index(name)
-        if not self.speakers:
-            raise VegaError(f"--speaker {name!r}: the voice in {self.folder} has one speaker and no speaker names")
-        raise VegaError(f"--speaker {name!r}: the voice in {self.folder} knows {', '.join(self.speakers)}")
+        return 0 if name is None else speaker_index(self.speakers, name, f"the voice in {self.folder}")
 
     def mel(self, ids: list[int], length_scale: float | None = None, speaker: int = 0) -> tuple[np.ndarray, np.ndarray]:
         """Ids -> (log-mel (n_mels, frames) float32, frames per token (tokens,) int64), through the acoustic graph."""
