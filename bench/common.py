@@ -205,7 +205,21 @@ def machine_info() -> dict[str, Any]:
         "textual": package_version("textual"),
         "python": platform.python_version(),
         "os": f"{platform.system()} {platform.release()}",
+        "gpu": gpu_model(),
     }
+
+
+def gpu_model() -> str | None:
+    """The NVIDIA GPUs nvidia-smi lists ("name, memory" each), or None where there is none (no torch import)."""
+    if shutil.which("nvidia-smi") is None:
+        return None
+    query = ["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"]
+    try:
+        out = subprocess.run(query, capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    names = [line.strip() for line in out.stdout.splitlines() if line.strip()]
+    return "; ".join(names) if out.returncode == 0 and names else None
 
 
 def load_average() -> list[float]:

@@ -28,7 +28,10 @@ DOC = common.REPO / "docs" / "benchmarks.md"
 START, END = "<!-- bench:results:start -->", "<!-- bench:results:end -->"
 # Results rendered into docs/reliability.md (between the same markers) instead of docs/benchmarks.md.
 RELIABILITY_DOC = common.REPO / "docs" / "reliability.md"
-RELIABILITY_KEYS = ("kill",)
+# The soak (bench/soak.py) is not in BENCHES (30 minutes alone); its results are rendered when present.
+RELIABILITY_KEYS = ("kill", "soak", "soak_control")
+# Results with a document of their own, left out of docs/benchmarks.md (bench/gpu_check writes docs/gpu.md).
+OWN_DOC_KEYS = (*RELIABILITY_KEYS, "gpu")
 
 
 @dataclass(frozen=True)
@@ -135,7 +138,7 @@ def parse_args() -> argparse.Namespace:
         "--reliability-doc",
         type=Path,
         default=RELIABILITY_DOC,
-        help="where the kill drill's result is rendered (default docs/reliability.md)",
+        help="where the kill drill's and the soak's results are rendered (default docs/reliability.md)",
     )
     parser.add_argument("--render-only", action="store_true", help="only rewrite the document from existing results")
     return parser.parse_args()
@@ -169,7 +172,7 @@ def render(out: Path, run_info: dict, earlier: str = "") -> str:
     """The generated part: sections of the results in `out`, plus the sections of `earlier` (the document's
     previous generated part) whose benchmark has no result file now, so `--only X` rewrites X alone."""
     found = (common.load_result(p) for p in out.glob("*.json"))
-    results = sorted((r for r in found if r.key not in RELIABILITY_KEYS), key=lambda r: title_order(r.title))
+    results = sorted((r for r in found if r.key not in OWN_DOC_KEYS), key=lambda r: title_order(r.title))
     kept_sections, kept_rows = earlier_sections(earlier, {r.title for r in results})
     rows = [(r.title, row) for r in results for row in summary_rows(r)] + kept_rows
     sections = [(r.title, render_section(r)) for r in results] + list(kept_sections.items())
@@ -184,7 +187,8 @@ def render(out: Path, run_info: dict, earlier: str = "") -> str:
 
 
 def render_reliability(out: Path, run_info: dict) -> str | None:
-    """The generated part of docs/reliability.md: the kill drill's result, or None when `out` has none."""
+    """The generated part of docs/reliability.md: the kill drill's and the soak's results, or None when `out` has
+    none of them."""
     paths = [out / f"{key}.json" for key in RELIABILITY_KEYS if (out / f"{key}.json").is_file()]
     if not paths:
         return None
@@ -259,9 +263,11 @@ def shown_path(path: Path) -> str:
 
 
 def machine_text(m: dict) -> str:
+    # Results from before the GPU was recorded come from machines without one.
+    gpu = f"GPU {m['gpu']}" if m.get("gpu") else "no GPU"
     return (
         f"{m.get('cpu')}, {m.get('cores')} cores, {m.get('ram_gib')} GiB RAM, {m.get('os')}, Python {m.get('python')}, "
-        f"torch {m.get('torch')}, Lightning {m.get('lightning')}, Textual {m.get('textual')}; no GPU"
+        f"torch {m.get('torch')}, Lightning {m.get('lightning')}, Textual {m.get('textual')}; {gpu}"
     )
 
 

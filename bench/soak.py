@@ -12,7 +12,18 @@ The clock starts at the first step. After a warm-up (the first quarter of the ru
 - checkpoints on disk stay within keep_last + 1 (the best).
 The run ends with SIGTERM and must finish `stopped`.
 
+The dashboard (bench/soak_dashboard.py) is attached from the first step to the end, sampled with the trainer:
+- its resident memory, vega-tui and its children together, growth after warm-up as above; target < 5 %;
+- its CPU after warm-up, in % of one core; target < 10 %;
+- at the end it shows the trainer's latest step;
+- then a fresh dashboard attaches to the long log, as after a dropped SSH session: seconds until it shows the
+  latest step (target < 2 s) and its peak memory with the child reading the history (target < 300 MiB).
+
+Negative control (`--control leaky`): the trainer and both dashboards run under bench/leak_wrapper.py, which keeps
+memory it never frees; both growth figures must miss and the script exits 1.
+
     .venv/bin/python bench/soak.py --minutes 30
+    .venv/bin/python bench/soak.py --minutes 1 --control leaky
 """
 
 from __future__ import annotations
@@ -31,6 +42,8 @@ from typing import Any
 
 import common
 import psutil
+import soak_dashboard
+from soak_dashboard import Dashboard, Reattach
 
 from trainer_core.contract.eventlog import read_all
 from trainer_core.tiny_profiles import tiny_profile
@@ -55,6 +68,10 @@ PROFILE = tiny_profile(
     logging={"step_interval_s": STEP_INTERVAL_S},
 )
 WAIT_S = 120.0
+DASHBOARD_CPU_TARGET = 10.0  # % of one core, as for the dashboard following a live run (bench/dashboard_speed.py)
+REATTACH_TARGET_S = 2.0
+REATTACH_RSS_TARGET_MIB = 300.0
+LEAK_WRAPPER = [sys.executable, str(common.BENCH / "leak_wrapper.py")]
 
 
 @dataclass
@@ -63,6 +80,9 @@ class Sample:
     rss: int
     log_bytes: int
     log_lines: int
+    dash_rss: int = 0  # vega-tui and its children; 0 without a dashboard or once it has gone
+    dash_children: int = 0
+    dash_cpu: float = 0.0  # CPU seconds of vega-tui and its children so far
 
 
 @dataclass
@@ -72,6 +92,18 @@ class Soak:
     status: str | None = None
     exit_code: int | None = None
     checkpoints_max: int = 0
+    follows: tuple[bool, int, int] | None = None  # the attached dashboard at the end: (caught up, shown, latest)
+    reattach: Reattach | None = None
+    with_dashboard: bool = False
+    dashboard_error: str | None = None  # what broke the measurements at the end, if anything did
+
+
+@dataclass
+class Commands:
+    """How the trainer and the dashboard are started (through the leak wrapper in the negative control)."""
+
+    trainer: list[str]
+    dashboard: list[str] | None  # None: no dashboard
 
 
 def write_workspace(root: Path) -> tuple[Path, Path]:
@@ -82,8 +114,8 @@ def write_workspace(root: Path) -> tuple[Path, Path]:
     return profile, common.CORPUS_TEXT
 
 
-def start_trainer(root: Path, profile: Path, corpus: Path, run_dir: Path) -> subprocess.Popen:
-    argv = [*common.TRAINER_CORE, "train", "--profile", str(profile), "--data", str(corpus), "--run-dir", str(run_dir)]
+def start_trainer(root: Path, profile: Path, corpus: Path, run_dir: Path, command: list[str]) -> subprocess.Popen:
+    argv = [*command, "train", "--profile", str(profile), "--data", str(corpus), "--run-dir", str(run_dir)]
     env = {k: v for k, v in os.environ.items() if not k.startswith("VEGA_")}
     env.update(VEGA_CONFIG_DIR=str(root / "config"), OMP_NUM_THREADS="1")
     with open(root / "trainer.err", "wb") as err:
@@ -102,20 +134,39 @@ def wait_for_training(proc: subprocess.Popen, log: Path) -> None:
     raise TimeoutError("the trainer did not start training")
 
 
-def take_sample(process: psutil.Process, log: Path, started: float) -> Sample:
+def take_sample(process: psutil.Process, log: Path, started: float, dashboard: Dashboard | None) -> Sample:
     data = log.read_bytes()
-    return Sample(time.monotonic() - started, process.memory_info().rss, len(data), data.count(b"\n"))
+    sample = Sample(time.monotonic() - started, process.memory_info().rss, len(data), data.count(b"\n"))
+    if dashboard is not None:
+        sample.dash_rss, sample.dash_children = dashboard.memory()
+        sample.dash_cpu = dashboard.cpu()
+    return sample
 
 
-def soak(proc: subprocess.Popen, run_dir: Path, seconds: float, every_s: float) -> Soak:
+def soak(proc: subprocess.Popen, run_dir: Path, seconds: float, every_s: float, commands: Commands) -> Soak:
     log, result = run_dir / "events.jsonl", Soak()
     wait_for_training(proc, log)
-    process, started = psutil.Process(proc.pid), time.monotonic()
-    while time.monotonic() - started < seconds and proc.poll() is None:
-        result.samples.append(take_sample(process, log, started))
-        result.checkpoints_max = max(result.checkpoints_max, len(list((run_dir / "checkpoints").glob("step-*.pt"))))
-        time.sleep(every_s)
-    result.samples.append(take_sample(process, log, started))
+    config = run_dir.parent / "config"
+    dashboard = Dashboard(config, commands.dashboard) if commands.dashboard is not None else None
+    try:
+        if dashboard is not None:
+            dashboard.attach(run_dir)
+            result.with_dashboard = True
+        process, started = psutil.Process(proc.pid), time.monotonic()
+        while time.monotonic() - started < seconds and proc.poll() is None:
+            result.samples.append(take_sample(process, log, started, dashboard))
+            result.checkpoints_max = max(result.checkpoints_max, len(list((run_dir / "checkpoints").glob("step-*.pt"))))
+            time.sleep(every_s)
+        result.samples.append(take_sample(process, log, started, dashboard))
+        if dashboard is not None and commands.dashboard is not None:
+            try:
+                result.follows = dashboard.shows_latest(log)
+                result.reattach = soak_dashboard.reattach(run_dir, config, commands.dashboard)
+            except Exception as error:  # a broken measurement at the end must not lose the soak's figures
+                result.dashboard_error = f"{type(error).__name__}: {error}"
+    finally:
+        if dashboard is not None:
+            dashboard.close()
     proc.send_signal(signal.SIGTERM)
     result.exit_code = proc.wait(timeout=WAIT_S)
     events = read_all(log)
@@ -130,20 +181,17 @@ def after_warmup(samples: list[Sample], warmup_s: float) -> list[Sample]:
     return later if len(later) >= 2 else samples[-2:]
 
 
+def add_growth(result: common.Result, name: str, values: list[int], peak: int) -> None:
+    """Growth of resident memory: the median of the last three samples over that of the first three."""
+    head, tail = statistics.median(values[:3]), statistics.median(values[-3:])
+    growth = 100.0 * (tail / max(head, 1.0) - 1.0)
+    detail = f"{head / 2**20:.1f} MiB -> {tail / 2**20:.1f} MiB; max {peak / 2**20:.1f} MiB"
+    result.add(name, growth, "%", target="< 5 %", met=growth < 5.0, detail=detail)
+
+
 def report(run: Soak, seconds: float, warmup_s: float, result: common.Result) -> None:
     later = after_warmup(run.samples, warmup_s)
-    head = statistics.median(s.rss for s in later[:3])
-    tail = statistics.median(s.rss for s in later[-3:])
-    growth = 100.0 * (tail / head - 1.0)
-    peak = max(s.rss for s in run.samples)
-    result.add(
-        "RSS growth after warm-up",
-        growth,
-        "%",
-        target="< 5 %",
-        met=growth < 5.0,
-        detail=f"{head / 2**20:.1f} MiB -> {tail / 2**20:.1f} MiB; max {peak / 2**20:.1f} MiB",
-    )
+    add_growth(result, "RSS growth after warm-up", [s.rss for s in later], max(s.rss for s in run.samples))
     span = max(1e-9, later[-1].t - later[0].t)
     lines_per_s = (later[-1].log_lines - later[0].log_lines) / span
     bound = 1.0 / STEP_INTERVAL_S + 1.0
@@ -162,6 +210,70 @@ def report(run: Soak, seconds: float, warmup_s: float, result: common.Result) ->
     result.add("RSS samples", len(run.samples))
     stopped = run.status == "stopped" and run.exit_code == 0
     result.add("ended stopped after SIGTERM", float(stopped), target="= 1", met=stopped)
+    if run.with_dashboard:
+        report_dashboard(run, later, result)
+
+
+def report_dashboard(run: Soak, later: list[Sample], result: common.Result) -> None:
+    """The attached dashboard's memory, CPU and last screen, and the fresh one attached at the end."""
+    alive = all(s.dash_rss > 0 for s in run.samples)
+    result.add("dashboard alive at every sample", float(alive), target="= 1", met=alive)
+    peak, children = max(s.dash_rss for s in run.samples), max(s.dash_children for s in run.samples)
+    add_growth(
+        result, "dashboard RSS growth after warm-up (vega-tui and its children)", [s.dash_rss for s in later], peak
+    )
+    result.figures[-1].detail += f"; at most {children} child process(es) at a sample"
+    span = max(1e-9, later[-1].t - later[0].t)
+    cpu = 100.0 * (later[-1].dash_cpu - later[0].dash_cpu) / span
+    result.add(
+        "dashboard CPU after warm-up",
+        cpu,
+        "% of a core",
+        target=f"< {DASHBOARD_CPU_TARGET:g}",
+        met=cpu < DASHBOARD_CPU_TARGET,
+    )
+    if run.follows is None or run.reattach is None:
+        result.add("dashboard checks at the end", None, target="ran", met=False, detail=str(run.dashboard_error))
+        return
+    caught_up, shown, latest = run.follows
+    detail = f"showed step {shown}; the log's latest step {latest}"
+    result.add(
+        "dashboard shows the latest step at the end", float(caught_up), target="= 1", met=caught_up, detail=detail
+    )
+    report_reattach(run.reattach, later[-1].dash_rss, result)
+
+
+def report_reattach(again: Reattach, attached_rss: int, result: common.Result) -> None:
+    """The fresh dashboard attached to the long log at the end, beside the one attached all along."""
+    size = f"events.jsonl {again.log_bytes / 2**20:.1f} MiB" + (
+        "" if again.seconds is not None else "; never showed it"
+    )
+    fast = again.seconds is not None and again.seconds < REATTACH_TARGET_S
+    name = "reattach at the end: until the latest step shows"
+    result.add(name, again.seconds, "s", target=f"< {REATTACH_TARGET_S:g}", met=fast, detail=size)
+    peak_mib = again.peak_rss / 2**20
+    detail = f"{again.children_seen} history child(ren) seen; {again.settled_rss / 2**20:.1f} MiB once read"
+    result.add(
+        "reattach at the end: peak RSS (vega-tui and its children)",
+        peak_mib,
+        "MiB",
+        target=f"< {REATTACH_RSS_TARGET_MIB:g}",
+        met=peak_mib < REATTACH_RSS_TARGET_MIB,
+        detail=detail,
+    )
+    ratio = (attached_rss / again.settled_rss) if again.settled_rss else None
+    result.add(
+        "attached for the whole soak / freshly attached: RSS", ratio, detail="the same log, read live vs at once"
+    )
+
+
+def make_commands(args: Any) -> Commands:
+    if args.control == "leaky":
+        leaking = [*LEAK_WRAPPER, str(args.leak_mib_per_min)]
+        trainer, dashboard = [*leaking, "trainer_core"], [*leaking, "vega_tui"]
+    else:
+        trainer, dashboard = common.TRAINER_CORE, soak_dashboard.VEGA_TUI
+    return Commands(trainer, None if args.no_dashboard else dashboard)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -170,21 +282,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--sample-s", type=float, default=None, help="seconds between samples (default: run / 100, within 0.5..10)"
     )
+    parser.add_argument("--no-dashboard", action="store_true", help="sample the trainer alone")
+    parser.add_argument("--control", choices=["leaky"], help="negative control: leaking processes (must fail)")
+    parser.add_argument("--leak-mib-per-min", type=float, default=240.0, help="the control's leak (default 240)")
     args = parser.parse_args(argv)
     if args.minutes <= 0:
         parser.error("--minutes must be more than 0")
     seconds = args.minutes * 60
     every = args.sample_s or min(10.0, max(0.5, seconds / 100))
     warmup = min(300.0, seconds / 4)
-    settings: dict[str, Any] = {"minutes": args.minutes, "sample_s": every, "warmup_s": warmup}
-    result = common.start_result("soak", "Soak: resident memory and event log over a long run", settings)
+    settings: dict[str, Any] = {"minutes": args.minutes, "sample_s": every, "warmup_s": warmup, "control": args.control}
+    commands = make_commands(args)
+    if args.control:
+        result = common.start_result("soak_control", "Soak negative control: leaking trainer and dashboard", settings)
+    else:
+        result = common.start_result("soak", "Soak: resident memory and event log over a long run", settings)
     started = time.monotonic()
     root = Path(tempfile.mkdtemp(prefix="vega-soak-"))
     try:
         profile, corpus = write_workspace(root)
-        proc = start_trainer(root, profile, corpus, root / "run")
+        proc = start_trainer(root, profile, corpus, root / "run", commands.trainer)
         try:
-            run = soak(proc, root / "run", seconds, every)
+            run = soak(proc, root / "run", seconds, every, commands)
         finally:
             if proc.poll() is None:
                 proc.kill()

@@ -64,6 +64,30 @@ def test_doc_is_rendered_from_the_figures(tmp_path: Path, bench_modules) -> None
     assert "not measured" not in text
 
 
+def test_the_machine_line_names_the_gpu_from_the_facts_or_else_from_the_checks_note(
+    tmp_path: Path, bench_modules
+) -> None:
+    common, gpu_check, _ = bench_modules
+    result = common.start_result("gpu", "10. GPU check", {"steps": 5})
+    result.machine.pop("gpu", None)  # as in a result recorded before the machine facts named the GPU
+    result.notes.append("GPU: NVIDIA H200, 580.159.04, 143771 MiB; torch 2.11.0+cu130 (CUDA 13.0)")
+    path = tmp_path / "gpu.json"
+    path.write_text(json.dumps(result.to_dict()), encoding="utf-8")
+    gpu_check.write_gpu_doc(tmp_path / "gpu.md", path)
+    machine = next(
+        line for line in (tmp_path / "gpu.md").read_text(encoding="utf-8").splitlines() if line.startswith("Machine:")
+    )
+    assert machine.endswith("; GPU NVIDIA H200, 580.159.04, 143771 MiB; torch 2.11.0+cu130 (CUDA 13.0).")
+    result.machine["gpu"] = "NVIDIA A100-SXM4-80GB, 81920 MiB"
+    path.write_text(json.dumps(result.to_dict()), encoding="utf-8")
+    gpu_check.write_gpu_doc(tmp_path / "gpu.md", path)
+    assert "; GPU NVIDIA A100-SXM4-80GB, 81920 MiB." in (tmp_path / "gpu.md").read_text(encoding="utf-8")
+    cpu_only = {**result.machine, "gpu": None}
+    import run_all
+
+    assert run_all.machine_text(cpu_only).endswith("; no GPU")
+
+
 def test_a_check_that_raises_is_recorded_as_missed_and_the_next_runs(bench_modules) -> None:
     common, _, gpu_torch_checks = bench_modules
     result = common.start_result("gpu", "10. GPU check", {})

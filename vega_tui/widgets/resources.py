@@ -126,6 +126,6 @@ class ResourceLine(Static):
 
     def show(self, res: MachineResources | None, live: bool = True) -> None:
         if not live or res is None:
-            self.update(Text("resources: —" if live else "", style="dim"))
+            self.update(Text("resources: —" if live else "", style="dim"), layout=False)
             return
-        self.update(resources_summary(res))
+        self.update(resources_summary(res), layout=False)  # one row always: no layout pass needed

@@ -127,7 +127,7 @@ class StatusLine(Static):
             text.append(f"  {label}", style="bold yellow")
         text.append("\n")
         text.append_text(status_second_line(state))
-        self.update(text)
+        self.update(text, layout=False)  # two rows always: a layout pass each redraw would cost the whole screen
 
 
 def last_error_message(state: RunState) -> str | None:
@@ -177,7 +177,12 @@ class ProblemBanner(Static):
     ProblemBanner.-shown { display: block; }
     """
 
+    _shown: Text | None = None
+
     def show(self, state: RunState) -> None:
         text = problem_text(state)
+        if text == self._shown:
+            return  # unchanged (nearly always: nothing wrong): no update, so no layout pass of the whole screen
+        self._shown = text
         self.set_class(text is not None, "-shown")
         self.update(text or "")
