@@ -298,6 +298,34 @@ def trainers(tmp_path: Path, corpus: Path) -> Iterator[TrainerLauncher]:
     launcher.close()
 
 
+@pytest.fixture()
+def keep_torch_threads() -> Iterator[None]:
+    """build_trainer sets the process's torch thread count from the profile: give the rest of the suite its own back.
+    Modules that build trainers in process ask for it with `pytestmark`."""
+    import torch
+
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+
+
+def new_vocoder_trainer(tmp_path: Path, name: str, *settings: str) -> Any:
+    """A tiny two-optimizer vocoder Trainer built in process on the test voice, its run folder `tmp_path/name`."""
+    from trainer_core.contract import rundir
+    from trainer_core.contract.eventlog import EventWriter
+    from trainer_core.engine.control_state import ControlState
+    from trainer_core.engine.events import EventHub
+    from trainer_core.engine.setup import build_trainer
+    from trainer_core.plan import make_plan
+
+    profile = tmp_path / "vocoder.toml"
+    profile.write_text(tiny_profile("vocoder", data={"cache_dir": str(tmp_path / "cache")}), encoding="utf-8")
+    run_dir = tmp_path / name
+    plan = make_plan(str(profile), [f"data.path={TEST_VOICE}", *settings], run_dir=run_dir, use_machine_file=False)
+    rundir.create_run_dir(run_dir)
+    return build_trainer(plan, EventHub(EventWriter(run_dir / rundir.EVENTS)), ControlState(), run_dir)
+
+
 @pytest.fixture(scope="module")
 def one_torch_thread() -> Iterator[None]:
     """One torch thread for a module's in-process models: other tests share this machine's few cores, and

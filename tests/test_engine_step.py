@@ -24,13 +24,7 @@ from trainer_core.engine.setup import build_trainer
 from trainer_core.engine.trainer import Trainer
 from trainer_core.plan import make_plan
 
-
-@pytest.fixture(autouse=True)
-def keep_torch_threads():
-    """build_trainer sets the process's torch thread count from the profile: give the rest of the suite its own back."""
-    threads = torch.get_num_threads()
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("keep_torch_threads")
 
 
 @pytest.fixture()

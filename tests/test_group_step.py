@@ -12,39 +12,16 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import TEST_VOICE
+from conftest import new_vocoder_trainer
 
-from trainer_core.contract import rundir
 from trainer_core.contract.errors import VegaError
-from trainer_core.contract.eventlog import EventWriter
-from trainer_core.engine.control_state import ControlState
-from trainer_core.engine.events import EventHub
 from trainer_core.engine.grad_scaler import VegaGradScaler
 from trainer_core.engine.group_step import GroupedStepRunner
 from trainer_core.engine.optimizers import task_groups
-from trainer_core.engine.setup import build_trainer
 from trainer_core.engine.trainer import Trainer
 from trainer_core.models.base import GroupSpec
-from trainer_core.plan import make_plan
-from trainer_core.tiny_profiles import tiny_profile
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
-
-
-@pytest.fixture(autouse=True)
-def keep_torch_threads():
-    threads = torch.get_num_threads()
-    yield
-    torch.set_num_threads(threads)
-
-
-def new_vocoder(tmp_path: Path, name: str, *settings: str) -> Trainer:
-    profile = tmp_path / "vocoder.toml"
-    profile.write_text(tiny_profile("vocoder", data={"cache_dir": str(tmp_path / "cache")}), encoding="utf-8")
-    run_dir = tmp_path / name
-    plan = make_plan(str(profile), [f"data.path={TEST_VOICE}", *settings], run_dir=run_dir, use_machine_file=False)
-    rundir.create_run_dir(run_dir)
-    return build_trainer(plan, EventHub(EventWriter(run_dir / rundir.EVENTS)), ControlState(), run_dir)
+pytestmark = pytest.mark.usefixtures("one_torch_thread", "keep_torch_threads")
 
 
 def weights(trainer: Trainer) -> dict[str, torch.Tensor]:
@@ -56,7 +33,7 @@ def same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
 
 
 def test_the_vocoder_trains_two_groups_in_update_order(tmp_path: Path) -> None:
-    trainer = new_vocoder(tmp_path, "order")
+    trainer = new_vocoder_trainer(tmp_path, "order")
     assert isinstance(trainer.runner, GroupedStepRunner)
     assert [group.name for group in trainer.runner.groups] == ["discriminator", "generator"]
     assert trainer.runner.groups.main.name == "generator"
@@ -76,7 +53,7 @@ def test_the_vocoder_trains_two_groups_in_update_order(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("group", ["discriminator", "generator"])
 def test_a_nonfinite_loss_in_either_group_skips_the_whole_step(tmp_path: Path, group: str) -> None:
-    trainer = new_vocoder(tmp_path, group, "debug.nonfinite_at_steps=[3]", f'debug.fault_group="{group}"')
+    trainer = new_vocoder_trainer(tmp_path, group, "debug.nonfinite_at_steps=[3]", f'debug.fault_group="{group}"')
     for _ in range(2):
         assert trainer.runner.run().applied
     before, lrs = weights(trainer), trainer.runner.groups.lrs()
@@ -97,8 +74,8 @@ def test_a_nonfinite_loss_in_either_group_skips_the_whole_step(tmp_path: Path, g
 def test_an_oom_in_either_group_halves_the_micro_batch_and_retries_from_the_same_weights(
     tmp_path: Path, group: str
 ) -> None:
-    faulty = new_vocoder(tmp_path, f"oom-{group}", "debug.oom_at_steps=[3]", f'debug.fault_group="{group}"')
-    clean = new_vocoder(tmp_path, f"clean-{group}")
+    faulty = new_vocoder_trainer(tmp_path, f"oom-{group}", "debug.oom_at_steps=[3]", f'debug.fault_group="{group}"')
+    clean = new_vocoder_trainer(tmp_path, f"clean-{group}")
     for trainer in (faulty, clean):
         for _ in range(2):
             trainer.runner.run()
@@ -112,7 +89,7 @@ def test_an_oom_in_either_group_halves_the_micro_batch_and_retries_from_the_same
 
 
 def test_every_trainable_parameter_must_be_in_exactly_one_group(tmp_path: Path) -> None:
-    trainer = new_vocoder(tmp_path, "cover")
+    trainer = new_vocoder_trainer(tmp_path, "cover")
     task, model = trainer.task, trainer.module
     generator = list(model.generator.parameters())
     discriminators = list(model.discriminators.parameters())
@@ -127,7 +104,7 @@ def test_every_trainable_parameter_must_be_in_exactly_one_group(tmp_path: Path) 
 
 def test_fp16_with_one_scaler_for_both_optimizers_matches_vegas_own_scaler(tmp_path: Path) -> None:
     """torch's GradScaler and VegaGradScaler (the MPS fallback) step both groups to the same weights."""
-    trainers = [new_vocoder(tmp_path, name, 'train.precision="fp16"') for name in ("torch", "vega")]
+    trainers = [new_vocoder_trainer(tmp_path, name, 'train.precision="fp16"') for name in ("torch", "vega")]
     vega = trainers[1].runner
     vega.precision = dataclasses.replace(vega.precision, scaler_kind="vega")
     assert isinstance(vega.precision.scaler, VegaGradScaler) and vega.precision.scaler.is_enabled()
@@ -140,7 +117,7 @@ def test_fp16_with_one_scaler_for_both_optimizers_matches_vegas_own_scaler(tmp_p
 
 
 def test_two_accumulated_half_batches_step_both_groups_like_the_whole_batch(tmp_path: Path) -> None:
-    whole, halves = new_vocoder(tmp_path, "whole"), new_vocoder(tmp_path, "halves")
+    whole, halves = new_vocoder_trainer(tmp_path, "whole"), new_vocoder_trainer(tmp_path, "halves")
     halves.state.micro_batch, halves.state.grad_accum = 2, 2
     a, b = whole.runner.run(), halves.runner.run()
     assert a.applied and b.applied and a.items == b.items == 4

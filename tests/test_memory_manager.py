@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import TEST_VOICE, TINY_PROFILE, TrainerLauncher, finished, of_type, write_corpus
+from conftest import TINY_PROFILE, TrainerLauncher, finished, new_vocoder_trainer, of_type, write_corpus
 
 from trainer_core.contract import rundir
 from trainer_core.contract.errors import ProfileError
@@ -31,21 +31,12 @@ from trainer_core.engine.memory import GIB, MemoryManager
 from trainer_core.engine.setup import build_trainer
 from trainer_core.engine.trainer import Trainer
 from trainer_core.plan import make_plan
-from trainer_core.tiny_profiles import tiny_profile
 from vega_tui.store import RunStore
 from vega_tui.widgets.charts import memory_chart
 from vega_tui.widgets.status import status_first_line
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
+pytestmark = pytest.mark.usefixtures("one_torch_thread", "keep_torch_threads")
 STEADY = ("train.batch_size=8", "train.max_steps=6", "train.warmup_steps=2", "model.dropout=0", "memory.budget_gb=1")
-
-
-@pytest.fixture(autouse=True)
-def keep_torch_threads():
-    """build_trainer sets the process's torch thread count from the profile: give the rest of the suite its own back."""
-    threads = torch.get_num_threads()
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture()
@@ -306,10 +297,10 @@ def test_oom_in_either_optimizer_step_of_an_fp16_two_optimizer_run_retries_from_
     """The vocoder: one scaler for two optimizers; an OOM after either group was unscaled (the generator's comes
     after the discriminator stepped) ends like a clean step 3 at the halved micro-batch, scale included."""
     fp16 = ('train.precision="fp16"',)
-    faulty = new_vocoder(
+    faulty = new_vocoder_trainer(
         tmp_path, f"oom-{group}", *fp16, "debug.oom_in_optimizer_at_steps=[3]", f'debug.fault_group="{group}"'
     )
-    clean = new_vocoder(tmp_path, f"clean-{group}", *fp16)
+    clean = new_vocoder_trainer(tmp_path, f"clean-{group}", *fp16)
     while clean.state.step < 2:  # fp16's first scales overflow: skipped steps keep their number
         a, b = faulty.runner.run(), clean.runner.run()
         assert a.applied == b.applied
@@ -324,12 +315,3 @@ def test_oom_in_either_optimizer_step_of_an_fp16_two_optimizer_run_retries_from_
         assert torch.equal(faulty.module.state_dict()[key], tensor), key
     scalers = [t.runner.precision.scaler for t in (faulty, clean)]
     assert scalers[0].is_enabled() and scalers[0].state_dict() == scalers[1].state_dict()
-
-
-def new_vocoder(tmp_path: Path, name: str, *settings: str) -> Trainer:
-    profile = tmp_path / "vocoder.toml"
-    profile.write_text(tiny_profile("vocoder", data={"cache_dir": str(tmp_path / "cache")}), encoding="utf-8")
-    run_dir = tmp_path / name
-    plan = make_plan(str(profile), [f"data.path={TEST_VOICE}", *settings], run_dir=run_dir, use_machine_file=False)
-    rundir.create_run_dir(run_dir)
-    return build_trainer(plan, EventHub(EventWriter(run_dir / rundir.EVENTS)), ControlState(), run_dir)

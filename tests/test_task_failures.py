@@ -15,7 +15,6 @@ import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -41,15 +40,7 @@ FAULTS = Path(__file__).resolve().parent.parent / "trainer_core" / "engine" / "f
 # Checkpoints at steps 3 (every 3 steps) and 4 (a new best at the validation every 4), then the task breaks at 5.
 SETTINGS = ["train.max_steps=8", "train.checkpoint_every_steps=3", "train.eval_every_steps=4", "train.grad_accum=1"]
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
-
-
-@pytest.fixture(autouse=True)
-def keep_torch_threads() -> Iterator[None]:
-    """run_training sets the process's torch thread count from the profile: give the rest of the suite its own back."""
-    threads = torch.get_num_threads()
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread", "keep_torch_threads")
 
 
 def train_in_process(root: Path, data: Path, name: str, *settings: str, profile_text: str = TINY_PROFILE) -> int:
