@@ -19,7 +19,10 @@ from trainer_core.contract.profile_loader import (
     resolve_profile,
 )
 
-SHIPPED = ["demo", "tts-small", "tts-base", "lm-small", "vocoder-small", "vocoder-base"]
+SHIPPED = [
+    "demo", "tts-small", "tts-base", "lm-small", "vocoder-small", "vocoder-base", "vits-small", "vits-x_low",
+    "vits-low", "vits-medium", "vits-high",
+]  # fmt: skip
 
 
 @pytest.fixture(autouse=True)
@@ -243,7 +246,10 @@ def test_find_profile_unknown_name_lists_where_it_looked() -> None:
     message = str(caught.value)
     assert message.startswith("no profile file or name 'nope' (looked in: ")
     assert str(Path("config/profiles").absolute()) in message and str(repo_profiles_dir()) in message
-    assert "available: demo, lm-small, tts-base, tts-small, vocoder-base, vocoder-small)" in message
+    assert (
+        "available: demo, lm-small, tts-base, tts-small, vits-high, vits-low, vits-medium, vits-small, vits-x_low, "
+        "vocoder-base, vocoder-small)"
+    ) in message
 
 
 # ---------------------------------------------------------------- good profiles

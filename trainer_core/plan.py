@@ -17,7 +17,7 @@ from typing import Any
 
 from trainer_core.contract import rundir
 from trainer_core.contract.errors import DataError, DeviceError, VegaError
-from trainer_core.contract.init_sources import audio_features, plan_start
+from trainer_core.contract.init_sources import VoiceStart, audio_features, plan_start
 from trainer_core.contract.profile import Profile
 from trainer_core.contract.profile_loader import find_profile, load_profile, machine_file_path
 from trainer_core.contract.resources import DeviceChoice, GpuInfo, MachineResources, probe, select_device
@@ -63,6 +63,8 @@ class TrainPlan:
     """`train.init_from`: what the run starts from (checked to fit), or why it is not applied; None: scratch."""
     task: TaskSource | None = None
     """`model.task`: the module the run imports, its file, and the machine file's pattern that allows it."""
+    voice_start: VoiceStart | None = None
+    """VITS: the symbol map the run keeps (its start model's, or its own on a resume); None: a new map."""
 
     @property
     def data_mode(self) -> str:
@@ -101,6 +103,7 @@ class TrainPlan:
                 "size": self.model_size,
                 "task": p.model.task,
                 **({"vocoder": vocoder_shape(p)} if model_kind(p, self.data.mode) == "vocoder" else {}),
+                **({"vits": vits_shape(p, self.data)} if model_kind(p, self.data.mode) == "vits" else {}),
             },
             "preload": {
                 "estimated_bytes": self.preload_bytes,
@@ -155,18 +158,36 @@ def vocoder_shape(profile: Profile) -> dict[str, object]:
     }
 
 
-def describe_model(m: dict) -> str:
-    """The plan's model row: a vocoder's generator and discriminators, or the transformer's shape."""
-    if m.get("task"):
-        return f"custom task {m['task']}"
-    v = m.get("vocoder")
-    if v:
-        return (
-            f"vocoder (generator {v['channels']} channels x {v['blocks']} blocks, segments of "
-            f"{v['segment_frames']} frames; {len(v['periods'])} period + {v['resolutions']} resolution "
-            f"discriminators, width {v['discriminator_channels']})"
-        )
-    return f"{m['kind']} (hidden {m['hidden']}, {m['layers']} layers, {m['heads']} heads)"
+def vits_shape(profile: Profile, report: DataReport) -> dict[str, object]:
+    """What the plan says about a VITS voice: Piper quality level, sizes and a training memory estimate."""
+    from trainer_core.models.vits.shape import model_sizes  # torch, on the meta device: only for vits plans
+
+    v = profile.vits
+    return {
+        "quality": v.quality,
+        "hidden_channels": v.hidden_channels,
+        "layers": v.n_layers,
+        "resblock": v.resblock,
+        "upsample_rates": list(v.upsample_rates),
+        "duration_predictor": v.duration_predictor,
+        **model_sizes(profile, max(1, len(report.voice.speakers))),
+    }
+
+
+def start_settings(profile: Profile, kind: str, resume: str | None, run_dir: Path) -> tuple[Profile, list[str]]:
+    """The profile with what the start model decides (a Piper voice's shape and audio; a fine-tuning rate)."""
+    from trainer_core.models.vits.start_settings import adopt_start
+
+    return adopt_start(profile, kind, resume, run_dir)
+
+
+def vits_start(
+    profile: Profile, report: DataReport, resume: str | None, run_dir: Path
+) -> tuple[VoiceStart | None, dict[str, Any] | None]:
+    """The symbol map a VITS run keeps, and what maps from its start model onto this corpus."""
+    from trainer_core.models.vits.start_symbols import plan_voice_start
+
+    return plan_voice_start(profile, report, resume, run_dir)
 
 
 def model_kind(profile: Profile, data_mode: str) -> str:
@@ -383,6 +404,9 @@ def make_plan(
         # Resuming from a checkpoint file continues in that checkpoint's run folder.
         target = Path(resume).expanduser().resolve().parent.parent
     profile, model_size = auto_size(profile, report, device.device, world, target if resume else None)
+    kind = model_kind(profile, report.mode)
+    # The model a run starts from may decide its shape and audio (a Piper voice): known before sizes and preload.
+    profile, adopted = start_settings(profile, kind, resume, target)
     a = profile.audio
     need = estimate_preload_bytes(report, a.sample_rate, a.hop_length, a.n_mels)
     where, why = choose_preload(profile, need, resources.ram_available_bytes)
@@ -404,8 +428,14 @@ def make_plan(
         model_size=model_size,
         task=task,
     )
-    kind, audio = model_kind(profile, report.mode), audio_features(profile.audio.model_dump())
-    plan.init_from = plan_start(profile.train.init_from, kind, audio, resume, target)
+    audio = audio_features(profile.audio.model_dump())
+    plan.init_from = plan_start(profile.train.init_from, kind, audio, resume, target, profile.train.init_config)
+    if plan.init_from is not None:
+        plan.init_from["settings"] = adopted
+    if kind == "vits":
+        plan.voice_start, mapping = vits_start(profile, report, resume, target)
+        if plan.init_from is not None and mapping:
+            plan.init_from["mapping"] = mapping
     plan.warmup_steps, warmup_change = plan_warmup(profile, plan.steps_per_epoch)
     plan.notes.extend(w for w in device.warnings if w != device.reason)
     if warmup_change:
@@ -446,76 +476,3 @@ def _size_of_run(profile: Profile, run_dir: Path) -> Profile:
         raise VegaError(f"{frozen}: cannot read the model size this run was started with ({exc})") from exc
     model = profile.model.model_copy(update={**shape, "dropout": dropout, "attention_dropout": None, "size": "fixed"})
     return profile.model_copy(update={"model": model, "train": profile.train.model_copy(update={"lr": lr})})
-
-
-def speakers_row(data: dict[str, Any]) -> str:
-    """The plan's speakers row: how many, how they were read, each one's clips and minutes."""
-    listing = ", ".join(
-        f"{name} {f['clips']} clips / {f['hours'] * 60:.1f} min" for name, f in data["speakers"].items()
-    )
-    return f"{len(data['speakers'])} ({data['speaker_mode']}): {listing}"
-
-
-def validation_text(v: ValidationPlan) -> str:
-    """One line: items, those the cap left out, and the estimated share of wall time."""
-    capped = f" ({v.capped} more capped away by data.val_max_items = {v.max_items})" if v.capped else ""
-    when = f"every {v.every_steps} steps" if v.every_steps else "each epoch"
-    size = f" x {v.item_size:.0f} segments per whole clip" if v.item_size > 1 else ""
-    return (
-        f"{v.items} items{capped}, {when}: ~{v.share:.1%} of wall time validating "
-        f"(estimate: a validation item costs ~1/3 of a training item{size})"
-    )
-
-
-def render_plan(plan: TrainPlan) -> None:
-    """Rich rendering of the plan for people; `--json` gives the same facts to programs."""
-    from rich.console import Console
-    from rich.table import Table
-
-    d = plan.to_dict()
-    table = Table(title="Training plan", show_header=False, title_justify="left")
-    table.add_column(style="bold")
-    table.add_column()
-    table.add_row("profile", d["profile"] + (f"  (+ {', '.join(plan.overrides)})" if plan.overrides else ""))
-    table.add_row("device", f"{d['device']['device']}  — {d['device']['reason']}")
-    table.add_row("data", f"{d['data']['path']}  [{d['data']['mode']}] — {d['data']['reason']}")
-    table.add_row("usable", f"{d['data']['usable']} items, {d['data']['hours']:.3f} h; {d['data']['skipped']} skipped")
-    if d["data"]["speakers"]:
-        table.add_row("speakers", speakers_row(d["data"]))
-    m = d["model"]
-    table.add_row("model", describe_model(m))
-    if plan.task is not None:
-        table.add_row("code", plan.task.runs_code_text())
-    if m["size"]:
-        table.add_row("model size", f"auto: {m['size']['reason']}")
-    pre = d["preload"]
-    table.add_row("preload", f"{pre['where']}: {pre['reason']}")
-    s = d["schedule"]
-    length = f"{s['max_steps']} steps" if s["max_steps"] else f"{s['epochs']} epochs"
-    if s["target_hours"]:
-        length = f"time budget {s['target_hours']} h (epochs planned after calibration)"
-    warmup = s["warmup_effective"]
-    warmup_text = f"warmup {warmup}" if warmup is not None else f"warmup {s['warmup_steps']} (fitted at calibration)"
-    table.add_row(
-        "schedule",
-        f"batch {s['batch_size']} x accum {s['grad_accum']}, ~{s['steps_per_epoch']} steps/epoch, "
-        f"{length}, {warmup_text}",
-    )
-    if plan.validation is not None:
-        table.add_row("validation", validation_text(plan.validation))
-    if plan.init_from is not None:
-        table.add_row("start from", plan.init_from["text"])
-    table.add_row("run folder", d["run_dir"] + (f"  (resume {plan.resume})" if plan.resume else ""))
-    if plan.launch is not None:
-        launch = plan.launch
-        table.add_row("processes", f"{launch.nproc} per node on {launch.device_kind} (asked for {launch.requested})")
-        for note in launch.notes:
-            table.add_row("note", note)
-    for note in plan.notes:
-        table.add_row("note", note)
-    console = Console()
-    console.print(table)
-    for problem in plan.data.problems[:20]:
-        console.print(f"  skipped {problem.path}: {problem.reason}")
-    if len(plan.data.problems) > 20:
-        console.print(f"  … and {len(plan.data.problems) - 20} more (trainer-core check-data {plan.data.path})")

@@ -11,8 +11,11 @@ from typing import Any, Literal
 
 import tomli_w
 
-Kind = Literal["lm", "tts", "vocoder"]
-_ORDER = ("run", "data", "model", "train", "compute", "audio", "tts", "vocoder", "sample", "logging", "memory", "debug")
+Kind = Literal["lm", "tts", "vocoder", "vits"]
+_ORDER = (
+    "run", "data", "model", "train", "compute", "audio", "tts", "vocoder", "vits", "sample", "logging", "memory",
+    "debug",
+)  # fmt: skip
 
 # The parts both kinds share: CPU, one thread, quick telemetry, no report.
 _COMMON: dict[str, dict[str, Any]] = {
@@ -51,6 +54,44 @@ TINY: dict[Kind, dict[str, dict[str, Any]]] = {
             "resolutions": [[256, 64, 256]],
             "copy_items": 1,
         },
+    },
+    # A VITS with every part present but a few thousand parameters each, at 16 kHz with a 64-sample hop.
+    "vits": {
+        **_COMMON,
+        "run": {"name": "tiny-vits", "seed": 9},
+        "data": {"mode": "voice", "val_fraction": 0.1},
+        "model": {"kind": "vits"},
+        "train": {**_COMMON["train"], "batch_size": 4, "lr": 2e-3, "free_running_items": 2},
+        "audio": {
+            "sample_rate": 16000,
+            "n_fft": 256,
+            "hop_length": 64,
+            "win_length": 256,
+            "n_mels": 40,
+            "f_max": 8000.0,
+        },  # fmt: skip
+        "tts": {"text_units": "chars"},
+        "vits": {
+            "inter_channels": 8,
+            "hidden_channels": 16,
+            "filter_channels": 32,
+            "n_heads": 2,
+            "n_layers": 1,
+            "p_dropout": 0.0,
+            "resblock_kernel_sizes": [3],
+            "resblock_dilation_sizes": [[1, 2]],
+            "upsample_rates": [4, 4, 4],
+            "upsample_initial_channel": 16,
+            "upsample_kernel_sizes": [8, 8, 8],
+            "posterior_layers": 2,
+            "flow_layers": 1,
+            "flow_count": 2,
+            "speaker_channels": 8,
+            "discriminator_channels": 2,
+            "segment_size": 1024,
+            "num_symbols": 64,
+        },  # fmt: skip
+        "sample": {"sentences": ["Hello there."]},
     },
 }
 

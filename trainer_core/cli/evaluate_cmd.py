@@ -25,6 +25,7 @@ from trainer_core.contract.errors import VegaError
 
 if TYPE_CHECKING:
     from trainer_core.cli.synthesiser import Synthesiser
+    from trainer_core.cli.vits_voice import VitsVoice
     from trainer_core.data.scan_report import VoiceItem
     from trainer_core.models.free_running import HeldOutSentence
 
@@ -71,7 +72,7 @@ def resolve_source(source: Path) -> tuple[str, Path]:
     raise VegaError(f"{source}: not a checkpoint file, an export folder or a run folder with checkpoints")
 
 
-def load_voice(source: Path, device: str) -> tuple[Synthesiser, Path]:
+def load_voice(source: Path, device: str) -> tuple[Synthesiser | VitsVoice, Path]:
     from trainer_core.cli.synthesiser import load_from_checkpoint, load_from_export
 
     kind, path = resolve_source(source)
@@ -79,7 +80,9 @@ def load_voice(source: Path, device: str) -> tuple[Synthesiser, Path]:
     return synth, path
 
 
-def choose_sentences(synth: Synthesiser, items: list[VoiceItem], count: int | None, every: bool) -> list[Any]:
+def choose_sentences(
+    synth: Synthesiser | VitsVoice, items: list[VoiceItem], count: int | None, every: bool
+) -> list[Any]:
     """The held-out split of `items` by the run's data settings (an export: the defaults), spread by length."""
     from trainer_core.contract.profile import DataSection
     from trainer_core.data.voice_dataset import split_items
@@ -101,6 +104,7 @@ def choose_sentences(synth: Synthesiser, items: list[VoiceItem], count: int | No
 
 def run(args: argparse.Namespace) -> int:
     from trainer_core.cli.synth_cmd import _check_device
+    from trainer_core.cli.vits_voice import VitsVoice
     from trainer_core.data.scan import scan_data
     from trainer_core.data.scan_report import VoiceItem
     from trainer_core.models.free_running import FreeRunning, evaluate_free_running
@@ -115,9 +119,12 @@ def run(args: argparse.Namespace) -> int:
     if not sentences:
         raise VegaError(f"{args.data}: no transcript has a symbol this voice knows; nothing to evaluate")
     _note_unknown_speakers(synth, sentences, items)
-    vocoder = load_vocoder(args.vocoder, synth.audio, synth.model_device, synth.tts.griffin_lim_iters)
-    free = FreeRunning(sentences, synth.audio, synth.tts, vocoder=vocoder if vocoder.trained else None)
-    result = evaluate_free_running(free, synth.model, synth.encoder)
+    if isinstance(synth, VitsVoice):  # it speaks audio itself: its own decoder makes the floor
+        result = synth.free_running(sentences)
+    else:
+        vocoder = load_vocoder(args.vocoder, synth.audio, synth.model_device, synth.tts.griffin_lim_iters)
+        free = FreeRunning(sentences, synth.audio, synth.tts, vocoder=vocoder if vocoder.trained else None)
+        result = evaluate_free_running(free, synth.model, synth.encoder)
     out = {
         "source": str(path),
         "data": str(args.data),
@@ -130,7 +137,9 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _note_unknown_speakers(synth: Synthesiser, sentences: list[HeldOutSentence], items: list[VoiceItem]) -> None:
+def _note_unknown_speakers(
+    synth: Synthesiser | VitsVoice, sentences: list[HeldOutSentence], items: list[VoiceItem]
+) -> None:
     """A multi-speaker voice hears recordings of speakers it was not trained on with its first speaker: say so."""
     if len(synth.speaker_names) < 2:
         return

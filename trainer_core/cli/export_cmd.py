@@ -54,12 +54,18 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from trainer_core.cli.evaluate_cmd import load_voice
     from trainer_core.cli.onnx_export import default_out, export_voice
+    from trainer_core.cli.synthesiser import Synthesiser
     from trainer_core.models.mel_vocoders import load_vocoder
 
     source: Path = args.onnx
     if not source.exists():
         raise VegaError(f"--onnx {source}: no such file or folder; name a voice's run folder, checkpoint or export")
     synth, path = load_voice(source, "cpu")
+    if not isinstance(synth, Synthesiser):
+        raise VegaError(
+            f"{path} is a vits voice: export --onnx writes two-stage voices (an acoustic model and a vocoder); a "
+            "vits voice speaks through trainer-core synth with its run, checkpoint or export"
+        )
     vocoder = load_vocoder(args.vocoder if args.vocoder is not None else synth.tts.vocoder, synth.audio, "cpu")
     out = args.out if args.out is not None else default_out(source)
     document = export_voice(synth, vocoder, out, path)

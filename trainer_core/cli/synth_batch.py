@@ -19,6 +19,7 @@ from trainer_core.contract.errors import VegaError
 
 if TYPE_CHECKING:
     from trainer_core.cli.synthesiser import Synthesiser
+    from trainer_core.cli.vits_voice import VitsVoice
     from trainer_core.models.onnx_voice import OnnxVoice
 
 INDEX_FIELDS = ("line", "file", "text", "seconds", "error")
@@ -52,7 +53,7 @@ def prepare_out_dir(path: Path) -> None:
 
 
 def speak_lines(
-    synth: Synthesiser | OnnxVoice, lines: list[tuple[int, str]], args: argparse.Namespace
+    synth: Synthesiser | VitsVoice | OnnxVoice, lines: list[tuple[int, str]], args: argparse.Namespace
 ) -> list[dict[str, Any]]:
     """Speak each line into the out folder; one index row per line (with `error` set where it failed)."""
     width = max(4, len(str(lines[-1][0])))

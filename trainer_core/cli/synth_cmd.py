@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from trainer_core.cli.commands import SUMMARIES
 from trainer_core.cli.common import print_json
 from trainer_core.cli.synthesiser import Synthesiser, load_from_checkpoint, load_from_export, synthesise_to_wav
+from trainer_core.cli.vits_voice import VitsVoice
 from trainer_core.contract.errors import VegaError
 
 if TYPE_CHECKING:
@@ -128,7 +129,9 @@ def _check_outputs(args: argparse.Namespace) -> list[tuple[int, str]] | None:
     return lines
 
 
-def _speak_lines(synth: Synthesiser | OnnxVoice, lines: list[tuple[int, str]], args: argparse.Namespace) -> int:
+def _speak_lines(
+    synth: Synthesiser | VitsVoice | OnnxVoice, lines: list[tuple[int, str]], args: argparse.Namespace
+) -> int:
     from trainer_core.cli.synth_batch import speak_lines, write_index
 
     rows = speak_lines(synth, lines, args)
@@ -194,6 +197,12 @@ def run(args: argparse.Namespace) -> int:
     else:
         synth = load_from_export(args.export, device)
     synth.speaker_id(args.speaker)  # an unknown name fails before any audio is made
+    if isinstance(synth, VitsVoice):
+        if args.vocoder is not None:
+            raise VegaError("--vocoder does not go with a vits voice: it speaks audio itself; leave --vocoder out")
+        if lines is not None:
+            return _speak_lines(synth, lines, args)
+        return _report(synth.speak_to_wav(args.text, args.out, args.length_scale, None, args.speaker), args)
     synth.vocoder = load_vocoder(
         args.vocoder if args.vocoder is not None else synth.tts.vocoder,
         synth.audio,

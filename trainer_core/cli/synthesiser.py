@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from trainer_core.contract.errors import VegaError
 
 if TYPE_CHECKING:
+    from trainer_core.cli.vits_voice import VitsVoice
     from trainer_core.contract.profile import AudioSection, DataSection, TtsSection
     from trainer_core.models.mel_vocoders import MelVocoder
     from trainer_core.models.text_frontend import TextEncoder, TextUnits
@@ -93,13 +94,18 @@ def _checkpoint_speaker_names(state: dict[str, Any], weights: dict[str, Any], pa
     return names
 
 
-def load_from_checkpoint(path: Path, device: str = "cpu") -> Synthesiser:
-    """Rebuild the model and text encoder from a training checkpoint (loaded weights-only)."""
+def load_from_checkpoint(path: Path, device: str = "cpu") -> Synthesiser | VitsVoice:
+    """Rebuild the model and text encoder from a training checkpoint (loaded weights-only); a vits run's
+    checkpoint gives a VitsVoice."""
+    from trainer_core.cli.vits_voice import vits_from_checkpoint
     from trainer_core.engine.checkpoint import check_model_compatible, load_checkpoint
     from trainer_core.models.text_frontend import TextEncoder
     from trainer_core.models.tts import AcousticModel, TtsConfig
 
     state = load_checkpoint(path)
+    voice = vits_from_checkpoint(state, path, device)
+    if voice is not None:
+        return voice
     weights = _strip_wrappers(state.get("model") or {})
     if "text_symbols" not in weights:
         raise VegaError(
@@ -119,10 +125,12 @@ def load_from_checkpoint(path: Path, device: str = "cpu") -> Synthesiser:
     return Synthesiser(model.to(device).eval(), encoder, profile.audio, profile.tts, profile.data)
 
 
-def load_from_export(folder: Path, device: str = "cpu") -> Synthesiser:
-    """Rebuild the model and text encoder from an export folder (safetensors weights + config.json)."""
+def load_from_export(folder: Path, device: str = "cpu") -> Synthesiser | VitsVoice:
+    """Rebuild the model and text encoder from an export folder (safetensors weights + config.json); a vits
+    export gives a VitsVoice."""
     from pydantic import ValidationError
 
+    from trainer_core.cli.vits_voice import is_vits_config, voice_from_config
     from trainer_core.contract.profile import AudioSection, DataSection, TtsSection
     from trainer_core.engine.checkpoint import check_model_compatible
     from trainer_core.engine.export import load_exported
@@ -131,6 +139,8 @@ def load_from_export(folder: Path, device: str = "cpu") -> Synthesiser:
 
     weights, document = load_exported(folder)
     config = document.get("model") or {}
+    if is_vits_config(config):
+        return voice_from_config(config, weights, folder, device)
     if config.get("kind") != "tts":
         kind = config.get("kind", "unknown")
         raise VegaError(f"{folder} holds a {kind!r} model, not a TTS voice; synth, evaluate and export --onnx need one")

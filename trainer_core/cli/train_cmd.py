@@ -108,7 +108,8 @@ def check_start_flags(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from trainer_core.plan import make_plan, plan_launch, render_plan
+    from trainer_core.cli.plan_render import render_plan
+    from trainer_core.plan import make_plan, plan_launch
     from trainer_core.world import World
 
     check_start_flags(args)

@@ -19,3 +19,7 @@ class DataError(VegaError):
 
 class DeviceError(VegaError):
     """The requested compute mode or device cannot be satisfied on this machine."""
+
+
+class InitSourceError(ProfileError):
+    """The model to start from (train.init_from) is missing, unreadable or does not fit this run."""

@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 from trainer_core.contract import rundir
-from trainer_core.contract.errors import ProfileError
+from trainer_core.contract.errors import InitSourceError
 from trainer_core.contract.profile import AudioSection
 
-SourceForm = Literal["export", "checkpoint"]
+SourceForm = Literal["export", "checkpoint", "piper"]
 FIELD = "train.init_from"
 EXPORT_CONFIG = "config.json"
 EXPORT_WEIGHTS = "model.safetensors"
@@ -29,13 +29,23 @@ BEST_FILE = "best.json"
 STEP_FILE = re.compile(r"^step-(\d{8})\.pt$")
 # The audio settings a log-mel's numbers depend on: a model trained on other ones has learned other numbers.
 AUDIO_FEATURES = ("sample_rate", "n_fft", "hop_length", "win_length", "n_mels", "f_min", "f_max", "log_floor")
-KINDS_WITH_AUDIO = ("tts", "vocoder")
+KINDS_WITH_AUDIO = ("tts", "vocoder", "vits")
+# A Lightning checkpoint: Piper's voices (Vega's own checkpoints are step-<8 digits>.pt).
+PIPER_SUFFIX = ".ckpt"
 # Lines read from the head of events.jsonl when looking for the data_scan event.
 HEAD_LINES = 20
 
 
-class InitSourceError(ProfileError):
-    """The model to start from is missing, unreadable or does not fit this run."""
+__all__ = ["InitSourceError"]  # raised here, defined with the other user-facing errors
+
+
+@dataclass(frozen=True)
+class VoiceStart:
+    """What a VITS task must know before it builds its model about the model it starts from (or, on a resume,
+    its own checkpoints): the symbol map it keeps and how many text embedding rows that model has."""
+
+    id_map: dict[str, list[int]]
+    num_symbols: int
 
 
 @dataclass(frozen=True)
@@ -54,6 +64,8 @@ class SourceFile:
 
     def describe(self) -> str:
         """`run NAME: its export`, `checkpoint step-00000400.pt of run NAME`, `export folder PATH`."""
+        if self.form == "piper":
+            return f"Piper checkpoint {self.path.name}"
         if self.chosen and self.run_dir is not None:
             return f"run {self.run_dir.name}: {self.chosen}"
         if self.form == "checkpoint":
@@ -114,8 +126,11 @@ def resolve_source(given: Path | str) -> SourceFile:
     path = given.expanduser()
     if not path.exists():
         raise InitSourceError(
-            f"{FIELD}: {given} does not exist; name a run folder, a checkpoint (.pt) or an export folder"
+            f"{FIELD}: {given} does not exist; name a run folder, a checkpoint (.pt), an export folder or a Piper "
+            "checkpoint (.ckpt)"
         )
+    if path.is_file() and path.suffix == PIPER_SUFFIX:
+        return SourceFile(given, path, "piper", None)
     if path.is_file():
         return SourceFile(given, path, "checkpoint", _owning_run(path.parent, rundir.CHECKPOINTS))
     if is_export(path):
@@ -137,8 +152,10 @@ def resolve_source(given: Path | str) -> SourceFile:
 # ------------------------------------------------------------------------------------------------ peeking
 
 
-def peek_source(file: SourceFile) -> SourceFacts:
+def peek_source(file: SourceFile, init_config: Path | None = None) -> SourceFacts:
     """Kind, audio features and step from the files beside the source (None where they do not say)."""
+    if file.form == "piper":
+        return _peek_piper(file, init_config)
     if file.form == "export":
         model = read_export_config(file.path).get("model") or {}
         audio = model.get("audio")
@@ -155,6 +172,31 @@ def peek_source(file: SourceFile) -> SourceFacts:
     kind = profile_kind(frozen, run_data_mode(file.run_dir) if file.run_dir else None)
     audio = frozen.get("audio")
     return SourceFacts(file, kind, audio_features(audio) if isinstance(audio, dict) else None, _step_of(file.path))
+
+
+def _peek_piper(file: SourceFile, init_config: Path | None) -> SourceFacts:
+    """A Piper checkpoint is a vits model; its audio features from its voice config and hyperparameters."""
+    from trainer_core.contract.piper_voice import (
+        audio_settings,
+        find_voice_config,
+        read_checkpoint_metadata,
+        read_voice_config,
+    )
+
+    voice = read_voice_config(find_voice_config(file.path, init_config))
+    facts = read_checkpoint_metadata(file.path)
+    audio = audio_settings(facts.hyperparameters, voice)
+    features = {
+        "sample_rate": audio.sample_rate,
+        "n_fft": audio.filter_length,
+        "hop_length": audio.hop_length,
+        "win_length": audio.win_length,
+        "n_mels": audio.mel_channels,
+        "f_min": audio.mel_fmin,
+        "f_max": audio.mel_fmax,
+    }
+    step = facts.extra.get("global_step")
+    return SourceFacts(file, "vits", audio_features(features), step if isinstance(step, int) else None)
 
 
 def read_export_config(folder: Path) -> dict[str, Any]:
@@ -255,14 +297,19 @@ def resumes(resume: str | None, run_dir: Path) -> bool:
 
 
 def plan_start(
-    init_from: Path | None, kind: str, audio: dict[str, Any], resume: str | None, run_dir: Path
+    init_from: Path | None,
+    kind: str,
+    audio: dict[str, Any],
+    resume: str | None,
+    run_dir: Path,
+    init_config: Path | None = None,
 ) -> dict[str, Any] | None:
     """The plan's "start from" entry: what will be loaded (checked to fit), or why nothing is; None: scratch."""
     if init_from is None:
         return None
     if resumes(resume, run_dir):
         return {"given": str(init_from), "applied": False, "text": "not applied: the run resumes from its checkpoint"}
-    facts = peek_source(resolve_source(init_from))
+    facts = peek_source(resolve_source(init_from), init_config)
     file = facts.file
     check_compatible(str(file.given), facts.kind, facts.audio, kind, audio)
     known = [part for part in (facts.kind, f"step {facts.step}" if facts.step is not None else None) if part]

@@ -12,6 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from trainer_core.contract.profile_vits import VitsSection, hop_problem
 from trainer_core.contract.task_source import spec_problem
 
 ComputeMode = Literal["gpu", "cpu", "mixed"]
@@ -64,10 +65,10 @@ class DataSection(Section):
 
 
 class ModelSection(Section):
-    kind: Literal["auto", "tts", "lm", "vocoder"] = Field(
+    kind: Literal["auto", "tts", "lm", "vocoder", "vits"] = Field(
         default="auto",
         description="Model family; auto follows the data mode (voice: tts). vocoder: mel to waveform, a GAN trained "
-        "on the same voice folders (settings in [vocoder]).",
+        "on the same voice folders (settings in [vocoder]); vits: text to waveform end to end ([vits]).",
     )
     task: str | None = Field(
         default=None,
@@ -185,6 +186,28 @@ class TrainSection(Section):
         description="Start from a trained model of the same kind: a run folder (its export, else its best, else its "
         "newest checkpoint), a checkpoint or an export folder. Matching weights are copied, the text embedding by "
         "symbol; optimizer and schedule start fresh. A resumed run keeps its checkpoint instead.",
+    )
+    init_config: Path | None = Field(
+        default=None,
+        description="A Piper checkpoint's voice config (.onnx.json / config.json) when it is not beside the "
+        "checkpoint that train.init_from names.",
+    )
+    init_speaker: str | None = Field(
+        default=None,
+        description="Starting a one-speaker voice from a multi-speaker model: the source speaker it keeps (default: "
+        "the one named like this corpus's speaker, else the source's default speaker).",
+    )
+    finetune_lr: float | None = Field(
+        default=None,
+        gt=0.0,
+        le=1.0,
+        description="Peak learning rate when the run starts from a trained model (train.init_from); unset: 2e-4 "
+        "(Piper's) for vits, train.lr for the other kinds.",
+    )
+    freeze: list[str] = Field(
+        default_factory=list,
+        description='Parts of the model that do not train (vits: "text_encoder", "posterior_encoder", "flow", '
+        '"duration_predictor", "decoder", "speaker_embedding", "discriminator").',
     )
     select_best_by: Literal["val_loss", "free_running"] = Field(
         default="val_loss",
@@ -410,9 +433,17 @@ class Profile(Section):
     sample: SampleSection = Field(default_factory=SampleSection, description="Evaluation samples.")
     tts: TtsSection = Field(default_factory=TtsSection, description="TTS text front end, losses and vocoder.")
     vocoder: VocoderSection = Field(default_factory=VocoderSection, description="GAN vocoder (model.kind vocoder).")
+    vits: VitsSection = Field(default_factory=VitsSection, description="End-to-end VITS voice (model.kind vits).")
     logging: LoggingSection = Field(default_factory=LoggingSection, description="Events, reports and logs.")
     memory: MemorySection = Field(default_factory=MemorySection, description="Memory budget and what is done near it.")
     debug: DebugSection = Field(default_factory=DebugSection, description="Fault injection for tests.")
+
+    @model_validator(mode="after")
+    def _vits_decoder_fits_the_hop(self) -> Profile:
+        problem = hop_problem(self.vits, self.audio.hop_length) if self.model.kind == "vits" else None
+        if problem is not None:
+            raise ValueError(problem)
+        return self
 
 
 # Fields holding filesystem paths: resolved relative to the file (or folder) that set them.
@@ -421,6 +452,7 @@ PATH_FIELDS: tuple[tuple[str, str], ...] = (
     ("data", "path"),
     ("data", "cache_dir"),
     ("train", "init_from"),
+    ("train", "init_config"),
 )
 
 

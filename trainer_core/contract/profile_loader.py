@@ -41,6 +41,7 @@ from trainer_core.contract.errors import ProfileError
 from trainer_core.contract.profile import PATH_FIELDS, Profile, field_descriptions
 from trainer_core.contract.profile_messages import describe_error, join_problems, section_models, show_value
 from trainer_core.contract.task_source import TASKS_TABLE, allowed_patterns
+from trainer_core.contract.voice_dirs import VOICES_TABLE, voice_dirs_of
 
 MachineFileArg = Path | str | None | Literal["default"]
 
@@ -243,6 +244,11 @@ def _parent_file(parent_ref: Any, label: str, base_dir: Path, chain: list[Path])
 
 def _refuse_allow_list(data: dict[str, Any], label: str) -> None:
     """A profile cannot allow the code it names: the allow-list is this machine's, in its machine file only."""
+    if VOICES_TABLE in data:
+        raise ProfileError(
+            f"{label}: [{VOICES_TABLE}] (dirs) describes this machine, not a job: set it in the machine file "
+            f"{machine_file_path()}"
+        )
     if TASKS_TABLE in data:
         raise ProfileError(
             f"{label}: [{TASKS_TABLE}] (allowed) cannot be set in a profile: profiles travel between machines, and a "
@@ -265,6 +271,7 @@ def _machine_layer(machine_file: MachineFileArg) -> Layer | None:
         raise ProfileError(f"{label}: the machine file cannot use extends; put its settings in it directly")
     # [tasks] is the machine's allow-list (contract.task_source reads it), not a profile section.
     allowed_patterns(data.pop(TASKS_TABLE, None), label)
+    voice_dirs_of(data.pop(VOICES_TABLE, None), label, path.parent)
     return Layer(label, resolve_paths(data, path.parent), path)
 
 

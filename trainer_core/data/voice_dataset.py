@@ -73,41 +73,35 @@ def padding_fraction_of(order: Sequence[int], frames: Sequence[int], batch_size:
     return 0.0 if padded == 0 else (padded - real) / padded
 
 
-class VoiceDataset:
-    """Token ids and mels of a VoiceFeatures, split and batched deterministically."""
+class BucketedItems:
+    """Items with lengths, split and ordered as the module docstring says; subclasses collate batches."""
 
     def __init__(
         self,
-        features: VoiceFeatures,
-        encode: Callable[[str], list[int]],
+        item_ids: Sequence[str],
+        lengths: Sequence[int],
+        usable: Sequence[int],
         val_fraction: float,
         seed: int,
         bucket_size: int = 32,
         val_max_items: int = 0,
-        speaker_ids: Sequence[int] | None = None,
     ) -> None:
         if bucket_size < 1:
             raise ValueError(f"bucket_size must be at least 1, got {bucket_size}")
-        if speaker_ids is not None and len(speaker_ids) != len(features):
-            raise ValueError(f"{len(speaker_ids)} speaker ids for {len(features)} items")
-        # Several speakers: each item's id, batched as "speaker"; None keeps single-speaker batches as they were.
-        self.speaker_ids = torch.tensor(list(speaker_ids), dtype=torch.int64) if speaker_ids is not None else None
-        self.features = features
+        self.lengths = lengths
         self.seed = seed
         self.bucket_size = bucket_size
         self.pin_memory = False  # Set by the task on CUDA so that non-blocking copies overlap.
         self.rank, self.world = 0, 1
-        self.tokens = [torch.tensor(encode(text), dtype=torch.int64) for text in features.texts]
-        self.empty_text_ids = [features.item_ids[i] for i, t in enumerate(self.tokens) if t.numel() == 0]
-        usable = [i for i, t in enumerate(self.tokens) if t.numel() > 0]
-        if not usable:
-            raise DataError(f"none of the {len(features)} transcripts has a symbol the text encoder knows")
-        train, val = split_items([features.item_ids[i] for i in usable], val_fraction, val_max_items)
+        train, val = split_items([item_ids[i] for i in usable], val_fraction, val_max_items)
         # Items the fraction would have held out that the cap sent to training instead.
         self.val_capped = capped_away(len(usable), val_fraction, val_max_items)
         self.train_ids = [usable[i] for i in train]
         self.val_ids = [usable[i] for i in val]
         self._order_cache: tuple[int, list[int]] | None = None
+
+    def collate(self, indices: Sequence[int]) -> Batch:
+        raise NotImplementedError
 
     def shard(self, rank: int, world: int) -> None:
         """Collate only rank `rank`'s slice of every batch from now on (see the module docstring)."""
@@ -120,15 +114,15 @@ class VoiceDataset:
         return len(self.val_ids)
 
     def _bucketed(self, chunk: list[int], generator: torch.Generator) -> list[int]:
-        """`chunk` sorted by mel length, cut into groups of bucket_size, the groups in a seeded order."""
-        frames = self.features.frames
-        ranked = sorted(chunk, key=lambda i: (frames[i], i))
+        """`chunk` sorted by length, cut into groups of bucket_size, the groups in a seeded order."""
+        lengths = self.lengths
+        ranked = sorted(chunk, key=lambda i: (lengths[i], i))
         groups = [ranked[k : k + self.bucket_size] for k in range(0, len(ranked), self.bucket_size)]
         shuffled = torch.randperm(len(groups), generator=generator).tolist()
         return [i for g in shuffled for i in groups[g]]
 
     def epoch_order(self, epoch: int) -> list[int]:
-        """Feature indices of the training items in the order epoch `epoch` visits them."""
+        """Indices of the training items in the order epoch `epoch` visits them."""
         if self._order_cache is not None and self._order_cache[0] == epoch:
             return self._order_cache[1]
         generator = torch.Generator().manual_seed(epoch_seed(self.seed, epoch))
@@ -138,31 +132,8 @@ class VoiceDataset:
         self._order_cache = (epoch, order)
         return order
 
-    def collate(self, indices: Sequence[int]) -> Batch:
-        """The padded batch of the given feature indices (see the module docstring for its tensors)."""
-        texts = [self.tokens[i] for i in indices]
-        mels = [self.features.get_mel(i) for i in indices]
-        text_lens = torch.tensor([len(t) for t in texts], dtype=torch.int64)
-        mel_lens = torch.tensor([m.shape[1] for m in mels], dtype=torch.int64)
-        text = torch.full((len(texts), int(text_lens.max())), TEXT_PAD_ID, dtype=torch.int64)
-        mel = torch.full((len(mels), self.features.n_mels, int(mel_lens.max())), math.log(self.features.log_floor))
-        for row, (tokens, spectrum) in enumerate(zip(texts, mels, strict=True)):
-            text[row, : len(tokens)] = tokens
-            mel[row, :, : spectrum.shape[1]] = spectrum
-        batch = {"text": text, "text_lens": text_lens, "mel": mel, "mel_lens": mel_lens}
-        if self.features.has_pitch:
-            batch["f0"] = self._pitch_rows(indices, int(mel_lens.max()))
-        if self.speaker_ids is not None:
-            batch["speaker"] = self.speaker_ids[list(indices)]
+    def pinned(self, batch: Batch) -> Batch:
         return {name: t.pin_memory() for name, t in batch.items()} if self.pin_memory else batch
-
-    def _pitch_rows(self, indices: Sequence[int], frames: int) -> torch.Tensor:
-        """(B, frames) log F0, 0 on unvoiced and padded frames."""
-        rows = torch.zeros(len(indices), frames)
-        for row, index in enumerate(indices):
-            track = self.features.get_pitch(index)
-            rows[row, : track.shape[0]] = track
-        return rows
 
     def train_batches(self, epoch: int, batch_size: int, start_item: int = 0) -> Iterator[tuple[Batch, int]]:
         """Yield (batch, items) of `epoch` from item `start_item` of its order; the last batch may be short.
@@ -180,8 +151,8 @@ class VoiceDataset:
             yield self.collate(picked[self.rank :: self.world]), len(picked)
 
     def val_order(self) -> list[int]:
-        """Validation feature indices, shortest first (ties by index): a fixed order with little padding."""
-        return sorted(self.val_ids, key=lambda i: (self.features.frames[i], i))
+        """Validation indices, shortest first (ties by index): a fixed order with little padding."""
+        return sorted(self.val_ids, key=lambda i: (self.lengths[i], i))
 
     def val_batches(self, batch_size: int) -> Iterator[Batch]:
         """Yield the validation items in `val_order`, batch_size at a time (nothing when none is held out)."""
@@ -193,14 +164,66 @@ class VoiceDataset:
             yield self.collate(order[first : first + batch_size])
 
     def padding_fraction(self, batch_size: int, epoch: int = 0) -> float:
-        """Share of mel frames in an epoch's training batches that are padding."""
-        return padding_fraction_of(self.epoch_order(epoch), self.features.frames, batch_size)
+        """Share of frames (or samples) in an epoch's training batches that are padding."""
+        return padding_fraction_of(self.epoch_order(epoch), self.lengths, batch_size)
 
     def unbucketed_padding_fraction(self, batch_size: int, epoch: int = 0) -> float:
         """The same share for a plain shuffled order: what bucketing saves, for the report."""
         generator = torch.Generator().manual_seed(epoch_seed(self.seed, epoch))
         order = [self.train_ids[j] for j in torch.randperm(len(self.train_ids), generator=generator).tolist()]
-        return padding_fraction_of(order, self.features.frames, batch_size)
+        return padding_fraction_of(order, self.lengths, batch_size)
+
+
+class VoiceDataset(BucketedItems):
+    """Token ids and mels of a VoiceFeatures, split and batched deterministically."""
+
+    def __init__(
+        self,
+        features: VoiceFeatures,
+        encode: Callable[[str], list[int]],
+        val_fraction: float,
+        seed: int,
+        bucket_size: int = 32,
+        val_max_items: int = 0,
+        speaker_ids: Sequence[int] | None = None,
+    ) -> None:
+        if speaker_ids is not None and len(speaker_ids) != len(features):
+            raise ValueError(f"{len(speaker_ids)} speaker ids for {len(features)} items")
+        # Several speakers: each item's id, batched as "speaker"; None keeps single-speaker batches as they were.
+        self.speaker_ids = torch.tensor(list(speaker_ids), dtype=torch.int64) if speaker_ids is not None else None
+        self.features = features
+        self.tokens = [torch.tensor(encode(text), dtype=torch.int64) for text in features.texts]
+        self.empty_text_ids = [features.item_ids[i] for i, t in enumerate(self.tokens) if t.numel() == 0]
+        usable = [i for i, t in enumerate(self.tokens) if t.numel() > 0]
+        if not usable:
+            raise DataError(f"none of the {len(features)} transcripts has a symbol the text encoder knows")
+        super().__init__(features.item_ids, features.frames, usable, val_fraction, seed, bucket_size, val_max_items)
+
+    def collate(self, indices: Sequence[int]) -> Batch:
+        """The padded batch of the given feature indices (see the module docstring for its tensors)."""
+        texts = [self.tokens[i] for i in indices]
+        mels = [self.features.get_mel(i) for i in indices]
+        text_lens = torch.tensor([len(t) for t in texts], dtype=torch.int64)
+        mel_lens = torch.tensor([m.shape[1] for m in mels], dtype=torch.int64)
+        text = torch.full((len(texts), int(text_lens.max())), TEXT_PAD_ID, dtype=torch.int64)
+        mel = torch.full((len(mels), self.features.n_mels, int(mel_lens.max())), math.log(self.features.log_floor))
+        for row, (tokens, spectrum) in enumerate(zip(texts, mels, strict=True)):
+            text[row, : len(tokens)] = tokens
+            mel[row, :, : spectrum.shape[1]] = spectrum
+        batch = {"text": text, "text_lens": text_lens, "mel": mel, "mel_lens": mel_lens}
+        if self.features.has_pitch:
+            batch["f0"] = self._pitch_rows(indices, int(mel_lens.max()))
+        if self.speaker_ids is not None:
+            batch["speaker"] = self.speaker_ids[list(indices)]
+        return self.pinned(batch)
+
+    def _pitch_rows(self, indices: Sequence[int], frames: int) -> torch.Tensor:
+        """(B, frames) log F0, 0 on unvoiced and padded frames."""
+        rows = torch.zeros(len(indices), frames)
+        for row, index in enumerate(indices):
+            track = self.features.get_pitch(index)
+            rows[row, : track.shape[0]] = track
+        return rows
 
     def describe(self, batch_size: int) -> dict[str, Any]:
         """JSON-ready summary: split sizes and padding with and without bucketing."""

@@ -57,6 +57,8 @@ class Waves:
     seconds: float = 0.0
     cache_hits: int = 0
     decoded: int = 0
+    speakers: list[str] = field(default_factory=list)
+    """Each item's speaker name ("" for single-speaker data)."""
 
     def __len__(self) -> int:
         return len(self.item_ids)
@@ -163,4 +165,5 @@ def preload_waves(
         seconds=time.perf_counter() - started,
         cache_hits=len(items) - len(misses),
         decoded=len(misses),
+        speakers=[items[i].speaker for i in kept],
     )

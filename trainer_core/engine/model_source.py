@@ -49,6 +49,10 @@ class ModelSource:
     mel_mean: torch.Tensor | None
     mel_std: torch.Tensor | None
     step: int | None
+    vocabulary: list[str | None] | None = None
+    """VITS: the symbol each text embedding row stands for (None: a row no symbol uses)."""
+    default_speaker: str | None = None
+    """A multi-speaker source's default voice (a Piper voice config's default_speaker_id)."""
 
     def describe(self) -> str:
         return self.file.describe()
@@ -66,11 +70,80 @@ def strip_wrappers(state: dict[str, Any]) -> dict[str, torch.Tensor]:
     return out
 
 
-def load_model_source(given: Path | str) -> ModelSource:
+def load_model_source(given: Path | str, init_config: Path | None = None) -> ModelSource:
     """Resolve and read a source; InitSourceError (or CheckpointError / ExportError) naming the file when it
-    cannot be used."""
+    cannot be used. `init_config`: a Piper checkpoint's voice config when it is not beside it."""
     file = resolve_source(given)
-    return _from_export(file) if file.form == "export" else _from_checkpoint(file)
+    if file.form == "piper":
+        return _from_piper(file, init_config)
+    source = _from_export(file) if file.form == "export" else _from_checkpoint(file)
+    if source.kind == "vits":
+        source.vocabulary = _vits_vocabulary(file)
+    return source
+
+
+def _from_piper(file: SourceFile, init_config: Path | None) -> ModelSource:
+    """A Piper checkpoint: its generator and discriminator in Vega's names, its voice config's symbols and
+    speakers (models.vits.piper_checkpoint); tensors the model has no place for are kept, so a strict start
+    names them."""
+    from trainer_core.contract.piper_voice import read_checkpoint_metadata
+    from trainer_core.models.vits.piper_checkpoint import load_piper_checkpoint
+
+    ckpt = load_piper_checkpoint(file.path, init_config)
+    voice, audio = ckpt.voice, ckpt.audio
+    rows = ckpt.weights["model_g.enc_p.emb.weight"].shape[0] if "model_g.enc_p.emb.weight" in ckpt.weights else 0
+    vocabulary: list[str | None] = [None] * max(rows, voice.num_symbols)
+    for symbol, ids in voice.phoneme_id_map.items():
+        for index in ids:
+            if index < len(vocabulary):
+                vocabulary[index] = symbol
+    speakers = sorted(voice.speaker_id_map, key=lambda name: voice.speaker_id_map[name])
+    by_id = {index: name for name, index in voice.speaker_id_map.items()}
+    step = read_checkpoint_metadata(file.path).extra.get("global_step")
+    features = audio_features(
+        {
+            "sample_rate": audio.sample_rate,
+            "n_fft": audio.filter_length,
+            "hop_length": audio.hop_length,
+            "win_length": audio.win_length,
+            "n_mels": audio.mel_channels,
+            "f_min": audio.mel_fmin,
+            "f_max": audio.mel_fmax,
+        }
+    )
+    return ModelSource(
+        file=file,
+        weights={**ckpt.weights, **ckpt.unused},
+        kind="vits",
+        audio=features,
+        symbols=None,
+        phonemes=voice.phoneme_type == "espeak",
+        speaker_names=speakers or None,
+        mel_mean=None,
+        mel_std=None,
+        step=step if isinstance(step, int) else None,
+        vocabulary=vocabulary,
+        default_speaker=by_id.get(voice.default_speaker_id) if speakers else None,
+    )
+
+
+def _vits_vocabulary(file: SourceFile) -> list[str | None] | None:
+    """A Vega vits source's symbol per embedding row, from its model config (export or checkpoint)."""
+    from trainer_core.contract.checkpoint_peek import read_model_config
+    from trainer_core.contract.init_sources import read_export_config
+
+    config = (read_export_config(file.path).get("model") or {}) if file.form == "export" else None
+    if config is None:
+        config = read_model_config(file.path) or {}
+    symbols = config.get("symbols") or {}
+    if not isinstance(symbols, dict) or "id_map" not in symbols:
+        return None
+    rows: list[str | None] = [None] * int(symbols.get("num_symbols", 0))
+    for symbol, ids in symbols["id_map"].items():
+        for index in ids:
+            if 0 <= int(index) < len(rows):
+                rows[int(index)] = str(symbol)
+    return rows
 
 
 def _from_export(file: SourceFile) -> ModelSource:

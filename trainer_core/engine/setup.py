@@ -46,6 +46,7 @@ from trainer_core.plan import TrainPlan, model_kind
 from trainer_core.world import DistributedError
 
 if TYPE_CHECKING:
+    from trainer_core.engine.init_from import InitReport
     from trainer_core.engine.model_source import ModelSource
     from trainer_core.models.base import Task
 
@@ -94,6 +95,7 @@ def build_trainer(plan: TrainPlan, hub: EventHub, control: ControlState, run_dir
             device,
             preload_where=plan.preload_where,
             progress=lambda fields: _preload_progress(hub, fields),
+            start=plan.voice_start,
         )
     with TaskCall(task, BUILDING):
         preload = task.preload_done_event(plan.preload_reason)
@@ -153,7 +155,7 @@ def load_start_source(plan: TrainPlan) -> ModelSource | None:
     given, start = plan.profile.train.init_from, plan.init_from
     if given is None or not start or not start.get("applied"):
         return None
-    source = load_model_source(given)
+    source = load_model_source(given, plan.profile.train.init_config)
     p = plan.profile
     kind, audio = model_kind(p, plan.data.mode), audio_features(p.audio.model_dump())
     check_compatible(str(given), source.kind, source.audio, kind, audio)
@@ -176,8 +178,11 @@ def init_into(trainer: Trainer, hub: EventHub, source: ModelSource) -> None:
     from trainer_core.engine.init_from import apply_init, export_prefix
 
     module = trainer.module
-    prefix = export_prefix(module, trainer.task.export_module(module)) if source.file.form == "export" else ""
-    report = apply_init(module, source, prefix)
+    if source.kind == "vits":
+        report = _init_vits(trainer, source)
+    else:
+        prefix = export_prefix(module, trainer.task.export_module(module)) if source.file.form == "export" else ""
+        report = apply_init(module, source, prefix)
     hub.emit(report.event())
     log.info("%s", report.summary())
     for name, why in report.skipped:
@@ -190,6 +195,17 @@ def init_into(trainer: Trainer, hub: EventHub, source: ModelSource) -> None:
             "the model's size the same as the source's?)",
             code="init_from_empty",
         )
+
+
+def _init_vits(trainer: Trainer, source: ModelSource) -> InitReport:
+    """A VITS start: rows by symbol and speaker, strictly for a Piper checkpoint (engine.vits_init)."""
+    from trainer_core.engine.vits_init import apply_vits_init
+
+    task, t = trainer.task, trainer.profile.train
+    vocabulary = task.symbols.vocabulary()  # type: ignore[attr-defined]  # a VitsTask
+    speakers = task.speaker_names  # type: ignore[attr-defined]
+    strict = source.file.form == "piper"
+    return apply_vits_init(trainer.module, source, vocabulary, speakers, strict, t.init_speaker)
 
 
 def resume_into(trainer: Trainer, plan: TrainPlan, hub: EventHub) -> bool:

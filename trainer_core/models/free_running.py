@@ -27,6 +27,8 @@ if TYPE_CHECKING:
 
 # Log-mel (n_mels, frames) -> waveform: the vocoder the scores are heard through.
 Vocoder = Callable[[np.ndarray], np.ndarray]
+# A held-out sentence -> (the audio a model speaks for it, the log-mel it predicted on the way, if any).
+Speak = Callable[["HeldOutSentence"], tuple[np.ndarray, np.ndarray | None]]
 # Recordings longer than this are left out of the set: DTW and Griffin-Lim cost grows with length.
 MAX_SECONDS = 12.0
 
@@ -56,11 +58,17 @@ class FreeRunning:
     """Scores an acoustic model on fixed held-out sentences; the recordings are decoded once, on first use."""
 
     def __init__(
-        self, sentences: Sequence[HeldOutSentence], audio: AudioSection, tts: TtsSection, vocoder: Vocoder | None
+        self,
+        sentences: Sequence[HeldOutSentence],
+        audio: AudioSection,
+        tts: TtsSection,
+        vocoder: Vocoder | None,
+        vocoder_name: str | None = None,
     ) -> None:
         self.sentences = list(sentences)
         self.audio, self.tts = audio, tts
-        self.vocoder_name = "griffin-lim" if vocoder is None else str(getattr(vocoder, "name", "custom"))
+        named = "griffin-lim" if vocoder is None else str(getattr(vocoder, "name", "custom"))
+        self.vocoder_name = vocoder_name or named
         self.vocode: Vocoder = vocoder or (lambda mel: mel_to_audio(mel, audio, tts.griffin_lim_iters))
         self._extractor = MelExtractor(audio)
         self._recordings: list[Recording] | None = None
@@ -99,19 +107,37 @@ class FreeRunning:
 
     def score(self, model: AcousticModel, encoder: TextEncoder) -> Scores:
         """Every sentence spoken by `model` (in eval mode, no gradient) and scored against its recording."""
-        a = self.audio
+
+        def speak(sentence: HeldOutSentence) -> tuple[np.ndarray, np.ndarray | None]:
+            ids = encoder.encode(sentence.text)
+            mel = model.synthesise(ids, self.tts.length_scale, sentence.speaker).float().cpu().numpy()
+            return self.vocode(mel), mel
+
         was_training = model.training
         model.eval()
         try:
-            items = []
-            for r, sentence in zip(self.recordings(), self.sentences, strict=True):
-                ids = encoder.encode(r.text)
-                mel = model.synthesise(ids, self.tts.length_scale, sentence.speaker).float().cpu().numpy()
-                heard = self.vocode(mel)
-                items.append(score_heard(r, heard, self.mel_of, a.sample_rate, a.hop_length, predicted_mel=mel))
-            return Scores(items)
+            return self.score_speech(speak)
         finally:
             model.train(was_training)
+
+    def score_speech(self, speak: Speak) -> Scores:
+        """Every sentence as `speak` says it, scored against its recording."""
+        a = self.audio
+        items = []
+        for r, sentence in zip(self.recordings(), self.sentences, strict=True):
+            heard, mel = speak(sentence)
+            items.append(score_heard(r, heard, self.mel_of, a.sample_rate, a.hop_length, predicted_mel=mel))
+        return Scores(items)
+
+    def floor_of(self, resynthesise: Callable[[HeldOutSentence], np.ndarray]) -> Scores:
+        """The recordings as `resynthesise` re-makes them (a model's own decoder, which changes as it trains)."""
+        a = self.audio
+        return Scores(
+            [
+                score_heard(r, resynthesise(s), self.mel_of, a.sample_rate, a.hop_length)
+                for r, s in zip(self.recordings(), self.sentences, strict=True)
+            ]
+        )
 
 
 @dataclass(frozen=True)

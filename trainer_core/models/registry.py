@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import torch
 
 from trainer_core.contract.errors import ProfileError, VegaError
+from trainer_core.contract.init_sources import VoiceStart
 
 if TYPE_CHECKING:
     from trainer_core.contract.profile import Profile
@@ -31,6 +32,7 @@ BUILTIN_TASK_MODULES: dict[str, str] = {
     "text": "trainer_core.models.lm",
     "voice": "trainer_core.models.voice_task",
     "vocoder": "trainer_core.models.vocoder_task",
+    "vits": "trainer_core.models.vits.task",
 }
 
 
@@ -45,6 +47,8 @@ class TaskRequest:
     """Voice: "ram" or "disk", the plan's choice (None: data.preload, auto meaning RAM)."""
     progress: Callable[[dict[str, Any]], None] | None = None
     """Called with each preload_progress event's fields."""
+    start: VoiceStart | None = None
+    """VITS: the symbol map of the model the run starts from, or of its own checkpoint on a resume."""
 
 
 class TaskFactory(Protocol):
@@ -80,6 +84,7 @@ def build_task(
     *,
     preload_where: str | None = None,
     progress: Callable[[dict[str, Any]], None] | None = None,
+    start: VoiceStart | None = None,
 ) -> Task:
     """Build the task for a profile and its scanned data (a DataReport, or a folder to scan now).
 
@@ -88,7 +93,9 @@ def build_task(
     """
     report = _scan_folder(profile, Path(data)) if isinstance(data, (str, os.PathLike)) else data
     mode = profile.model.task or _resolve_mode(profile, report)
-    request = TaskRequest(profile, report, torch.device(device), preload_where=preload_where, progress=progress)
+    request = TaskRequest(
+        profile, report, torch.device(device), preload_where=preload_where, progress=progress, start=start
+    )
     task = task_factory(mode)(request)
     if profile.model.task is not None:
         _check_is_task(task, profile.model.task)
@@ -160,11 +167,11 @@ def _resolve_mode(profile: Profile, report: DataReport) -> str:
             f'model.kind = "tts" trains on recordings with transcripts, but {report.path} was read as '
             f'{report.mode} data: set data.mode = "voice" or point data.path at audio with a metadata.csv'
         )
-    if kind == "vocoder":
+    if kind in ("vocoder", "vits"):
         if report.mode != "voice":
             raise ProfileError(
-                f'model.kind = "vocoder" trains on recordings, but {report.path} was read as {report.mode} data: '
+                f'model.kind = "{kind}" trains on recordings, but {report.path} was read as {report.mode} data: '
                 'set data.mode = "voice" or point data.path at a voice folder (audio with a metadata.csv)'
             )
-        return "vocoder"
+        return kind
     return report.mode

@@ -1,0 +1,174 @@
+"""What a VITS run takes from the model it starts from before anything is built: settings and symbols.
+
+A Piper checkpoint decides the model: its shape (`[vits]`), its audio front end (`[audio]`: the corpus is
+resampled to its sample rate), its text front end (`[tts]`: espeak-ng voice, phonemes or characters) and a
+fine-tuning learning rate (`train.finetune_lr`, else Piper's 2e-4). `adopt_piper` writes those into the profile
+and says what changed, so the dry run, the launch screen and the frozen profile.toml all show the model that
+will train. A resumed run keeps what it started with: the same sections are read back from its own frozen
+profile (`adopt_frozen`). Torch-free: the plan calls it.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from trainer_core.contract import rundir
+from trainer_core.contract.errors import ProfileError
+from trainer_core.contract.piper_voice import (
+    PiperCheckpointFacts,
+    PiperVoiceConfig,
+    audio_settings,
+)
+from trainer_core.contract.profile import AudioSection, Profile, TrainSection, TtsSection
+from trainer_core.contract.profile_vits import VitsSection, hop_problem
+from trainer_core.models.vits.piper_hparams import vits_config_from_piper
+
+# Piper's learning rate, the rate its published voices were fine-tuned with.
+PIPER_LR = 2e-4
+ADOPTED_SECTIONS = ("audio", "vits", "tts")
+# Piper phoneme types Vega's front ends can make: espeak-ng phonemes, or characters ("text").
+TEXT_UNITS = {"espeak": "phonemes", "text": "chars"}
+
+
+def finetune_lr(profile: Profile, kind: str) -> float:
+    """The learning rate of a run that starts from a trained model."""
+    t = profile.train
+    return t.finetune_lr if t.finetune_lr is not None else (PIPER_LR if kind == "vits" else t.lr)
+
+
+def piper_sections(facts: PiperCheckpointFacts, voice: PiperVoiceConfig, profile: Profile) -> dict[str, Any]:
+    """The [audio], [vits] and [tts] values a Piper checkpoint decides, as profile sections."""
+    config = vits_config_from_piper(facts.hyperparameters, voice)
+    audio = audio_settings(facts.hyperparameters, voice)
+    units = TEXT_UNITS.get(voice.phoneme_type)
+    if units is None:
+        raise ProfileError(
+            f"{voice.path}: phoneme_type {voice.phoneme_type!r} needs Piper's own phonemizer; Vega makes espeak-ng "
+            f"phonemes or characters ({', '.join(TEXT_UNITS)})"
+        )
+    vits = {
+        **profile.vits.model_dump(),
+        "quality": voice.quality if voice.quality in ("x_low", "low", "medium", "high") else "custom",
+        **{name: getattr(config, name) for name in _SHAPE_FIELDS},
+        "duration_predictor": "stochastic" if config.use_sdp else "deterministic",
+        "speaker_channels": config.gin_channels or profile.vits.speaker_channels,
+    }
+    return {
+        "audio": {
+            **profile.audio.model_dump(),
+            "sample_rate": audio.sample_rate,
+            "n_fft": audio.filter_length,
+            "hop_length": audio.hop_length,
+            "win_length": audio.win_length,
+            "n_mels": audio.mel_channels,
+            "f_min": audio.mel_fmin,
+            "f_max": audio.mel_fmax if audio.mel_fmax is not None else audio.sample_rate / 2,
+        },
+        "vits": vits,
+        "tts": {**profile.tts.model_dump(), "espeak_voice": voice.espeak_voice, "text_units": units},
+    }
+
+
+_SHAPE_FIELDS = (
+    "inter_channels",
+    "hidden_channels",
+    "filter_channels",
+    "n_heads",
+    "n_layers",
+    "kernel_size",
+    "p_dropout",
+    "resblock",
+    "resblock_kernel_sizes",
+    "resblock_dilation_sizes",
+    "upsample_rates",
+    "upsample_initial_channel",
+    "upsample_kernel_sizes",
+    "posterior_layers",
+    "flow_layers",
+    "flow_count",
+    "discriminator_channels",
+)
+
+
+def adopt_piper(
+    profile: Profile, facts: PiperCheckpointFacts, voice: PiperVoiceConfig, where: str
+) -> tuple[Profile, list[str]]:
+    """The profile with a Piper checkpoint's settings and the fine-tuning rate, and what changed."""
+    sections = piper_sections(facts, voice, profile)
+    sections["train"] = {**profile.train.model_dump(), "lr": finetune_lr(profile, "vits")}
+    return _replace(profile, sections, f"{where} (the checkpoint's settings)")
+
+
+def adopt_frozen(profile: Profile, run_dir: Path) -> tuple[Profile, list[str]]:
+    """A resumed run started from another model: the shape, audio and text front end it started with."""
+    path = run_dir / rundir.PROFILE
+    try:
+        frozen = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return profile, []
+    sections: dict[str, Any] = {}
+    for name in ADOPTED_SECTIONS:
+        if isinstance(frozen.get(name), dict):
+            sections[name] = {**getattr(profile, name).model_dump(), **frozen[name]}
+    if isinstance(frozen.get("train"), dict) and "lr" in frozen["train"]:
+        sections["train"] = {**profile.train.model_dump(), "lr": frozen["train"]["lr"]}
+    return _replace(profile, sections, f"{path} (what the run started with)")
+
+
+def _replace(profile: Profile, sections: dict[str, Any], where: str) -> tuple[Profile, list[str]]:
+    kinds: dict[str, type[BaseModel]] = {
+        "audio": AudioSection,
+        "vits": VitsSection,
+        "tts": TtsSection,
+        "train": TrainSection,
+    }
+    try:
+        built = {name: kinds[name].model_validate(values) for name, values in sections.items()}
+    except ValidationError as exc:
+        raise ProfileError(f"{where}: its settings do not make a valid profile: {exc}") from exc
+    changes = [
+        f"{name}.{key}: {_show(getattr(getattr(profile, name), key))} -> {_show(getattr(section, key))}"
+        for name, section in built.items()
+        for key in type(section).model_fields
+        if getattr(getattr(profile, name), key) != getattr(section, key)
+    ]
+    updated = profile.model_copy(update=built)
+    problem = hop_problem(updated.vits, updated.audio.hop_length)
+    if problem is not None:
+        raise ProfileError(f"{where}: {problem}")
+    return updated, changes
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_show(v) for v in value) + "]"
+    return repr(value) if isinstance(value, str) else str(value)
+
+
+def adopt_start(profile: Profile, kind: str, resume: str | None, run_dir: Path) -> tuple[Profile, list[str]]:
+    """What the start model (`train.init_from`) decides for this run, and the changes, as `section.key` lines."""
+    from trainer_core.contract.init_sources import resolve_source, resumes
+    from trainer_core.contract.piper_voice import find_voice_config, read_checkpoint_metadata, read_voice_config
+
+    t = profile.train
+    if t.init_from is None:
+        return profile, []
+    if resumes(resume, run_dir):
+        return adopt_frozen(profile, run_dir) if kind == "vits" else (profile, [])
+    file = resolve_source(t.init_from)
+    if file.form == "piper":
+        if kind != "vits":
+            raise ProfileError(
+                f"train.init_from: {t.init_from} is a Piper voice, a vits model, but this run trains a {kind!r} "
+                "model; use a vits profile (vits-medium, vits-low, vits-x_low, vits-high)"
+            )
+        voice = read_voice_config(find_voice_config(file.path, t.init_config))
+        return adopt_piper(profile, read_checkpoint_metadata(file.path), voice, str(t.init_from))
+    rate = finetune_lr(profile, kind)
+    if rate == t.lr:
+        return profile, []
+    return _replace(profile, {"train": {**t.model_dump(), "lr": rate}}, "train.finetune_lr")

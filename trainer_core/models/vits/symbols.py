@@ -1,0 +1,134 @@
+"""A VITS voice's text front end: transcripts to ids the way Piper numbers them, through a symbol -> ids map.
+
+A transcript becomes units (espeak-ng phonemes, or characters), each split into Unicode code points after NFD
+decomposition (so an accent is a symbol of its own), and ids are framed as Piper's runtime frames them:
+`^`, then `_` after every symbol, `$` at the end (`_` is padding, id 0). A unit the map does not hold is left
+out and counted. The map is a voice's own: a new voice gets the framing symbols, space and punctuation, then
+every symbol of its corpus; a voice started from another model keeps that model's map, and the corpus's symbols
+it lacks take ids the model's embedding leaves unused (more rows only when none are left).
+
+`state_dict()` (plain types) goes into the task's model config, so checkpoints and exports rebuild the same map.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from trainer_core.contract.errors import ProfileError
+from trainer_core.models.text_frontend import TextEncoder, resolve_units
+
+PAD, BOS, EOS = "_", "^", "$"
+# Always in a new voice's map, in this order after the framing symbols.
+BASE_SYMBOLS = (PAD, BOS, EOS, " ", "!", "'", "(", ")", ",", "-", ".", ":", ";", "?")
+
+
+@dataclass
+class SymbolTable:
+    """Symbol -> ids, the number of embedding rows, and how transcripts become symbols."""
+
+    id_map: dict[str, list[int]]
+    num_symbols: int
+    units: str
+    """"phonemes" or "chars"."""
+    lowercase: bool
+    espeak_voice: str
+    espeak_backend: str = "auto"
+    missing: Counter[str] = field(default_factory=Counter)
+    """Units of the transcripts encoded so far that the map does not hold, with their counts."""
+
+    def __post_init__(self) -> None:
+        for symbol in (PAD, BOS, EOS):
+            if symbol not in self.id_map:
+                raise ProfileError(f"the symbol map has no {symbol!r}, which frames every sentence; use another voice")
+        top = max(i for ids in self.id_map.values() for i in ids)
+        if top >= self.num_symbols:
+            raise ProfileError(f"the symbol map uses id {top} but the voice has {self.num_symbols} symbols")
+        self._frontend = TextEncoder([], self.units, self.lowercase, self.espeak_voice, self.espeak_backend)  # type: ignore[arg-type]
+
+    @classmethod
+    def build(
+        cls,
+        transcripts: Iterable[str],
+        tts: Any,
+        num_symbols: int,
+        base: Mapping[str, Sequence[int]] | None = None,
+    ) -> tuple[SymbolTable, list[str]]:
+        """The map for a corpus: `base` (a source model's) or the framing and punctuation, plus every symbol of the
+        corpus it lacks; returns the table and the symbols added."""
+        units = resolve_units(tts.text_units, tts.espeak_backend)
+        framing = {symbol: [index] for index, symbol in enumerate(BASE_SYMBOLS)}
+        id_map = {symbol: list(ids) for symbol, ids in (base or framing).items()}
+        table = cls(dict(id_map), max(num_symbols, _rows(id_map)), units, tts.lowercase, tts.espeak_voice,
+                    tts.espeak_backend)  # fmt: skip
+        transcripts = list(transcripts)
+        table._frontend.prepare(transcripts)
+        seen = sorted({symbol for text in transcripts for symbol in table.symbols_of(text)})
+        added = [symbol for symbol in seen if symbol not in id_map]
+        used = {i for ids in id_map.values() for i in ids}
+        free = (i for i in range(table.num_symbols + len(added)) if i not in used)
+        for symbol in added:
+            id_map[symbol] = [next(free)]
+        grown = cls(id_map, max(table.num_symbols, _rows(id_map)), units, tts.lowercase, tts.espeak_voice,
+                    tts.espeak_backend)  # fmt: skip
+        grown._frontend = table._frontend  # phonemized once, reused by the dataset's encode calls
+        return grown, added
+
+    def symbols_of(self, text: str) -> list[str]:
+        """`text` as symbols before lookup: its units, NFD-decomposed into code points."""
+        return list(unicodedata.normalize("NFD", "".join(self._frontend.units_of(text))))
+
+    def encode(self, text: str) -> list[int]:
+        """Piper-framed ids for `text`: `^ _ s1 _ s2 _ ... $`; an empty list when no symbol is known."""
+        inner: list[int] = []
+        pad = self.id_map[PAD]
+        for symbol in self.symbols_of(text):
+            ids = self.id_map.get(symbol)
+            if ids is None:
+                self.missing[symbol] += 1
+                continue
+            inner += [*ids, *pad]
+        if not inner:
+            return []
+        return [*self.id_map[BOS], *pad, *inner, *self.id_map[EOS]]
+
+    def vocabulary(self) -> list[str | None]:
+        """The symbol of each embedding row (None for rows no symbol uses): what a row means, for moving rows."""
+        rows: list[str | None] = [None] * self.num_symbols
+        for symbol, ids in self.id_map.items():
+            for index in ids:
+                rows[index] = symbol
+        return rows
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "id_map": {symbol: list(ids) for symbol, ids in self.id_map.items()},
+            "num_symbols": self.num_symbols,
+            "units": self.units,
+            "lowercase": self.lowercase,
+            "espeak_voice": self.espeak_voice,
+            "espeak_backend": self._frontend.backend or "",
+            "espeak_version": self._frontend.espeak_version,
+        }
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, Any]) -> SymbolTable:
+        try:
+            id_map = {str(symbol): [int(i) for i in ids] for symbol, ids in dict(state["id_map"]).items()}
+            return cls(
+                id_map,
+                int(state["num_symbols"]),
+                str(state["units"]),
+                bool(state["lowercase"]),
+                str(state["espeak_voice"]),
+                str(state.get("espeak_backend") or "auto"),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ProfileError(f"the voice's symbol map is incomplete ({exc}); export the model again") from exc
+
+
+def _rows(id_map: Mapping[str, Sequence[int]]) -> int:
+    return 1 + max(i for ids in id_map.values() for i in ids)
