@@ -25,7 +25,7 @@ import pytest
 
 from trainer_core.contract.eventlog import read_all
 from trainer_core.contract.protocol import Event
-from trainer_core.tiny_profiles import tiny_profile
+from trainer_core.tiny_profiles import Kind, tiny_profile
 
 REPO = Path(__file__).resolve().parent.parent
 # The trainer's command line under this interpreter, as the dashboard spawns it.
@@ -309,8 +309,9 @@ def keep_torch_threads() -> Iterator[None]:
     torch.set_num_threads(threads)
 
 
-def new_vocoder_trainer(tmp_path: Path, name: str, *settings: str) -> Any:
-    """A tiny two-optimizer vocoder Trainer built in process on the test voice, its run folder `tmp_path/name`."""
+def new_group_trainer(kind: Kind, tmp_path: Path, name: str, *settings: str) -> Any:
+    """A tiny two-optimizer Trainer of `kind` ("vocoder" or "vits") built in process on the test voice, its run
+    folder `tmp_path/name`."""
     from trainer_core.contract import rundir
     from trainer_core.contract.eventlog import EventWriter
     from trainer_core.engine.control_state import ControlState
@@ -318,12 +319,29 @@ def new_vocoder_trainer(tmp_path: Path, name: str, *settings: str) -> Any:
     from trainer_core.engine.setup import build_trainer
     from trainer_core.plan import make_plan
 
-    profile = tmp_path / "vocoder.toml"
-    profile.write_text(tiny_profile("vocoder", data={"cache_dir": str(tmp_path / "cache")}), encoding="utf-8")
+    profile = tmp_path / f"{kind}.toml"
+    profile.write_text(tiny_profile(kind, data={"cache_dir": str(tmp_path / "cache")}), encoding="utf-8")
     run_dir = tmp_path / name
     plan = make_plan(str(profile), [f"data.path={TEST_VOICE}", *settings], run_dir=run_dir, use_machine_file=False)
     rundir.create_run_dir(run_dir)
     return build_trainer(plan, EventHub(EventWriter(run_dir / rundir.EVENTS)), ControlState(), run_dir)
+
+
+def new_vits_export(tmp_path: Path, *settings: str) -> Path:
+    """An export folder of a tiny vits voice, built in process and never trained (a start model for runs)."""
+    from trainer_core.engine.export import export_model
+
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    trainer = new_group_trainer("vits", tmp_path, "source", *settings)
+    config = {**trainer.task.model_config(), "step": 0, "profile": trainer.profile_toml}
+    folder = tmp_path / "source-export"
+    export_model(trainer.task.export_module(trainer.module), config, folder)
+    return folder
+
+
+def new_vocoder_trainer(tmp_path: Path, name: str, *settings: str) -> Any:
+    """A tiny two-optimizer vocoder Trainer built in process on the test voice, its run folder `tmp_path/name`."""
+    return new_group_trainer("vocoder", tmp_path, name, *settings)
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,6 @@
-"""Several optimizer groups in one step, in process: the real vocoder task (a discriminator, then a generator)
-on the bundled demo voice. A non-finite loss in either group skips the whole step, an out-of-memory error in
-either group's pass leaves the weights exactly as a clean step at the halved micro-batch would, and every
+"""Several optimizer groups in one step, in process: the real vocoder and vits tasks (a discriminator, then a
+generator) on the bundled demo voice. A non-finite loss in either group skips the whole step, an out-of-memory
+error in either group's pass leaves the weights exactly as a clean step at the halved micro-batch would, and every
 parameter belongs to exactly one group."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import new_vocoder_trainer
+from conftest import new_group_trainer, new_vocoder_trainer
 
 from trainer_core.contract.errors import VegaError
 from trainer_core.engine.grad_scaler import VegaGradScaler
@@ -20,6 +20,7 @@ from trainer_core.engine.group_step import GroupedStepRunner
 from trainer_core.engine.optimizers import task_groups
 from trainer_core.engine.trainer import Trainer
 from trainer_core.models.base import GroupSpec
+from trainer_core.tiny_profiles import Kind
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread", "keep_torch_threads")
 
@@ -51,9 +52,15 @@ def test_the_vocoder_trains_two_groups_in_update_order(tmp_path: Path) -> None:
         assert any(not torch.equal(before[k], after[k]) for k in before if k.startswith(prefix)), prefix
 
 
-@pytest.mark.parametrize("group", ["discriminator", "generator"])
-def test_a_nonfinite_loss_in_either_group_skips_the_whole_step(tmp_path: Path, group: str) -> None:
-    trainer = new_vocoder_trainer(tmp_path, group, "debug.nonfinite_at_steps=[3]", f'debug.fault_group="{group}"')
+GROUP_KINDS: list[tuple[Kind, str]] = [
+    ("vocoder", "discriminator"), ("vocoder", "generator"), ("vits", "discriminator"), ("vits", "generator"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("kind", "group"), GROUP_KINDS)
+def test_a_nonfinite_loss_in_either_group_skips_the_whole_step(tmp_path: Path, kind: Kind, group: str) -> None:
+    faults = ("debug.nonfinite_at_steps=[3]", f'debug.fault_group="{group}"')
+    trainer = new_group_trainer(kind, tmp_path, group, *faults)
     for _ in range(2):
         assert trainer.runner.run().applied
     before, lrs = weights(trainer), trainer.runner.groups.lrs()
@@ -70,19 +77,24 @@ def test_a_nonfinite_loss_in_either_group_skips_the_whole_step(tmp_path: Path, g
     assert trainer.runner.run().applied and trainer.state.step == 3
 
 
-@pytest.mark.parametrize("group", ["discriminator", "generator"])
+@pytest.mark.parametrize(("kind", "group"), GROUP_KINDS)
 def test_an_oom_in_either_group_halves_the_micro_batch_and_retries_from_the_same_weights(
-    tmp_path: Path, group: str
+    tmp_path: Path, kind: Kind, group: str
 ) -> None:
-    faulty = new_vocoder_trainer(tmp_path, f"oom-{group}", "debug.oom_at_steps=[3]", f'debug.fault_group="{group}"')
-    clean = new_vocoder_trainer(tmp_path, f"clean-{group}")
+    faults = ("debug.oom_at_steps=[3]", f'debug.fault_group="{group}"')
+    faulty = new_group_trainer(kind, tmp_path, f"oom-{group}", *faults)
+    clean = new_group_trainer(kind, tmp_path, f"clean-{group}")
     for trainer in (faulty, clean):
+        torch.manual_seed(0)  # one process, one generator: each twin draws the same noise (a VITS samples latents)
         for _ in range(2):
             trainer.runner.run()
     assert same(weights(faulty), weights(clean))
-    # The clean twin takes step 3 at the micro-batch the recovery picks: the retried step must match it exactly.
+    # The clean twin takes step 3 at the micro-batch the recovery picks: the retried step must match it exactly,
+    # the noise of the failed attempt included.
     clean.state.micro_batch, clean.state.grad_accum = 2, 2
-    assert faulty.runner.run().applied and clean.runner.run().applied
+    for trainer in (faulty, clean):
+        torch.manual_seed(1)
+        assert trainer.runner.run().applied
     assert (faulty.state.micro_batch, faulty.state.grad_accum) == (2, 2)
     assert faulty.state.step == clean.state.step == 3
     assert same(weights(faulty), weights(clean))

@@ -582,3 +582,50 @@ def test_a_fresh_model_starts_from_pipers_initialisation() -> None:
             float(reference.square().mean().sqrt()),
         )
         assert 0.8 < mine / theirs_rms < 1.25, f"{name}: rms {mine:.4g} vs {theirs_rms:.4g}"
+
+
+# -------------------------------------------------------------------------------- starting voices
+
+
+def start_from(voice: Voice, n_speakers: int, speakers: list[str], keep: str | None = None) -> VitsModel:
+    """A fresh Vega model of the checkpoint's shape with `n_speakers`, started from it as a run would be."""
+    from trainer_core.engine.model_source import load_model_source
+    from trainer_core.engine.vits_init import apply_vits_init
+
+    shape = voice.checkpoint.vits_config()
+    config = replace(shape, n_speakers=n_speakers, gin_channels=shape.gin_channels or 64 if n_speakers > 1 else 0)
+    torch.manual_seed(5)
+    model = VitsModel(config).eval()
+    source = load_model_source(voice.reference.checkpoint)
+    assert source.vocabulary is not None
+    report = apply_vits_init(model, source, source.vocabulary, speakers, strict=True, keep_speaker=keep)
+    assert report.loaded and not report.skipped
+    return model
+
+
+def spoken(model: Any, sid: torch.Tensor | None) -> torch.Tensor:
+    """The audio Piper's or Vega's generator says TEXT[0] with, the noise off (both return it first)."""
+    text, lengths = torch.tensor(TEXT[:1]), torch.tensor(TEXT_LENGTHS[:1])
+    with torch.no_grad():
+        return model.infer(text, lengths, sid, noise_scale=0.0, noise_scale_w=0.0)[0]
+
+
+@pytest.mark.parametrize("voice", ["multi"], indirect=True)
+def test_a_multi_speaker_voice_starts_a_one_speaker_voice_as_the_speaker_it_keeps(voice: Voice) -> None:
+    """The kept speaker's conditioning is folded into the biases: the one-speaker model says what Piper's
+    multi-speaker model says as that speaker."""
+    model = start_from(voice, 1, [], keep="speaker_2")
+    piper = voice.reference.model.model_g
+    ours = spoken(model.model_g, None)
+    assert gap(spoken(piper, torch.tensor([2])), ours) <= AUDIO_TOLERANCE
+    assert gap(spoken(piper, torch.tensor([0])), ours) > 100 * AUDIO_TOLERANCE  # another speaker differs
+
+
+@pytest.mark.parametrize("voice", ["x_low"], indirect=True)
+def test_a_one_speaker_voice_starts_every_speaker_of_a_new_voice_as_itself(voice: Voice) -> None:
+    """Conditioning layers the source lacks start at zero: each new speaker begins as the source's voice."""
+    model = start_from(voice, 3, ["ann", "bob", "cy"])
+    reference = spoken(voice.reference.model.model_g, None)
+    for sid in range(3):
+        assert gap(reference, spoken(model.model_g, torch.tensor([sid]))) <= AUDIO_TOLERANCE
+    assert bool(torch.isfinite(model.model_g.enc_q.enc.cond_layer.weight).all())

@@ -63,6 +63,8 @@ def describe_error(err: ErrorDetails) -> str:
         return _unknown_key_message(loc, err.get("input"))
     if kind == "value_error" and len(loc) == 1:
         return f"[{loc[0]}] {_strip_value_error(err['msg'])}"
+    if kind == "value_error" and not loc:  # a rule across sections: its message names the fields
+        return _strip_value_error(err["msg"])
     if kind == "missing" and loc and isinstance(loc[-1], int):
         return f"{_dotted(loc[:-1])} = {show_value(err.get('input'))}: too few items (item {loc[-1]} is missing)"
     return f"{_dotted(loc)} = {show_value(err.get('input'))}: {_rule(err)}"

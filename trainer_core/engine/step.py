@@ -87,6 +87,7 @@ class StepRunner:
     def run(self) -> StepOutcome:
         """One optimizer step; on out-of-memory, halve the micro-batch and retry the same items."""
         while True:
+            random_state = self._random_state()
             try:
                 return self._attempt()
             except torch.OutOfMemoryError as exc:
@@ -95,6 +96,17 @@ class StepRunner:
                 raise self._oom_under_ddp(message)
             # Recover outside the except block: the traceback pins the failed step's tensors.
             self._recover_from_oom(message)
+            # The retry draws the noise the failed attempt drew (dropout masks, a VITS's latent samples).
+            self._restore_random_state(random_state)
+
+    def _random_state(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        cuda = torch.cuda.get_rng_state(self.device) if self.device.type == "cuda" else None
+        return torch.get_rng_state(), cuda
+
+    def _restore_random_state(self, state: tuple[torch.Tensor, torch.Tensor | None]) -> None:
+        torch.set_rng_state(state[0])
+        if state[1] is not None:
+            torch.cuda.set_rng_state(state[1], self.device)
 
     def _attempt(self) -> StepOutcome:
         s, t0 = self.state, time.perf_counter()

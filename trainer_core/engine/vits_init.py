@@ -123,7 +123,9 @@ def _speakers(
     elif target_multi:
         for name, tensor in state.items():
             if CONDITIONING.match(name) and name not in weights:
-                tensor.zero_()  # g = 0 in a weight-normed layer makes its weight zero too
+                # g = 0 makes a weight-normed layer's weight zero; its direction v stays (zero would be 0/0).
+                if not name.endswith(V):
+                    tensor.zero_()
                 report.new.append(name)
         report.new.append(SPEAKER_TABLE)
         report.notes.append(

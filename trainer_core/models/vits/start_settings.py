@@ -5,7 +5,7 @@ resampled to its sample rate), its text front end (`[tts]`: espeak-ng voice, pho
 fine-tuning learning rate (`train.finetune_lr`, else Piper's 2e-4). `adopt_piper` writes those into the profile
 and says what changed, so the dry run, the launch screen and the frozen profile.toml all show the model that
 will train. A resumed run keeps what it started with: the same sections are read back from its own frozen
-profile (`adopt_frozen`). Torch-free: the plan calls it.
+profile (`adopt_frozen`), whether or not the resume names the start model again. Torch-free: the plan calls it.
 """
 
 from __future__ import annotations
@@ -106,10 +106,7 @@ def adopt_piper(
 def adopt_frozen(profile: Profile, run_dir: Path) -> tuple[Profile, list[str]]:
     """A resumed run started from another model: the shape, audio and text front end it started with."""
     path = run_dir / rundir.PROFILE
-    try:
-        frozen = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
-        return profile, []
+    frozen = _frozen(run_dir)
     sections: dict[str, Any] = {}
     for name in ADOPTED_SECTIONS:
         if isinstance(frozen.get(name), dict):
@@ -117,6 +114,14 @@ def adopt_frozen(profile: Profile, run_dir: Path) -> tuple[Profile, list[str]]:
     if isinstance(frozen.get("train"), dict) and "lr" in frozen["train"]:
         sections["train"] = {**profile.train.model_dump(), "lr": frozen["train"]["lr"]}
     return _replace(profile, sections, f"{path} (what the run started with)")
+
+
+def _frozen(run_dir: Path) -> dict[str, Any]:
+    """The run folder's frozen profile.toml as data ({} when it cannot be read)."""
+    try:
+        return tomllib.loads((run_dir / rundir.PROFILE).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return {}
 
 
 def _replace(profile: Profile, sections: dict[str, Any], where: str) -> tuple[Profile, list[str]]:
@@ -155,10 +160,11 @@ def adopt_start(profile: Profile, kind: str, resume: str | None, run_dir: Path) 
     from trainer_core.contract.piper_voice import find_voice_config, read_checkpoint_metadata, read_voice_config
 
     t = profile.train
+    if resumes(resume, run_dir):
+        started_from = _frozen(run_dir).get("train", {}).get("init_from")
+        return adopt_frozen(profile, run_dir) if kind == "vits" and started_from else (profile, [])
     if t.init_from is None:
         return profile, []
-    if resumes(resume, run_dir):
-        return adopt_frozen(profile, run_dir) if kind == "vits" else (profile, [])
     file = resolve_source(t.init_from)
     if file.form == "piper":
         if kind != "vits":
