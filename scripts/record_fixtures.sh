@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Re-records the event-log fixtures in tests/fixtures/events/ with the real trainer (tiny CPU lm runs).
+# Re-records the event-log fixtures in tests/fixtures/events/ with the real trainer (tiny runs).
 #   scripts/record_fixtures.sh            -> all of them
 #   scripts/record_fixtures.sh lm_failed  -> only the named ones
 # Each fixture folder keeps events.jsonl, trainer.log, profile.toml and session.json (when the run wrote one).
@@ -118,7 +118,35 @@ record_lm_killed() {
   keep lm_killed
 }
 
-ALL=(lm_completed lm_stopped lm_faults lm_failed lm_killed)
+# A tiny VITS run (trainer_core.tiny_profiles' "vits") on the 40-clip test voice: two optimizer
+# groups (discriminator, then generator), validated at steps 0, 8 and 16, free-running speech at
+# each validation after the start.
+record_vits_completed() {
+  local profile="$WORK/vits_completed.toml"
+  mkdir -p "$WORK"
+  (cd "$SRC" && "$PY" - "$profile" "$ROOT/tests/fixtures/voice" "$WORK/cache" <<'EOF'
+import sys
+from pathlib import Path
+
+from trainer_core.tiny_profiles import tiny_profile
+
+target, voice, cache = sys.argv[1:4]
+text = tiny_profile(
+    "vits",
+    run={"name": "vits_completed"},
+    data={"path": voice, "cache_dir": cache},
+    train={"max_steps": 16, "eval_every_steps": 8, "validate_at_start": True,
+           "free_running_every": 1},
+)
+Path(target).write_text(text, encoding="utf-8")
+EOF
+  )
+  start vits_completed --profile "$profile"
+  wait "$PID"
+  keep vits_completed
+}
+
+ALL=(lm_completed lm_stopped lm_faults lm_failed lm_killed vits_completed)
 for name in "${@:-${ALL[@]}}"; do
   "record_$name"
 done

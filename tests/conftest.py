@@ -344,6 +344,16 @@ def new_vocoder_trainer(tmp_path: Path, name: str, *settings: str) -> Any:
     return new_group_trainer("vocoder", tmp_path, name, *settings)
 
 
+@pytest.fixture(scope="session")
+def piper_voice(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A random-weight Piper voice made by Piper's own code (16 kHz, a narrow generator, Piper's full discriminator),
+    its voice config beside it, in VOICES/tiny-piper/ (a level below a voices folder); built once per session."""
+    from piper_reference import make_small_reference
+
+    checkpoint, _config = make_small_reference(tmp_path_factory.mktemp("voices") / "tiny-piper")
+    return checkpoint
+
+
 @pytest.fixture(scope="module")
 def one_torch_thread() -> Iterator[None]:
     """One torch thread for a module's in-process models: other tests share this machine's few cores, and

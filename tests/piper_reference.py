@@ -372,3 +372,97 @@ def make_reference(
     resave_with_parametrization_names(checkpoint, parametrized)
     (parametrized.parent / voice_config.name).write_bytes(voice_config.read_bytes())
     return PiperReference(quality, num_speakers, model, checkpoint, parametrized, voice_config)
+
+
+# ----------------------------------------------------------------------------------- small voices
+
+# A Piper voice far narrower than any quality level (the dashboard's tests need a Piper-made
+# checkpoint, not a good one): 16 kHz, Piper's low-quality decoder layout at a fraction of its
+# width. Piper's discriminator keeps its fixed size whatever the generator's.
+SMALL_ARGUMENTS: dict[str, Any] = {
+    "sample_rate": 16000,
+    "inter_channels": 16,
+    "hidden_channels": 16,
+    "filter_channels": 32,
+    "n_layers": 1,
+    "resblock": "2",
+    "resblock_kernel_sizes": (3,),
+    "resblock_dilation_sizes": ((1, 2),),
+    "upsample_rates": (8, 8, 4),
+    "upsample_initial_channel": 32,
+    "upsample_kernel_sizes": (16, 16, 8),
+}
+
+
+def make_small_reference(
+    folder: Path,
+    quality: str = "x_low",
+    seed: int = 0,
+    **arguments: Any,
+) -> tuple[Path, Path]:
+    """A random-weight Piper voice built by Piper's own VitsModel constructor from SMALL_ARGUMENTS
+    (each overridable), saved through Lightning as `<folder>/<folder name>.ckpt` with the voice
+    config Piper writes beside it (audio.quality says `quality`); returns (checkpoint, config)."""
+    import inspect
+
+    from piper.train.vits.lightning import VitsModel
+    from piper.train.vits.models import SynthesizerTrn
+
+    folder.mkdir(parents=True, exist_ok=True)
+    wanted = {**SMALL_ARGUMENTS, **arguments}
+    with quiet(), torch.device("meta"):  # the constructor's wiring, no weights (as above)
+        model = VitsModel(mos_metric=None, segment_size=SEGMENT_SIZE, **wanted)
+    wiring = inspect.signature(SynthesizerTrn).parameters
+    torch.manual_seed(seed)
+    with quiet():
+        model.model_g = SynthesizerTrn(**{name: getattr(model.model_g, name) for name in wiring})
+    model.model_d = shared_discriminator()
+    randomise(model.model_g, seed + 1)
+    model = model.to("cpu").eval()
+    checkpoint = folder / f"{folder.name}.ckpt"
+    save_lightning_checkpoint(model, checkpoint)
+    voice_config = folder / f"{folder.name}.onnx.json"
+    hparams = model.hparams
+    write_voice_config(voice_config, quality, hparams.sample_rate, hparams.num_symbols, 1)
+    return checkpoint, voice_config
+
+
+# ----------------------------------------------------------------------------------- comparing
+
+
+def build_vega(config: Any) -> Any:
+    """Vega's model with uninitialised memory: every tensor is about to be loaded anyway."""
+    from trainer_core.models.vits.model import VitsModel
+
+    with torch.device("meta"):
+        model = VitsModel(config)
+    return model.to_empty(device="cpu").eval()
+
+
+def gap(a: torch.Tensor, b: torch.Tensor) -> float:
+    assert a.shape == b.shape, f"shapes differ: {tuple(a.shape)} vs {tuple(b.shape)}"
+    return float((a.double() - b.double()).abs().max()) if a.numel() else 0.0
+
+
+class Gauge:
+    """Asserts each comparison and records its largest difference (a junit property). Tolerances
+    are absolute for values up to 1 and relative above (a KL of 400 has float32 steps of 3e-5)."""
+
+    def __init__(self, record: Any) -> None:
+        self.record = record
+
+    def same(self, name: str, piper: torch.Tensor, vega: torch.Tensor, tolerance: float) -> float:
+        difference = gap(piper, vega)
+        scale = max(1.0, float(piper.double().abs().max())) if piper.numel() else 1.0
+        self.record(name, f"{difference:.3g}")
+        message = f"{name}: differs by {difference:.3g} (scale {scale:.3g})"
+        assert difference <= tolerance * scale, message
+        return difference
+
+    def lists(self, name: str, piper: list[Any], vega: list[Any], tolerance: float) -> None:
+        flat_p = [t for group in piper for t in (group if isinstance(group, list) else [group])]
+        flat_v = [t for group in vega for t in (group if isinstance(group, list) else [group])]
+        assert len(flat_p) == len(flat_v) > 0
+        worst = max(gap(p, v) for p, v in zip(flat_p, flat_v, strict=True))
+        self.record(name, f"{worst:.3g}")
+        assert worst <= tolerance, f"{name}: differs by {worst:.3g}"

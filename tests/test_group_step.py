@@ -137,3 +137,14 @@ def test_two_accumulated_half_batches_step_both_groups_like_the_whole_batch(tmp_
         assert math.isclose(value, b.losses[name], rel_tol=1e-4), name
     for key, tensor in weights(whole).items():
         torch.testing.assert_close(tensor, weights(halves)[key], rtol=1e-4, atol=1e-6, msg=key)
+
+
+def test_a_first_step_undone_leaves_the_earlier_group_without_optimizer_state(tmp_path: Path) -> None:
+    """The discriminator had no Adam state before step 1: undoing its step must leave none (not zeros)."""
+    trainer = new_vocoder_trainer(tmp_path, "first", "debug.nonfinite_at_steps=[1]", 'debug.fault_group="generator"')
+    before = weights(trainer)
+    assert not trainer.runner.run().applied
+    assert same(weights(trainer), before)
+    discriminator = trainer.runner.groups[0]
+    assert discriminator.name == "discriminator" and len(discriminator.optimizer.state) == 0
+    assert trainer.runner.run().applied and len(discriminator.optimizer.state) == len(discriminator.params)

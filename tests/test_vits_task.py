@@ -11,8 +11,7 @@ from pathlib import Path
 import pytest
 import soundfile as sf
 import torch
-from conftest import TEST_VOICE, new_group_trainer, new_vits_export, run_cli
-from piper_reference import make_small_reference
+from conftest import TEST_VOICE, new_group_trainer, new_vits_export
 
 from trainer_core.cli import main
 from trainer_core.contract.errors import ProfileError
@@ -25,13 +24,6 @@ from trainer_core.plan import make_plan
 from trainer_core.tiny_profiles import tiny_profile
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread", "keep_torch_threads")
-
-
-@pytest.fixture(scope="module")
-def small_piper(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A random-weight Piper voice made by Piper's own code (22.05 kHz, x_low label, a narrow generator)."""
-    checkpoint, _ = make_small_reference(tmp_path_factory.mktemp("piper") / "small", sample_rate=22050)
-    return checkpoint
 
 
 @pytest.mark.parametrize("quality", ["x_low", "low", "medium", "high"])
@@ -93,16 +85,16 @@ def dry_run(profile: str, *settings: str) -> dict:
 
 
 def test_a_piper_checkpoint_decides_the_shape_and_audio_and_the_plan_says_what_maps(
-    small_piper: Path, tmp_path: Path
+    piper_voice: Path, tmp_path: Path
 ) -> None:
-    plan = dry_run("vits-low", f"train.init_from={small_piper}")
+    plan = dry_run("vits-medium", f"train.init_from={piper_voice}")
     start = plan["init_from"]
     assert start["applied"] and start["form"] == "piper" and start["kind"] == "vits"
-    assert start["text"].startswith("Piper checkpoint small.ckpt (vits, step 0)")
+    assert start["text"].startswith("Piper checkpoint tiny-piper.ckpt (vits, step 0)")
     settings = start["settings"]
-    assert "audio.sample_rate: 16000 -> 22050" in settings  # the checkpoint's rate wins: the corpus is resampled
-    assert "vits.hidden_channels: 192 -> 16" in settings and "vits.quality: 'low' -> 'x_low'" in settings
-    assert "audio.f_max: 8000.0 -> 11025.0" in settings
+    assert "audio.sample_rate: 22050 -> 16000" in settings  # the checkpoint's rate wins: the corpus is resampled
+    assert "vits.hidden_channels: 192 -> 16" in settings and "vits.quality: 'medium' -> 'x_low'" in settings
+    assert "audio.f_max: 11025.0 -> 8000.0" in settings
     mapping = start["mapping"]
     assert (
         mapping["symbols_seen"] > 20
@@ -113,15 +105,16 @@ def test_a_piper_checkpoint_decides_the_shape_and_audio_and_the_plan_says_what_m
     assert vits["hidden_channels"] == 16 and vits["discriminator_parameters"] == 46747132  # Piper's fixed MPD
     # A two-stage (tts) profile cannot start from a Piper voice.
     with pytest.raises(ProfileError, match="is a Piper voice, a vits model, .* use a vits profile"):
-        dry_run("tts-small", f"train.init_from={small_piper}")
+        dry_run("tts-small", f"train.init_from={piper_voice}")
     # A checkpoint without its voice config beside it names the option that supplies one.
     lonely = tmp_path / "lonely" / "voice.ckpt"
     lonely.parent.mkdir()
-    os.link(small_piper, lonely)
+    os.link(piper_voice, lonely)
     with pytest.raises(ProfileError, match=r"no Piper voice config for checkpoint .*pass --init-config FILE"):
-        dry_run("vits-low", f"train.init_from={lonely}")
-    config = small_piper.with_suffix(".onnx.json")
-    assert dry_run("vits-low", f"train.init_from={lonely}", f"train.init_config={config}")["init_from"]["applied"]
+        dry_run("vits-medium", f"train.init_from={lonely}")
+    config = piper_voice.with_suffix(".onnx.json")
+    given = dry_run("vits-medium", f"train.init_from={lonely}", f"train.init_config={config}")
+    assert given["init_from"]["applied"]
 
 
 def test_a_vits_voice_is_refused_as_the_start_of_another_kind(tmp_path: Path) -> None:
@@ -142,13 +135,15 @@ def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
 def test_a_vits_run_speaks_through_synth_and_is_scored_by_evaluate(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    profile = tmp_path / "tiny.toml"
-    train = {"max_steps": 3, "warmup_steps": 1, "free_running_every": 0}
-    profile.write_text(tiny_profile("vits", data={"cache_dir": "cache"}, train=train), encoding="utf-8")
-    env = {"VEGA_CONFIG_DIR": str(tmp_path / "config"), "OMP_NUM_THREADS": "1"}
+    from trainer_core.engine.export import export_model
+
+    # Three steps in this process (a checkpoint at the end, then the export, as the trainer writes them).
+    trainer = new_group_trainer("vits", tmp_path, "run", "train.max_steps=3", "train.warmup_steps=1",
+                                "train.free_running_every=0", "train.eval_every_steps=3")  # fmt: skip
+    assert trainer.fit() == "completed"
     run = tmp_path / "run"
-    done = run_cli(env, "train", "--profile", str(profile), "--data", str(TEST_VOICE), "--run-dir", str(run))
-    assert done.returncode == 0, done.stderr
+    config = {**trainer.task.model_config(), "step": 3, "profile": trainer.profile_toml}
+    export_model(trainer.task.export_module(trainer.module), config, run / "export")
     config = json.loads((run / "export" / "config.json").read_text(encoding="utf-8"))["model"]
     assert config["kind"] == "vits" and config["symbols"]["id_map"]["^"] == [1]
     out = tmp_path / "a.wav"

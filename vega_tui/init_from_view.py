@@ -2,7 +2,8 @@
 
 `init_from_lines(info)` turns the event's fields (as `RunState.init_from` keeps them) into a headline such as
 "started from lessac-20261123-101010 (export): 52 tensors loaded, embedding 41/57 symbols kept, 3 skipped, 6 new"
-and, when there are any, one line naming the skipped and one naming the new tensors.
+(a Piper voice: "started from Piper checkpoint epoch=2164-step=1355540.ckpt: ...") and, when there
+are any, one line naming the skipped and one naming the new tensors.
 """
 
 from __future__ import annotations
@@ -15,8 +16,10 @@ SHOWN_NAMES = 4
 
 
 def source_name(info: dict[str, Any]) -> str:
-    """`RUN (export)`, `RUN (step-00000400.pt)`, or the file or folder named."""
+    """`RUN (export)`, `RUN (step-00000400.pt)`, `Piper checkpoint NAME.ckpt`, or the name."""
     given, path = Path(str(info.get("source", "?"))), Path(str(info.get("path") or info.get("source", "?")))
+    if info.get("form") == "piper":
+        return f"Piper checkpoint {path.name}"
     if info.get("form") == "export":
         run = path.parent.name if path.name == "export" else path.name
         return f"{run} (export)"

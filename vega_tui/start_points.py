@@ -1,43 +1,38 @@
 """The launch screen's "Start from" choices: nothing (from scratch), or a model of the profile's kind found under
-the runs folder, to fine-tune from (`train --init-from PATH`).
+the runs folder, to fine-tune from (`train --init-from PATH`); for vits profiles also the Piper
+voices under the machine file's `[voices] dirs` (`vega_tui.piper_voices`); and a typed path,
+checked here.
 
 A candidate is a run folder that is not training now and holds an export or a checkpoint, or an export folder
 (model.safetensors + config.json) directly under the runs folder or one folder down. Its kind comes from its
 JSON and TOML files (`trainer_core.contract.init_sources`, imported when first used: it builds pydantic models),
-never from loading weights: the dashboard stays torch-free. `find_start_points` reads the disk: call it from a
-worker thread (`post_start_points`).
+never from loading weights: the dashboard stays torch-free. `find_start_points` and
+`typed_start_point` read the disk: call them from worker threads (`post_start_points`,
+`post_start_path`), which post messages.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from textual.message import Message
+
 from trainer_core.contract import rundir
 from trainer_core.contract.errors import VegaError
+from vega_tui.start_point import StartPoint
 from vega_tui.widgets.choice_list import Choice
 
 if TYPE_CHECKING:
-    from textual.message import Message
-
     from trainer_core.contract.init_sources import SourceFacts
     from trainer_core.contract.profile import Profile
 
+Post = Callable[[Message], Any]
 # The "Start from" choice that starts from scratch (no --init-from).
 SCRATCH = "scratch"
 MAX_POINTS = 50
-
-
-@dataclass(frozen=True)
-class StartPoint:
-    """One model to start from: `path` is what `--init-from` gets."""
-
-    path: Path
-    label: str
-    detail: str
-    modified: float
 
 
 def start_kind(profile: Profile, data_mode: str | None, detected_mode: str | None) -> str | None:
@@ -59,9 +54,61 @@ def start_points_key(profile: Profile, data_mode: str | None, report: dict[str, 
 
 def post_start_points(key: tuple[str, str | None], post: Callable[[Message], Any]) -> None:
     """A worker's job: find the models for `key` and post them to the launch screen (never touching a widget)."""
-    from vega_tui.screens.launch_messages import StartPointsScanned
+    from vega_tui.piper_voices import machine_piper_voices
+    from vega_tui.screens.launch_messages import BackgroundProblem, StartPointsScanned
 
-    post(StartPointsScanned(key, start_choices(find_start_points(Path(key[0]), key[1]), key[1])))
+    runs, kind = key
+    points = find_start_points(Path(runs), kind)
+    if kind == "vits":
+        voices, problem = machine_piper_voices()
+        points += voices
+        if problem is not None:
+            post(BackgroundProblem(problem))
+    post(StartPointsScanned(key, start_choices(points, kind)))
+
+
+@dataclass
+class StartPathChecked(Message):
+    """A typed "Start from" path checked (`post_start_path`): its choice, or why it cannot be."""
+
+    generation: int
+    choice: Choice | None
+    error: str | None
+
+
+def post_start_path(generation: int, text: str, kind: str | None, post: Post) -> None:
+    """A worker's job: check the typed path `text` for a run of `kind` and post the answer."""
+    try:
+        point = typed_start_point(text, kind)
+    except (VegaError, OSError, ValueError) as exc:
+        post(StartPathChecked(generation, None, str(exc).removeprefix("train.init_from: ")))
+    except Exception as exc:  # noqa: BLE001 - an answer must come, or Start waits for ever
+        post(StartPathChecked(generation, None, f"cannot read {text}: {exc!r}"))
+    else:
+        choice = Choice(str(point.path), point.label, point.detail)
+        post(StartPathChecked(generation, choice, None))
+
+
+def typed_start_point(text: str, kind: str | None) -> StartPoint:
+    """The model a typed path names (a run folder, checkpoint, export or Piper `.ckpt`), read
+    torch-free; a VegaError says why it cannot be started from (missing, holds no model, another
+    kind, no voice config)."""
+    from trainer_core.contract.init_sources import InitSourceError, peek_source, resolve_source
+    from vega_tui.piper_voices import piper_point
+
+    path = Path(text).expanduser().absolute()  # the trainer gets the whole path
+    facts = peek_source(resolve_source(path))
+    if kind is not None and facts.kind is not None and facts.kind != kind:
+        trains = f"this profile trains a {kind} model"
+        raise InitSourceError(f"{text} holds a {facts.kind} model, but {trains}")
+    if facts.file.form != "piper":
+        point, run = _facts_point(path, facts, None), facts.file.run_dir
+        inside = run is not None and run != path  # RUN/export, RUN/checkpoints/step-N.pt
+        return replace(point, label=f"{run.name}/{path.name}") if inside and run else point
+    voice = piper_point(facts.file.path)
+    step = f" · step {facts.step}" if facts.step is not None else ""
+    detail = f"Piper checkpoint · {voice.detail}{step}"
+    return StartPoint(path, voice.label, detail, voice.modified)
 
 
 def _facts(path: Path) -> SourceFacts | None:
@@ -77,7 +124,13 @@ def _point(path: Path, kind: str, status: str | None) -> StartPoint | None:
     facts = _facts(path)
     if facts is None or facts.kind != kind:
         return None
-    what = facts.file.chosen.removeprefix("its ") or f"{facts.file.form} folder"
+    return _facts_point(path, facts, status)
+
+
+def _facts_point(path: Path, facts: SourceFacts, status: str | None) -> StartPoint:
+    """A run folder, checkpoint or export by its name, with its status, what it holds, its step."""
+    form = facts.file.form
+    what = facts.file.chosen.removeprefix("its ") or {"export": "export folder"}.get(form, form)
     parts = [status, what, f"step {facts.step}" if facts.step is not None else None]
     try:
         modified = facts.file.path.stat().st_mtime
@@ -131,5 +184,7 @@ def start_choices(points: list[StartPoint], kind: str | None) -> list[Choice]:
         why = "choose a data folder: its mode decides the model kind"
     else:
         why = "" if points else f"no finished {kind} run or export in the runs folder"
+        if kind == "vits" and not points:
+            why += " and no Piper voice under the machine file's [voices] dirs"
     scratch = Choice(SCRATCH, "nothing (from scratch)", why)
     return [scratch, *(Choice(str(point.path), point.label, point.detail) for point in points)]

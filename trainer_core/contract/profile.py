@@ -121,6 +121,11 @@ class ModelSection(Section):
             raise ValueError(f'model.task ({self.task}) chooses the model: leave model.kind "auto", not "{self.kind}"')
         if self.task is not None and self.size == "auto":
             raise ValueError(f'model.size = "auto" sizes Vega\'s own models; model.task ({self.task}) sizes its own')
+        if self.kind in ("vocoder", "vits") and self.size == "auto":
+            raise ValueError(
+                f'model.size = "auto" sizes the acoustic and text models; a {self.kind} takes its shape from '
+                f'[{self.kind}]: leave model.size "fixed"'
+            )
         return self
 
     @model_validator(mode="after")

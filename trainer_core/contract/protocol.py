@@ -211,7 +211,7 @@ class TaskEvent(Event):
     """Once per start, when the task is built: which task trains and whose code it is."""
 
     type: Literal["task"] = "task"
-    name: str = Field(description='a built-in task ("tts", "lm", "vocoder") or model.task\'s "package.module:factory"')
+    name: str = Field(description='a built-in kind ("tts", "lm", "vocoder", "vits") or "package.module:factory"')
     module: str | None = Field(default=None, description="model.task's module")
     file: PathText | None = Field(default=None, description="the file model.task's module was loaded from")
     external: bool = Field(default=False, description="the code comes from outside Vega (allowed by the machine file)")

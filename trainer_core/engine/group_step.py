@@ -20,6 +20,7 @@ import math
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from typing import Any
 
 import torch
 
@@ -32,18 +33,56 @@ from trainer_core.models.base import Batch, Carry, batch_to
 
 
 class GroupSnapshot:
-    """A group's weights and optimizer state just before its step: enough to undo it."""
+    """A group's weights and optimizer state just before its step: enough to undo it.
+
+    The copies live in buffers kept from step to step and refilled (`capture`): a 47M-parameter discriminator's
+    weights and Adam moments are half a gigabyte, and allocating them anew every step cost as much as the step."""
 
     def __init__(self, group: OptimizerGroup) -> None:
         self.group = group
-        self.weights = [p.detach().clone() for p in group.params]
-        self.optimizer = copy.deepcopy(group.optimizer.state_dict())
+        self.weights: list[torch.Tensor] = []
+        self.state: dict[int, dict[str, Any]] = {}
+        """Per parameter (by position) that had optimizer state: its entries, tensors copied into buffers."""
 
+    @torch.no_grad()
+    def capture(self) -> GroupSnapshot:
+        params = [p.detach() for p in self.group.params]
+        if len(self.weights) != len(params):
+            self.weights = [p.clone() for p in params]
+        else:
+            torch._foreach_copy_(self.weights, params)
+        state, kept = self.group.optimizer.state, self.state
+        self.state = {}
+        for index, param in enumerate(self.group.params):
+            if param in state:
+                old = kept.get(index, {})
+                self.state[index] = {name: _copy_into(old.get(name), value) for name, value in state[param].items()}
+        return self
+
+    @torch.no_grad()
     def restore(self) -> None:
-        with torch.no_grad():
-            for param, saved in zip(self.group.params, self.weights, strict=True):
-                param.copy_(saved)
-        self.group.optimizer.load_state_dict(self.optimizer)
+        torch._foreach_copy_([p.detach() for p in self.group.params], self.weights)
+        state = self.group.optimizer.state
+        for index, param in enumerate(self.group.params):
+            saved = self.state.get(index)
+            if saved is None:
+                state.pop(param, None)  # it had no state before this step (the first one)
+                continue
+            for name, value in saved.items():
+                current = state[param].get(name)
+                if isinstance(value, torch.Tensor) and isinstance(current, torch.Tensor):
+                    current.copy_(value)
+                else:
+                    state[param][name] = value.clone() if isinstance(value, torch.Tensor) else value
+
+
+def _copy_into(buffer: Any, value: Any) -> Any:
+    """`value` copied, into `buffer` when it is a tensor of the same shape and type (no new allocation)."""
+    if not isinstance(value, torch.Tensor):
+        return copy.deepcopy(value)
+    if isinstance(buffer, torch.Tensor) and buffer.shape == value.shape and buffer.dtype == value.dtype:
+        return buffer.copy_(value)
+    return value.clone()
 
 
 @contextmanager
@@ -62,12 +101,16 @@ def frozen(params: Sequence[torch.nn.Parameter]) -> Iterator[None]:
 class GroupedStepRunner(StepRunner):
     """StepRunner for tasks that declare optimizer groups; OOM recovery and the loop position are inherited."""
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._snapshots: dict[str, GroupSnapshot] = {}
+
     def _attempt(self) -> StepOutcome:
         s, t0 = self.state, time.perf_counter()
         self.groups.zero_grad()
         batches, items, data_s = self._fetch(s.grad_accum)
         lr, lrs = self.groups.main.lr(), self.groups.lrs()
-        snapshots: list[GroupSnapshot] = []
+        snapshots: list[GroupSnapshot] = []  # the groups stepped so far this step, each able to undo its step
         try:
             rows, norms = self._passes(batches, s.step + 1, snapshots)
             outcome = self._finish(rows, norms, snapshots, items, (lr, lrs))
@@ -113,7 +156,7 @@ class GroupedStepRunner(StepRunner):
                 norms.append(torch.nn.utils.clip_grad_norm_(group.params, group.clip or float("inf")))
                 self.faults.after_unscale(step_no, group.name)
                 if group is not last:
-                    snapshots.append(GroupSnapshot(group))
+                    snapshots.append(self._snapshot(group).capture())
                     self.precision.scaler.step(group.optimizer)
             stepped.extend(group.params)
         return rows, norms
@@ -158,6 +201,13 @@ class GroupedStepRunner(StepRunner):
                 self._advance()
         self.profiler.step_done()
         return StepOutcome(finite, loss, dict(zip(names, parts, strict=True)), norm, items, lr[0], lr[1])
+
+    def _snapshot(self, group: OptimizerGroup) -> GroupSnapshot:
+        """The group's snapshot, its buffers kept from the step before (a new one for a new group object)."""
+        kept = self._snapshots
+        if group.name not in kept or kept[group.name].group is not group:
+            kept[group.name] = GroupSnapshot(group)
+        return kept[group.name]
 
     @staticmethod
     def _undo(snapshots: list[GroupSnapshot]) -> None:

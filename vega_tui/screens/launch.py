@@ -1,10 +1,12 @@
 """The launch screen: pick a profile, data, compute mode, device and processes per node, read the plan, Start.
 
-Everything slow runs on background threads that only post messages: probing the machine
-(`trainer_core.contract.resources`, torch-free), validating profiles, watching the profile folders
-(watchfiles), scanning the data folder (`trainer-core check-data --json`) and the preflight plan
-(`trainer-core train --dry-run --json`). Each check carries a generation number, so a late answer
-to an outdated question is dropped. Choices that follow the profile (modes, data folder) keep
+Everything slow runs on background threads that only post messages
+(`vega_tui.screens.launch_workers`): probing the machine (`trainer_core.contract.resources`,
+torch-free), validating profiles, watching the profile folders (watchfiles), scanning the data
+folder (`trainer-core check-data --json`) and the preflight plan (`trainer-core train --dry-run
+--json`); the "Start from" section (`vega_tui.widgets.start_from`) finds and checks models to
+start from the same way. Each check carries a generation number, so a late answer to an outdated
+question is dropped. Choices that follow the profile (modes, data folder) keep
 following it until the user changes them.
 
 Start-up time matters (the first frame should come in well under a second), so the modules that build
@@ -49,20 +51,26 @@ from vega_tui.screens.launch_selection import (
     overrides_with_runs_root,
     profile_defaults,
 )
-from vega_tui.start_points import SCRATCH, post_start_points, start_choices, start_points_key
+from vega_tui.screens.launch_workers import (
+    check_data,
+    dry_run,
+    probe_machine,
+    read_profiles,
+    watch_profiles,
+)
+from vega_tui.start_points import post_start_points, start_points_key
 from vega_tui.widgets.choice_list import ChoiceList
 from vega_tui.widgets.mode_picker import AUTO_DEVICE, compute_mode_choices, data_mode_choices, device_choices
 from vega_tui.widgets.preflight import PreflightPanel, run_folder_parts
 from vega_tui.widgets.process_list import ProcessList
-from vega_tui.widgets.profile_list import ProfileEntry, ProfileList, default_profile_name, scan_profiles
+from vega_tui.widgets.profile_list import ProfileEntry, ProfileList, default_profile_name
+from vega_tui.widgets.start_from import StartFrom
 
 if TYPE_CHECKING:
     from trainer_core.contract.resources import DeviceChoice, MachineResources
 
 # Typing in the data folder or moving through a list settles for this long before a check runs.
 DEBOUNCE_S = 0.4
-# A dry run scans the data folder; big corpora take a while, but never forever.
-CHECK_TIMEOUT_S = 300.0
 
 
 # ------------------------------------------------------------------------------------------ screen
@@ -111,7 +119,7 @@ class LaunchScreen(Screen[None]):
                 folder = Input(id="data-folder", placeholder="path to audio or text", compact=True)
                 yield _section("Data folder", folder)
                 yield _section("Data mode", ChoiceList(id="data-mode"), Static("", id="data-detect"))
-                yield _section("Start from", ChoiceList(id="start-from"))
+                yield _section("Start from", StartFrom(id="start-from-section"))
             with VerticalScroll(id="launch-right", can_focus=False):
                 yield _section("Compute mode", ChoiceList(id="compute-mode"))
                 yield _section("Device", ChoiceList(id="device"))
@@ -126,16 +134,16 @@ class LaunchScreen(Screen[None]):
         self.query_one("#data-mode", ChoiceList).set_choices(data_mode_choices(), "auto")
         self.query_one("#compute-mode", ChoiceList).set_choices(compute_mode_choices(None), "mixed")
         self.query_one("#device", ChoiceList).set_choices(device_choices(None, "mixed"))
-        self.query_one("#start-from", ChoiceList).set_choices(start_choices([], None))
         self.query_one(PreflightPanel).show_waiting("reading profiles and this machine…")
         self._update_start()
         # After the first frame: these threads would otherwise compete with it for the interpreter.
         self.call_after_refresh(self._start_background_work)
 
     def _start_background_work(self) -> None:
-        run_in_background(self._probe_machine, name="vega-probe")
-        run_in_background(self._scan_profiles, name="vega-profiles")
-        run_in_background(self._watch_profiles, name="vega-watch-profiles")
+        post = self.post_message
+        run_in_background(probe_machine, post, name="vega-probe")
+        run_in_background(read_profiles, self.selection.overrides, post, name="vega-profiles")
+        run_in_background(watch_profiles, self._stop_watch, post, name="vega-watch-profiles")
 
     def on_unmount(self) -> None:
         self._stop_watch.set()
@@ -146,53 +154,6 @@ class LaunchScreen(Screen[None]):
             self._back_from_run = False
             self.start_key = None  # the run just left may be a model to start from now
             self._schedule(data_changed=False)
-
-    # ----------------------------------------------------------------------- background work
-
-    def _probe_machine(self) -> None:
-        from trainer_core.contract.resources import probe
-
-        try:
-            self.post_message(ResourcesProbed(probe(), None))
-        except Exception as exc:  # a broken driver must not stop the launch screen from opening
-            self.post_message(ResourcesProbed(None, f"cannot read this machine's devices: {exc}"))
-
-    def _scan_profiles(self) -> None:
-        try:
-            self.post_message(ProfilesScanned(scan_profiles(self.selection.overrides)))
-        except OSError as exc:
-            self.post_message(BackgroundProblem(f"cannot read the profile folders: {exc}"))
-
-    def _watch_profiles(self) -> None:
-        import watchfiles  # imported on this thread: not needed for the first frame
-
-        from trainer_core.contract.profile_loader import config_dir, repo_profiles_dir
-
-        folders = [str(path) for path in (config_dir(), repo_profiles_dir()) if path.is_dir()]
-        if not folders:
-            return
-        try:
-            for changes in watchfiles.watch(*folders, stop_event=self._stop_watch, debounce=200, step=50):
-                if any(path.endswith(".toml") for _change, path in changes):
-                    self.post_message(ProfilesChanged())
-        except (OSError, RuntimeError) as exc:  # e.g. the inotify watch limit: lose live refresh, not the screen
-            self.post_message(BackgroundProblem(f"profile files are not watched for changes: {exc}"))
-
-    def _check_data(self, generation: int, argv: list[str]) -> None:
-        from vega_tui.runner import run_json
-
-        try:
-            self.post_message(DataChecked(generation, run_json(argv, CHECK_TIMEOUT_S), None))
-        except VegaError as exc:
-            self.post_message(DataChecked(generation, None, str(exc)))
-
-    def _dry_run(self, generation: int, argv: list[str]) -> None:
-        from vega_tui.runner import run_json
-
-        try:
-            self.post_message(PlanReady(generation, run_json(argv, CHECK_TIMEOUT_S), None))
-        except VegaError as exc:
-            self.post_message(PlanReady(generation, None, str(exc)))
 
     # ----------------------------------------------------------------------- results
 
@@ -214,7 +175,9 @@ class LaunchScreen(Screen[None]):
 
     @on(ProfilesChanged)
     def _profiles_changed(self) -> None:
-        run_in_background(self._scan_profiles, name="vega-profiles")
+        self.start_key = None  # the machine file's [voices] dirs may have changed: list again
+        post = self.post_message
+        run_in_background(read_profiles, self.selection.overrides, post, name="vega-profiles")
 
     @on(BackgroundProblem)
     def _background_problem(self, message: BackgroundProblem) -> None:
@@ -233,9 +196,8 @@ class LaunchScreen(Screen[None]):
     def _start_points_scanned(self, message: StartPointsScanned) -> None:
         if message.key != self.start_key:
             return
-        choices, self.start_key_shown = self.query_one("#start-from", ChoiceList), message.key
-        choices.set_choices(message.choices)
-        self._start_from_chosen(choices.value)
+        self.start_key_shown = message.key
+        self.query_one(StartFrom).show_found(message.choices, message.key[1])
 
     @on(PlanReady)
     def _plan_ready(self, message: PlanReady) -> None:
@@ -264,15 +226,13 @@ class LaunchScreen(Screen[None]):
         self._show_devices()
         self._schedule(data_changed=False)
 
-    @on(ChoiceList.Changed, "#start-from")
-    def _start_from_changed(self, event: ChoiceList.Changed) -> None:
-        self._start_from_chosen(event.value)
-
-    def _start_from_chosen(self, value: str | None) -> None:
-        wanted = None if value in (None, SCRATCH) else value
-        if wanted != self.selection.init_from:
-            self.selection.init_from = wanted
+    @on(StartFrom.Changed)
+    def _use_start_point(self, event: StartFrom.Changed) -> None:
+        if event.value != self.selection.init_from:
+            self.selection.init_from = event.value
             self._schedule(data_changed=False)
+        else:
+            self._update_start()  # the typed path's check started or ended
 
     @on(ChoiceList.Changed, "#device")
     @on(ChoiceList.Changed, "#processes")
@@ -292,9 +252,10 @@ class LaunchScreen(Screen[None]):
             self._schedule(data_changed=True)
 
     @on(ChoiceList.Confirmed)
+    @on(StartFrom.Confirmed)
     @on(Input.Submitted, "#data-folder")
     def _go_to_start(self) -> None:
-        """Enter in a list or the folder field accepts it and moves on to Start."""
+        """Enter in a list, the folder field or a good typed path accepts it, moves on to Start."""
         start = self.query_one("#start", Button)
         if not start.disabled:
             start.focus()
@@ -396,6 +357,8 @@ class LaunchScreen(Screen[None]):
             return "choose a data folder"
         if self.data_error is not None:
             return f"data folder: {self.data_error}"
+        if (start_problem := self.query_one(StartFrom).problem) is not None:
+            return start_problem
         if self.plan_error is not None:
             return self.plan_error
         return None
@@ -435,7 +398,8 @@ class LaunchScreen(Screen[None]):
         if folder and self._data_check_started != self.data_generation:
             self._data_check_started = self.data_generation
             argv = check_data_argv(folder, self.selection.data_mode or "auto", entry)
-            run_in_background(self._check_data, self.data_generation, argv, name="vega-check-data")
+            args = (self.data_generation, argv, self.post_message)
+            run_in_background(check_data, *args, name="vega-check-data")
         if entry is None and not self.profiles_listed:
             return  # the profile list will schedule the checks again when it arrives
         if entry is None or not entry.valid:
@@ -445,7 +409,7 @@ class LaunchScreen(Screen[None]):
             self.query_one(PreflightPanel).show_problem("No data folder", "type the path of your audio or text folder")
             return
         argv = self.selection.argv(None, dry_run=True)
-        run_in_background(self._dry_run, self.generation, argv, name="vega-dry-run")
+        run_in_background(dry_run, self.generation, argv, self.post_message, name="vega-dry-run")
 
     def _show_invalid_profile(self, entry: ProfileEntry | None) -> None:
         from trainer_core.contract.profile_loader import config_dir, display_path

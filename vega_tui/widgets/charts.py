@@ -1,9 +1,10 @@
 """Training charts: loss (raw, smoothed, validation, fault and checkpoint markers), loss parts, learning rate,
 throughput, memory, free-running speech and validation metric (against a reference), drawn with plotext.
 
-Runs with several optimizers (a GAN vocoder: discriminator, then generator) get one learning-rate line per
-group, the other groups' losses on the loss chart's right axis, and the validation chart in the speech
-chart's place.
+Runs with several optimizers (a GAN vocoder or a vits voice: discriminator, then generator) get
+one learning-rate line per group, the other groups' losses on the loss chart's right axis, the
+generator's parts (mel, adversarial, feature; kl and duration for vits) and the validation chart
+in the speech chart's place.
 
 What to draw is worked out by pure functions (`loss_chart`, `lr_chart`, ...) that turn a `RunState` into a
 `ChartData`; `RunChart` only hands a `ChartData` to plotext. Keeping the two apart lets tests check what a
@@ -27,6 +28,7 @@ from textual.widget import Widget
 from textual_plotext import PlotextPlot
 
 from trainer_core.contract.units import GIB, format_number
+from vega_tui.widgets.chart_ticks import log_ticks, step_ticks, value_ticks
 
 if TYPE_CHECKING:
     from textual.app import App, ComposeResult
@@ -198,6 +200,7 @@ def group_loss_chart(state: RunState, log_y: bool = False) -> ChartData:
 
 
 PART_COLORS = ("cyan", "orange", "green", "magenta", "blue", "red", "gray")
+METRIC_COLOR = "orange"  # the validation chart's metric
 
 
 def parts_chart(state: RunState) -> ChartData:
@@ -272,9 +275,9 @@ def validation_chart(state: RunState) -> ChartData:
     name, with best-model markers, one where the metric first beat the reference and one where early stopping
     ended the run."""
     name = state.metric_name
-    metric = series_line(state, f"val_metric:{name}", name, "orange") if name else None
+    metric = series_line(state, f"val_metric:{name}", name, METRIC_COLOR) if name else None
     if metric is None:
-        name, metric = None, series_line(state, "val_loss", "validation loss", "orange")
+        name, metric = None, series_line(state, "val_loss", "validation loss", METRIC_COLOR)
     reference = state.reference.get(name) if name else None
     label = state.reference_name or "reference"
     line = flat_line(label, metric.xs, reference, "green") if metric is not None and reference is not None else None
@@ -286,7 +289,7 @@ def validation_chart(state: RunState) -> ChartData:
 def _other_metrics(state: RunState, shown: str | None) -> list[Line | None]:
     """A task's further validation metrics (its val_metrics beyond the first), on the right axis: each scale its own."""
     keys = sorted(key for key in state.series if key.startswith("val_metric:") and key != f"val_metric:{shown}")
-    colors = PART_COLORS[1:]
+    colors = [color for color in PART_COLORS if color != METRIC_COLOR]  # not the metric's colour
     return [
         series_line(state, key, key.removeprefix("val_metric:"), colors[i % len(colors)], right=True)
         for i, key in enumerate(keys)
@@ -305,27 +308,16 @@ def _validation_title(state: RunState, name: str | None, reference: float | None
 
 
 def validation_wanted(state: RunState) -> bool:
-    """Whether the validation chart takes the speech chart's place: the run is scored against a reference, or
-    trains several optimizers (a GAN vocoder: no free-running speech, and its loss is not what validation
-    measures), or its task says it does not speak (a model of one's own, an LM: its metrics are charted there)."""
+    """Whether the validation chart takes the speech chart's place: the run is scored against a
+    reference, or trains several optimizers (a GAN vocoder or a vits voice: its loss is not what
+    validation measures), or its task says it does not speak (a model of one's own, an LM: its
+    metrics are charted there)."""
     speaks = state.task.get("speaks") if state.task is not None else None
     return bool(state.reference) or len(state.groups) > 1 or speaks is False
 
 
 # Rows of a chart that are not plot: title, top and bottom frame, step labels.
 PLOT_FRAME_ROWS = 4
-
-
-def step_ticks(low: float, high: float, count: int = 5) -> list[int]:
-    """About `count` round step numbers between low and high (1, 2 or 5 times a power of ten apart)."""
-    if high <= low:
-        return [int(low)]
-    raw = (high - low) / max(1, count - 1)
-    magnitude = 10 ** math.floor(math.log10(raw))
-    spacing = next(m * magnitude for m in (1, 2, 5, 10) if m * magnitude >= raw)
-    spacing = max(1, int(spacing))
-    first = math.ceil(low / spacing) * spacing
-    return list(range(first, int(high) + 1, spacing))
 
 
 def _step_range(data: ChartData) -> tuple[float, float] | None:
@@ -351,27 +343,6 @@ def marker_bands(plotted: list[float]) -> dict[str, float] | None:
         "nonfinite": fault_y,
         "memory": fault_y,
     }
-
-
-def value_ticks(low: float, high: float, count: int = 6) -> tuple[list[float], list[str]]:
-    """About `count` round values between low and high, and their labels."""
-    if high <= low:
-        return [low], [f"{low:.4g}"]
-    raw = (high - low) / (count - 1)
-    magnitude = 10 ** math.floor(math.log10(raw))
-    spacing = next(m * magnitude for m in (1, 2, 2.5, 5, 10) if m * magnitude >= raw)
-    # A hair of tolerance: 3 * 0.0002 is a little above 0.0006, and the top tick must not vanish for it.
-    first, last = math.ceil(low / spacing - 1e-9), math.floor(high / spacing + 1e-9)
-    ticks = [n * spacing for n in range(first, last + 1)]
-    return ticks, [f"{tick:.4g}" for tick in ticks]
-
-
-def log_ticks(low: float, high: float, count: int = 5) -> tuple[list[float], list[str]]:
-    """Ticks for a log10-transformed axis, labelled with the real values."""
-    if high <= low:
-        return [low], [f"{10**low:.3g}"]
-    ticks = [low + (high - low) * i / (count - 1) for i in range(count)]
-    return ticks, [f"{10**tick:.3g}" for tick in ticks]
 
 
 class RunChart(PlotextPlot):

@@ -86,7 +86,7 @@ def plan_rows(plan: dict[str, Any]) -> list[tuple[str, Text | str]]:
     if plan.get("validation"):
         rows.append(("validate", _validation_text(plan["validation"])))
     if plan.get("init_from"):
-        rows.append(("start from", str(plan["init_from"].get("text", plan["init_from"].get("given", "?")))))
+        rows += init_from_rows(plan["init_from"])
     runs, name = run_folder_parts(plan)
     rows.append(("run", f"{display_path(runs)}/{name}-<start time>"))
     rows += [("note", Text(str(note), style="yellow")) for note in plan.get("notes", [])]
@@ -140,6 +140,9 @@ def _model_text(model: dict[str, Any]) -> str:
         return f"custom task {model['task']}"
     if model.get("kind") == "vocoder":
         return _vocoder_text(model.get("vocoder"))
+    if model.get("kind") == "vits":  # an older trainer's plan does not describe it
+        shape = model.get("vits")
+        return vits_text(shape) if isinstance(shape, dict) else "vits (generator + discriminator)"
     text = f"{model.get('kind', '?')}, hidden {model.get('hidden', '?')}"
     layers = model.get("layers")
     if isinstance(layers, int):
@@ -157,6 +160,49 @@ def _vocoder_text(shape: Any) -> str:
         f"vocoder, generator {shape.get('channels', '?')} channels x {shape.get('blocks', '?')} blocks; "
         f"{periods} period + {resolutions} resolution discriminators"
     )
+
+
+def vits_text(shape: dict[str, Any]) -> str:
+    """A VITS voice by its Piper quality level, its generator and discriminator, its training
+    window and the memory a step needs (the plan's hidden/layers are the transformer's: unused)."""
+    quality = shape.get("quality")
+    level = f"Piper quality {quality}" if quality and quality != "custom" else "custom shape"
+    sizes = (
+        f"generator {_millions(shape.get('generator_parameters'))} + discriminator "
+        f"{_millions(shape.get('discriminator_parameters'))} parameters"
+    )
+    width = f"hidden {shape.get('hidden_channels', '?')} x {shape.get('layers', '?')} layers"
+    samples, frames = shape.get("segment_size", "?"), shape.get("segment_frames", "?")
+    window = f"segments of {samples} samples ({frames} frames)"
+    memory = shape.get("memory_estimate_bytes")
+    needs = f"; ~{format_bytes(memory)} to train" if isinstance(memory, (int, float)) else ""
+    return f"vits, {level}: {sizes}, {width}; {window}{needs}"
+
+
+def _millions(count: Any) -> str:
+    return f"{count / 1e6:.1f}M" if isinstance(count, (int, float)) else "?"
+
+
+def init_from_rows(start: dict[str, Any]) -> list[tuple[str, Text | str]]:
+    """What the run starts from; for a vits source, what of the corpus its symbol map covers
+    ("maps") and the settings its checkpoint brings, which replace the profile's ("adopts")."""
+    text = start.get("text", start.get("given", "?"))
+    rows: list[tuple[str, Text | str]] = [("start from", str(text))]
+    mapping = start.get("mapping")
+    if isinstance(mapping, dict) and mapping.get("text"):
+        rows.append(("maps", str(mapping["text"])))  # it names the new symbols itself
+    settings = start.get("settings")
+    if not isinstance(settings, list) or not start.get("applied", True):
+        return rows
+    piper = start.get("form") == "piper"  # its shape and audio decide the model
+    whose = "the checkpoint's settings" if piper else "settings for starting from it"
+    if settings:
+        head = f"{whose} replace the profile's ({len(settings)}):"
+        rows.append(("adopts", Text(head, style="yellow")))
+        rows += [("", f"  {line}") for line in settings]
+    elif piper:
+        rows.append(("adopts", f"{whose}: the profile's already match them"))
+    return rows
 
 
 def _schedule_text(schedule: dict[str, Any]) -> str:

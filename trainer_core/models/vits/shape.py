@@ -17,9 +17,11 @@ if TYPE_CHECKING:
 
 # AdamW keeps two moments per parameter, beside the weight and its gradient: 4 float32 copies.
 BYTES_PER_PARAMETER = 16
-# Activations kept for backward, per channel and sample of the decoder's segment (measured on Piper's medium
-# decoder at batch 8: about 60 floats per upsampled channel-sample); a rough guide, not a promise.
-ACTIVATION_FLOATS_PER_SAMPLE = 60
+# A step's activations grow with the batch, the segment and the decoder's width: peak RSS of Piper's medium shape
+# on a CPU, 4.6 s clips, batches 2 and 4, gave about 130 bytes per segment sample and decoder channel per item,
+# beside a fixed 0.75 GiB. An estimate to size a batch by, not a promise.
+ACTIVATION_BYTES = 130
+FIXED_BYTES = int(0.75 * 1024**3)
 
 
 def config_from_profile(profile: Profile, n_vocab: int, n_speakers: int) -> VitsConfig:
@@ -65,7 +67,7 @@ def model_sizes(profile: Profile, n_speakers: int) -> dict[str, Any]:
     generator = sum(p.numel() for p in model.model_g.parameters())
     discriminator = sum(p.numel() for p in model.model_d.parameters())
     batch, segment = profile.train.batch_size, profile.vits.segment_size
-    activations = 4 * ACTIVATION_FLOATS_PER_SAMPLE * batch * segment * config.upsample_initial_channel // 16
+    activations = ACTIVATION_BYTES * batch * segment * config.upsample_initial_channel + FIXED_BYTES
     return {
         "generator_parameters": generator,
         "discriminator_parameters": discriminator,

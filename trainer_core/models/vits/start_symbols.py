@@ -113,7 +113,8 @@ def _mapping(start: VoiceStart, speakers: list[str], report: DataReport, profile
 def _mapping_text(
     seen: int, added: list[str], sampled: int, speakers: list[str], corpus: list[str], known: list[str]
 ) -> str:
-    new = f"; new rows for {' '.join(added[:LISTED])}" if added else ""
+    more = f" and {len(added) - LISTED} more" if len(added) > LISTED else ""
+    new = f"; new rows for {' '.join(added[:LISTED])}{more}" if added else ""
     symbols = f"{seen - len(added)} of {seen} symbols (in {sampled} transcripts) in its map{new}"
     if len(corpus) >= 2 and len(speakers) >= 2:
         who = f"{len(known)} of {len(corpus)} speakers known by name, the rest new"
