@@ -116,9 +116,7 @@ def single_group(
     """AdamW over every parameter with the profile's schedule: the group every built-in task trains."""
     t = profile.train
     params = list(model.parameters())
-    optimizer = torch.optim.AdamW(
-        params, lr=t.lr, betas=t.betas, weight_decay=t.weight_decay, fused=fused_on(device)
-    )
+    optimizer = torch.optim.AdamW(params, lr=t.lr, betas=t.betas, weight_decay=t.weight_decay, fused=fused_on(device))
     scheduler = build_lr_scheduler(optimizer, t.schedule, warmup, total, t.restart_period, t.restart_mult)
     return OptimizerGroups([OptimizerGroup(MAIN, params, optimizer, scheduler, t.grad_clip or None)])
 
