@@ -14,7 +14,7 @@ from trainer_core.engine.checkpoint import list_checkpoints
 
 STEPS = 20
 FAST = {
-    "compute.mode": "cpu", "compute.num_threads": 2, "train.batch_size": 1, "vits.segment_size": 1024,
+    "compute.mode": "cpu", "compute.num_threads": 2, "train.batch_size": 1, "vits.segment_size": 512,
     "train.max_steps": STEPS, "train.eval_every_steps": STEPS, "train.free_running_items": 2,
     "data.cache_dir": "cache",
 }  # fmt: skip

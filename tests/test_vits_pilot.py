@@ -45,7 +45,7 @@ STEPS = 20
 OVERRIDES = [
     f"train.max_steps={STEPS}",
     "train.batch_size=1",
-    "vits.segment_size=1024",
+    "vits.segment_size=512",
     f"train.eval_every_steps={STEPS}",
     "train.free_running_every=0",
     "logging.report=false",
@@ -162,7 +162,7 @@ async def test_a_vits_run_from_a_typed_piper_checkpoint(
         shown = screen.query_one(PreflightPanel).text
         for expected in (
             "model vits, Piper quality x_low: generator 0.2M + discriminator 46.7M parameters, "
-            "hidden 16 x 1 layers; segments of 1024 samples (4 frames); ~",
+            "hidden 16 x 1 layers; segments of 512 samples (2 frames); ~",
             "start from Piper checkpoint tiny-piper.ckpt (vits, step 0); optimizer and schedule",
             f"maps {start['mapping']['text']}",
             "in 40 transcripts",  # the test voice's 40 clips
