@@ -3,14 +3,15 @@
     bench/gpu_check [--steps 200] [--out DIR] [--doc docs/gpu.md]
 
 Each training check trains the shipped profiles through `trainer-core train` (a real subprocess, real events)
-and reads the figures from the run's events.jsonl: lm-small in fp32 (TF32 on and off), bf16 and fp16 against
-the same profile on this machine's CPU cores, with the GPU's utilisation sampled through NVML meanwhile;
-tts-small and vocoder-small in bf16 and fp16; lm-small with a batch far too big for the GPU, which must end with
-`oom_recovered` events and a completed run; lm-small as a one-GPU NCCL torchrun (`--nproc-per-node 1`); and
-bench/pipeline_efficiency.py (Vega against a raw loop) for lm-small and vocoder-small. NVML's memory figures are
-compared with `nvidia-smi`, and bench/gpu_torch_checks.py adds fused AdamW, pinned non-blocking copies
-overlapping compute, a real OOM in the forward pass and in the optimizer step retried in place, and
-torch.compile. A check that fails is recorded as a missed figure; the others still run.
+and reads the figures from the run's events.jsonl: lm-small in fp32 (TF32 on and off), bf16 and fp16 against the
+same profile on this machine's CPU cores, with the GPU's utilisation sampled through NVML meanwhile; tts-small
+and vocoder-small in bf16 and fp16; bench/gpu_vits.py's vits runs (vits-small in bf16 and fp16, vits-medium's
+memory against the plan's estimate, a Piper checkpoint fine-tuned); lm-small with a batch far too big for the
+GPU, which must end with `oom_recovered` events and a completed run; lm-small as a one-GPU NCCL torchrun
+(`--nproc-per-node 1`); and bench/pipeline_efficiency.py (Vega against a raw loop) for lm-small and
+vocoder-small. NVML's memory figures are compared with `nvidia-smi`, and bench/gpu_torch_checks.py adds fused AdamW,
+pinned non-blocking copies overlapping compute, a real OOM in the forward pass and in the optimizer step retried
+in place, and torch.compile. A check that fails is recorded as a missed figure; the others still run.
 
 The result JSON goes to --out (gpu.json) and is rendered into --doc. Without CUDA it says so on stderr, writes
 a skipped result and a doc that says "not measured", and exits 0.
@@ -31,6 +32,7 @@ from typing import Any
 
 import common
 import gpu_torch_checks
+import gpu_vits
 import run_all
 
 from trainer_core.contract.units import format_bytes
@@ -38,6 +40,9 @@ from trainer_core.contract.units import format_bytes
 GPU_BATCH = 256
 # Steps before the throughput window opens: CUDA context, cuDNN autotuning and allocator warm-up.
 WARMUP_STEPS = 20
+# lm-small on the CPU cores at the GPU batch: steps in all, and the first ones left out of its rate.
+CPU_STEPS = 10
+CPU_WARMUP_STEPS = 3
 # One run past this is killed and recorded as failed, so a hung run cannot eat the device's whole lease.
 RUN_TIMEOUT_S = 150
 DOC = common.REPO / "docs" / "gpu.md"
@@ -98,6 +103,7 @@ def run_checks(result: common.Result, scratch: Path, steps: int, pipeline: bool 
     result.notes.append(gpu_name())
     gpu_torch_checks.guarded(result, "NVML against nvidia-smi", check_nvml)
     gpu_torch_checks.guarded(result, "training runs", lambda r: check_training(r, scratch, steps))
+    gpu_torch_checks.guarded(result, "vits", lambda r: gpu_vits.check_vits(r, scratch, steps, train, add_run))
     gpu_torch_checks.guarded(result, "real CUDA OOM in a run", lambda r: check_oom(r, scratch))
     gpu_torch_checks.guarded(result, "one-GPU NCCL torchrun", lambda r: check_nccl(r, scratch, steps))
     gpu_torch_checks.run_torch_checks(result)
@@ -117,7 +123,8 @@ def check_training(result: common.Result, scratch: Path, steps: int) -> None:
     lm["fp32-no-tf32"] = train(
         scratch, "lm-fp32-no-tf32", "lm-small", steps, [*big, 'train.precision="fp32"', "train.tf32=false"]
     )
-    cpu = train(scratch, "lm-cpu", "lm-small", max(30, steps // 4), big, compute="cpu")
+    # The CPU has no autotuning to wait out, and at this batch a step takes seconds: a short window.
+    cpu = train(scratch, "lm-cpu", "lm-small", CPU_STEPS, big, compute="cpu", warmup=CPU_WARMUP_STEPS)
     report_lm(result, lm, cpu)
     for profile in ("tts-small", "vocoder-small"):
         for precision in ("bf16", "fp16"):
@@ -169,6 +176,7 @@ def train(
     compute: str = "gpu",
     sample_util: bool = False,
     extra: tuple[str, ...] = (),
+    warmup: int = WARMUP_STEPS,
 ) -> dict[str, Any]:
     """One `trainer-core train` run; its events summarised (with NVML's GPU utilisation when `sample_util`)."""
     run_dir = scratch / name
@@ -192,7 +200,7 @@ def train(
         status, stderr = 124, f"killed after {RUN_TIMEOUT_S} s"
     finally:
         util = sampler.stop() if sampler is not None else None
-    summary = summarise(read_events(run_dir / "events.jsonl"), status, stderr)
+    summary = summarise(read_events(run_dir / "events.jsonl"), status, stderr, warmup)
     summary["gpu_util_pct"] = util
     return summary
 
@@ -230,9 +238,9 @@ def read_events(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
-def summarise(events: list[dict[str, Any]], status: int, stderr: str) -> dict[str, Any]:
+def summarise(events: list[dict[str, Any]], status: int, stderr: str, warmup: int) -> dict[str, Any]:
     steps = [e for e in events if e["type"] == "step"]
-    rates = [e["samples_per_s"] for e in steps if e["step"] > WARMUP_STEPS]
+    rates = [e["samples_per_s"] for e in steps if e["step"] > warmup]
     finished = next((e for e in events if e["type"] == "finished"), {})
     device = next((e for e in events if e["type"] == "device_selected"), {})
     return {

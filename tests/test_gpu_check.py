@@ -102,3 +102,25 @@ def test_a_check_that_raises_is_recorded_as_missed_and_the_next_runs(bench_modul
     assert figure.name == "fused AdamW: ran" and figure.met is False and figure.value is None
     assert figure.detail == "RuntimeError: CUDA error: an illegal memory access was encountered"
     assert any(note.startswith("fused AdamW failed:") for note in result.notes) and ran == ["compile"]
+
+
+def test_vits_medium_peak_is_checked_against_the_plans_real_estimate(
+    bench_modules, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The estimate comes from one real dry run; the runs are stand-in summaries (no GPU here) whose peak sits
+    under it (met) or over it (the negative control: missed)."""
+    common, gpu_check, _ = bench_modules
+    import gpu_vits
+
+    voice = common.voice_overrides(common.SMALL_VOICE)
+    estimate = gpu_vits.plan_estimate("vits-medium", voice, "cpu")
+    assert estimate is not None and estimate > 1 << 30
+    monkeypatch.setattr(gpu_vits, "plan_estimate", lambda *_: estimate)  # one dry run serves both cases
+    for peak_share, met in ((0.5, True), (1.5, False)):
+        run = {"exit": 0, "status": "completed", "first_loss": 2.0, "last_loss": 1.0, "samples_per_s": 1.0}
+        run |= {"device": "cuda:0", "precision": "fp16", "nonfinite": 0, "loss_scale": 512.0}
+        run |= {"mem_device_bytes": int(estimate * peak_share)}
+        result = common.start_result("gpu", "10. GPU check", {})
+        gpu_vits.check_medium_memory(result, tmp_path, 4, lambda *a, run=run, **k: run, gpu_check.add_run, voice, "cpu")
+        figure = next(f for f in result.figures if f.name == "vits-medium peak allocated / plan estimate")
+        assert figure.met is met and figure.value == pytest.approx(peak_share, rel=1e-3)
