@@ -344,6 +344,18 @@ def new_vocoder_trainer(tmp_path: Path, name: str, *settings: str) -> Any:
     return new_group_trainer("vocoder", tmp_path, name, *settings)
 
 
+@pytest.fixture
+def empty_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty user config folder (no machine file, no user profiles) and no VEGA_* settings (no injected
+    GPUs or faults)."""
+    folder = tmp_path / "config"
+    (folder / "profiles").mkdir(parents=True)
+    for key in [key for key in os.environ if key.startswith("VEGA_")]:
+        monkeypatch.delenv(key)
+    monkeypatch.setenv("VEGA_CONFIG_DIR", str(folder))
+    return folder
+
+
 @pytest.fixture(scope="session")
 def piper_voice(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A random-weight Piper voice made by Piper's own code (16 kHz, a narrow generator, Piper's full discriminator),

@@ -99,6 +99,15 @@ def maximum_path_numpy(
                 x -= 1
 
 
+def _restore_modules(saved: dict[str, types.ModuleType | None]) -> None:
+    """Put `sys.modules` entries back as they were (None: the name was absent)."""
+    for name, module in saved.items():
+        if module is None:
+            sys.modules.pop(name, None)
+        else:
+            sys.modules[name] = module
+
+
 @contextlib.contextmanager
 def piper_alignment() -> Iterator[None]:
     """Make Piper's `monotonic_align` importable with the numpy search, then take it away again."""
@@ -117,11 +126,7 @@ def piper_alignment() -> Iterator[None]:
     try:
         yield
     finally:
-        for name, module in saved.items():
-            if module is None:
-                sys.modules.pop(name, None)
-            else:
-                sys.modules[name] = module
+        _restore_modules(saved)
         if saved_attribute is None:
             vits_package.__dict__.pop("monotonic_align", None)
         else:
@@ -311,11 +316,7 @@ def resave_as_lightning_1x(source: Path, target: Path) -> dict[str, Any]:
     try:
         torch.save(content, target)
     finally:
-        for name, module in saved.items():
-            if module is None:
-                sys.modules.pop(name, None)
-            else:
-                sys.modules[name] = module
+        _restore_modules(saved)
     return dict(hyper)
 
 

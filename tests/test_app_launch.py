@@ -10,7 +10,6 @@ started with Start. The snapshot tests pin the layout at 80x24 and 120x40 (regen
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import time
 import tomllib
@@ -85,15 +84,10 @@ def anyio_backend() -> str:
 
 
 @pytest.fixture
-def config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """An empty user config folder (no machine file, no user profiles) and no injected GPUs or faults."""
-    folder = tmp_path / "config"
-    (folder / "profiles").mkdir(parents=True)
-    for key in [key for key in os.environ if key.startswith("VEGA_")]:
-        monkeypatch.delenv(key)
-    monkeypatch.setenv("VEGA_CONFIG_DIR", str(folder))
+def config(empty_config: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty user config folder; each trainer on one thread."""
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    return folder
+    return empty_config
 
 
 async def wait_until(pilot: Pilot, predicate: Callable[[], bool], what: str, timeout: float = WAIT_S) -> None:

@@ -253,6 +253,33 @@ def wait_for_control(run_dir: Path, timeout: float = 60.0) -> None:
         time.sleep(0.05)
 
 
+def two_ranks_stop_resume_and_end_identical(launcher: TrainerLauncher, settings: dict, stop_at: int) -> None:
+    """Two gloo ranks, stopped at `stop_at` or later and resumed, against an uninterrupted run: both end at
+    train.max_steps with equal ranks, equal checkpoints and the same per-step losses."""
+    steps = settings["train.max_steps"]
+    whole = launcher.start("whole", settings, *MIXED, env=NO_GPU)
+    split = launcher.start("split", settings, *MIXED, env={**NO_GPU, "VEGA_FAULT_STEP_SLEEP_S": "0.5"})
+    split.wait_for_step(stop_at, timeout=120)
+    wait_for_control(split.run_dir)
+    assert runner.send(split.run_dir, "stop").ok
+    assert split.wait(timeout=120) == 0, split.stderr
+    first = finished(split.events())
+    assert first.status == "stopped" and stop_at <= first.step < steps
+    resumed = launcher.run("split", settings, *MIXED, "--resume", "auto", run_dir=split.run_dir, env=NO_GPU)
+    assert resumed.proc.returncode == 0, resumed.stderr
+    assert whole.wait(timeout=180) == 0, whole.stderr
+    for run_dir in (split.run_dir, whole.run_dir):
+        events = read_all(run_dir / "events.jsonl")
+        assert finished(events).status == "completed" and finished(events).step == steps
+        assert all(e.world_size == 2 for e in of_type(events, "step"))
+        digests = rank_digests(run_dir)
+        assert set(digests) == {0, 1} and digests[0] == digests[1]
+        newest = list_checkpoints(run_dir / "checkpoints")[0]
+        assert parameter_digest(load_checkpoint(newest)["model"]) == digests[0]
+    assert step_rows(split.events()) == step_rows(whole.events())
+    assert rank_digests(split.run_dir) == rank_digests(whole.run_dir)
+
+
 def test_two_gloo_ranks_train_stop_resume_and_end_identical(trainers: TrainerLauncher) -> None:
     runs_root = trainers.root / "runs"
     whole = start_plain_torchrun(trainers, runs_root)

@@ -16,7 +16,6 @@ checkpoint loads no torch.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -60,17 +59,6 @@ RUN_WAIT_S = 240.0
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
-
-
-@pytest.fixture
-def config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """An empty user config folder (no machine file, no user profiles); no VEGA_* settings."""
-    folder = tmp_path / "config"
-    (folder / "profiles").mkdir(parents=True)
-    for key in [key for key in os.environ if key.startswith("VEGA_")]:
-        monkeypatch.delenv(key)
-    monkeypatch.setenv("VEGA_CONFIG_DIR", str(folder))
-    return folder
 
 
 async def wait_until(
@@ -124,7 +112,7 @@ def finished(path: Path) -> bool:
 
 
 async def test_a_vits_run_from_a_typed_piper_checkpoint(
-    config: Path,
+    empty_config: Path,
     tmp_path: Path,
     piper_voice: Path,
 ) -> None:
@@ -223,11 +211,11 @@ async def test_a_vits_run_from_a_typed_piper_checkpoint(
 
 
 async def test_a_voice_under_the_machine_files_voices_dirs_is_offered(
-    config: Path,
+    empty_config: Path,
     piper_voice: Path,
 ) -> None:
     voices = json.dumps(str(piper_voice.parent.parent))  # the checkpoint is a level below it
-    (config / "machine.toml").write_text(f"[voices]\ndirs = [{voices}]\n", encoding="utf-8")
+    (empty_config / "machine.toml").write_text(f"[voices]\ndirs = [{voices}]\n", encoding="utf-8")
     app = VegaApp()
     async with app.run_test(size=(120, 40)) as pilot:
         screen = await choose_profile(pilot, PROFILE)
@@ -244,7 +232,7 @@ async def test_a_voice_under_the_machine_files_voices_dirs_is_offered(
 
 
 async def test_a_path_that_cannot_be_started_from_says_why_and_blocks_start(
-    config: Path,
+    empty_config: Path,
     tmp_path: Path,
 ) -> None:
     app = VegaApp()

@@ -14,14 +14,11 @@ from pathlib import Path
 import pytest
 from conftest import TEST_VOICE, TrainerLauncher, finished, new_vits_export, of_type, step_rows
 from safetensors.torch import load_file
-from test_ddp import MIXED, NO_GPU, rank_digests, wait_for_control
+from test_ddp import two_ranks_stop_resume_and_end_identical
 from test_vocoder_train import group_rows
 
-from trainer_core.contract.eventlog import read_all
 from trainer_core.engine.checkpoint import list_checkpoints, load_checkpoint
-from trainer_core.engine.distributed import parameter_digest
 from trainer_core.tiny_profiles import tiny_profile
-from vega_tui import runner
 
 STEPS = 10  # 36 training clips in batches of 4: the run crosses an epoch boundary
 SETTINGS = {"train.max_steps": STEPS, "train.eval_every_steps": STEPS}
@@ -98,24 +95,4 @@ def test_two_gloo_ranks_train_vits_stop_resume_and_end_identical(voices: Trainer
     settings = {
         "train.max_steps": 5, "train.warmup_steps": 2, "train.eval_every_steps": 5, "train.checkpoint_every_steps": 2,
     }  # fmt: skip
-    whole = voices.start("whole", settings, *MIXED, env=NO_GPU)
-    split = voices.start("split", settings, *MIXED, env={**NO_GPU, "VEGA_FAULT_STEP_SLEEP_S": "0.5"})
-    split.wait_for_step(2, timeout=120)
-    wait_for_control(split.run_dir)
-    assert runner.send(split.run_dir, "stop").ok
-    assert split.wait(timeout=120) == 0, split.stderr
-    first = finished(split.events())
-    assert first.status == "stopped" and 2 <= first.step < 5
-    resumed = voices.run("split", settings, *MIXED, "--resume", "auto", run_dir=split.run_dir, env=NO_GPU)
-    assert resumed.proc.returncode == 0, resumed.stderr
-    assert whole.wait(timeout=180) == 0, whole.stderr
-    for run_dir in (split.run_dir, whole.run_dir):
-        events = read_all(run_dir / "events.jsonl")
-        assert finished(events).status == "completed" and finished(events).step == 5
-        assert all(e.world_size == 2 for e in of_type(events, "step"))
-        digests = rank_digests(run_dir)
-        assert set(digests) == {0, 1} and digests[0] == digests[1]
-        newest = list_checkpoints(run_dir / "checkpoints")[0]
-        assert parameter_digest(load_checkpoint(newest)["model"]) == digests[0]
-    assert step_rows(split.events()) == step_rows(whole.events())
-    assert rank_digests(split.run_dir) == rank_digests(whole.run_dir)
+    two_ranks_stop_resume_and_end_identical(voices, settings, stop_at=2)

@@ -186,17 +186,8 @@ def _peek_piper(file: SourceFile, init_config: Path | None) -> SourceFacts:
     voice = read_voice_config(find_voice_config(file.path, init_config))
     facts = read_checkpoint_metadata(file.path)
     audio = audio_settings(facts.hyperparameters, voice)
-    features = {
-        "sample_rate": audio.sample_rate,
-        "n_fft": audio.filter_length,
-        "hop_length": audio.hop_length,
-        "win_length": audio.win_length,
-        "n_mels": audio.mel_channels,
-        "f_min": audio.mel_fmin,
-        "f_max": audio.mel_fmax,
-    }
     step = facts.extra.get("global_step")
-    return SourceFacts(file, "vits", audio_features(features), step if isinstance(step, int) else None)
+    return SourceFacts(file, "vits", audio_features(audio.audio_section()), step if isinstance(step, int) else None)
 
 
 def read_export_config(folder: Path) -> dict[str, Any]:

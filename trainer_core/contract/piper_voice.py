@@ -291,6 +291,18 @@ class PiperAudioSettings:
     mel_fmin: float = 0.0
     mel_fmax: float | None = None
 
+    def audio_section(self) -> dict[str, Any]:
+        """The same settings as a profile's [audio] values (an unset mel_fmax is the Nyquist frequency)."""
+        return {
+            "sample_rate": self.sample_rate,
+            "n_fft": self.filter_length,
+            "hop_length": self.hop_length,
+            "win_length": self.win_length,
+            "n_mels": self.mel_channels,
+            "f_min": self.mel_fmin,
+            "f_max": self.mel_fmax if self.mel_fmax is not None else self.sample_rate / 2,
+        }
+
 
 def audio_settings(hparams: Mapping[str, Any], voice: PiperVoiceConfig) -> PiperAudioSettings:
     """The checkpoint's audio settings (Piper's defaults where it names none); the sample rate is

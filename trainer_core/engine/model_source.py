@@ -100,17 +100,7 @@ def _from_piper(file: SourceFile, init_config: Path | None) -> ModelSource:
     speakers = sorted(voice.speaker_id_map, key=lambda name: voice.speaker_id_map[name])
     by_id = {index: name for name, index in voice.speaker_id_map.items()}
     step = read_checkpoint_metadata(file.path).extra.get("global_step")
-    features = audio_features(
-        {
-            "sample_rate": audio.sample_rate,
-            "n_fft": audio.filter_length,
-            "hop_length": audio.hop_length,
-            "win_length": audio.win_length,
-            "n_mels": audio.mel_channels,
-            "f_min": audio.mel_fmin,
-            "f_max": audio.mel_fmax,
-        }
-    )
+    features = audio_features(audio.audio_section())
     return ModelSource(
         file=file,
         weights={**ckpt.weights, **ckpt.unused},

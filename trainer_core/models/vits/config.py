@@ -194,6 +194,23 @@ class VitsConfig:
         return cls(**values)
 
 
+# The layout fields Piper's hyperparameters and the profile's [vits] section name as VitsConfig does.
+LAYOUT_FIELDS = (
+    "inter_channels",
+    "hidden_channels",
+    "filter_channels",
+    "n_heads",
+    "n_layers",
+    "kernel_size",
+    "p_dropout",
+    "resblock",
+    "resblock_kernel_sizes",
+    "resblock_dilation_sizes",
+    "upsample_rates",
+    "upsample_initial_channel",
+    "upsample_kernel_sizes",
+)
+
 _POSITIVE_FIELDS = (
     "n_vocab",
     "spec_channels",

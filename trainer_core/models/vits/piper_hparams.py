@@ -13,31 +13,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from trainer_core.contract.piper_voice import PiperCheckpointError, PiperVoiceConfig
-from trainer_core.models.vits.config import QUALITY_PRESETS, VitsConfig
+from trainer_core.models.vits.config import LAYOUT_FIELDS, QUALITY_PRESETS, VitsConfig
 
 # Piper's width of the speaker embedding when a multi-speaker voice names none.
 PIPER_SPEAKER_CHANNELS = 512
 # VitsConfig field -> Piper hyperparameter, where the names differ.
 _RENAMED = {"n_vocab": "num_symbols", "n_speakers": "num_speakers"}
-_SAME_NAME = (
-    "segment_size",
-    "hop_length",
-    "inter_channels",
-    "hidden_channels",
-    "filter_channels",
-    "n_heads",
-    "n_layers",
-    "kernel_size",
-    "p_dropout",
-    "resblock",
-    "resblock_kernel_sizes",
-    "resblock_dilation_sizes",
-    "upsample_rates",
-    "upsample_initial_channel",
-    "upsample_kernel_sizes",
-    "gin_channels",
-    "use_sdp",
-)
+_SAME_NAME = ("segment_size", "hop_length", *LAYOUT_FIELDS, "gin_channels", "use_sdp")
 
 
 def _literal(value: Any) -> Any:

@@ -25,6 +25,7 @@ from trainer_core.contract.piper_voice import (
 )
 from trainer_core.contract.profile import AudioSection, Profile, TrainSection, TtsSection
 from trainer_core.contract.profile_vits import VitsSection, hop_problem
+from trainer_core.models.vits.config import LAYOUT_FIELDS
 from trainer_core.models.vits.piper_hparams import vits_config_from_piper
 
 # Piper's learning rate, the rate its published voices were fine-tuned with.
@@ -58,40 +59,13 @@ def piper_sections(facts: PiperCheckpointFacts, voice: PiperVoiceConfig, profile
         "speaker_channels": config.gin_channels or profile.vits.speaker_channels,
     }
     return {
-        "audio": {
-            **profile.audio.model_dump(),
-            "sample_rate": audio.sample_rate,
-            "n_fft": audio.filter_length,
-            "hop_length": audio.hop_length,
-            "win_length": audio.win_length,
-            "n_mels": audio.mel_channels,
-            "f_min": audio.mel_fmin,
-            "f_max": audio.mel_fmax if audio.mel_fmax is not None else audio.sample_rate / 2,
-        },
+        "audio": {**profile.audio.model_dump(), **audio.audio_section()},
         "vits": vits,
         "tts": {**profile.tts.model_dump(), "espeak_voice": voice.espeak_voice, "text_units": units},
     }
 
 
-_SHAPE_FIELDS = (
-    "inter_channels",
-    "hidden_channels",
-    "filter_channels",
-    "n_heads",
-    "n_layers",
-    "kernel_size",
-    "p_dropout",
-    "resblock",
-    "resblock_kernel_sizes",
-    "resblock_dilation_sizes",
-    "upsample_rates",
-    "upsample_initial_channel",
-    "upsample_kernel_sizes",
-    "posterior_layers",
-    "flow_layers",
-    "flow_count",
-    "discriminator_channels",
-)
+_SHAPE_FIELDS = (*LAYOUT_FIELDS, "posterior_layers", "flow_layers", "flow_count", "discriminator_channels")
 
 
 def adopt_piper(
