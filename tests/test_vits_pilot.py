@@ -18,12 +18,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from conftest import TEST_VOICE
+from test_app_launch import text_of, wait_until
 from textual.events import Paste
 from textual.pilot import Pilot
 from textual.widgets import Button, Input, Static
@@ -52,35 +51,12 @@ OVERRIDES = [
 VOICE_NAME = "en_US-reference-x_low"  # Piper's naming: language, dataset, quality
 VOICE_FACTS = "x_low · 16000 Hz · one speaker · tiny-piper.ckpt"
 PARTS = ["adversarial", "duration", "feature", "kl", "mel"]
-WAIT_S = 60.0
 RUN_WAIT_S = 240.0
 
 
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
-
-
-async def wait_until(
-    pilot: Pilot,
-    predicate: Callable[[], bool],
-    what: str,
-    timeout: float = WAIT_S,
-) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        await pilot.pause(0.05)
-    screen = pilot.app.screen
-    detail = ""
-    if isinstance(screen, LaunchScreen):
-        detail = f"; plan error: {screen.plan_error}; why: {text_of(screen, '#start-why')}"
-    pytest.fail(f"timed out after {timeout:g} s waiting for {what}{detail}")
-
-
-def text_of(screen: LaunchScreen, selector: str) -> str:
-    return str(screen.query_one(selector, Static).render())
 
 
 async def choose_profile(pilot: Pilot, name: str) -> LaunchScreen:
