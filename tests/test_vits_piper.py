@@ -368,24 +368,24 @@ def test_a_perturbed_posterior_tensor_fails_the_comparison(
 # ------------------------------------------------------------------------------------------- files
 
 
-@pytest.mark.parametrize("voice", ["x_low"], indirect=True)
 def test_a_lightning_1x_checkpoint_reads_as_data(voice: Voice) -> None:
     # Beside the voice's own files, which its fixture removes (a full checkpoint is 200 MB).
     folder = voice.reference.checkpoint.parent / "published"
     folder.mkdir()
-    path = folder / "en_US-reference-x_low.ckpt"
+    name = f"en_US-reference-{voice.reference.quality}"
+    path = folder / f"{name}.ckpt"
     hyper = resave_as_lightning_1x(voice.reference.checkpoint, path)
-    shutil.copy(voice.reference.voice_config, folder / "en_US-reference-x_low.onnx.json")
+    shutil.copy(voice.reference.voice_config, folder / f"{name}.onnx.json")
     assert isinstance(hyper["dataset"][0], Path)
 
     checkpoint = load_piper_checkpoint(path)
     assert checkpoint.lightning_version == "1.7.7"
-    assert checkpoint.voice.path.name == "en_US-reference-x_low.onnx.json"
+    assert checkpoint.voice.path.name == f"{name}.onnx.json"
     hp = checkpoint.hyperparameters
     assert type(hp) is dict and hp["dataset"] == ["/data/voices/reference/dataset.jsonl"]
     assert hp["config_path"] == "/data/voices/reference/config.json"
     assert hp["trained_on"] == "C:\\voices\\reference"
-    assert hp["upsample_rates"] == (8, 8, 4)
+    assert hp["upsample_rates"] == tuple(voice.reference.model.hparams.upsample_rates)
     assert checkpoint.vits_config() == voice.checkpoint.vits_config()
     assert checkpoint.weights.keys() == voice.checkpoint.weights.keys()
     assert all(torch.equal(t, voice.checkpoint.weights[n]) for n, t in checkpoint.weights.items())
