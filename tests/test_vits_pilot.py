@@ -222,7 +222,9 @@ async def test_a_path_that_cannot_be_started_from_says_why_and_blocks_start(
         status = text_of(screen, "#start-path-status")
         assert status.startswith(f"✗ {missing} does not exist; name a run folder"), status
         assert start.disabled
-        assert text_of(screen, "#start-why").startswith(f"start from: {missing} does not exist")
+        why = f"start from: {missing} does not exist"
+        # The reason beside Start follows the field's status on a later refresh: wait for it too.
+        await wait_until(pilot, lambda: text_of(screen, "#start-why").startswith(why), "the reason beside Start")
         assert screen.selection.init_from is None and set(listed(screen)) == {"scratch"}
 
         field.value = ""  # cleared: from scratch, and Start is free again

@@ -73,7 +73,8 @@ class Trainer:
         self.memory = MemoryManager(device, profile.memory)
         self.profiler = StepProfiler(device, profile.logging.profile_interval_s)
         faults = FaultInjector(profile.debug)
-        runner = GroupedStepRunner if len(groups) > 1 else StepRunner
+        # A task that declares groups trains through its group losses even when freezing leaves one group.
+        runner = GroupedStepRunner if task.optimizer_groups() else StepRunner
         self.runner = runner(
             task, model, groups, precision, self.state, device, world, events, self.profiler, self.memory, faults,
             on_resize=self.run_length.remeasure,
