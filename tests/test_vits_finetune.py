@@ -1,5 +1,5 @@
 """Fine-tuning headless, as `trainer-core train --init-from` on a terminal: a Piper checkpoint made by Piper's own
-code trains 20 steps on the demo voice's clips, every tensor of it loaded strictly, its settings adopted. (A vits
+code trains 20 steps on the demo voice, every tensor of it loaded strictly, its settings adopted. (A vits
 run started from another vits run and resumed: tests/test_vits_train.py.)"""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 
-from conftest import TEST_VOICE, TrainerLauncher, finished, of_type, step_rows
+from conftest import DEMO_VOICE, TrainerLauncher, finished, of_type, step_rows
 
 from trainer_core.contract.piper_voice import read_pickled_document
 from trainer_core.engine.checkpoint import list_checkpoints
@@ -16,7 +16,7 @@ STEPS = 20
 FAST = {
     "compute.mode": "cpu", "compute.num_threads": 2, "train.batch_size": 1, "vits.segment_size": 512,
     "train.max_steps": STEPS, "train.eval_every_steps": STEPS, "train.free_running_items": 2,
-    "data.cache_dir": "cache",
+    "data.cache_dir": "cache", "data.val_max_items": 4,
     # Piper's discriminator is full size (47M parameters) whatever the voice: trained, it is 3/4 of each CPU
     # step. Loaded and used but frozen here (train.freeze through the CLI); the dashboard's pilot test and the
     # engine's tests train it.
@@ -25,7 +25,7 @@ FAST = {
 
 
 def test_a_piper_checkpoint_fine_tunes_for_20_steps_headless(tmp_path: Path, piper_voice: Path) -> None:
-    voices = TrainerLauncher(tmp_path, TEST_VOICE)
+    voices = TrainerLauncher(tmp_path, DEMO_VOICE)
     voices.profile = Path(__file__).resolve().parent.parent / "profiles" / "vits-medium.toml"
     run = voices.run("ft", FAST, "--init-from", str(piper_voice))
     assert run.proc.returncode == 0, run.stderr
