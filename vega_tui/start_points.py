@@ -13,7 +13,6 @@ never from loading weights: the dashboard stays torch-free. `find_start_points` 
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,8 +27,8 @@ from vega_tui.widgets.choice_list import Choice
 if TYPE_CHECKING:
     from trainer_core.contract.init_sources import SourceFacts
     from trainer_core.contract.profile import Profile
+    from vega_tui.screens.launch_messages import Post
 
-Post = Callable[[Message], Any]
 # The "Start from" choice that starts from scratch (no --init-from).
 SCRATCH = "scratch"
 MAX_POINTS = 50
@@ -52,7 +51,7 @@ def start_points_key(profile: Profile, data_mode: str | None, report: dict[str, 
     return str(runs), start_kind(profile, data_mode, detected if isinstance(detected, str) else None)
 
 
-def post_start_points(key: tuple[str, str | None], post: Callable[[Message], Any]) -> None:
+def post_start_points(key: tuple[str, str | None], post: Post) -> None:
     """A worker's job: find the models for `key` and post them to the launch screen (never touching a widget)."""
     from vega_tui.piper_voices import machine_piper_voices
     from vega_tui.screens.launch_messages import BackgroundProblem, StartPointsScanned

@@ -8,6 +8,7 @@ dropped.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from textual.message import Message
@@ -16,6 +17,9 @@ if TYPE_CHECKING:
     from trainer_core.contract.resources import MachineResources
     from vega_tui.widgets.choice_list import Choice
     from vega_tui.widgets.profile_list import ProfileEntry
+
+# How a background job hands the screen a message: its thread-safe `post_message`.
+Post = Callable[[Message], Any]
 
 
 class ResourcesProbed(Message):

@@ -11,23 +11,20 @@ The slow imports happen here, on these threads, after the first frame.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
-from typing import Any
-
-from textual.message import Message
+from collections.abc import Sequence
 
 from trainer_core.contract.errors import VegaError
 from vega_tui.screens.launch_messages import (
     BackgroundProblem,
     DataChecked,
     PlanReady,
+    Post,
     ProfilesChanged,
     ProfilesScanned,
     ResourcesProbed,
 )
 from vega_tui.widgets.profile_list import scan_profiles
 
-Post = Callable[[Message], Any]
 # A dry run scans the data folder; big corpora take a while, but never forever.
 CHECK_TIMEOUT_S = 300.0
 

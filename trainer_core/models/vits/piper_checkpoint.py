@@ -77,7 +77,7 @@ def torch_safe_globals() -> list[Callable[..., Any] | tuple[Callable[..., Any], 
     return entries
 
 
-def _torch_load(path: Path, mmap: bool) -> Any:
+def _load_weights_only(path: Path, mmap: bool) -> Any:
     with torch.serialization.safe_globals(torch_safe_globals()):
         return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
 
@@ -87,10 +87,10 @@ def _read(path: Path) -> Mapping[str, Any]:
         try:
             # Memory-mapped: a published checkpoint's optimizer states (most of the file) are
             # never read, and the weights are copied once, into the model.
-            content = _torch_load(path, mmap=True)
+            content = _load_weights_only(path, mmap=True)
         except RuntimeError:
             # Files from before torch's zip format cannot be mapped: read them whole.
-            content = _torch_load(path, mmap=False)
+            content = _load_weights_only(path, mmap=False)
     except pickle.UnpicklingError as exc:
         # The torch-free reader names the global torch refused (and raises with it).
         read_checkpoint_metadata(path)
