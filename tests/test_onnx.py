@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,9 +64,12 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Runs:
     (root / "voice.toml").write_text(tiny_voice_profile("onnx-voice", STEPS, STEPS, ["Hello."]), encoding="utf-8")
     sections = {"data": {"path": str(TEST_VOICE), "cache_dir": "cache"}, "train": {"max_steps": STEPS}}
     (root / "vocoder.toml").write_text(tiny_profile("vocoder", **sections), encoding="utf-8")
-    for name in ("voice", "vocoder"):
-        done = run_cli(env, "train", "--profile", str(root / f"{name}.toml"), "--run-dir", str(root / name))
-        assert done.returncode == 0, done.stderr[-3000:]
+    def train(name: str) -> subprocess.CompletedProcess[str]:
+        return run_cli(env, "train", "--profile", str(root / f"{name}.toml"), "--run-dir", str(root / name))
+
+    with ThreadPoolExecutor(2) as pool:  # one thread each: side by side on two cores
+        for done in pool.map(train, ("voice", "vocoder")):
+            assert done.returncode == 0, done.stderr[-3000:]
     return Runs(root / "voice", root / "vocoder", env)
 
 
