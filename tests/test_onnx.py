@@ -64,6 +64,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Runs:
     (root / "voice.toml").write_text(tiny_voice_profile("onnx-voice", STEPS, STEPS, ["Hello."]), encoding="utf-8")
     sections = {"data": {"path": str(TEST_VOICE), "cache_dir": "cache"}, "train": {"max_steps": STEPS}}
     (root / "vocoder.toml").write_text(tiny_profile("vocoder", **sections), encoding="utf-8")
+
     def train(name: str) -> subprocess.CompletedProcess[str]:
         return run_cli(env, "train", "--profile", str(root / f"{name}.toml"), "--run-dir", str(root / name))
 
