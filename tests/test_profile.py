@@ -21,7 +21,7 @@ from trainer_core.contract.profile_loader import (
 
 SHIPPED = [
     "demo", "tts-small", "tts-base", "lm-small", "vocoder-small", "vocoder-base", "vits-small", "vits-x_low",
-    "vits-low", "vits-medium", "vits-high",
+    "vits-low", "vits-medium", "vits-high", "mms-finetune",
 ]  # fmt: skip
 
 
@@ -247,8 +247,8 @@ def test_find_profile_unknown_name_lists_where_it_looked() -> None:
     assert message.startswith("no profile file or name 'nope' (looked in: ")
     assert str(Path("config/profiles").absolute()) in message and str(repo_profiles_dir()) in message
     assert (
-        "available: demo, lm-small, tts-base, tts-small, vits-high, vits-low, vits-medium, vits-small, vits-x_low, "
-        "vocoder-base, vocoder-small)"
+        "available: demo, lm-small, mms-finetune, tts-base, tts-small, vits-high, vits-low, vits-medium, "
+        "vits-small, vits-x_low, vocoder-base, vocoder-small)"
     ) in message
 
 
