@@ -17,6 +17,11 @@ Lightning is left out there (its GAN recipe is manual optimisation, i.e. the han
 for it: Vega within 3 % of the raw loop. A third side is the same loop without the freezing, as HiFi-GAN's
 reference training script writes it: what a user's own loop usually costs.
 
+mms is the MMS-shaped VITS step (the mms-finetune profile's model: 36 M generator parameters and the 47 M
+multi-period discriminator; batch and segment cut to what a CPU steps in seconds) against the same two-optimizer
+loop, with a bootstrap 95 % interval of the median ratio. Its negative control is Vega with 6 % of the paired raw
+step slept inside every step: that side must miss the 1.03 target, or the method could not see such a cost.
+
 Every framework step is paired with one raw step run right after it (`common.Paired`; hooks: Lightning's
 `on_train_batch_end` callback, a wrapper around Vega's instance `after_step`), so each pair sees the same
 machine load. Figures: median framework / raw ratio over the step pairs after W warm-up steps, and the
@@ -35,6 +40,8 @@ from typing import Any
 
 import common
 
+from trainer_core.tiny_profiles import TINY
+
 SIZES = {
     "lm-small": [],
     "lm-tiny": [
@@ -47,8 +54,25 @@ SIZES = {
 }
 SIDES = ("vega", "lightning", "raw")
 GAN_SIDES = ("vega", "unfrozen", "raw")
+MMS_SIDES = ("vega", "slowed", "raw")
+MMS_TINY_WIDTHS = (
+    "inter_channels", "hidden_channels", "filter_channels", "n_layers", "posterior_layers", "flow_layers",
+    "flow_count", "discriminator_channels", "p_dropout",
+)  # fmt: skip
 # Vega / raw targets: a two-optimizer step does more bookkeeping (a snapshot to undo the first group's step).
-TARGETS = {"vocoder-small": 1.03}
+TARGETS = {"vocoder-small": 1.03, "mms": 1.03}
+# --tiny: MMS's audio and decoder layout (4 upsamplings, resblock 1) at the tiny profiles' widths.
+MMS_TINY = [
+    *(f"vits.{name}={value}" for name, value in TINY["vits"]["vits"].items() if name in MMS_TINY_WIDTHS),
+    "vits.upsample_initial_channel=16",
+    "vits.resblock_kernel_sizes=[3]",
+    "vits.resblock_dilation_sizes=[[1, 3, 5]]",
+    "vits.segment_size=1024",
+    "train.batch_size=1",
+]
+SLOWED = 0.06  # the negative control's extra time per step, as a fraction of the paired raw step
+# MMS-shaped on a CPU: fp32, a micro-batch of 2 and 8192-sample segments (the profile's), no accumulation.
+MMS_CPU = ["compute.mode=cpu", "train.precision=fp32", "train.batch_size=2", "train.grad_accum=1"]
 
 
 class Baselines:
@@ -183,7 +207,7 @@ def measure_size(profile: str, overrides: list[str], warmup: int, steps: int, re
             raise SystemExit(f"{total} steps do not fit in one epoch of {plan.steps_per_epoch} steps; use fewer")
         base = Baselines(plan, plan.profile.train.epochs * plan.steps_per_epoch)
         out: dict[str, list[float]] = {}
-        sides = GAN_SIDES if base.task.optimizer_groups() else SIDES
+        sides = SIDES if not base.task.optimizer_groups() else MMS_SIDES if profile == "mms-finetune" else GAN_SIDES
         for rep, order in enumerate(common.rotations(sides, repeats)):
             for side in order:
                 paired = common.Paired(base.raw_loop(total).step)
@@ -191,6 +215,8 @@ def measure_size(profile: str, overrides: list[str], warmup: int, steps: int, re
                     base.run_raw(total, paired, freeze=side == "raw")
                 elif side == "lightning":
                     base.run_lightning(total, paired)
+                elif side == "slowed":
+                    common.fit_steps(common.build_vega(plan, scratch / f"slow-{rep}"), total, slowed(paired))
                 else:
                     common.fit_steps(common.build_vega(plan, scratch / f"run-{rep}"), total, paired)
                 out.setdefault(f"{side}/raw", []).extend(paired.ratios(warmup))
@@ -199,6 +225,16 @@ def measure_size(profile: str, overrides: list[str], warmup: int, steps: int, re
         return out
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def slowed(paired: common.Paired) -> Any:
+    """The negative control's hook: sleep SLOWED of the last raw step inside the framework's step, then pair."""
+
+    def hook() -> None:
+        time.sleep(SLOWED * (paired.reference[-1] if paired.reference else 0.0))
+        paired()
+
+    return hook
 
 
 def report_size(result: common.Result, label: str, m: dict[str, list[float]]) -> None:
@@ -217,6 +253,8 @@ def report_size(result: common.Result, label: str, m: dict[str, list[float]]) ->
     result.add(f"{label}: Vega steps/s", 1 / common.median(m["vega"]), "steps/s", detail="on this machine's CPU")
     if "lightning/raw" in m:
         report_lightning(result, label, m, raw, vega_ratio)
+    if "slowed/raw" in m:
+        report_mms(result, label, m, target)
     if "unfrozen/raw" in m:
         unfrozen = common.median(m["unfrozen/raw"])
         versus = f"Vega / it {vega_ratio / unfrozen:.3f}"
@@ -227,6 +265,21 @@ def report_size(result: common.Result, label: str, m: dict[str, list[float]]) ->
         control,
         "",
         detail=f"the method's own bias and noise: ideally 1.000; pairs {common.spread(m['raw/raw'])}",
+    )
+
+
+def report_mms(result: common.Result, label: str, m: dict[str, list[float]], target: float) -> None:
+    low, high = common.median_ci(m["vega/raw"])
+    interval = f"{low:.4f}..{high:.4f}"
+    result.add(f"{label}: Vega / raw, 95 % interval (top)", high, "", f"<= {target}", high <= target, interval)
+    slow = common.median(m["slowed/raw"])
+    result.add(
+        f"{label}, negative control (Vega + {SLOWED:.0%} of a step) / raw",
+        slow,
+        "",
+        f"<= {target} (negative control: must MISS)",
+        slow <= target,
+        f"pairs {common.spread(m['slowed/raw'])}",
     )
 
 
@@ -251,6 +304,10 @@ def report_lightning(result: common.Result, label: str, m: dict[str, list[float]
 def size_settings(label: str, args: Any, notes: list[str]) -> tuple[str, list[str]]:
     """(profile, overrides) of one size; the vocoder trains on a generated voice folder (one epoch must hold the
     measured steps)."""
+    if label == "mms":
+        voice = common.voice_data(args.files, args.tiny, notes)
+        tiny = MMS_TINY if args.tiny else []
+        return "mms-finetune", [*common.voice_overrides(voice), *MMS_CPU, *tiny]
     if label == "vocoder-small":
         voice = common.voice_data(args.files, args.tiny, notes)
         tiny = common.VOCODER_TINY if args.tiny else []
@@ -261,15 +318,17 @@ def size_settings(label: str, args: Any, notes: list[str]) -> tuple[str, list[st
 def main() -> int:
     parser = common.base_parser(__doc__.splitlines()[0])
     parser.add_argument(
-        "--sizes", default="lm-small,lm-tiny,vocoder-small", help="comma-separated: lm-small, lm-tiny, vocoder-small"
+        "--sizes",
+        default="lm-small,lm-tiny,vocoder-small,mms",
+        help="comma-separated: lm-small, lm-tiny, vocoder-small, mms",
     )
     parser.add_argument("--files", type=int, default=300, help="recordings in the generated voice folder (vocoder)")
     parser.add_argument("--steps", default=None, help="measured steps per size, e.g. lm-small=10,lm-tiny=200")
     parser.add_argument("--warmup", type=int, default=None, help="warm-up steps per segment (default 3)")
     args = parser.parse_args()
-    steps = {"lm-small": 10, "lm-tiny": 150, "vocoder-small": 20}
+    steps = {"lm-small": 10, "lm-tiny": 150, "vocoder-small": 20, "mms": 8}
     if args.tiny:
-        steps = {"lm-small": 2, "lm-tiny": 3, "vocoder-small": 3}
+        steps = {"lm-small": 2, "lm-tiny": 3, "vocoder-small": 3, "mms": 2}
     if args.steps:
         steps.update({k: int(v) for k, v in (item.split("=") for item in args.steps.split(","))})
     warmup, repeats = args.warmup or (1 if args.tiny else 3), args.repeats or (1 if args.tiny else 3)

@@ -36,6 +36,8 @@ EXPECTED = {
         "lm-tiny: control, raw / raw",
         "vocoder-small: Vega / raw",
         "vocoder-small: Vega steps/s",
+        "mms: Vega / raw, 95 % interval (top)",
+        "mms, negative control",
     ),
     "preload_speed.py": ("Vega cold vs naive librosa loop", "cache hit vs cold", "Vega cold: real-time factor"),
     "event_cost.py": ("demo (TTS): EventHub.emit", "lm-small: MemoryGuard.observe", "event log at 1000 steps/s"),
