@@ -39,6 +39,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--speakers", choices=["auto", "column", "folders", "none"], default="auto",
         help="how clips get their speaker, as data.speakers (default: auto)",
     )  # fmt: skip
+    parser.add_argument("--min-up-votes", type=int, default=0, metavar="N", help="Common Voice: data.min_up_votes")
+    parser.add_argument(
+        "--common-voice-train", choices=["validated", "train"], default="validated",
+        help="Common Voice: the table that trains, as data.common_voice_train (default: validated minus dev/test)",
+    )  # fmt: skip
+    parser.add_argument("--text-column", metavar="NAME", help="datasets folders: the text column (data.text_column)")
+    parser.add_argument("--audio-column", metavar="NAME", help="datasets folders: the audio column (data.audio_column)")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--items", action="store_true", help="with --json: include every usable item")
     parser.add_argument("--min-duration", type=float, default=0.3, metavar="S", help="shortest usable clip (s)")
@@ -56,10 +63,16 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     # Imported here: every sub-command's parser is built at start-up, and only this one needs numpy/soundfile.
+    from trainer_core.data.cache_location import cache_folder
+    from trainer_core.data.corpus_layout import CorpusOptions
     from trainer_core.data.scan import scan_data
     from trainer_core.data.scan_cache import scan_cache_folder
 
     cache = None if args.no_cache else scan_cache_folder(args.cache_dir)
+    corpus = CorpusOptions(
+        args.speakers, args.min_up_votes, args.common_voice_train, args.text_column, args.audio_column,
+        cache_folder(args.cache_dir) / "clips",
+    )  # fmt: skip
     report = scan_data(
         args.path,
         args.data_mode,
@@ -68,6 +81,7 @@ def run(args: argparse.Namespace) -> int:
         workers=args.workers,
         cache_folder=cache,
         speakers=args.speakers,
+        corpus=corpus,
     )
     if args.json:
         print_json(report.to_dict(include_items=args.items))
@@ -103,7 +117,16 @@ def _voice_rows(report: DataReport) -> list[tuple[str, str]]:
         ("channels", _histogram_text(v.channels)),
         ("transcript characters", f"{v.transcript_chars} ({len(v.charset)} distinct)"),
         ("speakers", speakers_text(v.speakers, v.speaker_reason)),
-    ]
+    ] + _corpus_rows(report)
+
+
+def _corpus_rows(report: DataReport) -> list[tuple[str, str]]:
+    """A Common Voice or datasets folder: what it was read as, what trains and what is held out."""
+    v = report.voice
+    if v.corpus_format == "folder":
+        return []
+    held = f"{v.held_out} clips (the corpus's own split; they never train)"
+    return [("corpus", f"{v.corpus_format}: {v.corpus_note}"), ("held out", held)]
 
 
 def speakers_text(speakers: dict[str, SpeakerFigures], reason: str) -> str:
