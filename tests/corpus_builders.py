@@ -104,7 +104,9 @@ def parquet_folder(root: Path) -> None:
 
     data = root / "data"
     data.mkdir(parents=True)
-    schema = pa.schema([("audio", pa.struct([("bytes", pa.binary()), ("path", pa.string())])), ("sentence", pa.string())])
+    schema = pa.schema(
+        [("audio", pa.struct([("bytes", pa.binary()), ("path", pa.string())])), ("sentence", pa.string())]
+    )
     formats = ["FLAC", "WAV", "MP3"]
 
     def rows(first: int, count: int) -> list[tuple[dict[str, object], str]]:
@@ -156,9 +158,9 @@ def save_to_disk_folder(root: Path) -> None:
         folder.mkdir()
         audio = [audio_struct(encoded(n, "FLAC"), f"{split}_{n}.flac") for n in range(first, first + count)]
         table = pa.table({"audio": pa.array(audio, type=audio_type), "text": SENTENCES[first : first + count]})
-        with pa.OSFile(str(folder / "data-00000-of-00001.arrow"), "wb") as sink:
-            with pa.ipc.new_stream(sink, table.schema) as writer:
-                writer.write_table(table, max_chunksize=4)
+        arrow = folder / "data-00000-of-00001.arrow"
+        with pa.OSFile(str(arrow), "wb") as sink, pa.ipc.new_stream(sink, table.schema) as writer:
+            writer.write_table(table, max_chunksize=4)
         (folder / "dataset_info.json").write_text(json.dumps({"features": {}}), encoding="utf-8")
         state = {"_data_files": [{"filename": "data-00000-of-00001.arrow"}], "_split": split}
         (folder / "state.json").write_text(json.dumps(state), encoding="utf-8")

@@ -284,7 +284,7 @@ def list_datasets_folder(root: Path, options: CorpusOptions) -> CorpusListing | 
             continue
         counts[split] = counts.get(split, 0) + reader.read(shard, split in HELD_OUT_SPLITS)
     listing.notes.append(
-        f"{len(shards)} {kind} file(s); rows per split: "
+        f"{len(shards)} {kind} file(s); rows listed per split: "
         + ", ".join(f"{name} {count}" for name, count in counts.items())
     )
     return listing

@@ -1,0 +1,136 @@
+"""Hugging Face `datasets` folders as data.path: parquet shards and save_to_disk folders, built in the test.
+
+The files are written with pyarrow in the layout `datasets` writes (see tests/corpus_builders.py; the `datasets`
+package is not installed here): an audio column of struct<bytes, path> holding FLAC, WAV and MP3 bytes, one
+variant whose audio column is a path string, and a save_to_disk DatasetDict of Arrow streams. Problem rows are
+named by shard and row; validation/test splits are held out and never train; the audio bytes are written out
+once, so a second scan neither rewrites nor reads them again.
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import run_cli
+from corpus_builders import parquet_folder, parquet_path_folder, save_to_disk_folder
+
+from trainer_core.contract.errors import DataError
+from trainer_core.data import audio_probe
+from trainer_core.data.corpus_layout import CorpusOptions
+from trainer_core.data.parquet_corpus import find_shards, sniff_suffix, split_of
+from trainer_core.data.scan import scan_data
+from trainer_core.data.scan_report import DataReport, VoiceItem
+
+
+@pytest.fixture(scope="module")
+def parquet(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("hf") / "kmr-parquet"
+    parquet_folder(root)
+    return root
+
+
+def scan(root: Path, tmp_path: Path, **options: object) -> DataReport:
+    corpus = CorpusOptions(**options, clips_dir=tmp_path / "clips")  # type: ignore[arg-type]
+    return scan_data(root, "voice", 0.3, 20.0, workers=2, cache_folder=tmp_path / "scan", corpus=corpus)
+
+
+def items(report: DataReport) -> list[VoiceItem]:
+    return [item for item in report.items if isinstance(item, VoiceItem)]
+
+
+def test_check_data_names_each_problem_row_by_shard_and_row(parquet: Path, tmp_path: Path) -> None:
+    result = run_cli(dict(os.environ), "check-data", str(parquet), "--json", "--items", "--cache-dir", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    problems = {(Path(p["path"]).name, p["kind"], p["reason"].split(":")[0]) for p in report["problems"]}
+    assert problems == {
+        ("train-00000-of-00002.parquet", "empty_transcript", "row 2"),
+        ("train-00001-of-00002.parquet", "unreadable", "row 1"),
+        ("train-00001-of-00002.parquet", "missing_audio", "row 3"),
+    }
+    voice = report["summary"]["voice"]
+    assert (voice["corpus_format"], voice["usable"], voice["held_out"]) == ("parquet", 10, 3)
+    assert set(voice["formats"]) == {"FLAC/PCM_16", "WAV/PCM_16", "MP3/MPEG_LAYER_III"}
+    assert "rows listed per split: train 8, validation 3" in voice["corpus_note"]
+    held = {item["item_id"] for item in report["items"] if item["held_out"]}
+    assert held == {f"data-validation-00000-of-00001#{row}" for row in range(3)}
+    assert not any(item["held_out"] for item in report["items"] if "-train-" in item["item_id"])
+
+
+def test_audio_is_written_out_once_and_not_read_again(
+    parquet: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first = scan(parquet, tmp_path)
+    clips = sorted((tmp_path / "clips").rglob("0*.*"))
+    assert {path.suffix for path in clips} == {".flac", ".wav", ".mp3"}
+    stamps = {path: path.stat().st_mtime_ns for path in clips}
+    scan_cache = next((tmp_path / "scan").glob("*.json"))
+    assert len(json.loads(scan_cache.read_text(encoding="utf-8"))["files"]) == 10  # every readable clip is known
+    reads: list[Path] = []
+    real = audio_probe.read_header
+    monkeypatch.setattr(audio_probe, "read_header", lambda path: reads.append(path) or real(path))
+    second = scan(parquet, tmp_path)
+    assert second.to_dict(include_items=True) == first.to_dict(include_items=True)
+    assert {path: path.stat().st_mtime_ns for path in clips} == stamps  # not written again
+    assert [path.name for path in reads] == ["000001.wav"]  # only the undecodable row (broken.wav) is tried again
+
+
+def test_a_path_audio_column_and_a_named_text_column(tmp_path: Path) -> None:
+    root = tmp_path / "paths"
+    parquet_path_folder(root)
+    report = scan(root, tmp_path)
+    assert [item.path.relative_to(root).as_posix() for item in items(report)] == [f"wavs/w{n}.wav" for n in range(4)]
+    assert [(p.kind, p.reason.split(";")[0]) for p in report.problems] == [
+        ("missing_audio", "row 4: no audio (the audio cell names 'wavs/missing.wav', which is not a file beside the "
+         "shard or in the data folder)")
+    ]  # fmt: skip
+    with pytest.raises(DataError, match="no column 'words' \\(text\\); its columns are audio, transcription"):
+        scan(root, tmp_path, text_column="words")
+
+
+def test_save_to_disk_folder_maps_its_splits(tmp_path: Path) -> None:
+    root = tmp_path / "saved"
+    save_to_disk_folder(root)
+    assert [path.relative_to(root).as_posix() for path in find_shards(root)] == [
+        "test/data-00000-of-00001.arrow", "train/data-00000-of-00001.arrow"
+    ]  # fmt: skip
+    report = scan(root, tmp_path)
+    assert (report.voice.corpus_format, report.voice.usable, report.voice.held_out) == ("arrow", 8, 2)
+    assert {item.item_id for item in items(report) if item.held_out} == {"test-data-00000-of-00001#0",
+                                                                         "test-data-00000-of-00001#1"}  # fmt: skip
+    assert not report.problems
+
+
+def test_split_names_and_audio_containers() -> None:
+    root = Path("/corpus")
+    assert split_of(root / "data/train-00000-of-00002.parquet", root) == "train"
+    assert split_of(root / "data/validation-00000-of-00001.parquet", root) == "validation"
+    assert split_of(root / "kmr/test/0000.parquet", root) == "test"
+    assert split_of(root / "data/other-00000-of-00001.parquet", root) == "other"
+    assert split_of(root / "clips.parquet", root) == "train"
+    assert sniff_suffix(b"RIFF....WAVE", "x") == ".wav"
+    assert sniff_suffix(b"fLaC", "x") == ".flac"
+    assert sniff_suffix(b"\xff\xf3\x88\xc4", "x") == ".mp3"
+    assert sniff_suffix(b"????", "clip.ogg") == ".ogg"
+
+
+def test_missing_pyarrow_names_the_folder_and_the_extra(
+    parquet: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_import = builtins.__import__
+
+    def without_pyarrow(name: str, *args: object, **kwargs: object) -> object:
+        if name == "pyarrow" or name.startswith("pyarrow."):
+            raise ImportError(f"No module named {name!r}")
+        return real_import(name, *args, **kwargs)  # type: ignore[arg-type]
+
+    for name in [name for name in sys.modules if name == "pyarrow" or name.startswith("pyarrow.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setattr(builtins, "__import__", without_pyarrow)
+    with pytest.raises(DataError, match=f"{parquet}.*needs pyarrow: pip install 'vega\\[hf\\]'"):
+        scan(parquet, tmp_path)
