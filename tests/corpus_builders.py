@@ -1,10 +1,11 @@
-"""Mini corpora as people have them, built in a test: a Common Voice release folder and datasets folders.
+"""Mini corpora as people have them, built in a test: a Common Voice release folder and datasets
+folders.
 
-Real audio (tones with a little noise, so they are neither silent nor clipped) encoded by soundfile: MP3 for
-Common Voice's clips, FLAC, WAV and MP3 bytes for datasets rows. The parquet and Arrow files are written with
-pyarrow in exactly the layout the `datasets` package writes (an audio column of struct<bytes: binary,
-path: string>, split-named shards, save_to_disk's dataset_info.json + state.json + data-*.arrow stream); the
-`datasets` package itself is not installed here.
+Real audio (tones with a little noise, so they are neither silent nor clipped) encoded by
+soundfile: MP3 for Common Voice's clips, FLAC, WAV and MP3 bytes for datasets rows. The parquet and
+Arrow files are written with pyarrow in exactly the layout the `datasets` package writes (an audio
+column of struct<bytes: binary, path: string>, split-named shards, save_to_disk's dataset_info.json
++ state.json + data-*.arrow stream); the `datasets` package itself is not installed here.
 """
 
 from __future__ import annotations
@@ -52,16 +53,32 @@ def encoded(index: int, fmt: str) -> bytes:
 
 
 def cv_row(client: str, name: str, sentence: str, up_votes: int = 2) -> str:
-    fields = [client, name, f"s{abs(hash(name)) % 997}", sentence, "", str(up_votes), "0", "", "", "", "", "kmr", ""]
+    fields = [
+        client,
+        name,
+        f"s{abs(hash(name)) % 997}",
+        sentence,
+        "",
+        str(up_votes),
+        "0",
+        "",
+        "",
+        "",
+        "",
+        "kmr",
+        "",
+    ]
     return "\t".join(fields)
 
 
 def common_voice_folder(root: Path) -> dict[str, list[str]]:
-    """A Common Voice release folder; returns the clip names per role (train, held_out) and each problem row.
+    """A Common Voice release folder; returns the clip names per role (train, held_out) and each
+    problem row.
 
-    validated.tsv lists 8 good training clips, the 3 dev/test clips again (they must not train), and one row
-    of each problem: a missing clip, an empty sentence, an undecodable clip, a row with too few fields, and a row
-    under 2 up-votes. dev.tsv has 2 clips, test.tsv 1; one dev clip is in test.tsv too.
+    validated.tsv lists 8 good training clips, the 3 dev/test clips again (they must not train),
+    and one row of each problem: a missing clip, an empty sentence, an undecodable clip, a row with
+    too few fields, and a row under 2 up-votes. dev.tsv has 2 clips, test.tsv 1; one dev clip is in
+    test.tsv too.
     """
     clips = root / "clips"
     clips.mkdir(parents=True)
@@ -96,16 +113,21 @@ def audio_struct(data: bytes | None, path: str | None) -> dict[str, object]:
 
 
 def parquet_folder(root: Path) -> None:
-    """data/train-0000{0,1}-of-00002.parquet and data/validation-00000-of-00001.parquet, as `datasets` writes
-    them: 10 training rows with FLAC, WAV and MP3 bytes, 3 validation rows; problem rows: empty text (train-00000
-    row 2), undecodable bytes (train-00001 row 1), no audio at all (train-00001 row 3)."""
+    """data/train-0000{0,1}-of-00002.parquet and data/validation-00000-of-00001.parquet, as `datasets`
+    writes them: 10 training rows with FLAC, WAV and MP3 bytes, 3 validation rows; problem rows:
+    empty text (train-00000 row 2), undecodable bytes (train-00001 row 1), no audio at all
+    (train-00001 row 3).
+    """
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     data = root / "data"
     data.mkdir(parents=True)
     schema = pa.schema(
-        [("audio", pa.struct([("bytes", pa.binary()), ("path", pa.string())])), ("sentence", pa.string())]
+        [
+            ("audio", pa.struct([("bytes", pa.binary()), ("path", pa.string())])),
+            ("sentence", pa.string()),
+        ]
     )
     formats = ["FLAC", "WAV", "MP3"]
 
@@ -113,7 +135,12 @@ def parquet_folder(root: Path) -> None:
         out = []
         for n in range(first, first + count):
             fmt = formats[n % 3]
-            out.append((audio_struct(encoded(n, fmt), f"clip_{n}.{fmt.lower()}"), SENTENCES[n % len(SENTENCES)]))
+            out.append(
+                (
+                    audio_struct(encoded(n, fmt), f"clip_{n}.{fmt.lower()}"),
+                    SENTENCES[n % len(SENTENCES)],
+                )
+            )
         return out
 
     shard0 = rows(0, 5)
@@ -130,7 +157,9 @@ def parquet_folder(root: Path) -> None:
 
 
 def parquet_path_folder(root: Path) -> None:
-    """A parquet file whose audio column is a path string to WAV files beside it (text column `transcription`)."""
+    """A parquet file whose audio column is a path string to WAV files beside it (text column
+    `transcription`).
+    """
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -146,8 +175,10 @@ def parquet_path_folder(root: Path) -> None:
 
 
 def save_to_disk_folder(root: Path) -> None:
-    """What `DatasetDict.save_to_disk` writes: dataset_dict.json, and per split dataset_info.json, state.json and
-    data-00000-of-00001.arrow (an Arrow IPC stream), with a struct audio column and a `text` column."""
+    """What `DatasetDict.save_to_disk` writes: dataset_dict.json, and per split dataset_info.json,
+    state.json and data-00000-of-00001.arrow (an Arrow IPC stream), with a struct audio column and
+    a `text` column.
+    """
     import pyarrow as pa
 
     root.mkdir(parents=True)

@@ -1,10 +1,12 @@
-"""A Common Voice release folder as data.path, built in the test with real MP3 clips (soundfile's libsndfile).
+"""A Common Voice release folder as data.path, built in the test with real MP3 clips (soundfile's
+libsndfile).
 
-What people meet in a release: a lone double quote in a sentence (the tables are read with quoting off), dev and
-test clips listed in validated.tsv too, a clip listed in both dev.tsv and test.tsv, a missing clip, an empty
-sentence, a clip that does not decode, a broken row and a row under the up-vote minimum. check-data names every
-problem row; held-out clips never train (at the scan, in the task's own split, and in a real run); a second scan
-reads nothing again; data.max_items picks the same items when a run resumes.
+What people meet in a release: a lone double quote in a sentence (the tables are read with quoting
+off), dev and test clips listed in validated.tsv too, a clip listed in both dev.tsv and test.tsv, a
+missing clip, an empty sentence, a clip that does not decode, a broken row and a row under the
+up-vote minimum. check-data names every problem row; held-out clips never train (at the scan, in
+the task's own split, and in a real run); a second scan reads nothing again; data.max_items picks
+the same items when a run resumes.
 """
 
 from __future__ import annotations
@@ -67,7 +69,7 @@ def test_check_data_names_every_problem_row(release: tuple[Path, dict[str, list[
     assert "3 tab-separated fields where the header has 13" in reasons["metadata_row"]
     voice = report["summary"]["voice"]
     assert (voice["corpus_format"], voice["usable"], voice["held_out"]) == ("common_voice", 11, 3)
-    assert "1 rows under data.min_up_votes = 2 skipped" in voice["corpus_note"]
+    assert "1 rows under data.min_up_votes=2 skipped" in voice["corpus_note"]
     assert voice["formats"] == {"MP3/MPEG_LAYER_III": 11}
     texts = {item["text"] for item in report["items"]}
     assert 'he said "hello to everyone' in texts  # the lone quote is text, not the start of a quoted field
@@ -155,7 +157,12 @@ def test_task_split_and_a_resumed_run_keep_held_out_clips_out_of_training(
         tiny_profile(
             "tts",
             run={"name": "cv", "seed": 3},
-            data={"path": str(root), "cache_dir": str(tmp_path / "cache"), "max_items": 8, "speakers": "none"},
+            data={
+                "path": str(root),
+                "cache_dir": str(tmp_path / "cache"),
+                "max_items": 8,
+                "speakers": "none",
+            },
             train={"warmup_steps": 1, "max_steps": 2, "batch_size": 4, "free_running_every": 0},
             tts={"text_units": "chars", "griffin_lim_iters": 2},
             sample={"sentences": []},

@@ -1,10 +1,12 @@
-"""Hugging Face `datasets` folders as data.path: parquet shards and save_to_disk folders, built in the test.
+"""Hugging Face `datasets` folders as data.path: parquet shards and save_to_disk folders, built in the
+test.
 
-The files are written with pyarrow in the layout `datasets` writes (see tests/corpus_builders.py; the `datasets`
-package is not installed here): an audio column of struct<bytes, path> holding FLAC, WAV and MP3 bytes, one
-variant whose audio column is a path string, and a save_to_disk DatasetDict of Arrow streams. Problem rows are
-named by shard and row; validation/test splits are held out and never train; the audio bytes are written out
-once, so a second scan neither rewrites nor reads them again.
+The files are written with pyarrow in the layout `datasets` writes (see tests/corpus_builders.py;
+the `datasets` package is not installed here): an audio column of struct<bytes, path> holding FLAC,
+WAV and MP3 bytes, one variant whose audio column is a path string, and a save_to_disk DatasetDict
+of Arrow streams. Problem rows are named by shard and row; validation/test splits are held out and
+never train; the audio bytes are written out once, so a second scan neither rewrites nor reads them
+again.
 """
 
 from __future__ import annotations
@@ -20,11 +22,14 @@ from conftest import run_cli
 from corpus_builders import parquet_folder, parquet_path_folder, save_to_disk_folder
 
 from trainer_core.contract.errors import DataError
+from trainer_core.contract.profile import Profile
 from trainer_core.data import audio_probe
 from trainer_core.data.corpus_layout import CorpusOptions
 from trainer_core.data.parquet_corpus import find_shards, sniff_suffix, split_of
 from trainer_core.data.scan import scan_data
 from trainer_core.data.scan_report import DataReport, VoiceItem
+from trainer_core.models.registry import build_task
+from trainer_core.tiny_profiles import Kind, tiny_sections
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +49,15 @@ def items(report: DataReport) -> list[VoiceItem]:
 
 
 def test_check_data_names_each_problem_row_by_shard_and_row(parquet: Path, tmp_path: Path) -> None:
-    result = run_cli(dict(os.environ), "check-data", str(parquet), "--json", "--items", "--cache-dir", str(tmp_path))
+    result = run_cli(
+        dict(os.environ),
+        "check-data",
+        str(parquet),
+        "--json",
+        "--items",
+        "--cache-dir",
+        str(tmp_path),
+    )
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     problems = {(Path(p["path"]).name, p["kind"], p["reason"].split(":")[0]) for p in report["problems"]}
@@ -86,8 +99,8 @@ def test_a_path_audio_column_and_a_named_text_column(tmp_path: Path) -> None:
     report = scan(root, tmp_path)
     assert [item.path.relative_to(root).as_posix() for item in items(report)] == [f"wavs/w{n}.wav" for n in range(4)]
     assert [(p.kind, p.reason.split(";")[0]) for p in report.problems] == [
-        ("missing_audio", "row 4: no audio (the audio cell names 'wavs/missing.wav', which is not a file beside the "
-         "shard or in the data folder)")
+        ("missing_audio", "row 4: no audio: the cell names 'wavs/missing.wav', not a file beside the shard or "
+         "in the data folder")
     ]  # fmt: skip
     with pytest.raises(DataError, match="no column 'words' \\(text\\); its columns are audio, transcription"):
         scan(root, tmp_path, text_column="words")
@@ -100,7 +113,11 @@ def test_save_to_disk_folder_maps_its_splits(tmp_path: Path) -> None:
         "test/data-00000-of-00001.arrow", "train/data-00000-of-00001.arrow"
     ]  # fmt: skip
     report = scan(root, tmp_path)
-    assert (report.voice.corpus_format, report.voice.usable, report.voice.held_out) == ("arrow", 8, 2)
+    assert (report.voice.corpus_format, report.voice.usable, report.voice.held_out) == (
+        "arrow",
+        8,
+        2,
+    )
     assert {item.item_id for item in items(report) if item.held_out} == {"test-data-00000-of-00001#0",
                                                                          "test-data-00000-of-00001#1"}  # fmt: skip
     assert not report.problems
@@ -134,3 +151,18 @@ def test_missing_pyarrow_names_the_folder_and_the_extra(
     monkeypatch.setattr(builtins, "__import__", without_pyarrow)
     with pytest.raises(DataError, match=f"{parquet}.*needs pyarrow: pip install 'vega\\[hf\\]'"):
         scan(parquet, tmp_path)
+
+
+@pytest.mark.parametrize("kind", ["vocoder", "vits"])
+def test_recording_tasks_validate_on_the_held_out_split_only(kind: Kind, tmp_path: Path) -> None:
+    """The vocoder's and VITS's own datasets (the tts task's: test_corpus_common_voice) keep the
+    corpus split.
+    """
+    root = tmp_path / "saved"
+    save_to_disk_folder(root)
+    sections = tiny_sections(kind, data={"path": str(root), "cache_dir": str(tmp_path / "cache")})
+    task = build_task(Profile.model_validate(sections), root, "cpu")
+    dataset, names = task.dataset, task.waves.item_ids  # type: ignore[attr-defined]
+    held = {"test-data-00000-of-00001#0", "test-data-00000-of-00001#1"}
+    assert {names[i] for i in dataset.val_ids} == held
+    assert {names[i] for i in dataset.train_ids} == {f"train-data-00000-of-00001#{row}" for row in range(6)}

@@ -95,7 +95,9 @@ def choose_sentences(
     if every:
         return sentences
     data = synth.data or DataSection()
-    _, held = split_items([s.item_id for s in sentences], data.val_fraction, data.val_max_items)
+    flags = {i.item_id: i.held_out for i in items}  # a corpus's own held-out split (Common Voice dev/test) wins
+    names = [s.item_id for s in sentences]
+    _, held = split_items(names, data.val_fraction, data.val_max_items, [flags[name] for name in names])
     pool = [sentences[i] for i in held] or sentences
     seconds = {i.item_id: i.duration_s for i in items}
     picked = pick_sentences(pool, [seconds[s.item_id] for s in pool], count or 8)

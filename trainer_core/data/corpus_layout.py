@@ -1,10 +1,11 @@
 """Corpora as people have them: a Common Voice release folder, or a Hugging Face `datasets` folder.
 
 `scan_corpus` asks each reader whether `data.path` is its kind of folder (`data.common_voice`,
-`data.parquet_corpus`); a reader lists rows (a clip file on disk, its transcript, its speaker, whether the corpus
-holds it out) and the problem rows it met, and `corpus_report` probes the clips like any folder's (the data-scan
-cache included) and builds the `DataReport`. A problem row names its table or shard, its line or row, what is
-wrong and what to do. None from `scan_corpus`: a plain folder, scanned by `data.scan`.
+`data.parquet_corpus`); a reader lists rows (a clip file on disk, its transcript, its speaker,
+whether the corpus holds it out) and the problem rows it met, and `corpus_report` probes the clips
+like any folder's (the data-scan cache included) and builds the `DataReport`. A problem row names
+its table or shard, its line or row, what is wrong and what to do. None from `scan_corpus`: a plain
+folder, scanned by `data.scan`.
 """
 
 from __future__ import annotations
@@ -16,10 +17,16 @@ from pathlib import Path
 from trainer_core.contract.errors import DataError
 from trainer_core.data.audio_probe import DurationLimits
 from trainer_core.data.common_voice import list_common_voice
-from trainer_core.data.corpus_rows import FORMAT_NAMES, CorpusListing, CorpusOptions, CorpusRow, corpus_options
+from trainer_core.data.corpus_rows import (
+    FORMAT_NAMES,
+    CorpusListing,
+    CorpusOptions,
+    CorpusRow,
+    corpus_options,
+)
 from trainer_core.data.parquet_corpus import list_datasets_folder
 from trainer_core.data.scan_cache import ScanCache
-from trainer_core.data.scan_report import PROBLEM_LABELS, DataReport, Problem, VoiceItem
+from trainer_core.data.scan_report import PROBLEM_LABELS, DataReport, Problem, TextItem, VoiceItem
 from trainer_core.data.speakers import assign_speakers
 from trainer_core.data.voice_probes import probe_all, voice_item, voice_summary
 
@@ -46,7 +53,11 @@ def _breakdown(problems: list[Problem]) -> str:
 
 
 def corpus_report(
-    root: Path, listing: CorpusListing, limits: DurationLimits, workers: int, cache_folder: Path | None
+    root: Path,
+    listing: CorpusListing,
+    limits: DurationLimits,
+    workers: int,
+    cache_folder: Path | None,
 ) -> DataReport:
     """Probe every listed clip and build the report; DataError when no clip is usable."""
     rows = listing.rows
@@ -58,20 +69,23 @@ def corpus_report(
         if probe.problem is not None:
             problems.append(_row_problem(row, probe.problem))
             continue
-        items.append(replace(voice_item(probe, row.transcript, row.item_id), held_out=row.held_out))
+        item = voice_item(probe, row.transcript, row.item_id)
+        items.append(replace(item, held_out=row.held_out))
     items, speaker_problems = assign_speakers(listing.layout, items, root)
     problems += speaker_problems
     listed = len(rows) + sum(1 for p in listing.problems if p.kind != "metadata_row")
+    kind = FORMAT_NAMES[listing.format]
     if not items:
         raise DataError(
-            f"none of the {listed} clips listed in {root} ({FORMAT_NAMES[listing.format]}) is usable ({_breakdown(problems)}); "
-            f"run `trainer-core check-data {root}` for every problem row"
+            f"none of the {listed} clips listed in {root} ({kind}) is usable "
+            f"({_breakdown(problems)}); run `trainer-core check-data {root}` for every problem row"
         )
     summary = voice_summary(listed, 0, probes, items, listing.layout)
     summary.corpus_format, summary.corpus_note = listing.format, "; ".join(listing.notes)
     held = summary.held_out
     reason = (
-        f"voice, read as {FORMAT_NAMES[listing.format]}: {len(items)} of {listed} listed clips are usable "
+        f"voice, read as {kind}: {len(items)} of {listed} listed clips are usable "
         f"({summary.hours_usable * 60:.1f} min), {len(items) - held} to train and {held} held out"
     )
-    return DataReport(path=root, mode="voice", reason=reason, items=list(items), problems=problems, voice=summary)
+    report_items: list[VoiceItem | TextItem] = list(items)
+    return DataReport(root, "voice", reason, report_items, problems, voice=summary)

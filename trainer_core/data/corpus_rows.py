@@ -1,6 +1,8 @@
-"""What a corpus reader hands over: its options (from the profile), the rows it lists and their problems.
+"""What a corpus reader hands over: its options (from the profile), the rows it lists and their
+problems.
 
-Shared by `data.common_voice`, `data.parquet_corpus` and `data.corpus_layout`, which builds the report.
+Shared by `data.common_voice`, `data.parquet_corpus` and `data.corpus_layout`, which builds the
+report.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from trainer_core.data.transcripts import Transcript
 if TYPE_CHECKING:
     from trainer_core.contract.profile import DataSection
 
-# Split names of `datasets` folders and Common Voice tables: training, held out, or not used at all.
+# Split names of `datasets` folders: training, or held out (Vega's validation set).
 TRAIN_SPLITS = frozenset({"train"})
 HELD_OUT_SPLITS = frozenset({"validation", "valid", "val", "dev", "test", "eval"})
 # How check-data names each corpus format.
@@ -31,17 +33,17 @@ FORMAT_NAMES = {
 
 @dataclass(frozen=True)
 class CorpusOptions:
-    """The profile's settings for corpus readers (data.*); the defaults read a corpus as most people would."""
+    """The profile's settings for corpus readers (data.*); the defaults suit most corpora."""
 
     speakers: str = "auto"
-    """data.speakers: "column" takes the corpus's speaker column (Common Voice's client_id); else one speaker."""
+    """data.speakers: "column" reads the speaker column (Common Voice's client_id); else one."""
     min_up_votes: int = 0
     common_voice_train: str = "validated"
-    """validated: validated.tsv minus dev and test (most data); train: the release's own train.tsv."""
+    """validated: validated.tsv minus dev and test (most data); train: the release's train.tsv."""
     text_column: str | None = None
     audio_column: str | None = None
     clips_dir: Path | None = None
-    """Where audio held inside parquet/arrow files is written out once (None: the cache folder's clips/)."""
+    """Where audio inside parquet/Arrow files is written out once (None: the cache's clips/)."""
 
     def clips_folder(self) -> Path:
         return self.clips_dir if self.clips_dir is not None else cache_folder(None) / "clips"
@@ -61,7 +63,7 @@ def corpus_options(data: DataSection) -> CorpusOptions:
 
 @dataclass(frozen=True)
 class CorpusRow:
-    """One listed clip: its file, transcript and split, and where the listing is (for its problems)."""
+    """One listed clip: its file, transcript and split, and where it is listed (for problems)."""
 
     path: Path
     transcript: Transcript
@@ -75,7 +77,7 @@ class CorpusRow:
 
 @dataclass
 class CorpusListing:
-    """What a reader found: rows to probe, problem rows, and what it chose (shown by check-data)."""
+    """What a reader found: rows to probe, problem rows, what it chose (check-data shows it)."""
 
     format: str
     rows: list[CorpusRow] = field(default_factory=list)
@@ -85,12 +87,13 @@ class CorpusListing:
 
 
 def speaker_layout(requested: str, column: str | None, corpus: str) -> SpeakerLayout:
-    """data.speakers for a corpus: "column" reads `column` (None: the corpus has none, an error); else one."""
+    """data.speakers for a corpus: "column" reads `column` (None: none, an error); else one."""
+    setting = 'data.speakers = "column"'
     if requested == "column":
         if column is None:
-            raise DataError(f'data.speakers = "column" but this {corpus} has no speaker column; set "none"')
-        return SpeakerLayout("column", f'data.speakers = "column": the {column} column names the speaker')
+            raise DataError(f'{setting} but this {corpus} has no speaker column; set "none"')
+        return SpeakerLayout("column", f"{setting}: the {column} column names the speaker")
     if requested == "folders":
-        raise DataError(f'data.speakers = "folders" does not apply to a {corpus}: use "column" or "none"')
+        raise DataError(f'data.speakers = "folders" does not apply to {corpus}: use "column"')
     other = f'; data.speakers = "column" reads {column}' if column else ""
     return SpeakerLayout("none", f"one speaker{other}")

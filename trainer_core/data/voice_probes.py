@@ -1,8 +1,10 @@
-"""Probing many recordings and turning the usable ones into items: shared by the folder scan and corpus readers.
+"""Probing many recordings and turning the usable ones into items: shared by the folder scan and
+corpus readers.
 
-`probe_all` judges files the data-scan cache knows inline and reads the rest in parallel; `voice_item` and
-`voice_summary` build the scan's items and figures from the probes, whatever layout the corpus has
-(`data.scan` for plain folders, `data.common_voice` and `data.parquet_corpus` for corpora as people have them).
+`probe_all` judges files the data-scan cache knows inline and reads the rest in parallel;
+`voice_item` and `voice_summary` build the scan's items and figures from the probes, whatever
+layout the corpus has (`data.scan` for plain folders, `data.common_voice` and `data.parquet_corpus`
+for corpora as people have them).
 """
 
 from __future__ import annotations
@@ -31,9 +33,13 @@ def parallel_map(fn: Callable[[T], R], values: list[T], workers: int) -> list[R]
 
 
 def probe_all(
-    pairs: list[tuple[Path, Transcript | None]], limits: DurationLimits, workers: int, cache: ScanCache | None
+    pairs: list[tuple[Path, Transcript | None]],
+    limits: DurationLimits,
+    workers: int,
+    cache: ScanCache | None,
 ) -> list[AudioProbe]:
-    """Probes in file order: files the cache knows are judged inline (a stat each), the rest read in parallel.
+    """Probes in file order: files the cache knows are judged inline (a stat each), the rest read
+    in parallel.
 
     Handing tens of thousands of cache hits to a thread pool would cost more than judging them.
     """
@@ -85,9 +91,15 @@ def histogram(values: Iterable[object]) -> dict[str, int]:
 
 
 def voice_summary(
-    audio_files: int, unsupported: int, probes: list[AudioProbe], items: list[VoiceItem], layout: SpeakerLayout
+    audio_files: int,
+    unsupported: int,
+    probes: list[AudioProbe],
+    items: list[VoiceItem],
+    layout: SpeakerLayout,
 ) -> VoiceSummary:
-    """Figures over `audio_files` recordings probed (`unsupported`: more in formats Vega does not read)."""
+    """Figures over `audio_files` recordings probed (`unsupported`: more in formats Vega does not
+    read).
+    """
     headers = [probe.header for probe in probes if probe.header is not None]
     durations = [item.duration_s for item in items]
     transcripts = "".join(item.text for item in items)
