@@ -13,6 +13,7 @@ from __future__ import annotations
 import io
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import soundfile as sf
@@ -36,6 +37,11 @@ SENTENCES = [
     "children play in the park",
     "the bell rings at noon",
 ]
+
+
+def problem_key(problem: dict[str, str]) -> tuple[str, str, str]:
+    """(file name, kind, where in the file) of a check-data --json problem."""
+    return Path(problem["path"]).name, problem["kind"], problem["reason"].split(":")[0]
 
 
 def clip(index: int, seconds: float = 0.6) -> np.ndarray:
@@ -96,7 +102,7 @@ def common_voice_folder(root: Path) -> dict[str, list[str]]:
         cv_row("spk_a", names[11], ""),  # empty sentence (line 14)
         cv_row("spk_b", names[13], "this one will not decode"),  # undecodable (line 15)
         "spk_b\tbroken-row\tonly three fields",  # bad row (line 16)
-        cv_row("spk_b", names[12], "few votes here", up_votes=1),  # under data.min_up_votes = 2 (line 17)
+        cv_row("spk_b", names[12], "few votes here", up_votes=1),  # under 2 up-votes (line 17)
     ]
     (root / "validated.tsv").write_text("\n".join([CV_HEADER, *rows]) + "\n", encoding="utf-8")
     dev = [cv_row("spk_c", held[0], SENTENCES[8]), cv_row("spk_c", held[1], SENTENCES[9])]
@@ -112,8 +118,16 @@ def audio_struct(data: bytes | None, path: str | None) -> dict[str, object]:
     return {"bytes": data, "path": path}
 
 
+def as_table(rows: list[tuple[dict[str, object], str]], schema: Any) -> Any:
+    """Rows of (audio cell, sentence) as an Arrow table with `schema`."""
+    import pyarrow as pa
+
+    audio, sentences = [a for a, _ in rows], [s for _, s in rows]
+    return pa.table({"audio": audio, "sentence": sentences}, schema=schema)
+
+
 def parquet_folder(root: Path) -> None:
-    """data/train-0000{0,1}-of-00002.parquet and data/validation-00000-of-00001.parquet, as `datasets`
+    """data/train-0000{0,1}-of-00002.parquet and data/validation-00000-of-00001.parquet, as
     writes them: 10 training rows with FLAC, WAV and MP3 bytes, 3 validation rows; problem rows:
     empty text (train-00000 row 2), undecodable bytes (train-00001 row 1), no audio at all
     (train-00001 row 3).
@@ -149,11 +163,8 @@ def parquet_folder(root: Path) -> None:
     shard1[1] = (audio_struct(b"garbage" * 50, "broken.wav"), "this will not decode")
     shard1[3] = (audio_struct(None, None), "no audio here")
     for name, shard in (("train-00000-of-00002", shard0), ("train-00001-of-00002", shard1)):
-        table = pa.table({"audio": [a for a, _ in shard], "sentence": [s for _, s in shard]}, schema=schema)
-        pq.write_table(table, data / f"{name}.parquet")
-    held = rows(10, 3)
-    table = pa.table({"audio": [a for a, _ in held], "sentence": [s for _, s in held]}, schema=schema)
-    pq.write_table(table, data / "validation-00000-of-00001.parquet")
+        pq.write_table(as_table(shard, schema), data / f"{name}.parquet")
+    pq.write_table(as_table(rows(10, 3), schema), data / "validation-00000-of-00001.parquet")
 
 
 def parquet_path_folder(root: Path) -> None:
@@ -182,13 +193,16 @@ def save_to_disk_folder(root: Path) -> None:
     import pyarrow as pa
 
     root.mkdir(parents=True)
-    (root / "dataset_dict.json").write_text(json.dumps({"splits": ["train", "test"]}), encoding="utf-8")
+    splits = json.dumps({"splits": ["train", "test"]})
+    (root / "dataset_dict.json").write_text(splits, encoding="utf-8")
     audio_type = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
     for split, first, count in (("train", 0, 6), ("test", 6, 2)):
         folder = root / split
         folder.mkdir()
-        audio = [audio_struct(encoded(n, "FLAC"), f"{split}_{n}.flac") for n in range(first, first + count)]
-        table = pa.table({"audio": pa.array(audio, type=audio_type), "text": SENTENCES[first : first + count]})
+        numbers = range(first, first + count)
+        audio = [audio_struct(encoded(n, "FLAC"), f"{split}_{n}.flac") for n in numbers]
+        texts = [SENTENCES[n] for n in numbers]
+        table = pa.table({"audio": pa.array(audio, type=audio_type), "text": texts})
         arrow = folder / "data-00000-of-00001.arrow"
         with pa.OSFile(str(arrow), "wb") as sink, pa.ipc.new_stream(sink, table.schema) as writer:
             writer.write_table(table, max_chunksize=4)

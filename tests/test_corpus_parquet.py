@@ -1,5 +1,5 @@
-"""Hugging Face `datasets` folders as data.path: parquet shards and save_to_disk folders, built in the
-test.
+"""Hugging Face `datasets` folders as data.path: parquet shards and save_to_disk folders, built in
+the test.
 
 The files are written with pyarrow in the layout `datasets` writes (see tests/corpus_builders.py;
 the `datasets` package is not installed here): an audio column of struct<bytes, path> holding FLAC,
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from conftest import run_cli
-from corpus_builders import parquet_folder, parquet_path_folder, save_to_disk_folder
+from corpus_builders import parquet_folder, parquet_path_folder, problem_key, save_to_disk_folder
 
 from trainer_core.contract.errors import DataError
 from trainer_core.contract.profile import Profile
@@ -41,7 +41,8 @@ def parquet(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def scan(root: Path, tmp_path: Path, **options: object) -> DataReport:
     corpus = CorpusOptions(**options, clips_dir=tmp_path / "clips")  # type: ignore[arg-type]
-    return scan_data(root, "voice", 0.3, 20.0, workers=2, cache_folder=tmp_path / "scan", corpus=corpus)
+    cache = tmp_path / "scan"
+    return scan_data(root, "voice", 0.3, 20.0, workers=2, cache_folder=cache, corpus=corpus)
 
 
 def items(report: DataReport) -> list[VoiceItem]:
@@ -60,7 +61,7 @@ def test_check_data_names_each_problem_row_by_shard_and_row(parquet: Path, tmp_p
     )
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
-    problems = {(Path(p["path"]).name, p["kind"], p["reason"].split(":")[0]) for p in report["problems"]}
+    problems = {problem_key(p) for p in report["problems"]}
     assert problems == {
         ("train-00000-of-00002.parquet", "empty_transcript", "row 2"),
         ("train-00001-of-00002.parquet", "unreadable", "row 1"),
@@ -83,26 +84,28 @@ def test_audio_is_written_out_once_and_not_read_again(
     assert {path.suffix for path in clips} == {".flac", ".wav", ".mp3"}
     stamps = {path: path.stat().st_mtime_ns for path in clips}
     scan_cache = next((tmp_path / "scan").glob("*.json"))
-    assert len(json.loads(scan_cache.read_text(encoding="utf-8"))["files"]) == 10  # every readable clip is known
+    known = json.loads(scan_cache.read_text(encoding="utf-8"))["files"]
+    assert len(known) == 10  # every readable clip
     reads: list[Path] = []
     real = audio_probe.read_header
     monkeypatch.setattr(audio_probe, "read_header", lambda path: reads.append(path) or real(path))
     second = scan(parquet, tmp_path)
     assert second.to_dict(include_items=True) == first.to_dict(include_items=True)
     assert {path: path.stat().st_mtime_ns for path in clips} == stamps  # not written again
-    assert [path.name for path in reads] == ["000001.wav"]  # only the undecodable row (broken.wav) is tried again
+    assert [path.name for path in reads] == ["000001.wav"]  # only the undecodable row, tried again
 
 
 def test_a_path_audio_column_and_a_named_text_column(tmp_path: Path) -> None:
     root = tmp_path / "paths"
     parquet_path_folder(root)
     report = scan(root, tmp_path)
-    assert [item.path.relative_to(root).as_posix() for item in items(report)] == [f"wavs/w{n}.wav" for n in range(4)]
-    assert [(p.kind, p.reason.split(";")[0]) for p in report.problems] == [
-        ("missing_audio", "row 4: no audio: the cell names 'wavs/missing.wav', not a file beside the shard or "
-         "in the data folder")
-    ]  # fmt: skip
-    with pytest.raises(DataError, match="no column 'words' \\(text\\); its columns are audio, transcription"):
+    paths = [item.path.relative_to(root).as_posix() for item in items(report)]
+    assert paths == [f"wavs/w{n}.wav" for n in range(4)]
+    where = "not a file beside the shard or in the data folder"
+    missing = f"row 4: no audio: the cell names 'wavs/missing.wav', {where}"
+    assert [(p.kind, p.reason) for p in report.problems] == [("missing_audio", missing)]
+    columns = "its columns are audio, transcription"
+    with pytest.raises(DataError, match=f"no column 'words' \\(text\\); {columns}"):
         scan(root, tmp_path, text_column="words")
 
 
@@ -118,8 +121,8 @@ def test_save_to_disk_folder_maps_its_splits(tmp_path: Path) -> None:
         8,
         2,
     )
-    assert {item.item_id for item in items(report) if item.held_out} == {"test-data-00000-of-00001#0",
-                                                                         "test-data-00000-of-00001#1"}  # fmt: skip
+    held = {item.item_id for item in items(report) if item.held_out}
+    assert held == {"test-data-00000-of-00001#0", "test-data-00000-of-00001#1"}
     assert not report.problems
 
 
@@ -165,4 +168,5 @@ def test_recording_tasks_validate_on_the_held_out_split_only(kind: Kind, tmp_pat
     dataset, names = task.dataset, task.waves.item_ids  # type: ignore[attr-defined]
     held = {"test-data-00000-of-00001#0", "test-data-00000-of-00001#1"}
     assert {names[i] for i in dataset.val_ids} == held
-    assert {names[i] for i in dataset.train_ids} == {f"train-data-00000-of-00001#{row}" for row in range(6)}
+    trained = {names[i] for i in dataset.train_ids}
+    assert trained == {f"train-data-00000-of-00001#{row}" for row in range(6)}
