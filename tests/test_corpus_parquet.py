@@ -170,3 +170,11 @@ def test_recording_tasks_validate_on_the_held_out_split_only(kind: Kind, tmp_pat
     assert {names[i] for i in dataset.val_ids} == held
     trained = {names[i] for i in dataset.train_ids}
     assert trained == {f"train-data-00000-of-00001#{row}" for row in range(6)}
+
+
+def test_an_unwritable_clips_folder_is_a_clear_error(parquet: Path, tmp_path: Path) -> None:
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("a file where the clips folder should be", encoding="utf-8")
+    options = CorpusOptions(clips_dir=blocker)
+    with pytest.raises(DataError, match="cannot write the audio of .*train-00000-of-00002.parquet row 0"):
+        scan_data(parquet, "voice", corpus=options, cache_folder=None)

@@ -198,10 +198,17 @@ class ClipStore:
 
     def write(self, shard: Path, row: int, data: bytes, name: str) -> Path:
         path = self._folder(shard) / f"{row:06d}{sniff_suffix(data, name)}"
-        path.parent.mkdir(parents=True, exist_ok=True)
         temporary = path.with_name(f".{path.name}.tmp")
-        temporary.write_bytes(data)
-        os.replace(temporary, path)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            temporary.write_bytes(data)
+            os.replace(temporary, path)
+        except OSError as exc:
+            raise DataError(
+                f"cannot write the audio of {shard} row {row} to {path.parent} "
+                f"({exc.strerror or exc}); set data.cache_dir (check-data: --cache-dir) to a "
+                "writable folder"
+            ) from exc
         return path
 
     def commit(self, shard: Path, rows: dict[int, str]) -> None:
