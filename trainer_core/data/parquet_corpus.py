@@ -182,15 +182,15 @@ class ClipStore:
     def _folder(self, shard: Path) -> Path:
         return self.base / "__".join(shard.relative_to(self.root).with_suffix("").parts)
 
-    def _identity(self, shard: Path) -> list[int]:
+    def _identity(self, shard: Path, column: str) -> list[object]:
         stat = shard.stat()
-        return [STORE_VERSION, stat.st_size, stat.st_mtime_ns]
+        return [STORE_VERSION, stat.st_size, stat.st_mtime_ns, column]
 
-    def known(self, shard: Path) -> dict[int, str] | None:
-        """Row -> file ("" for a row without audio) when this very shard was written out before."""
+    def known(self, shard: Path, column: str) -> dict[int, str] | None:
+        """Row -> file ("" for no audio) when this very shard's `column` was written out before."""
         try:
             index = json.loads((self._folder(shard) / "index.json").read_text(encoding="utf-8"))
-            if index["identity"] == self._identity(shard):
+            if index["identity"] == self._identity(shard, column):
                 return {int(row): str(path) for row, path in index["rows"].items()}
         except (OSError, ValueError, KeyError, TypeError):
             pass
@@ -211,9 +211,9 @@ class ClipStore:
             ) from exc
         return path
 
-    def commit(self, shard: Path, rows: dict[int, str]) -> None:
+    def commit(self, shard: Path, column: str, rows: dict[int, str]) -> None:
         index = {
-            "identity": self._identity(shard),
+            "identity": self._identity(shard, column),
             "rows": {str(row): path for row, path in rows.items()},
         }
         self._folder(shard).mkdir(parents=True, exist_ok=True)
@@ -273,11 +273,12 @@ class _ShardReader:
     def read(self, shard: Path, held_out: bool) -> int:
         """List the shard's rows; the number listed."""
         columns = self._columns(shard)
-        known = self.store.known(shard)
+        known = self.store.known(shard, columns.audio)
         wanted = [columns.text] + ([columns.speaker] if columns.speaker else [])
         files: dict[int, str] = {}
         added = 0
-        for row, cells in enumerate(_rows(self.pa, shard, wanted + [columns.audio] * (not known))):
+        audio = [columns.audio] if known is None else []  # a known shard's audio is not read
+        for row, cells in enumerate(_rows(self.pa, shard, wanted + audio)):
             if known is None:
                 files[row] = self._audio_file(shard, row, cells[columns.audio])
             path = known.get(row, "") if known is not None else files[row]
@@ -285,7 +286,7 @@ class _ShardReader:
             text = clean_text(str(cells[columns.text] or ""))
             added += self._add(shard, row, path, (columns.text, text, speaker), held_out)
         if known is None:
-            self.store.commit(shard, files)
+            self.store.commit(shard, columns.audio, files)
         return added
 
     def _audio_file(self, shard: Path, row: int, value: Any) -> str:
@@ -303,7 +304,7 @@ class _ShardReader:
             where = "not a file beside the shard or in the data folder"
             return "missing_audio", f"no audio: the cell names {path[1:]!r}, {where}"
         if not Path(path).is_file():
-            return "missing_audio", f"its audio file {path} is gone; scan again"
+            return "missing_audio", f"its audio file {path} is missing; restore it or drop the row"
         if not text:
             return "empty_transcript", f"empty text in column {column!r}; fill it in or drop it"
         return None
@@ -334,14 +335,16 @@ def list_datasets_folder(root: Path, options: CorpusOptions) -> CorpusListing | 
     listing = CorpusListing(kind, layout=layout)
     reader = _ShardReader(pa, root, options, listing)
     counts: dict[str, int] = {}
+    unused: dict[str, int] = {}
     for shard in shards:
         split = _saved_split(shard) or split_of(shard, root)
         if split in UNUSED_SPLITS:
-            counts[f"{split} (not used)"] = counts.get(f"{split} (not used)", 0)
+            unused[split] = unused.get(split, 0) + 1
             continue
         counts[split] = counts.get(split, 0) + reader.read(shard, split in HELD_OUT_SPLITS)
-    listing.notes.append(
-        f"{len(shards)} {kind} file(s); rows listed per split: "
-        + ", ".join(f"{name} {count}" for name, count in counts.items())
-    )
+    per_split = ", ".join(f"{name} {count}" for name, count in counts.items())
+    listing.notes.append(f"{len(shards)} {kind} file(s); rows listed per split: {per_split}")
+    if unused:
+        files = ", ".join(f"{name} {count}" for name, count in unused.items())
+        listing.notes.append(f"files of splits that never train, not read: {files}")
     return listing

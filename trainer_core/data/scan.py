@@ -3,6 +3,7 @@
 `scan_data` is what `trainer-core check-data` prints and what the trainer plans from. Problem files are
 listed and skipped, never fatal; a `DataError` is raised only when nothing usable remains, and its
 message says what was found and what to do. Torch- and librosa-free: the dashboard runs this via the CLI.
+A Common Voice release or a Hugging Face `datasets` folder is read by its own reader (`data.corpus_layout`).
 """
 
 from __future__ import annotations
