@@ -1,5 +1,4 @@
-"""Mini corpora as people have them, built in a test: a Common Voice release folder and datasets
-folders.
+"""Mini corpora as people have them: a Common Voice release folder and `datasets` folders.
 
 Real audio (tones with a little noise, so they are neither silent nor clipped) encoded by
 soundfile: MP3 for Common Voice's clips, FLAC, WAV and MP3 bytes for datasets rows. The parquet and
@@ -78,8 +77,7 @@ def cv_row(client: str, name: str, sentence: str, up_votes: int = 2) -> str:
 
 
 def common_voice_folder(root: Path) -> dict[str, list[str]]:
-    """A Common Voice release folder; returns the clip names per role (train, held_out) and each
-    problem row.
+    """A Common Voice release folder; returns the clip names per role (train, held_out).
 
     validated.tsv lists 8 good training clips, the 3 dev/test clips again (they must not train),
     and one row of each problem: a missing clip, an empty sentence, an undecodable clip, a row with
@@ -127,11 +125,10 @@ def as_table(rows: list[tuple[dict[str, object], str]], schema: Any) -> Any:
 
 
 def parquet_folder(root: Path) -> None:
-    """data/train-0000{0,1}-of-00002.parquet and data/validation-00000-of-00001.parquet, as
-    writes them: 10 training rows with FLAC, WAV and MP3 bytes, 3 validation rows; problem rows:
-    empty text (train-00000 row 2), undecodable bytes (train-00001 row 1), no audio at all
-    (train-00001 row 3).
-    """
+    """data/train-0000{0,1}-of-00002.parquet, data/validation-00000-of-00001.parquet and an `other`
+    split, as `datasets` writes them: 10 training rows with FLAC, WAV and MP3 bytes, 3 validation
+    rows; problem rows: empty text (train-00000 row 2), undecodable bytes (train-00001 row 1), no
+    audio at all (train-00001 row 3)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -165,12 +162,12 @@ def parquet_folder(root: Path) -> None:
     for name, shard in (("train-00000-of-00002", shard0), ("train-00001-of-00002", shard1)):
         pq.write_table(as_table(shard, schema), data / f"{name}.parquet")
     pq.write_table(as_table(rows(10, 3), schema), data / "validation-00000-of-00001.parquet")
+    other = data / "other-00000-of-00001.parquet"  # a split that never trains
+    pq.write_table(as_table(rows(13, 2), schema), other)
 
 
 def parquet_path_folder(root: Path) -> None:
-    """A parquet file whose audio column is a path string to WAV files beside it (text column
-    `transcription`).
-    """
+    """A parquet file whose audio column holds paths of WAV files; text column: transcription."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -187,9 +184,7 @@ def parquet_path_folder(root: Path) -> None:
 
 def save_to_disk_folder(root: Path) -> None:
     """What `DatasetDict.save_to_disk` writes: dataset_dict.json, and per split dataset_info.json,
-    state.json and data-00000-of-00001.arrow (an Arrow IPC stream), with a struct audio column and
-    a `text` column.
-    """
+    state.json and data-00000-of-00001.arrow (an Arrow IPC stream): struct audio and `text`."""
     import pyarrow as pa
 
     root.mkdir(parents=True)

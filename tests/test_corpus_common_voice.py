@@ -1,5 +1,4 @@
-"""A Common Voice release folder as data.path, built in the test with real MP3 clips (soundfile's
-libsndfile).
+"""A Common Voice release folder as data.path, built in the test with real MP3 clips (soundfile).
 
 What people meet in a release: a lone double quote in a sentence (the tables are read with quoting
 off), dev and test clips listed in validated.tsv too, a clip listed in both dev.tsv and test.tsv, a
@@ -156,8 +155,8 @@ def test_held_out_cap_and_max_items(release: Release, tmp_path: Path) -> None:
 
 
 def test_a_resumed_run_keeps_its_items(release: Release, tmp_path: Path) -> None:
-    """A tiny tts run on 8 of the 9 training clips (data.max_items), stopped and resumed: the second
-    start chose the very same items (no items_changed warning) and no held-out clip trains."""
+    """A tiny tts run on 8 of the 9 training clips (data.max_items), stopped and resumed: the
+    second start chose the very same items (no items_changed warning); no held-out clip trains."""
     root, roles = release
     profile = tmp_path / "cv.toml"
     profile.write_text(

@@ -1,5 +1,4 @@
-"""Hugging Face `datasets` folders as data.path: parquet shards and save_to_disk folders, built in
-the test.
+"""Hugging Face `datasets` folders as data.path: parquet shards and save_to_disk folders.
 
 The files are written with pyarrow in the layout `datasets` writes (see tests/corpus_builders.py;
 the `datasets` package is not installed here): an audio column of struct<bytes, path> holding FLAC,
@@ -71,6 +70,7 @@ def test_check_data_names_each_problem_row_by_shard_and_row(parquet: Path, tmp_p
     assert (voice["corpus_format"], voice["usable"], voice["held_out"]) == ("parquet", 10, 3)
     assert set(voice["formats"]) == {"FLAC/PCM_16", "WAV/PCM_16", "MP3/MPEG_LAYER_III"}
     assert "rows listed per split: train 8, validation 3" in voice["corpus_note"]
+    assert "files of splits that never train, not read: other 1" in voice["corpus_note"]
     held = {item["item_id"] for item in report["items"] if item["held_out"]}
     assert held == {f"data-validation-00000-of-00001#{row}" for row in range(3)}
     assert not any(item["held_out"] for item in report["items"] if "-train-" in item["item_id"])
@@ -158,9 +158,7 @@ def test_missing_pyarrow_names_the_folder_and_the_extra(
 
 @pytest.mark.parametrize("kind", ["vocoder", "vits"])
 def test_recording_tasks_validate_on_the_held_out_split_only(kind: Kind, tmp_path: Path) -> None:
-    """The vocoder's and VITS's own datasets (the tts task's: test_corpus_common_voice) keep the
-    corpus split.
-    """
+    """The vocoder's and VITS's datasets keep the corpus split (tts: test_corpus_common_voice)."""
     root = tmp_path / "saved"
     save_to_disk_folder(root)
     sections = tiny_sections(kind, data={"path": str(root), "cache_dir": str(tmp_path / "cache")})
@@ -176,5 +174,6 @@ def test_an_unwritable_clips_folder_is_a_clear_error(parquet: Path, tmp_path: Pa
     blocker = tmp_path / "not-a-folder"
     blocker.write_text("a file where the clips folder should be", encoding="utf-8")
     options = CorpusOptions(clips_dir=blocker)
-    with pytest.raises(DataError, match="cannot write the audio of .*train-00000-of-00002.parquet row 0"):
+    shard = "train-00000-of-00002.parquet"
+    with pytest.raises(DataError, match=f"cannot write the audio of .*{shard} row 0"):
         scan_data(parquet, "voice", corpus=options, cache_folder=None)

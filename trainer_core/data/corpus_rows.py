@@ -1,8 +1,7 @@
-"""What a corpus reader hands over: its options (from the profile), the rows it lists and their
-problems.
+"""What a corpus reader hands over: its options, the rows it lists and their problems.
 
-Shared by `data.common_voice`, `data.parquet_corpus` and `data.corpus_layout`, which builds the
-report.
+Shared by the readers that list (`data.common_voice`, `data.parquet_corpus`) and
+`data.corpus_layout`, which builds the report.
 """
 
 from __future__ import annotations

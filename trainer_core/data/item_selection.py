@@ -90,9 +90,7 @@ def select_items(report: DataReport, data: DataSection, seed: int) -> DataReport
 
 
 def scan_for_training(data: DataSection, seed: int, path: Path | None = None) -> DataReport:
-    """The profile's data folder (or `path`) scanned with its settings, and the run's items chosen
-    from it.
-    """
+    """The profile's data folder (or `path`) scanned with its settings; the run's items chosen."""
     report = scan_data(
         path if path is not None else data.path or Path("."),
         data.mode,
