@@ -39,13 +39,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--speakers", choices=["auto", "column", "folders", "none"], default="auto",
         help="how clips get their speaker, as data.speakers (default: auto)",
     )  # fmt: skip
-    parser.add_argument("--min-up-votes", type=int, default=0, metavar="N", help="Common Voice: data.min_up_votes")
-    parser.add_argument(
+    corpus = parser.add_argument_group("Common Voice and datasets folders")
+    corpus.add_argument("--min-up-votes", type=int, default=0, metavar="N", help="data.min_up_votes")
+    corpus.add_argument(
         "--common-voice-train", choices=["validated", "train"], default="validated",
-        help="Common Voice: the table that trains, as data.common_voice_train (default: validated minus dev/test)",
+        help="data.common_voice_train: validated (minus dev/test, the default) or train",
     )  # fmt: skip
-    parser.add_argument("--text-column", metavar="NAME", help="datasets folders: the text column (data.text_column)")
-    parser.add_argument("--audio-column", metavar="NAME", help="datasets folders: the audio column (data.audio_column)")
+    corpus.add_argument("--text-column", metavar="NAME", help="the text column (data.text_column)")
+    corpus.add_argument("--audio-column", metavar="NAME", help="the audio column (data.audio_column)")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--items", action="store_true", help="with --json: include every usable item")
     parser.add_argument("--min-duration", type=float, default=0.3, metavar="S", help="shortest usable clip (s)")
@@ -70,8 +71,8 @@ def run(args: argparse.Namespace) -> int:
 
     cache = None if args.no_cache else scan_cache_folder(args.cache_dir)
     corpus = CorpusOptions(
-        args.speakers, args.min_up_votes, args.common_voice_train, args.text_column, args.audio_column,
-        cache_folder(args.cache_dir) / "clips",
+        args.speakers, args.min_up_votes, args.common_voice_train,
+        args.text_column, args.audio_column, cache_folder(args.cache_dir) / "clips",
     )  # fmt: skip
     report = scan_data(
         args.path,

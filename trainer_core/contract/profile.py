@@ -58,19 +58,19 @@ class DataSection(Section):
     max_items: int = Field(
         default=0,
         ge=0,
-        description="Train on a fixed subset of this many items (0: all), "
-        "chosen by run.seed, the same on every resume; the held-out items stay as they are.",
+        description="Voice: train on a fixed subset of this many items (0: all), chosen by run.seed, "
+        "the same on every resume; the held-out items stay as they are.",
     )
     min_up_votes: int = Field(default=0, ge=0, description="Common Voice: skip rows with fewer up-votes.")
     common_voice_train: Literal["validated", "train"] = Field(
         default="validated",
-        description="Common Voice: "
-        "train on validated.tsv minus dev/test (all the validated data), or on the release's smaller train.tsv.",
+        description="Common Voice: train on validated.tsv minus dev/test (all the validated "
+        "data), or on the release's smaller train.tsv.",
     )
     text_column: str | None = Field(
         default=None,
-        description="datasets folders: the text column (default: "
-        "sentence, normalized_text, text, transcription or transcript).",
+        description="datasets folders: the text column (default: sentence, normalized_text, "
+        "text, transcription or transcript).",
     )
     audio_column: str | None = Field(default=None, description="datasets folders: the audio column (default: audio).")
 

@@ -101,7 +101,7 @@ class VoiceFeatures:
     pitches: list[torch.Tensor] | None = None  # (1, frames) log-F0 rows, ram mode with pitch only
     disk_reads: int = 0
     speakers: list[str] = field(default_factory=list)  # each item's speaker name ("" for single-speaker data)
-    held_out: list[bool] | None = None  # the corpus's own held-out flags (data.corpus_layout); None: Vega's split
+    held_out: list[bool] | None = None  # the corpus's own split (data.corpus_layout); None: Vega's
     _fallback_extractor: MelExtractor | None = field(default=None, repr=False)
 
     def __len__(self) -> int:
@@ -207,7 +207,7 @@ def voice_items(report: DataReport) -> list[VoiceItem]:
 
 
 def held_out_flags(items: list[VoiceItem]) -> list[bool] | None:
-    """Each item's held-out flag when the corpus declares its own split, else None (the hash split)."""
+    """Each item's held-out flag when the corpus has its own split, else None (the hash split)."""
     flags = [item.held_out for item in items]
     return flags if any(flags) else None
 

@@ -3,7 +3,7 @@
 `scan_data` is what `trainer-core check-data` prints and what the trainer plans from. Problem files are
 listed and skipped, never fatal; a `DataError` is raised only when nothing usable remains, and its
 message says what was found and what to do. Torch- and librosa-free: the dashboard runs this via the CLI.
-A Common Voice release or a Hugging Face `datasets` folder is read by its own reader (`data.corpus_layout`).
+A Common Voice release or a `datasets` folder is read by its own reader (`data.corpus_layout`).
 """
 
 from __future__ import annotations
@@ -366,7 +366,7 @@ def scan_data(
 
     `cache_folder`: the data-scan cache's folder (data.scan_cache.scan_cache_folder); None reads every file.
     `speakers`: how voice clips get their speakers (data.speakers: auto, column, folders or none).
-    `corpus`: options of Common Voice and `datasets` folders (data.corpus_layout), read by their own readers.
+    `corpus`: options of Common Voice and `datasets` folders, which have readers of their own.
     Raises DataError when the folder is missing or empty, or when nothing usable is found for the mode.
     """
     _check_arguments(mode, min_duration_s, max_duration_s)

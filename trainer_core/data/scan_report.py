@@ -59,7 +59,7 @@ class VoiceItem:
     item_id: str
     transcript_source: str
     speaker: str = ""  # "" for single-speaker data (data.speakers resolved to "none")
-    held_out: bool = False  # the corpus holds it out (Common Voice dev/test, a datasets validation split)
+    held_out: bool = False  # the corpus holds it out (Common Voice dev/test, a validation split)
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -120,11 +120,11 @@ class VoiceSummary:
     speaker_reason: str = ""
     speakers: dict[str, SpeakerFigures] = field(default_factory=dict)
     held_out: int = 0
-    """Usable clips the corpus itself holds out for validation (0: the split is Vega's, data.val_fraction)."""
+    """Usable clips the corpus itself holds out (0: the split is Vega's, data.val_fraction)."""
     corpus_format: str = "folder"
-    """folder (audio + metadata.csv or sidecars), common_voice, parquet or arrow (data.corpus_layout)."""
+    """folder (metadata.csv or sidecars), common_voice, parquet or arrow (data.corpus_layout)."""
     corpus_note: str = ""
-    """What the corpus reader chose and filtered (which table trains, rows under data.min_up_votes)."""
+    """What the corpus reader chose and filtered (the table that trains, rows under a minimum)."""
 
 
 @dataclass

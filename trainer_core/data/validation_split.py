@@ -23,7 +23,7 @@ VAL_ITEM_COST = 1.0 / 3.0
 
 
 def split_rank(item_id: str) -> bytes:
-    """The rank of an item in the held-out choice: a hash of its id, so neither seed nor file order moves it."""
+    """An item's rank in the held-out choice: a hash of its id (neither seed nor file order)."""
     return hashlib.sha256(item_id.encode("utf-8", errors="surrogateescape")).digest()
 
 

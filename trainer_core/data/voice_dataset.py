@@ -57,8 +57,9 @@ def split_items(
 ) -> tuple[list[int], list[int]]:
     """(train, validation) indices, each in ascending order; see the module docstring for the rule.
 
-    `held_out`: the corpus's own split (Common Voice dev/test, a datasets validation split), one flag per item;
-    when any is set, those items are validated on (at most `max_items`, by the same ranking) and never train.
+    `held_out`: the corpus's own split (Common Voice dev/test, a validation split), a flag per
+    item; when any is set, those items are validated on (at most `max_items`, by the same
+    ranking) and never train.
     """
     if held_out is not None and any(held_out):
         fixed = [i for i in range(len(item_ids)) if held_out[i]]
@@ -103,7 +104,7 @@ class BucketedItems:
         self.rank, self.world = 0, 1
         flags = [held_out[i] for i in usable] if held_out is not None else None
         train, val = split_items([item_ids[i] for i in usable], val_fraction, val_max_items, flags)
-        # Items the fraction would have held out that the cap sent to training instead (none: the corpus's split).
+        # Items the fraction would hold out that the cap sent to training (none with a corpus split).
         fixed = flags is not None and any(flags)
         self.val_capped = 0 if fixed else capped_away(len(usable), val_fraction, val_max_items)
         self.train_ids = [usable[i] for i in train]

@@ -60,7 +60,7 @@ class Waves:
     speakers: list[str] = field(default_factory=list)
     """Each item's speaker name ("" for single-speaker data)."""
     held_out: list[bool] | None = None
-    """Each item's flag when the corpus holds items out itself (data.corpus_layout); None: Vega's split."""
+    """Each item's held-out flag when the corpus has its own split (data.corpus_layout), else None."""
 
     def __len__(self) -> int:
         return len(self.item_ids)
