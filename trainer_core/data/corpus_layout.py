@@ -10,7 +10,6 @@ folder, scanned by `data.scan`.
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
@@ -26,7 +25,13 @@ from trainer_core.data.corpus_rows import (
 )
 from trainer_core.data.parquet_corpus import list_datasets_folder
 from trainer_core.data.scan_cache import ScanCache
-from trainer_core.data.scan_report import PROBLEM_LABELS, DataReport, Problem, TextItem, VoiceItem
+from trainer_core.data.scan_report import (
+    DataReport,
+    Problem,
+    TextItem,
+    VoiceItem,
+    problem_breakdown,
+)
 from trainer_core.data.speakers import assign_speakers
 from trainer_core.data.voice_probes import probe_all, voice_item, voice_summary
 
@@ -45,11 +50,6 @@ def scan_corpus(
 
 def _row_problem(row: CorpusRow, problem: Problem) -> Problem:
     return Problem(row.where, f"{row.label}: {problem.reason}", problem.kind)
-
-
-def _breakdown(problems: list[Problem]) -> str:
-    counts = Counter(PROBLEM_LABELS.get(p.kind, p.kind) for p in problems)
-    return ", ".join(f"{count} {label}" for label, count in counts.most_common())
 
 
 def corpus_report(
@@ -78,7 +78,7 @@ def corpus_report(
     if not items:
         raise DataError(
             f"none of the {listed} clips listed in {root} ({kind}) is usable "
-            f"({_breakdown(problems)}); run `trainer-core check-data {root}` for every problem row"
+            f"({problem_breakdown(problems)}); run `trainer-core check-data {root}` for every problem row"
         )
     summary = voice_summary(listed, 0, probes, items, listing.layout)
     summary.corpus_format, summary.corpus_note = listing.format, "; ".join(listing.notes)

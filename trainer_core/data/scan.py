@@ -26,13 +26,13 @@ from trainer_core.data.audio_probe import (
 from trainer_core.data.corpus_layout import CorpusOptions, scan_corpus
 from trainer_core.data.scan_cache import ScanCache
 from trainer_core.data.scan_report import (
-    PROBLEM_LABELS,
     DataReport,
     Problem,
     TextItem,
     TextSummary,
     VoiceItem,
     VoiceSummary,
+    problem_breakdown,
 )
 from trainer_core.data.speakers import SpeakerLayout, assign_speakers, decide_layout
 from trainer_core.data.text_probe import TEXT_SUFFIXES, TextProbe, probe_text
@@ -241,11 +241,6 @@ def _audio_file_problems(inventory: Inventory, voice: VoiceScan) -> list[Problem
     return [p for p in voice.problems if p.path in audio]
 
 
-def _problem_breakdown(problems: list[Problem]) -> str:
-    counts = Counter(PROBLEM_LABELS.get(p.kind, p.kind) for p in problems)
-    return ", ".join(f"{count} {label}" for label, count in counts.most_common())
-
-
 # What to do about the most common reason a voice folder has nothing usable.
 VOICE_HINTS: dict[str, str] = {
     "missing_transcript": "add a metadata.csv (id|text) or a <stem>.txt / <stem>.lab beside each audio file",
@@ -274,7 +269,7 @@ def _no_usable_voice_message(inventory: Inventory, voice: VoiceScan) -> str:
     hint = VOICE_HINTS.get(top_kind[0][0], "see the problem list") if top_kind else "see the problem list"
     return (
         f"none of the {len(inventory.audio)} audio files in {root} is usable "
-        f"({_problem_breakdown(file_problems)}): {hint}; run `trainer-core check-data {root}` for the full list"
+        f"({problem_breakdown(file_problems)}): {hint}; run `trainer-core check-data {root}` for the full list"
     )
 
 
@@ -286,7 +281,7 @@ def _no_usable_data_message(inventory: Inventory, voice: VoiceScan | None, text:
     if text.summary.files:
         return (
             f"none of the {text.summary.files} text files in {root} is usable "
-            f"({_problem_breakdown(text.problems)}); add text to them or point data.path elsewhere{audio_note}"
+            f"({problem_breakdown(text.problems)}); add text to them or point data.path elsewhere{audio_note}"
         )
     return (
         f"no audio with transcripts and no .txt/.md/.jsonl files in {root}: "
@@ -315,7 +310,7 @@ def _text_reason(requested: str, inventory: Inventory, voice: VoiceScan | None, 
     if voice is not None and inventory.audio:
         return (
             f"text, because none of the {len(inventory.audio)} audio files is usable "
-            f"({_problem_breakdown(_audio_file_problems(inventory, voice))}): {files}"
+            f"({problem_breakdown(_audio_file_problems(inventory, voice))}): {files}"
         )
     return f"text, because the folder has no audio: {files}"
 

@@ -32,6 +32,12 @@ PROBLEM_LABELS: dict[str, str] = {
 }
 
 
+def problem_breakdown(problems: list[Problem]) -> str:
+    """'3 unreadable, 1 too short': problems counted by kind, most frequent first."""
+    counts = Counter(PROBLEM_LABELS.get(p.kind, p.kind) for p in problems)
+    return ", ".join(f"{count} {label}" for label, count in counts.most_common())
+
+
 @dataclass(frozen=True)
 class Problem:
     """A file (or a row of one) that is skipped, and why. `kind` is a stable code, `reason` a sentence."""
