@@ -20,8 +20,9 @@ from corpus_builders import common_voice_folder, problem_key
 from rich.console import Console
 
 from trainer_core.cli.check_data_cmd import show_report
+from trainer_core.contract.errors import DataError
 from trainer_core.contract.profile import DataSection, Profile
-from trainer_core.data import audio_probe
+from trainer_core.data import audio_probe, common_voice
 from trainer_core.data.corpus_layout import CorpusOptions
 from trainer_core.data.item_selection import record_items, scan_for_training, select_items
 from trainer_core.data.scan import scan_data
@@ -231,3 +232,13 @@ def test_a_start_whose_items_differ_is_told(tmp_path: Path) -> None:
     assert record_items(record, fewer) is None  # the same items: nothing to say
     message = record_items(record, full)
     assert message is not None and "the data changed since this run began" in message
+
+
+def test_a_libsndfile_without_mp3_is_named(
+    release: Release,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(common_voice, "supported_suffixes", lambda: frozenset({".wav", ".flac"}))
+    with pytest.raises(DataError, match="its clips are MP3, which the installed libsndfile"):
+        scan(release[0], tmp_path)

@@ -20,7 +20,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import soundfile as sf
+
 from trainer_core.contract.errors import DataError
+from trainer_core.data.audio_probe import supported_suffixes
 from trainer_core.data.corpus_rows import CorpusListing, CorpusOptions, CorpusRow, speaker_layout
 from trainer_core.data.scan_report import Problem
 from trainer_core.data.transcripts import UTF8_BOM, Transcript, clean_text
@@ -164,6 +167,11 @@ def list_common_voice(root: Path, options: CorpusOptions) -> CorpusListing | Non
     choice = options.common_voice_train
     if choice not in ("validated", "train"):
         raise DataError(f'data.common_voice_train = {choice!r}: use "validated" or "train"')
+    if ".mp3" not in supported_suffixes():
+        raise DataError(
+            f"{root} is a Common Voice release: its clips are MP3, which the installed libsndfile "
+            f"({sf.__libsndfile_version__}) cannot decode; pip install -U soundfile (libsndfile 1.1+)"
+        )
     layout = speaker_layout(options.speakers, SPEAKER_COLUMN, "Common Voice")
     listing = CorpusListing("common_voice", layout=layout)
     lister = _Lister(root, options, listing)
