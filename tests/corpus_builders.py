@@ -11,11 +11,17 @@ from __future__ import annotations
 
 import io
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import soundfile as sf
+
+from trainer_core.data.corpus_layout import CorpusOptions
+from trainer_core.data.scan import scan_data
+from trainer_core.data.scan_report import DataReport, VoiceItem
 
 RATE = 16000
 CV_HEADER = (
@@ -41,6 +47,26 @@ SENTENCES = [
 def problem_key(problem: dict[str, str]) -> tuple[str, str, str]:
     """(file name, kind, where in the file) of a check-data --json problem."""
     return Path(problem["path"]).name, problem["kind"], problem["reason"].split(":")[0]
+
+
+def scan(root: Path, tmp_path: Path, **options: object) -> DataReport:
+    """`root` scanned as check-data would, with the clips and scan cache under `tmp_path`."""
+    corpus = CorpusOptions(**options, clips_dir=tmp_path / "clips")  # type: ignore[arg-type]
+    cache = tmp_path / "scan"
+    return scan_data(root, "voice", 0.3, 20.0, workers=2, cache_folder=cache, corpus=corpus)
+
+
+def check_data_json(root: Path, *options: str) -> dict[str, Any]:
+    """`trainer-core check-data ROOT --json --items OPTIONS` in a real subprocess; its report."""
+    command = [sys.executable, "-m", "trainer_core", "check-data", str(root), "--json", "--items"]
+    repo = Path(__file__).resolve().parent.parent
+    result = subprocess.run([*command, *options], capture_output=True, text=True, timeout=120, cwd=repo)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def voice_items(report: DataReport) -> list[VoiceItem]:
+    return [item for item in report.items if isinstance(item, VoiceItem)]
 
 
 def clip(index: int, seconds: float = 0.6) -> np.ndarray:

@@ -16,17 +16,15 @@ from pathlib import Path
 
 import pytest
 from conftest import TEST_VOICE, run_cli
-from corpus_builders import common_voice_folder, problem_key
+from corpus_builders import check_data_json, common_voice_folder, problem_key, scan, voice_items
 from rich.console import Console
 
 from trainer_core.cli.check_data_cmd import show_report
 from trainer_core.contract.errors import DataError
 from trainer_core.contract.profile import DataSection, Profile
 from trainer_core.data import audio_probe, common_voice
-from trainer_core.data.corpus_layout import CorpusOptions
 from trainer_core.data.item_selection import record_items, scan_for_training, select_items
 from trainer_core.data.scan import scan_data
-from trainer_core.data.scan_report import DataReport, VoiceItem
 from trainer_core.data.voice_dataset import split_items
 from trainer_core.models.registry import build_task
 from trainer_core.tiny_profiles import tiny_profile, tiny_sections
@@ -44,22 +42,9 @@ def stems(names: list[str]) -> set[str]:
     return {Path(name).stem for name in names}
 
 
-def scan(root: Path, tmp_path: Path, **options: object) -> DataReport:
-    corpus = CorpusOptions(**options, clips_dir=tmp_path / "clips")  # type: ignore[arg-type]
-    cache = tmp_path / "scan"
-    return scan_data(root, "voice", 0.3, 20.0, workers=2, cache_folder=cache, corpus=corpus)
-
-
-def voice_items(report: DataReport) -> list[VoiceItem]:
-    return [item for item in report.items if isinstance(item, VoiceItem)]
-
-
 def test_check_data_names_every_problem_row(release: Release, tmp_path: Path) -> None:
     root, _ = release
-    options = ("--json", "--items", "--min-up-votes", "2", "--cache-dir", str(tmp_path))
-    result = run_cli(dict(os.environ), "check-data", str(root), *options)
-    assert result.returncode == 0, result.stderr
-    report = json.loads(result.stdout)
+    report = check_data_json(root, "--min-up-votes", "2", "--cache-dir", str(tmp_path))
     problems = {problem_key(p) for p in report["problems"]}
     assert problems == {
         ("validated.tsv", "missing_audio", "line 13"),

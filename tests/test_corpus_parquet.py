@@ -12,13 +12,19 @@ from __future__ import annotations
 
 import builtins
 import json
-import os
 import sys
 from pathlib import Path
 
 import pytest
-from conftest import run_cli
-from corpus_builders import parquet_folder, parquet_path_folder, problem_key, save_to_disk_folder
+from corpus_builders import (
+    check_data_json,
+    parquet_folder,
+    parquet_path_folder,
+    problem_key,
+    save_to_disk_folder,
+    scan,
+    voice_items,
+)
 
 from trainer_core.contract.errors import DataError
 from trainer_core.contract.profile import Profile
@@ -26,7 +32,6 @@ from trainer_core.data import audio_probe
 from trainer_core.data.corpus_layout import CorpusOptions
 from trainer_core.data.parquet_corpus import find_shards, sniff_suffix, split_of
 from trainer_core.data.scan import scan_data
-from trainer_core.data.scan_report import DataReport, VoiceItem
 from trainer_core.models.registry import build_task
 from trainer_core.tiny_profiles import Kind, tiny_sections
 
@@ -38,28 +43,8 @@ def parquet(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def scan(root: Path, tmp_path: Path, **options: object) -> DataReport:
-    corpus = CorpusOptions(**options, clips_dir=tmp_path / "clips")  # type: ignore[arg-type]
-    cache = tmp_path / "scan"
-    return scan_data(root, "voice", 0.3, 20.0, workers=2, cache_folder=cache, corpus=corpus)
-
-
-def items(report: DataReport) -> list[VoiceItem]:
-    return [item for item in report.items if isinstance(item, VoiceItem)]
-
-
 def test_check_data_names_each_problem_row_by_shard_and_row(parquet: Path, tmp_path: Path) -> None:
-    result = run_cli(
-        dict(os.environ),
-        "check-data",
-        str(parquet),
-        "--json",
-        "--items",
-        "--cache-dir",
-        str(tmp_path),
-    )
-    assert result.returncode == 0, result.stderr
-    report = json.loads(result.stdout)
+    report = check_data_json(parquet, "--cache-dir", str(tmp_path))
     problems = {problem_key(p) for p in report["problems"]}
     assert problems == {
         ("train-00000-of-00002.parquet", "empty_transcript", "row 2"),
@@ -99,7 +84,7 @@ def test_a_path_audio_column_and_a_named_text_column(tmp_path: Path) -> None:
     root = tmp_path / "paths"
     parquet_path_folder(root)
     report = scan(root, tmp_path)
-    paths = [item.path.relative_to(root).as_posix() for item in items(report)]
+    paths = [item.path.relative_to(root).as_posix() for item in voice_items(report)]
     assert paths == [f"wavs/w{n}.wav" for n in range(4)]
     where = "not a file beside the shard or in the data folder"
     missing = f"row 4: no audio: the cell names 'wavs/missing.wav', {where}"
@@ -121,7 +106,7 @@ def test_save_to_disk_folder_maps_its_splits(tmp_path: Path) -> None:
         8,
         2,
     )
-    held = {item.item_id for item in items(report) if item.held_out}
+    held = {item.item_id for item in voice_items(report) if item.held_out}
     assert held == {"test-data-00000-of-00001#0", "test-data-00000-of-00001#1"}
     assert not report.problems
 
