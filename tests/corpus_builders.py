@@ -60,7 +60,8 @@ def check_data_json(root: Path, *options: str) -> dict[str, Any]:
     """`trainer-core check-data ROOT --json --items OPTIONS` in a real subprocess; its report."""
     command = [sys.executable, "-m", "trainer_core", "check-data", str(root), "--json", "--items"]
     repo = Path(__file__).resolve().parent.parent
-    result = subprocess.run([*command, *options], capture_output=True, text=True, cwd=repo)
+    run = {"capture_output": True, "text": True, "cwd": repo, "timeout": 120}
+    result = subprocess.run([*command, *options], **run)  # type: ignore[call-overload]
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
 
