@@ -60,8 +60,8 @@ def check_data_json(root: Path, *options: str) -> dict[str, Any]:
     """`trainer-core check-data ROOT --json --items OPTIONS` in a real subprocess; its report."""
     command = [sys.executable, "-m", "trainer_core", "check-data", str(root), "--json", "--items"]
     repo = Path(__file__).resolve().parent.parent
-    run = {"capture_output": True, "text": True, "cwd": repo, "timeout": 120}
-    result = subprocess.run([*command, *options], **run)  # type: ignore[call-overload]
+    argv = [*command, *options]
+    result = subprocess.run(argv, capture_output=True, text=True, cwd=repo, timeout=120)
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
 
