@@ -22,8 +22,8 @@ from trainer_core.contract.profile import Profile
 from trainer_core.contract.profile_loader import find_profile, load_profile, machine_file_path
 from trainer_core.contract.resources import DeviceChoice, GpuInfo, MachineResources, probe, select_device
 from trainer_core.contract.task_source import TaskSource, resolve_task
-from trainer_core.data.scan import DataReport, estimate_preload_bytes, scan_data
-from trainer_core.data.scan_cache import scan_cache_folder
+from trainer_core.data.item_selection import scan_for_training
+from trainer_core.data.scan import DataReport, estimate_preload_bytes
 from trainer_core.data.validation_split import ValidationPlan, capped_away, held_out_count, plan_validation
 from trainer_core.torch_check import TORCH
 from trainer_core.warmup import fitted_warmup, warmup_note
@@ -221,6 +221,8 @@ def estimate_split(profile: Profile, report: DataReport) -> tuple[int, int, int]
         val = min(held, d.val_max_items) if d.val_max_items > 0 else held
         return max(1, windows - held), val, held - val
     items = report.usable_count
+    if report.voice.held_out:  # the corpus's own split, already capped (data.item_selection)
+        return max(1, items - report.voice.held_out), report.voice.held_out, 0
     val = held_out_count(items, d.val_fraction, d.val_max_items)
     return max(1, items - val), val, capped_away(items, d.val_fraction, d.val_max_items)
 
@@ -390,15 +392,7 @@ def make_plan(
     else:
         c = profile.compute
         device = select_device(c.mode, c.min_gpu_memory_gb, c.device, resources)
-    report = scan_data(
-        profile.data.path,
-        mode=profile.data.mode,
-        min_duration_s=profile.data.min_duration_s,
-        max_duration_s=profile.data.max_duration_s,
-        workers=max(1, profile.data.num_workers),
-        cache_folder=scan_cache_folder(profile.data.cache_dir),
-        speakers=profile.data.speakers,
-    )
+    report = scan_for_training(profile.data, profile.run.seed)
     target = run_dir if run_dir is not None else rundir.propose_run_dir(profile.run.runs_dir, profile.run.name)
     if resume is not None and resume != "auto" and run_dir is None:
         # Resuming from a checkpoint file continues in that checkpoint's run folder.

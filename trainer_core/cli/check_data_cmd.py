@@ -39,6 +39,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--speakers", choices=["auto", "column", "folders", "none"], default="auto",
         help="how clips get their speaker, as data.speakers (default: auto)",
     )  # fmt: skip
+    corpus = parser.add_argument_group("Common Voice and datasets folders")
+    corpus.add_argument("--min-up-votes", type=int, default=0, metavar="N", help="data.min_up_votes")
+    corpus.add_argument(
+        "--common-voice-train", choices=["validated", "train"], default="validated",
+        help="data.common_voice_train: validated (minus dev/test, the default) or train",
+    )  # fmt: skip
+    corpus.add_argument("--text-column", metavar="NAME", help="the text column (data.text_column)")
+    corpus.add_argument("--audio-column", metavar="NAME", help="the audio column (data.audio_column)")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--items", action="store_true", help="with --json: include every usable item")
     parser.add_argument("--min-duration", type=float, default=0.3, metavar="S", help="shortest usable clip (s)")
@@ -62,11 +70,17 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     # Imported here: every sub-command's parser is built at start-up, and only this one needs numpy/soundfile.
     from trainer_core.cli.tokenizer_report import load_front_end, show_tokenizer_report, tokenizer_report
+    from trainer_core.data.cache_location import cache_folder
+    from trainer_core.data.corpus_layout import CorpusOptions
     from trainer_core.data.scan import scan_data
     from trainer_core.data.scan_cache import scan_cache_folder
 
     front_end = load_front_end(args.tokenizer) if args.tokenizer is not None else None
     cache = None if args.no_cache else scan_cache_folder(args.cache_dir)
+    corpus = CorpusOptions(
+        args.speakers, args.min_up_votes, args.common_voice_train,
+        args.text_column, args.audio_column, cache_folder(args.cache_dir) / "clips",
+    )  # fmt: skip
     report = scan_data(
         args.path,
         args.data_mode,
@@ -75,6 +89,7 @@ def run(args: argparse.Namespace) -> int:
         workers=args.workers,
         cache_folder=cache,
         speakers=args.speakers,
+        corpus=corpus,
     )
     dropped = tokenizer_report(front_end, report) if front_end is not None else None
     if args.json:
@@ -114,7 +129,16 @@ def _voice_rows(report: DataReport) -> list[tuple[str, str]]:
         ("channels", _histogram_text(v.channels)),
         ("transcript characters", f"{v.transcript_chars} ({len(v.charset)} distinct)"),
         ("speakers", speakers_text(v.speakers, v.speaker_reason)),
-    ]
+    ] + _corpus_rows(report)
+
+
+def _corpus_rows(report: DataReport) -> list[tuple[str, str]]:
+    """A Common Voice or datasets folder: what it was read as, what trains and what is held out."""
+    v = report.voice
+    if v.corpus_format == "folder":
+        return []
+    held = f"{v.held_out} clips (the corpus's own split; they never train)"
+    return [("corpus", f"{v.corpus_format}: {v.corpus_note}"), ("held out", held)]
 
 
 def speakers_text(speakers: dict[str, SpeakerFigures], reason: str) -> str:

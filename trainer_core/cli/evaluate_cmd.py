@@ -95,7 +95,10 @@ def choose_sentences(
     if every:
         return sentences
     data = synth.data or DataSection()
-    _, held = split_items([s.item_id for s in sentences], data.val_fraction, data.val_max_items)
+    flags = {i.item_id: i.held_out for i in items}  # a corpus's own split (Common Voice dev/test)
+    names = [s.item_id for s in sentences]
+    held_out = [flags[name] for name in names]
+    _, held = split_items(names, data.val_fraction, data.val_max_items, held_out)
     pool = [sentences[i] for i in held] or sentences
     seconds = {i.item_id: i.duration_s for i in items}
     picked = pick_sentences(pool, [seconds[s.item_id] for s in pool], count or 8)

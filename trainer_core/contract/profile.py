@@ -54,6 +54,25 @@ class DataSection(Section):
         description="Voice: column (metadata.csv rows id|speaker|text), folders (DATA/<speaker>/...), none (one "
         "speaker), or auto (column or folders when the data clearly has them, else none).",
     )
+    # Corpora as people have them (data.corpus_layout): Common Voice releases and datasets folders.
+    max_items: int = Field(
+        default=0,
+        ge=0,
+        description="Voice: train on a fixed subset of this many items (0: all), chosen by run.seed, "
+        "the same on every resume; the held-out items stay as they are.",
+    )
+    min_up_votes: int = Field(default=0, ge=0, description="Common Voice: skip rows with fewer up-votes.")
+    common_voice_train: Literal["validated", "train"] = Field(
+        default="validated",
+        description="Common Voice: train on validated.tsv minus dev/test (all the validated "
+        "data), or on the release's smaller train.tsv.",
+    )
+    text_column: str | None = Field(
+        default=None,
+        description="datasets folders: the text column (default: sentence, normalized_text, "
+        "text, transcription or transcript).",
+    )
+    audio_column: str | None = Field(default=None, description="datasets folders: the audio column (default: audio).")
 
     @model_validator(mode="after")
     def _durations_ordered(self) -> DataSection:

@@ -21,6 +21,7 @@ SAMPLES = "samples"
 EXPORT = "export"
 ONNX = "onnx"  # `trainer-core export --onnx RUN` writes here by default
 REPORT = "report.png"
+ITEMS = "items.jsonl"  # a voice run's items (id, path, held out) as its first start chose them
 # A voice run's pictures of one held-out clip, in each evaluation's sample folder (`samples/step-<8 digits>/`).
 MEL_VIEW = "mel.png"
 ALIGNMENT_VIEW = "alignment.png"

@@ -101,6 +101,7 @@ class VoiceFeatures:
     pitches: list[torch.Tensor] | None = None  # (1, frames) log-F0 rows, ram mode with pitch only
     disk_reads: int = 0
     speakers: list[str] = field(default_factory=list)  # each item's speaker name ("" for single-speaker data)
+    held_out: list[bool] | None = None  # the corpus's own split (data.corpus_layout); None: Vega's
     _fallback_extractor: MelExtractor | None = field(default=None, repr=False)
 
     def __len__(self) -> int:
@@ -203,6 +204,12 @@ def voice_items(report: DataReport) -> list[VoiceItem]:
             "add audio with a metadata.csv or <stem>.txt transcripts"
         )
     return items
+
+
+def held_out_flags(items: list[VoiceItem]) -> list[bool] | None:
+    """Each item's held-out flag when the corpus has its own split, else None (the hash split)."""
+    flags = [item.held_out for item in items]
+    return flags if any(flags) else None
 
 
 def _load_hits(
@@ -344,6 +351,7 @@ def _assemble(
         pitch_cache=pitch_cache,
         pitches=[slots.pitches[i] for i in kept] if slots.where == "ram" and pitch_cache is not None else None,
         speakers=[items[i].speaker for i in kept],
+        held_out=held_out_flags([items[i] for i in kept]),
     )
 
 

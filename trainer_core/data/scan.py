@@ -3,6 +3,7 @@
 `scan_data` is what `trainer-core check-data` prints and what the trainer plans from. Problem files are
 listed and skipped, never fatal; a `DataError` is raised only when nothing usable remains, and its
 message says what was found and what to do. Torch- and librosa-free: the dashboard runs this via the CLI.
+A Common Voice release or a `datasets` folder is read by its own reader (`data.corpus_layout`).
 """
 
 from __future__ import annotations
@@ -10,32 +11,30 @@ from __future__ import annotations
 import math
 import os
 from collections import Counter
-from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
 
 from trainer_core.contract.errors import DataError
 from trainer_core.data.audio_probe import (
     AudioProbe,
     DurationLimits,
     all_audio_suffixes,
-    probe_audio,
     supported_suffixes,
     unsupported_problem,
 )
+from trainer_core.data.corpus_layout import CorpusOptions, scan_corpus
 from trainer_core.data.scan_cache import ScanCache
 from trainer_core.data.scan_report import (
-    PROBLEM_LABELS,
     DataReport,
     Problem,
     TextItem,
     TextSummary,
     VoiceItem,
     VoiceSummary,
+    problem_breakdown,
 )
-from trainer_core.data.speakers import SpeakerLayout, assign_speakers, decide_layout, speaker_figures
+from trainer_core.data.speakers import SpeakerLayout, assign_speakers, decide_layout
 from trainer_core.data.text_probe import TEXT_SUFFIXES, TextProbe, probe_text
 from trainer_core.data.transcripts import (
     METADATA_NAME,
@@ -45,14 +44,12 @@ from trainer_core.data.transcripts import (
     read_metadata,
     sidecar_paths,
 )
+from trainer_core.data.voice_probes import histogram, parallel_map, probe_all, voice_item, voice_summary
 
 MODES = ("auto", "voice", "text")
 NO_EXTENSION = "(no extension)"
 # Folders that never hold training data: macOS resource forks, VCS and cache folders.
 SKIPPED_DIRS = frozenset({"__MACOSX", "__pycache__"})
-
-T = TypeVar("T")
-R = TypeVar("R")
 
 
 @dataclass
@@ -121,13 +118,6 @@ def describe_found(extensions: Counter[str], limit: int = 8) -> str:
     return ", ".join(parts) if parts else "nothing"
 
 
-def _parallel_map(fn: Callable[[T], R], values: list[T], workers: int) -> list[R]:
-    if workers <= 1 or len(values) <= 1:
-        return [fn(value) for value in values]
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="scan") as pool:
-        return list(pool.map(fn, values))
-
-
 def _check_folder(path: Path) -> Path:
     root = path.expanduser().resolve()
     if not root.exists():
@@ -149,24 +139,6 @@ def _check_arguments(mode: str, min_duration_s: float, max_duration_s: float) ->
 # ----------------------------------------------------------------------------------------------- voice
 
 
-def _voice_item(probe: AudioProbe, transcript: Transcript) -> VoiceItem:
-    header = probe.header
-    assert header is not None  # Only probes without problems become items, and those have headers.
-    return VoiceItem(
-        path=probe.path,
-        text=transcript.text,
-        duration_s=header.duration_s,
-        sample_rate=header.sample_rate,
-        channels=header.channels,
-        format=header.format,
-        subtype=header.subtype,
-        size_bytes=probe.size_bytes,
-        item_id=probe.path.stem,
-        transcript_source=transcript.source,
-        speaker=transcript.speaker,
-    )
-
-
 def _select_items(
     probes: list[AudioProbe], transcripts: list[Transcript | None]
 ) -> tuple[list[VoiceItem], list[Problem]]:
@@ -184,41 +156,8 @@ def _select_items(
             reason = f"duplicate: its transcript ({transcript.source}) already belongs to {first.name}; skipped"
             problems.append(Problem(probe.path, reason, "duplicate"))
             continue
-        items.append(_voice_item(probe, transcript))
+        items.append(voice_item(probe, transcript))
     return items, problems
-
-
-def _histogram(values: Iterable[object]) -> dict[str, int]:
-    return {str(key): count for key, count in Counter(values).most_common()}
-
-
-def _voice_summary(
-    inventory: Inventory, probes: list[AudioProbe], items: list[VoiceItem], layout: SpeakerLayout
-) -> VoiceSummary:
-    headers = [probe.header for probe in probes if probe.header is not None]
-    durations = [item.duration_s for item in items]
-    transcripts = "".join(item.text for item in items)
-    return VoiceSummary(
-        audio_files=len(inventory.audio),
-        usable=len(items),
-        skipped=len(inventory.audio) - len(items),
-        unsupported_files=len(inventory.unsupported_audio),
-        hours_usable=sum(durations) / 3600.0,
-        hours_all=sum(h.duration_s for h in headers) / 3600.0,
-        audio_bytes=sum(probe.size_bytes for probe in probes),
-        usable_bytes=sum(item.size_bytes for item in items),
-        duration_min_s=min(durations) if durations else None,
-        duration_max_s=max(durations) if durations else None,
-        duration_mean_s=sum(durations) / len(durations) if durations else None,
-        formats=_histogram(f"{h.format}/{h.subtype}" for h in headers),
-        sample_rates=_histogram(h.sample_rate for h in headers),
-        channels=_histogram(h.channels for h in headers),
-        transcript_chars=len(transcripts),
-        charset="".join(sorted(set(transcripts))),
-        speaker_mode=layout.mode,
-        speaker_reason=layout.reason,
-        speakers=speaker_figures(items),
-    )
 
 
 def _transcript_index(inventory: Inventory, speakers: str) -> tuple[TranscriptIndex, SpeakerLayout]:
@@ -234,37 +173,6 @@ def _transcript_index(inventory: Inventory, speakers: str) -> tuple[TranscriptIn
     return index, layout
 
 
-def _probe_all(
-    pairs: list[tuple[Path, Transcript | None]], limits: DurationLimits, workers: int, cache: ScanCache | None
-) -> list[AudioProbe]:
-    """Probes in file order: files the cache knows are judged inline (a stat each), the rest read in parallel.
-
-    Handing tens of thousands of cache hits to a thread pool would cost more than judging them.
-    """
-    if cache is None:
-        return _parallel_map(lambda pair: probe_audio(pair[0], pair[1], limits), pairs, workers)
-    probes: list[AudioProbe | None] = [None] * len(pairs)
-    missing: list[tuple[int, tuple[int, int] | None]] = []
-    for index, (path, transcript) in enumerate(pairs):
-        identity, known = cache.lookup(path)
-        if known is None:
-            missing.append((index, identity))
-        else:
-            probe = probes[index] = probe_audio(path, transcript, limits, known)
-            cache.record(path, identity, probe.facts)
-
-    def read(entry: tuple[int, tuple[int, int] | None]) -> AudioProbe:
-        path, transcript = pairs[entry[0]]
-        probe = probe_audio(path, transcript, limits)
-        cache.record(path, entry[1], probe.facts)
-        return probe
-
-    for (index, _), probe in zip(missing, _parallel_map(read, missing, workers), strict=True):
-        probes[index] = probe
-    cache.save()
-    return [probe for probe in probes if probe is not None]
-
-
 def scan_voice(
     inventory: Inventory, limits: DurationLimits, workers: int, cache_folder: Path | None = None, speakers: str = "auto"
 ) -> VoiceScan:
@@ -276,7 +184,7 @@ def scan_voice(
     index, layout = _transcript_index(inventory, speakers)
     transcripts = [index.lookup(audio) for audio in inventory.audio]
     cache = ScanCache(cache_folder, inventory.root) if cache_folder is not None and inventory.audio else None
-    probes = _probe_all(list(zip(inventory.audio, transcripts, strict=True)), limits, workers, cache)
+    probes = probe_all(list(zip(inventory.audio, transcripts, strict=True)), limits, workers, cache)
     items, file_problems = _select_items(probes, transcripts)
     items, speaker_problems = assign_speakers(layout, items, inventory.root)
     problems = (
@@ -286,7 +194,8 @@ def scan_voice(
         + speaker_problems
         + index.missing_audio_problems()
     )
-    return VoiceScan(items, problems, _voice_summary(inventory, probes, items, layout))
+    summary = voice_summary(len(inventory.audio), len(inventory.unsupported_audio), probes, items, layout)
+    return VoiceScan(items, problems, summary)
 
 
 # ------------------------------------------------------------------------------------------------ text
@@ -310,13 +219,13 @@ def _text_summary(files: list[Path], probes: list[TextProbe], items: list[TextIt
         lines=sum(item.lines for item in items),
         non_utf8_files=sum(1 for item in items if not item.utf8),
         jsonl_lines_without_text=sum(probe.lines_without_text for probe in probes),
-        by_extension=_histogram(path.suffix.lower() for path in files),
+        by_extension=histogram(path.suffix.lower() for path in files),
     )
 
 
 def scan_text(inventory: Inventory, workers: int) -> TextScan:
     files = corpus_text_files(inventory)
-    probes = _parallel_map(probe_text, files, workers)
+    probes = parallel_map(probe_text, files, workers)
     items = [probe.item for probe in probes if probe.item is not None]
     problems = [probe.problem for probe in probes if probe.problem is not None]
     warnings = [warning for probe in probes for warning in probe.warnings]
@@ -330,11 +239,6 @@ def _audio_file_problems(inventory: Inventory, voice: VoiceScan) -> list[Problem
     """Problems of supported audio files only (not metadata rows or unsupported formats)."""
     audio = set(inventory.audio)
     return [p for p in voice.problems if p.path in audio]
-
-
-def _problem_breakdown(problems: list[Problem]) -> str:
-    counts = Counter(PROBLEM_LABELS.get(p.kind, p.kind) for p in problems)
-    return ", ".join(f"{count} {label}" for label, count in counts.most_common())
 
 
 # What to do about the most common reason a voice folder has nothing usable.
@@ -365,7 +269,7 @@ def _no_usable_voice_message(inventory: Inventory, voice: VoiceScan) -> str:
     hint = VOICE_HINTS.get(top_kind[0][0], "see the problem list") if top_kind else "see the problem list"
     return (
         f"none of the {len(inventory.audio)} audio files in {root} is usable "
-        f"({_problem_breakdown(file_problems)}): {hint}; run `trainer-core check-data {root}` for the full list"
+        f"({problem_breakdown(file_problems)}): {hint}; run `trainer-core check-data {root}` for the full list"
     )
 
 
@@ -377,7 +281,7 @@ def _no_usable_data_message(inventory: Inventory, voice: VoiceScan | None, text:
     if text.summary.files:
         return (
             f"none of the {text.summary.files} text files in {root} is usable "
-            f"({_problem_breakdown(text.problems)}); add text to them or point data.path elsewhere{audio_note}"
+            f"({problem_breakdown(text.problems)}); add text to them or point data.path elsewhere{audio_note}"
         )
     return (
         f"no audio with transcripts and no .txt/.md/.jsonl files in {root}: "
@@ -406,7 +310,7 @@ def _text_reason(requested: str, inventory: Inventory, voice: VoiceScan | None, 
     if voice is not None and inventory.audio:
         return (
             f"text, because none of the {len(inventory.audio)} audio files is usable "
-            f"({_problem_breakdown(_audio_file_problems(inventory, voice))}): {files}"
+            f"({problem_breakdown(_audio_file_problems(inventory, voice))}): {files}"
         )
     return f"text, because the folder has no audio: {files}"
 
@@ -451,15 +355,22 @@ def scan_data(
     workers: int = 2,
     cache_folder: Path | None = None,
     speakers: str = "auto",
+    corpus: CorpusOptions | None = None,
 ) -> DataReport:
     """Scan a data folder and decide its mode (auto: voice if usable audio with transcripts, else text).
 
     `cache_folder`: the data-scan cache's folder (data.scan_cache.scan_cache_folder); None reads every file.
     `speakers`: how voice clips get their speakers (data.speakers: auto, column, folders or none).
+    `corpus`: options of Common Voice and `datasets` folders, which have readers of their own.
     Raises DataError when the folder is missing or empty, or when nothing usable is found for the mode.
     """
     _check_arguments(mode, min_duration_s, max_duration_s)
     root = _check_folder(Path(path))
+    limits = DurationLimits(min_duration_s, max_duration_s)
+    options = corpus if corpus is not None else CorpusOptions(speakers=speakers)
+    report = scan_corpus(root, limits, workers, cache_folder, options) if mode != "text" else None
+    if report is not None:
+        return report
     inventory = take_inventory(root)
     if inventory.file_count == 0:
         raise DataError(
@@ -468,7 +379,6 @@ def scan_data(
         )
     voice: VoiceScan | None = None
     if mode != "text":
-        limits = DurationLimits(min_duration_s, max_duration_s)
         voice = scan_voice(inventory, limits, workers, cache_folder, speakers)
         if voice.items:
             return _voice_report(root, mode, inventory, voice)

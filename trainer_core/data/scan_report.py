@@ -32,6 +32,12 @@ PROBLEM_LABELS: dict[str, str] = {
 }
 
 
+def problem_breakdown(problems: list[Problem]) -> str:
+    """'3 unreadable, 1 too short': problems counted by kind, most frequent first."""
+    counts = Counter(PROBLEM_LABELS.get(p.kind, p.kind) for p in problems)
+    return ", ".join(f"{count} {label}" for label, count in counts.most_common())
+
+
 @dataclass(frozen=True)
 class Problem:
     """A file (or a row of one) that is skipped, and why. `kind` is a stable code, `reason` a sentence."""
@@ -59,6 +65,7 @@ class VoiceItem:
     item_id: str
     transcript_source: str
     speaker: str = ""  # "" for single-speaker data (data.speakers resolved to "none")
+    held_out: bool = False  # the corpus holds it out (Common Voice dev/test, a validation split)
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -118,6 +125,12 @@ class VoiceSummary:
     speaker_mode: str = "none"
     speaker_reason: str = ""
     speakers: dict[str, SpeakerFigures] = field(default_factory=dict)
+    held_out: int = 0
+    """Usable clips the corpus itself holds out (0: the split is Vega's, data.val_fraction)."""
+    corpus_format: str = "folder"
+    """folder (metadata.csv or sidecars), common_voice, parquet or arrow (data.corpus_layout)."""
+    corpus_note: str = ""
+    """What the corpus reader chose and filtered (the table that trains, rows under a minimum)."""
 
 
 @dataclass

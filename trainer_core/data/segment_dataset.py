@@ -41,7 +41,8 @@ class SegmentDataset:
         if segment < 1:
             raise ValueError(f"segment must be at least one sample, got {segment}")
         self.waves, self.segment, self.seed = waves, segment, seed
-        self.train_ids, self.val_ids = split_items(waves.item_ids, val_fraction, val_max_items)
+        ids, held_out = waves.item_ids, waves.held_out
+        self.train_ids, self.val_ids = split_items(ids, val_fraction, val_max_items, held_out)
         self.rank, self.world = 0, 1
 
     def shard(self, rank: int, world: int) -> None:

@@ -15,10 +15,16 @@ on short segments but validates whole clips, so there a validation item counts a
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 # Forward-only cost of a validation item, as a share of a training item (forward + backward + optimizer).
 VAL_ITEM_COST = 1.0 / 3.0
+
+
+def split_rank(item_id: str) -> bytes:
+    """An item's rank in the held-out choice: a hash of its id (neither seed nor file order)."""
+    return hashlib.sha256(item_id.encode("utf-8", errors="surrogateescape")).digest()
 
 
 def held_out_count(items: int, val_fraction: float, max_items: int = 0) -> int:

@@ -44,7 +44,9 @@ class VitsDataset(BucketedItems):
         usable = [i for i, t in enumerate(self.tokens) if t.numel() > 0]
         if not usable:
             raise DataError(f"none of the {len(waves)} transcripts has a symbol the voice's symbol map knows")
-        super().__init__(waves.item_ids, waves.lengths, usable, val_fraction, seed, bucket_size, val_max_items)
+        super().__init__(
+            waves.item_ids, waves.lengths, usable, val_fraction, seed, bucket_size, val_max_items, waves.held_out
+        )
 
     def collate(self, indices: Sequence[int]) -> Batch:
         texts = [self.tokens[i] for i in indices]

@@ -38,7 +38,7 @@ import torch
 from trainer_core.contract.errors import DataError
 from trainer_core.data.preload import VoiceFeatures
 from trainer_core.data.sharding import check_shard
-from trainer_core.data.validation_split import capped_away, held_out_count
+from trainer_core.data.validation_split import capped_away, held_out_count, split_rank
 
 Batch = dict[str, torch.Tensor]
 TEXT_PAD_ID = 0
@@ -52,12 +52,20 @@ def epoch_seed(seed: int, epoch: int) -> int:
     return int.from_bytes(digest[:8], "little") & (2**63 - 1)
 
 
-def split_rank(item_id: str) -> bytes:
-    return hashlib.sha256(item_id.encode("utf-8", errors="surrogateescape")).digest()
+def split_items(
+    item_ids: Sequence[str], val_fraction: float, max_items: int = 0, held_out: Sequence[bool] | None = None
+) -> tuple[list[int], list[int]]:
+    """(train, validation) indices, each in ascending order; see the module docstring for the rule.
 
-
-def split_items(item_ids: Sequence[str], val_fraction: float, max_items: int = 0) -> tuple[list[int], list[int]]:
-    """(train, validation) indices, each in ascending order; see the module docstring for the rule."""
+    `held_out`: the corpus's own split (Common Voice dev/test, a validation split), a flag per
+    item; when any is set, those items are validated on (at most `max_items`, by the same
+    ranking) and never train.
+    """
+    if held_out is not None and any(held_out):
+        fixed = [i for i in range(len(item_ids)) if held_out[i]]
+        ranked = sorted(fixed, key=lambda i: (split_rank(item_ids[i]), i))
+        kept = ranked[:max_items] if max_items > 0 else ranked
+        return [i for i in range(len(item_ids)) if not held_out[i]], sorted(kept)
     ranked = sorted(range(len(item_ids)), key=lambda i: (split_rank(item_ids[i]), i))
     held = set(ranked[: held_out_count(len(item_ids), val_fraction, max_items)])
     return [i for i in range(len(item_ids)) if i not in held], sorted(held)
@@ -85,6 +93,7 @@ class BucketedItems:
         seed: int,
         bucket_size: int = 32,
         val_max_items: int = 0,
+        held_out: Sequence[bool] | None = None,
     ) -> None:
         if bucket_size < 1:
             raise ValueError(f"bucket_size must be at least 1, got {bucket_size}")
@@ -93,9 +102,11 @@ class BucketedItems:
         self.bucket_size = bucket_size
         self.pin_memory = False  # Set by the task on CUDA so that non-blocking copies overlap.
         self.rank, self.world = 0, 1
-        train, val = split_items([item_ids[i] for i in usable], val_fraction, val_max_items)
-        # Items the fraction would have held out that the cap sent to training instead.
-        self.val_capped = capped_away(len(usable), val_fraction, val_max_items)
+        flags = [held_out[i] for i in usable] if held_out is not None else None
+        train, val = split_items([item_ids[i] for i in usable], val_fraction, val_max_items, flags)
+        # Items the fraction would hold out that the cap sent to training (none with a corpus split).
+        fixed = flags is not None and any(flags)
+        self.val_capped = 0 if fixed else capped_away(len(usable), val_fraction, val_max_items)
         self.train_ids = [usable[i] for i in train]
         self.val_ids = [usable[i] for i in val]
         self._order_cache: tuple[int, list[int]] | None = None
@@ -197,7 +208,10 @@ class VoiceDataset(BucketedItems):
         usable = [i for i, t in enumerate(self.tokens) if t.numel() > 0]
         if not usable:
             raise DataError(f"none of the {len(features)} transcripts has a symbol the text encoder knows")
-        super().__init__(features.item_ids, features.frames, usable, val_fraction, seed, bucket_size, val_max_items)
+        super().__init__(
+            features.item_ids, features.frames, usable, val_fraction, seed, bucket_size, val_max_items,
+            features.held_out,
+        )  # fmt: skip
 
     def collate(self, indices: Sequence[int]) -> Batch:
         """The padded batch of the given feature indices (see the module docstring for its tensors)."""

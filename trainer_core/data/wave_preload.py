@@ -22,7 +22,7 @@ from trainer_core.contract.errors import DataError
 from trainer_core.contract.profile import AudioSection, Profile
 from trainer_core.data.audio import AudioDecodeError, load_audio
 from trainer_core.data.feature_cache import FeatureCache
-from trainer_core.data.preload import PreloadWhere, ProgressCallback, ProgressReporter, voice_items
+from trainer_core.data.preload import PreloadWhere, ProgressCallback, ProgressReporter, held_out_flags, voice_items
 from trainer_core.data.scan_report import DataReport, VoiceItem
 
 WAVE_FEATURE_VERSION = 1
@@ -59,6 +59,8 @@ class Waves:
     decoded: int = 0
     speakers: list[str] = field(default_factory=list)
     """Each item's speaker name ("" for single-speaker data)."""
+    held_out: list[bool] | None = None
+    """Each item's held-out flag when the corpus has its own split (data.corpus_layout), else None."""
 
     def __len__(self) -> int:
         return len(self.item_ids)
@@ -166,4 +168,5 @@ def preload_waves(
         cache_hits=len(items) - len(misses),
         decoded=len(misses),
         speakers=[items[i].speaker for i in kept],
+        held_out=held_out_flags([items[i] for i in kept]),
     )

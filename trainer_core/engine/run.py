@@ -36,6 +36,7 @@ from trainer_core.contract.protocol import (
     HelloEvent,
     ResourcesEvent,
 )
+from trainer_core.data.item_selection import record_items
 from trainer_core.engine.control_state import ControlState
 from trainer_core.engine.events import EventHub, NullEventWriter, setup_logging
 from trainer_core.engine.task_contract import TaskError, error_details
@@ -306,6 +307,9 @@ def _announce(plan: TrainPlan, hub: EventHub, run_dir: Path) -> None:
     )
     for problem in data.problems:
         log.warning("skipped %s: %s", problem.path, problem.reason)
+    changed = record_items(run_dir / rundir.ITEMS, data)
+    if changed is not None:
+        hub.warn(changed, code="items_changed")
     frozen = run_dir / rundir.PROFILE
     if not frozen.exists():
         frozen.write_text(profile_to_toml(p), encoding="utf-8")

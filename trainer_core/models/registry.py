@@ -139,19 +139,9 @@ def _check_is_task(task: object, spec_text: str) -> None:
 
 def _scan_folder(profile: Profile, path: Path) -> DataReport:
     # Imported here: the scan is torch-free and only needed when the caller passes a bare folder.
-    from trainer_core.data.scan import scan_data
-    from trainer_core.data.scan_cache import scan_cache_folder
+    from trainer_core.data.item_selection import scan_for_training
 
-    data = profile.data
-    return scan_data(
-        path,
-        data.mode,
-        data.min_duration_s,
-        data.max_duration_s,
-        data.num_workers,
-        cache_folder=scan_cache_folder(data.cache_dir),
-        speakers=data.speakers,
-    )
+    return scan_for_training(profile.data, profile.run.seed, path)
 
 
 def _resolve_mode(profile: Profile, report: DataReport) -> str:
