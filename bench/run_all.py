@@ -74,6 +74,7 @@ BENCHES = (
     Bench("synth", "synth_speed.py", ("--sentences", "40", "--train-steps", "20", "--repeats", "5")),
     Bench("demo_run", "demo_run.py", ()),
     Bench("finetune", "finetune.py", ("--steps", "150", "--eval-every", "25")),
+    Bench("common_voice", "common_voice_scale.py", ("--clips", "42000")),
     Bench("kill", "kill_loop.py", ("--kills", "30")),
     Bench("budget", "time_budget.py", ("--hours", "0.1667")),
     Bench("vocoder", "vocoder_quality.py", ("--minutes", "30")),

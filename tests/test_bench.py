@@ -81,6 +81,16 @@ EXPECTED = {
         "batch, book sentences: seconds of speech",
         "synth --text-file end to end",
     ),
+    "common_voice_scale.py": (
+        "scan, cold",
+        "scan, warm",
+        "preload, cold",
+        "preload, cache hit",
+        "mms-finetune: spawn to first step, warm caches",
+        "negative control: warm start with the wave cache emptied",
+        "peak RSS of a trainer",
+        "waves kept on disk",
+    ),
     "learning.py": (
         "demo, before: free-running distance",
         "demo, after: free-running distance",
@@ -106,6 +116,7 @@ KEYS = {
     "vocoder_quality.py": "vocoder",
     "demo_run.py": "demo_run",
     "finetune.py": "finetune",
+    "common_voice_scale.py": "common_voice",
 }
 # Scripts that write a second result: its key and the figures it must report.
 SECOND = {
@@ -148,7 +159,7 @@ def test_benchmark_runs_on_smoke_settings(script: str, tmp_path: Path) -> None:
         for p in tmp_path.iterdir()
         if p.name.split("-")[0]
         in {"pipeline", "overhead", "preload", "events", "growth", "dashboard", "budget", "scale", "learning", "sizing"}
-        | {"demo", "finetune"}
+        | {"demo", "finetune", "common"}
     ]
     assert not leftovers, leftovers
 
