@@ -7,6 +7,10 @@ out and counted. The map is a voice's own: a new voice gets the framing symbols,
 every symbol of its corpus; a voice started from another model keeps that model's map, and the corpus's symbols
 it lacks take ids the model's embedding leaves unused (more rows only when none are left).
 
+A voice started from a transformers VITS folder (an MMS voice) keeps that folder's vocabulary and its text front
+end instead (`mms`, `vits.mms_symbols`): no Piper framing, blanks as VitsTokenizer puts them, characters outside
+the vocabulary dropped and counted, never given new rows.
+
 `state_dict()` (plain types) goes into the task's model config, so checkpoints and exports rebuild the same map.
 """
 
@@ -19,7 +23,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trainer_core.contract.errors import ProfileError
+from trainer_core.contract.mms_tokenizer import MmsTokenizer
 from trainer_core.models.text_frontend import TextEncoder, resolve_units
+from trainer_core.models.vits.mms_symbols import MmsText
 
 PAD, BOS, EOS = "_", "^", "$"
 # Always in a new voice's map, in this order after the framing symbols.
@@ -39,9 +45,14 @@ class SymbolTable:
     espeak_backend: str = "auto"
     missing: Counter[str] = field(default_factory=Counter)
     """Units of the transcripts encoded so far that the map does not hold, with their counts."""
+    mms: MmsTokenizer | None = None
+    """A transformers VITS voice's tokenizer: its vocabulary is `id_map`, its front end replaces Piper's."""
 
     def __post_init__(self) -> None:
-        for symbol in (PAD, BOS, EOS):
+        self._mms = MmsText(self.mms) if self.mms is not None else None
+        if self._mms is not None:
+            self._mms.missing = self.missing  # one count of what transcripts lose, whichever front end
+        for symbol in (PAD, BOS, EOS) if self.mms is None else ():
             if symbol not in self.id_map:
                 raise ProfileError(f"the symbol map has no {symbol!r}, which frames every sentence; use another voice")
         top = max(i for ids in self.id_map.values() for i in ids)
@@ -56,9 +67,14 @@ class SymbolTable:
         tts: Any,
         num_symbols: int,
         base: Mapping[str, Sequence[int]] | None = None,
+        mms: MmsTokenizer | None = None,
     ) -> tuple[SymbolTable, list[str]]:
         """The map for a corpus: `base` (a source model's) or the framing and punctuation, plus every symbol of the
-        corpus it lacks; returns the table and the symbols added."""
+        corpus it lacks; returns the table and the symbols added. With `mms`, its vocabulary as it is (none added)."""
+        if mms is not None:
+            table = cls(mms_id_map(mms), max(num_symbols, mms.rows()), "chars", False, "", mms=mms)
+            table._mms.check_ready()  # type: ignore[union-attr]  # set: mms is given
+            return table, []
         units = resolve_units(tts.text_units, tts.espeak_backend)
         framing = {symbol: [index] for index, symbol in enumerate(BASE_SYMBOLS)}
         id_map = {symbol: list(ids) for symbol, ids in (base or framing).items()}
@@ -78,11 +94,17 @@ class SymbolTable:
         return grown, added
 
     def symbols_of(self, text: str) -> list[str]:
-        """`text` as symbols before lookup: its units, NFD-decomposed into code points."""
+        """`text` as symbols before lookup: its units, NFD-decomposed into code points (an MMS voice: the
+        characters its ids stand for)."""
+        if self._mms is not None:
+            return self._mms.symbols_of(text)
         return list(unicodedata.normalize("NFD", "".join(self._frontend.units_of(text))))
 
     def encode(self, text: str) -> list[int]:
-        """Piper-framed ids for `text`: `^ _ s1 _ s2 _ ... $`; an empty list when no symbol is known."""
+        """Piper-framed ids for `text`: `^ _ s1 _ s2 _ ... $`; an empty list when no symbol is known. An MMS
+        voice's ids are VitsTokenizer's (`vits.mms_symbols`)."""
+        if self._mms is not None:
+            return self._mms.encode(text)
         inner: list[int] = []
         pad = self.id_map[PAD]
         for symbol in self.symbols_of(text):
@@ -104,7 +126,8 @@ class SymbolTable:
         return rows
 
     def state_dict(self) -> dict[str, Any]:
-        return {
+        mms = {"mms": self.mms.state()} if self.mms is not None else {}
+        return mms | {
             "id_map": {symbol: list(ids) for symbol, ids in self.id_map.items()},
             "num_symbols": self.num_symbols,
             "units": self.units,
@@ -125,9 +148,15 @@ class SymbolTable:
                 bool(state["lowercase"]),
                 str(state["espeak_voice"]),
                 str(state.get("espeak_backend") or "auto"),
+                mms=MmsTokenizer.from_state(state["mms"]) if state.get("mms") else None,
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ProfileError(f"the voice's symbol map is incomplete ({exc}); export the model again") from exc
+
+
+def mms_id_map(tokenizer: MmsTokenizer) -> dict[str, list[int]]:
+    """An MMS vocabulary as a symbol map (one id per symbol, the file's order)."""
+    return {symbol: [index] for symbol, index in tokenizer.vocab.items()}
 
 
 def _rows(id_map: Mapping[str, Sequence[int]]) -> int:
