@@ -139,6 +139,12 @@ def parse_hub_id(given: str) -> tuple[str, str | None]:
     return repo, revision or None
 
 
+def hub_repo(given: object) -> str | None:
+    """ORG/NAME when `given` is a hub id (`hf:ORG/NAME[@REVISION]`), else None."""
+    text = str(given)
+    return parse_hub_id(text)[0] if text.startswith(HUB_PREFIX) else None
+
+
 def hub_folder(given: str) -> Path:
     """The cached folder of `hf:ORG/NAME[@REVISION]`, downloaded into huggingface_hub's cache unless offline."""
     repo, revision = parse_hub_id(given)

@@ -76,6 +76,8 @@ def load_model_source(given: Path | str, init_config: Path | None = None) -> Mod
     file = resolve_source(given)
     if file.form == "piper":
         return _from_piper(file, init_config)
+    if file.form == "hf":
+        return _from_hf(file)
     source = _from_export(file) if file.form == "export" else _from_checkpoint(file)
     if source.kind == "vits":
         source.vocabulary = _vits_vocabulary(file)
@@ -114,6 +116,38 @@ def _from_piper(file: SourceFile, init_config: Path | None) -> ModelSource:
         step=step if isinstance(step, int) else None,
         vocabulary=vocabulary,
         default_speaker=by_id.get(voice.default_speaker_id) if speakers else None,
+    )
+
+
+def _from_hf(file: SourceFile) -> ModelSource:
+    """A transformers VITS folder (an MMS voice): every generator tensor in Vega's names, mapped strictly against
+    the generator its config.json describes (models.vits.hf_folder); its vocabulary from vocab.json. It holds no
+    discriminator."""
+    from trainer_core.contract.hf_voice import read_hf_voice
+    from trainer_core.models.vits.hf_config import vits_config_from_hf
+    from trainer_core.models.vits.hf_folder import read_hf_weights, vega_weights
+    from trainer_core.models.vits.synthesizer import Synthesizer
+
+    voice = read_hf_voice(file.path)
+    where = voice.describe()
+    with torch.device("meta"):  # names and shapes only
+        shape = Synthesizer(vits_config_from_hf(voice.config, where, n_vocab=voice.num_symbols)).state_dict()
+    weights = vega_weights(read_hf_weights(voice), shape, where)
+    vocabulary: list[str | None] = [None] * voice.num_symbols
+    for symbol, index in voice.vocab.items():
+        vocabulary[index] = symbol
+    return ModelSource(
+        file=file,
+        weights=weights,
+        kind="vits",
+        audio=audio_features(voice.audio_section()),
+        symbols=None,
+        phonemes=bool(voice.tokenizer.get("phonemize", False)),
+        speaker_names=None,  # transformers' folders number their speakers and name none
+        mel_mean=None,
+        mel_std=None,
+        step=None,
+        vocabulary=vocabulary,
     )
 
 

@@ -204,7 +204,7 @@ def _init_vits(trainer: Trainer, source: ModelSource) -> InitReport:
     task, t = trainer.task, trainer.profile.train
     vocabulary = task.symbols.vocabulary()  # type: ignore[attr-defined]  # a VitsTask
     speakers = task.speaker_names  # type: ignore[attr-defined]
-    strict = source.file.form == "piper"
+    strict = source.file.form in ("piper", "hf")
     return apply_vits_init(trainer.module, source, vocabulary, speakers, strict, t.init_speaker)
 
 
