@@ -289,6 +289,7 @@ def profile_differences(saved_toml: str, current_toml: str) -> list[str]:
 def finalize(trainer: Trainer, plan: TrainPlan, hub: EventHub, run_dir: Path) -> dict:
     """Export the final model and draw the report; failures here are reported, never lose the run."""
     from trainer_core.engine.export import ExportError, export_model
+    from trainer_core.engine.hf_exports import export_hf_folders
     from trainer_core.engine.report import write_report
 
     out: dict = {}
@@ -301,6 +302,7 @@ def finalize(trainer: Trainer, plan: TrainPlan, hub: EventHub, run_dir: Path) ->
         else:
             out["export"] = str(weights)
             log.info("exported %s", weights)
+        out.update(export_hf_folders(trainer, hub, run_dir))
     if plan.profile.logging.report:
         try:
             out["report"] = str(write_report(run_dir))

@@ -82,3 +82,27 @@ def export_hf(
 
 def _tokenizer(symbols: SymbolTable, folder: Path) -> None:
     write_tokenizer_files(symbols, folder)
+
+
+def base_model_of(given: Path | str | None) -> dict[str, Any] | None:
+    """What a run started from, for the model card: a transformers folder's or hub model's id and licence; a Vega
+    run, checkpoint or export passes on the base model its own model config recorded. None: from scratch."""
+    from trainer_core.contract.checkpoint_peek import read_model_config
+    from trainer_core.contract.hf_voice import hub_folder, hub_repo, is_hf_folder, read_hf_voice
+    from trainer_core.contract.init_sources import read_export_config, resolve_source
+
+    if given is None:
+        return None
+    repo = hub_repo(given)
+    folder = hub_folder(str(given)) if repo is not None else Path(given)
+    if is_hf_folder(folder):
+        voice = read_hf_voice(folder, repo)
+        return {"id": repo or folder.name, "license": voice.license}
+    try:
+        file = resolve_source(folder)
+        config = read_export_config(file.path).get("model") if file.form == "export" else None
+        config = config if config is not None else read_model_config(file.path)
+    except VegaError:
+        return None
+    base = (config or {}).get("base_model")
+    return dict(base) if isinstance(base, Mapping) else None

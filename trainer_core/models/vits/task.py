@@ -43,6 +43,7 @@ from trainer_core.models.vits.speech import (
     inference_scales,
     write_samples,
 )
+from trainer_core.models.vits.hf_export import base_model_of
 from trainer_core.models.vits.symbols import SymbolTable
 from trainer_core.models.vits.views import VitsViews
 from trainer_core.models.voice_task import choose_where
@@ -97,6 +98,7 @@ class VitsTask(Task):
             param.requires_grad_(False)
         self.audio = BatchAudio(profile.audio, self.device)
         self.speaker = VitsSpeaker.from_profile(self.symbols, profile, self.speaker_names)
+        self.base_model = base_model_of(profile.train.init_from)  # its licence goes into export --hf's card
         self.views = VitsViews(self.dataset, self.symbols, self.audio)
         self._free_running: VitsFreeRunning | None = None
 
@@ -222,6 +224,7 @@ class VitsTask(Task):
             "audio": self.profile.audio.model_dump(mode="json"),
             "inference": inference_scales(self.profile),
             "quality": self.profile.vits.quality,
+            "base_model": self.base_model,
             "held_out": {
                 "val_fraction": self.profile.data.val_fraction,
                 "val_max_items": self.profile.data.val_max_items,
