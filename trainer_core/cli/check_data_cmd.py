@@ -51,14 +51,21 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="cache folder, as data.cache_dir (default: the user cache folder); unchanged files are not read again",
     )
     parser.add_argument("--no-cache", action="store_true", help="read every file, neither using nor writing the cache")
+    parser.add_argument(
+        "--tokenizer", type=Path, metavar="FOLDER",
+        help="a transformers VITS voice folder (vocab.json, tokenizer_config.json; e.g. an MMS voice): count the "
+        "transcript characters its text front end drops",
+    )  # fmt: skip
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
     # Imported here: every sub-command's parser is built at start-up, and only this one needs numpy/soundfile.
+    from trainer_core.cli.tokenizer_report import load_front_end, show_tokenizer_report, tokenizer_report
     from trainer_core.data.scan import scan_data
     from trainer_core.data.scan_cache import scan_cache_folder
 
+    front_end = load_front_end(args.tokenizer) if args.tokenizer is not None else None
     cache = None if args.no_cache else scan_cache_folder(args.cache_dir)
     report = scan_data(
         args.path,
@@ -69,10 +76,14 @@ def run(args: argparse.Namespace) -> int:
         cache_folder=cache,
         speakers=args.speakers,
     )
+    dropped = tokenizer_report(front_end, report) if front_end is not None else None
     if args.json:
-        print_json(report.to_dict(include_items=args.items))
-    else:
-        show_report(report, Console(highlight=False))
+        print_json(report.to_dict(include_items=args.items) | ({"tokenizer": dropped} if dropped else {}))
+        return 0
+    console = Console(highlight=False)
+    show_report(report, console)
+    if dropped is not None:
+        show_tokenizer_report(dropped, console)
     return 0
 
 

@@ -19,9 +19,10 @@ from typing import Any, Literal
 
 from trainer_core.contract import rundir
 from trainer_core.contract.errors import InitSourceError
+from trainer_core.contract.mms_tokenizer import MmsTokenizer
 from trainer_core.contract.profile import AudioSection
 
-SourceForm = Literal["export", "checkpoint", "piper"]
+SourceForm = Literal["export", "checkpoint", "piper", "hf"]
 FIELD = "train.init_from"
 EXPORT_CONFIG = "config.json"
 EXPORT_WEIGHTS = "model.safetensors"
@@ -46,6 +47,8 @@ class VoiceStart:
 
     id_map: dict[str, list[int]]
     num_symbols: int
+    tokenizer: MmsTokenizer | None = None
+    """A transformers VITS voice's tokenizer (an MMS voice): its front end replaces Piper's."""
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,8 @@ class SourceFile:
         """`run NAME: its export`, `checkpoint step-00000400.pt of run NAME`, `export folder PATH`."""
         if self.form == "piper":
             return f"Piper checkpoint {self.path.name}"
+        if self.form == "hf":
+            return f"transformers VITS folder {self.path}"
         if self.chosen and self.run_dir is not None:
             return f"run {self.run_dir.name}: {self.chosen}"
         if self.form == "checkpoint":
@@ -88,6 +93,14 @@ class SourceFacts:
 
 def is_export(folder: Path) -> bool:
     return (folder / EXPORT_CONFIG).is_file() and (folder / EXPORT_WEIGHTS).is_file()
+
+
+def _is_transformers_vits(folder: Path) -> bool:
+    """A folder in transformers' VITS format (its config.json says model_type "vits")."""
+    try:
+        return bool(json.loads((folder / EXPORT_CONFIG).read_text(encoding="utf-8")).get("model_type") == "vits")
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def _step_of(path: Path) -> int | None:
@@ -133,6 +146,8 @@ def resolve_source(given: Path | str) -> SourceFile:
         return SourceFile(given, path, "piper", None)
     if path.is_file():
         return SourceFile(given, path, "checkpoint", _owning_run(path.parent, rundir.CHECKPOINTS))
+    if _is_transformers_vits(path):
+        return SourceFile(given, path, "hf", None)
     if is_export(path):
         return SourceFile(given, path, "export", _owning_run(path, rundir.EXPORT))
     if is_export(path / rundir.EXPORT):

@@ -78,7 +78,8 @@ class VitsTask(Task):
         v, d = profile.vits, profile.data
         base = start.id_map if start is not None else None
         rows = max(v.num_symbols, start.num_symbols if start is not None else 0)
-        self.symbols, self.added_symbols = SymbolTable.build(self.waves.texts, profile.tts, rows, base)
+        mms = start.tokenizer if start is not None else None
+        self.symbols, self.added_symbols = SymbolTable.build(self.waves.texts, profile.tts, rows, base, mms)
         if start is not None and self.added_symbols:
             log.info("symbols the start model lacks (new rows): %s", " ".join(self.added_symbols))
         self.speaker_names = speaker_names(self.waves.speakers)
