@@ -18,13 +18,15 @@ from transformers import VitsTokenizer
 
 from trainer_core.cli import main
 from trainer_core.contract.errors import ProfileError
+from trainer_core.contract.init_sources import VoiceStart
 from trainer_core.contract.mms_tokenizer import read_tokenizer_folder
 from trainer_core.contract.profile_loader import find_profile, load_profile
 from trainer_core.data.scan import scan_data
 from trainer_core.models.vits.hf_tokenizer_files import TokenizerNotRepresentable, write_tokenizer_files
 from trainer_core.models.vits.mms_symbols import romanizer
 from trainer_core.models.vits.start_symbols import plan_voice_start
-from trainer_core.models.vits.symbols import SymbolTable
+from trainer_core.models.vits.symbols import SymbolTable, mms_id_map
+from trainer_core.tiny_profiles import tiny_profile
 
 SENTENCES: list[str] = json.loads((REPO / "tests" / "fixtures" / "mms_sentences.json").read_text("utf-8"))["sentences"]
 # Kurmanji's Latin letters, space, apostrophe and hyphen in an MMS-like order: id 0 (the blank) is a letter.
@@ -201,3 +203,23 @@ def test_the_plan_of_a_run_started_from_a_transformers_voice_says_what_it_drops(
     assert mapping is not None and mapping["dropped"] == dict(expected_drops(texts))
     assert mapping["symbols_new_count"] == 0 and mapping["transcripts_sampled"] == 40
     assert "; dropped by its text front end (not in its vocabulary): '.' x" in mapping["text"]
+
+
+def test_a_vits_task_started_from_a_transformers_voice_trains_on_vits_tokenizers_ids(tmp_path: Path) -> None:
+    from trainer_core.models.vits.task import VitsTask
+
+    voice = write_voice(tmp_path / "mms", KMR)
+    corpus = kurmanji_corpus(tmp_path / "corpus")
+    toml = tmp_path / "vits.toml"
+    toml.write_text(tiny_profile("vits", data={"cache_dir": str(tmp_path / "cache")}), encoding="utf-8")
+    profile = load_profile(toml, [f"data.path={corpus}"])
+    start = VoiceStart(mms_id_map(read_tokenizer_folder(voice)), len(KMR), read_tokenizer_folder(voice))
+    task = VitsTask(profile, scan_data(corpus, "voice", 0.1, 30.0, workers=1), "cpu", start=start)
+    assert task.added_symbols == [] and task.symbols.mms == start.tokenizer
+    theirs = reference_ids(voice, task.waves.texts)
+    assert [ids.tolist() for ids in task.dataset.tokens] == theirs
+    assert len(task.dataset.empty_text_ids) == theirs.count([]) > 0  # nothing left to say: not trained on
+    # What the run's checkpoints and export keep rebuilds the front end, and writes the same files.
+    kept = SymbolTable.from_state(json.loads(json.dumps(task.model_config()["symbols"])))
+    write_tokenizer_files(kept, tmp_path / "export")
+    assert reference_ids(tmp_path / "export", SENTENCES) == [kept.encode(text) for text in SENTENCES]

@@ -62,10 +62,12 @@ class MmsTokenizer:
         return {**found, **self.added}
 
     def rows(self) -> int:
-        """Embedding rows the ids need: the vocabulary's, and the unknown token's when text is not
-        normalised (then a character outside the vocabulary becomes the unknown token, not dropped)."""
-        top = max(self.vocab.values())
-        return 1 + (max(top, self.unk_id) if not self.normalize else top)
+        """Embedding rows every id the tokenizer can give needs: the vocabulary's, an added token's when a
+        text can still hold it after normalising, and, when text is not normalised, the unknown token's (a
+        character outside the vocabulary then becomes it instead of being dropped)."""
+        ids = list(self.vocab.values())
+        ids += [i for text, i in self.added.items() if not self.normalize or set(text) <= self.vocab.keys()]
+        return 1 + max(ids + ([self.unk_id] if not self.normalize else []))
 
     def state(self) -> dict[str, Any]:
         return {
