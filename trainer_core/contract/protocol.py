@@ -194,7 +194,7 @@ class InitFromEvent(Event):
     type: Literal["init_from"] = "init_from"
     source: PathText = Field(description="what train.init_from named")
     path: PathText = Field(description="the checkpoint or export read")
-    form: Literal["export", "checkpoint", "piper"]
+    form: Literal["export", "checkpoint", "piper", "hf"]
     kind: str
     step: Count | None = None
     loaded: Count = Field(description="tensors copied (name and shape matched)")

@@ -88,6 +88,7 @@ def hf_sections(voice: HfVoice, profile: Profile) -> dict[str, Any]:
         **{name: getattr(config, name) for name in _SHAPE_FIELDS if name != "discriminator_channels"},
         "duration_predictor": "stochastic" if config.use_sdp else "deterministic",
         "speaker_channels": config.gin_channels or profile.vits.speaker_channels,
+        "num_symbols": voice.num_symbols,  # the model's own rows: the export keeps transformers' vocab_size
     }
     return {"audio": {**profile.audio.model_dump(), **voice.audio_section()}, "vits": vits}
 
