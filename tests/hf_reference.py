@@ -20,7 +20,7 @@ TOKENIZER = {
     "add_blank": True, "normalize": True, "phonemize": False, "is_uroman": False, "language": "eng",
     "pad_token": "k", "unk_token": "<unk>", "tokenizer_class": "VitsTokenizer", "model_max_length": 1000000000000,
 }  # fmt: skip
-CARD = "---\nlicense: cc-by-nc-4.0\ntags:\n- mms\n- vits\npipeline_tag: text-to-speech\n---\n\n# A tiny MMS-shaped VITS\n"
+CARD = "---\nlicense: cc-by-nc-4.0\ntags:\n- mms\n- vits\npipeline_tag: text-to-speech\n---\n\n# A tiny MMS VITS\n"
 # Tiny, but every part of MMS's shape: stochastic durations, 4 upsamplings, resblock 1, 16 kHz.
 TINY: dict[str, Any] = {
     "vocab_size": len(VOCAB), "hidden_size": 8, "num_hidden_layers": 2, "num_attention_heads": 2, "ffn_dim": 16,

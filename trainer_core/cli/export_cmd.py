@@ -1,4 +1,5 @@
-"""`trainer-core export --onnx` / `--hf`: a voice as ONNX graphs (or a transformers folder: `cli.hf_export`) and a JSON config, to speak with onnxruntime and no torch.
+"""`trainer-core export --onnx`: a voice as ONNX graphs and a JSON config, to speak with onnxruntime and no torch.
+(`--hf`: a vits voice as a transformers folder, `cli.hf_export`.)
 
     trainer-core export --onnx runs/demo-…                              # its best checkpoint -> runs/demo-…/onnx/
     trainer-core export --onnx runs/demo-…/export --out voice-onnx/ --vocoder runs/vocoder-…
@@ -46,8 +47,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--out",
         type=Path,
         metavar="DIR",
-        help="folder to write (default: onnx/ or hf/ in SOURCE's run folder, else SOURCE-onnx or SOURCE-hf "
-        "beside it)",
+        help="folder to write (default: onnx/ or hf/ in SOURCE's run folder, else SOURCE-onnx or SOURCE-hf beside it)",
     )
     parser.add_argument(
         "--vocoder",

@@ -1,11 +1,11 @@
 """Where a model to start from lives (`train.init_from`, `train --init-from`), found and named without torch.
 
-A source is a run folder (its export, else its best checkpoint, else its newest one), a checkpoint file, an
-export folder (model.safetensors + config.json), a Piper checkpoint, or a transformers VITS folder (form "hf", also
-named as a hub model `hf:ORG/NAME[@REVISION]`, `contract.hf_voice`). `resolve_source` picks the file to read; `peek_source` says what
-it holds from the JSON and TOML beside it (an export's config.json; a checkpoint's run folder: profile.toml and
-session.json), so the plan can check it and the dashboard can list candidates without loading weights. A
-checkpoint outside any run folder says what it is only when loaded (`engine.model_source`).
+A source is a run folder (its export, else its best checkpoint, else its newest one), a checkpoint file, an export
+folder (model.safetensors + config.json), a Piper checkpoint, or a transformers VITS folder (form "hf", also named
+as a hub model `hf:ORG/NAME[@REVISION]`, `contract.hf_voice`). `resolve_source` picks the file to read;
+`peek_source` says what it holds from the JSON and TOML beside it (an export's config.json; a checkpoint's run
+folder: profile.toml and session.json), so the plan can check it and the dashboard can list candidates without
+loading weights. A checkpoint outside any run folder says what it is only when loaded (`engine.model_source`).
 `check_compatible` refuses a source of another model kind or made from other audio features.
 """
 

@@ -24,7 +24,7 @@ def export_hf_folders(trainer: Any, hub: EventHub, run_dir: Path) -> dict[str, s
     from trainer_core.models.vits.synthesizer import Synthesizer
 
     task = trainer.task
-    symbols = getattr(task, "symbols", None)
+    symbols: Any = getattr(task, "symbols", None)  # a vits task's SymbolTable
     if getattr(symbols, "mms", None) is None:
         return {}
     folder = run_dir / rundir.EXPORT / HF_FOLDER

@@ -130,8 +130,8 @@ def _from_hf(file: SourceFile) -> ModelSource:
 
     voice = read_hf_voice(file.path)
     where = voice.describe()
-    with torch.device("meta"):  # names and shapes only
-        shape = Synthesizer(vits_config_from_hf(voice.config, where, n_vocab=voice.num_symbols)).state_dict()
+    # Names and shapes only; built on the CPU, which for a tiny model is quicker than the meta device's first use.
+    shape = Synthesizer(vits_config_from_hf(voice.config, where, n_vocab=voice.num_symbols)).state_dict()
     weights = vega_weights(read_hf_weights(voice), shape, where)
     vocabulary: list[str | None] = [None] * voice.num_symbols
     for symbol, index in voice.vocab.items():

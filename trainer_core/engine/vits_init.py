@@ -9,10 +9,10 @@
   channel, which is added to the biases it feeds (exact for the decoder, the posterior encoder, the flow and the
   stochastic duration predictor; the deterministic predictor's convolution edges see it approximately);
 - every other tensor by name and shape.
-`strict` (a Piper checkpoint, a transformers folder): a tensor of this model left unset, a source tensor left unused, or one of another
-shape is an error naming it, so nothing is silently trained from scratch. Otherwise those are reported as skipped
-and new, as for any other start source. A source with no discriminator at all (transformers' folders hold the
-generator alone) leaves this model's fresh, which the report lists as new.
+`strict` (a Piper checkpoint, a transformers folder): a tensor of this model left unset, a source tensor left
+unused, or one of another shape is an error naming it, so nothing is silently trained from scratch. Otherwise
+those are reported as skipped and new, as for any other start source. A source with no discriminator at all
+(transformers' folders hold the generator alone) leaves this model's fresh, which the report lists as new.
 """
 
 from __future__ import annotations

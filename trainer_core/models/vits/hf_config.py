@@ -170,7 +170,7 @@ def hf_config_from_vits(
     """transformers' config.json for a Vega VITS (every field written); a resblock "2" decoder is refused."""
     if config.resblock != "1":
         raise InitSourceError(
-            'this voice\'s decoder uses residual block "2" (Piper\'s x_low, low and medium voices); '
+            "this voice's decoder uses residual block \"2\" (Piper's x_low, low and medium voices); "
             'transformers\' VITS decoder has residual block "1" only, so it cannot hold this voice'
         )
     if config.n_speakers <= 1 and config.gin_channels:

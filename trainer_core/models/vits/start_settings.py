@@ -1,11 +1,12 @@
 """What a VITS run takes from the model it starts from before anything is built: settings and symbols.
 
-A Piper checkpoint (or a transformers VITS folder, such as an MMS voice: `adopt_hf`) decides the model: its shape (`[vits]`), its audio front end (`[audio]`: the corpus is
-resampled to its sample rate), its text front end (`[tts]`: espeak-ng voice, phonemes or characters) and a
-fine-tuning learning rate (`train.finetune_lr`, else Piper's 2e-4). `adopt_piper` writes those into the profile
-and says what changed, so the dry run, the launch screen and the frozen profile.toml all show the model that
-will train. A resumed run keeps what it started with: the same sections are read back from its own frozen
-profile (`adopt_frozen`), whether or not the resume names the start model again. Torch-free: the plan calls it.
+A Piper checkpoint (or a transformers VITS folder, such as an MMS voice: `adopt_hf`) decides the model: its shape
+(`[vits]`), its audio front end (`[audio]`: the corpus is resampled to its sample rate), its text front end
+(`[tts]`: espeak-ng voice, phonemes or characters) and a fine-tuning learning rate (`train.finetune_lr`, else
+Piper's 2e-4). `adopt_piper` writes those into the profile and says what changed, so the dry run, the launch
+screen and the frozen profile.toml all show the model that will train. A resumed run keeps what it started with:
+the same sections are read back from its own frozen profile (`adopt_frozen`), whether or not the resume names the
+start model again. Torch-free: the plan calls it.
 """
 
 from __future__ import annotations

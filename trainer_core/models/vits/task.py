@@ -32,6 +32,7 @@ from trainer_core.models.base import Batch, Carry, GroupSpec, SampleResult, Task
 from trainer_core.models.free_running import FreeRunningResult
 from trainer_core.models.registry import TaskRequest, register_task
 from trainer_core.models.vits.batch_audio import BatchAudio, cut_segments
+from trainer_core.models.vits.hf_export import base_model_of
 from trainer_core.models.vits.losses import discriminator_loss, feature_loss, generator_loss, kl_loss
 from trainer_core.models.vits.model import VitsModel
 from trainer_core.models.vits.parts import frozen_parameters
@@ -43,7 +44,6 @@ from trainer_core.models.vits.speech import (
     inference_scales,
     write_samples,
 )
-from trainer_core.models.vits.hf_export import base_model_of
 from trainer_core.models.vits.symbols import SymbolTable
 from trainer_core.models.vits.views import VitsViews
 from trainer_core.models.voice_task import choose_where
