@@ -160,3 +160,49 @@ def test_voices_transformers_cannot_hold_are_refused_with_the_reason(tmp_path: P
 
     with pytest.raises(InitSourceError, match='residual block "2"'):
         hf_config_from_vits(VitsConfig(), 22050)
+
+
+def test_an_original_vits_discriminator_checkpoint_loads_into_vegas(tmp_path: Path) -> None:
+    """D_*.pth as VITS's training wrote it (Meta's MMS checkpoints): {"model": ..., "iteration", "optimizer",
+    "learning_rate"}, old weight-norm names, a "module." prefix; made from Piper's discriminator (VITS's own)."""
+    from piper_reference import shared_discriminator
+
+    from trainer_core.models.vits.discriminator import MultiPeriodDiscriminator
+    from trainer_core.models.vits.hf_discriminator import read_discriminator
+
+    theirs = shared_discriminator()
+    state = {f"module.{name}": value for name, value in theirs.state_dict().items()}
+    assert any(name.endswith(".weight_g") for name in state)
+    path = tmp_path / "D_100000.pth"
+    torch.save({"model": state, "iteration": 100000, "optimizer": {}, "learning_rate": 2e-4}, path)
+    ours = MultiPeriodDiscriminator(32).eval()
+    weights = {k.removeprefix("model_d."): v for k, v in read_discriminator(path).items()}
+    ours.load_state_dict(weights, strict=True)
+    wave, fake = torch.randn(1, 1, 4096) * 0.1, torch.randn(1, 1, 4096) * 0.1
+    with torch.no_grad():
+        expected, got = theirs(wave, fake)[0], ours(wave, fake)[0]
+    assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(expected, got, strict=True))
+
+
+def test_the_plan_adopts_the_models_settings_and_warms_a_fresh_discriminator(
+    folders: dict[str, Path], tmp_path: Path
+) -> None:
+    from conftest import TEST_VOICE
+
+    from trainer_core.plan import make_plan
+
+    base = [
+        'compute.mode="cpu"',
+        f"data.path={json.dumps(str(TEST_VOICE))}",
+        f"data.cache_dir={json.dumps(str(tmp_path / 'cache'))}",
+    ]
+    start = [f"train.init_from={json.dumps(str(folders['parametrizations']))}"]
+    plan = make_plan("vits-medium", base + start, run_dir=tmp_path / "run", use_machine_file=False)
+    assert plan.init_from is not None and plan.init_from["form"] == "hf" and plan.init_from["kind"] == "vits"
+    changes = plan.init_from["settings"]
+    assert "audio.sample_rate: 22050 -> 16000" in changes and "vits.discriminator_warmup_steps: None -> 200" in changes
+    assert any("resampled to 16000 Hz" in line for line in changes)
+    assert plan.profile.vits.upsample_rates == [4, 4, 2, 2] and plan.profile.audio.n_fft == 256
+    with_d = start + [f"train.init_discriminator={json.dumps(str(tmp_path / 'D_1.pth'))}"]
+    plan = make_plan("vits-medium", base + with_d, run_dir=tmp_path / "run2", use_machine_file=False)
+    assert plan.profile.vits.discriminator_warmup_steps == 0

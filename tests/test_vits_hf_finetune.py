@@ -14,7 +14,9 @@ from hf_reference import make_folder, transformers_speech
 
 from trainer_core.cli import main
 from trainer_core.cli.vits_voice import voice_from_config
+from trainer_core.engine.checkpoint import load_checkpoint
 from trainer_core.engine.export import load_exported
+from trainer_core.engine.model_source import load_model_source
 
 STEPS = 2
 TOLERANCE = 1e-4
@@ -22,7 +24,8 @@ FAST = {
     "compute.mode": "cpu", "compute.num_threads": 2, "train.batch_size": 2, "vits.segment_size": 512,
     "vits.discriminator_channels": 2, "train.max_steps": STEPS, "train.eval_every_steps": STEPS,
     "train.free_running_every": 0, "data.cache_dir": "cache", "data.val_max_items": 2, "sample.sentences": ["hi"],
-    "logging.report": False,
+    "logging.report": False, "vits.discriminator_warmup_steps": 1,
+    "train.checkpoint_every_steps": 1,
 }  # fmt: skip
 
 
@@ -37,6 +40,12 @@ def test_a_transformers_vits_fine_tunes_and_ends_as_a_folder_transformers_speaks
     start = of_type(events, "init_from")[0]
     assert start.form == "hf" and start.kind == "vits" and start.skipped == 0
     assert start.new > 0 and all(name.startswith("model_d.") for name in start.new_names)  # a fresh discriminator
+    # Step 1 trains the fresh discriminator alone (vits.discriminator_warmup_steps): the generator is the
+    # folder's after it; step 2 trains both.
+    first = load_checkpoint(run.run_dir / "checkpoints" / "step-00000001.pt")["model"]
+    loaded = load_model_source(source).weights
+    assert len(loaded) > 100 and all(torch.equal(first[name], value) for name, value in loaded.items())
+    assert {"generator.mel", "discriminator.total"} <= set(of_type(events, "step")[-1].losses)
     frozen = tomllib.loads((run.run_dir / "profile.toml").read_text(encoding="utf-8"))
     assert frozen["audio"]["sample_rate"] == 16000 and frozen["vits"]["hidden_channels"] == 8
     assert frozen["vits"]["upsample_rates"] == [4, 4, 2, 2] and frozen["vits"]["resblock"] == "1"

@@ -47,6 +47,13 @@ def register(sub) -> None:
         "schedule start fresh",
     )
     p.add_argument(
+        "--init-discriminator",
+        type=Path,
+        metavar="PATH",
+        help="with --init-from a transformers VITS: its discriminator, an original VITS D_*.pth or a converted "
+        '"-train" folder (overrides train.init_discriminator; without one it starts fresh and warms up first)',
+    )
+    p.add_argument(
         "--task",
         metavar="PACKAGE.MODULE:FACTORY",
         help="train a task from an installed package (overrides model.task); a module outside Vega must be allowed "
@@ -81,6 +88,9 @@ def flag_overrides(args: argparse.Namespace) -> list[str]:
         given = str(args.init_from)
         hub_id = given.startswith("hf:")  # a Hugging Face hub id, not a path
         out.append(f"train.init_from={json.dumps(given if hub_id else str(args.init_from.expanduser().resolve()))}")
+    if args.init_discriminator is not None:
+        path = str(args.init_discriminator.expanduser().resolve())
+        out.append(f"train.init_discriminator={json.dumps(path)}")
     if args.task is not None:
         # The task chooses the model: whatever kind and sizing the profile names are Vega's models'.
         out += [f"model.task={json.dumps(checked_task(args.task))}", 'model.kind="auto"', 'model.size="fixed"']

@@ -155,7 +155,8 @@ def load_start_source(plan: TrainPlan) -> ModelSource | None:
     given, start = plan.profile.train.init_from, plan.init_from
     if given is None or not start or not start.get("applied"):
         return None
-    source = load_model_source(given, plan.profile.train.init_config)
+    t = plan.profile.train
+    source = load_model_source(given, t.init_config, t.init_discriminator)
     p = plan.profile
     kind, audio = model_kind(p, plan.data.mode), audio_features(p.audio.model_dump())
     check_compatible(str(given), source.kind, source.audio, kind, audio)

@@ -31,6 +31,8 @@ from trainer_core.models.vits.config import LAYOUT_FIELDS
 from trainer_core.models.vits.hf_config import vits_config_from_hf
 from trainer_core.models.vits.piper_hparams import vits_config_from_piper
 
+# Steps a fresh discriminator trains alone before a pretrained generator meets it.
+FRESH_DISCRIMINATOR_WARMUP = 200
 # Piper's learning rate, the rate its published voices were fine-tuned with.
 PIPER_LR = 2e-4
 ADOPTED_SECTIONS = ("audio", "vits", "tts")
@@ -91,6 +93,9 @@ def hf_sections(voice: HfVoice, profile: Profile) -> dict[str, Any]:
         "speaker_channels": config.gin_channels or profile.vits.speaker_channels,
         "num_symbols": voice.num_symbols,  # the model's own rows: the export keeps transformers' vocab_size
     }
+    if profile.vits.discriminator_warmup_steps is None:  # no discriminator in the folder: one starts fresh
+        fresh = profile.train.init_discriminator is None
+        vits["discriminator_warmup_steps"] = FRESH_DISCRIMINATOR_WARMUP if fresh else 0
     return {"audio": {**profile.audio.model_dump(), **voice.audio_section()}, "vits": vits}
 
 
@@ -98,7 +103,13 @@ def adopt_hf(profile: Profile, voice: HfVoice, where: str) -> tuple[Profile, lis
     """The profile with a transformers VITS's shape and audio settings and the fine-tuning rate, and what changed."""
     sections = hf_sections(voice, profile)
     sections["train"] = {**profile.train.model_dump(), "lr": finetune_lr(profile, "vits")}
-    return _replace(profile, sections, f"{where} (the model's config.json)")
+    updated, changes = _replace(profile, sections, f"{where} (the model's config.json)")
+    rate, warmup = updated.audio.sample_rate, updated.vits.discriminator_warmup_steps or 0
+    if rate != profile.audio.sample_rate:
+        changes.append(f"the corpus is resampled to {rate} Hz, the model's sample rate")
+    if updated.train.init_discriminator is None:
+        changes.append(f"the model holds no discriminator: a fresh one trains alone for the first {warmup} steps")
+    return updated, changes
 
 
 def adopt_frozen(profile: Profile, run_dir: Path) -> tuple[Profile, list[str]]:

@@ -137,6 +137,11 @@ class VitsTask(Task):
     def primary_group(self) -> str:
         return "generator"
 
+    def resting_groups(self, step: int) -> frozenset[str]:
+        """The generator rests while a fresh discriminator warms up (vits.discriminator_warmup_steps)."""
+        warmup = self.profile.vits.discriminator_warmup_steps or 0
+        return frozenset({"generator"}) if step <= warmup else frozenset()
+
     def group_losses(self, model: nn.Module, batch: Batch, group: str, carry: Carry) -> dict[str, torch.Tensor]:
         vits = unwrap_model(model)
         assert isinstance(vits, VitsModel)
