@@ -73,7 +73,7 @@ def apply_vits_init(
                 report.loaded.append(name)
                 used.add(name)
     report.skipped += [(name, "not in this model") for name in weights if name not in used]
-    if not any(name.startswith(DISCRIMINATOR) for name in weights):
+    if source.file.form == "hf" and not any(name.startswith(DISCRIMINATOR) for name in weights):
         report.notes.append(
             f"{source.describe()} holds no discriminator: this run's starts fresh (it trains alone for the first "
             "vits.discriminator_warmup_steps steps)"
