@@ -23,9 +23,9 @@ from trainer_core.contract.hf_voice import CONFIG, MODEL_CARD, HfVoice
 from trainer_core.models.vits.config import VitsConfig
 from trainer_core.models.vits.hf_config import hf_config_from_vits
 from trainer_core.models.vits.hf_names import hf_layout, parametrized_names, to_hf, to_vega
+from trainer_core.models.vits.piper_checkpoint import fit_problems
 
 GENERATOR = "model_g."
-LISTED = 12
 # A discriminator kept in a converted "-train" folder (finetune-hf-vits): not the generator's.
 DISCRIMINATOR_PREFIX = "discriminator."
 
@@ -54,11 +54,6 @@ def read_hf_weights(voice: HfVoice) -> dict[str, Tensor]:
         raise InitSourceError(f"{path}: {exc}") from exc
 
 
-def _listed(names: list[str]) -> str:
-    more = f" and {len(names) - LISTED} more" if len(names) > LISTED else ""
-    return ", ".join(names[:LISTED]) + more
-
-
 def vega_weights(
     hf: Mapping[str, Tensor], generator: Mapping[str, Tensor], where: str, prefix: str = GENERATOR
 ) -> dict[str, Tensor]:
@@ -78,13 +73,7 @@ def vega_weights(
             mismatched.append(f"{theirs} {list(ours[theirs].shape)} (this model: {list(generator[name].shape)})")
             continue
         out[prefix + name] = value
-    problems = []
-    if missing:
-        problems.append(f"{len(missing)} tensor(s) the model needs are not in it: {_listed(missing)}")
-    if unused:
-        problems.append(f"{len(unused)} of its tensor(s) have no place in the model: {_listed(unused)}")
-    if mismatched:
-        problems.append(f"{len(mismatched)} shape(s) differ: {_listed(mismatched)}")
+    problems = fit_problems(missing, unused, mismatched)
     if problems:
         raise HfWeightsError(f"{where} does not fit Vega's vits model tensor for tensor: {'; '.join(problems)}")
     return out
