@@ -1,6 +1,6 @@
-"""A small random VITS made by transformers itself (its VitsConfig + save_pretrained), for the tests that load,
-speak and export transformers' format: the same folder in both weight-norm layouts, and transformers' own
-speech from a folder to compare Vega's with."""
+"""A small random VITS made by transformers itself (its VitsConfig + save_pretrained), for the tests
+that load, speak and export transformers' format: the same folder in both weight-norm layouts, and
+transformers' own speech from a folder to compare Vega's with."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""transformers' VITS format into Vega's vits model: a random VITS made and saved by transformers loads tensor for
-tensor, in both weight-norm layouts, and speaks as transformers' own VitsModel does with every noise off."""
+"""transformers' VITS format into Vega's vits model: a random VITS made and saved by transformers loads
+tensor for tensor, in both weight-norm layouts, and speaks as transformers' own VitsModel does with
+every noise off."""
 
 from __future__ import annotations
 
@@ -19,7 +20,23 @@ from trainer_core.models.vits.hf_config import vits_config_from_hf
 from trainer_core.models.vits.hf_folder import HfWeightsError, load_hf_generator
 
 TOLERANCE = 1e-4
-IDS = [0, 26, 0, 29, 0, 5, 0, 19, 0, 7, 0, 8, 0, 33, 0]  # "and est" with blanks (id 0) between symbols
+IDS = [
+    0,
+    26,
+    0,
+    29,
+    0,
+    5,
+    0,
+    19,
+    0,
+    7,
+    0,
+    8,
+    0,
+    33,
+    0,
+]  # "and est" with blanks (id 0) between symbols
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +65,10 @@ def test_speakers_and_the_deterministic_duration_predictor_match_too(tmp_path: P
     folder = make_folder(tmp_path / "multi", seed=1, num_speakers=3, speaker_embedding_size=4,
                          use_stochastic_duration_prediction=False)  # fmt: skip
     generator = load_hf_generator(read_hf_voice(folder))
-    ours, theirs = vega_speech(generator, IDS, speaker=2), transformers_speech(folder, IDS, speaker=2)
+    ours, theirs = (
+        vega_speech(generator, IDS, speaker=2),
+        transformers_speech(folder, IDS, speaker=2),
+    )
     assert ours.shape == theirs.shape and (ours - theirs).abs().max().item() < TOLERANCE
     assert (vega_speech(generator, IDS, speaker=0) - theirs).abs().max().item() > 10 * TOLERANCE
 
@@ -74,7 +94,11 @@ def test_a_folder_that_does_not_fit_names_each_tensor(folders: dict[str, Path], 
 def test_config_values_vega_cannot_hold_are_refused_by_name(folders: dict[str, Path]) -> None:
     config = json.loads((folders["parametrizations"] / "config.json").read_text(encoding="utf-8"))
     assert vits_config_from_hf(config, "x").resblock == "1"
-    for field, value in (("window_size", 3), ("wavenet_kernel_size", 3), ("duration_predictor_flow_bins", 8)):
+    for field, value in (
+        ("window_size", 3),
+        ("wavenet_kernel_size", 3),
+        ("duration_predictor_flow_bins", 8),
+    ):
         with pytest.raises(InitSourceError, match=rf"{field} is {value}"):
             vits_config_from_hf({**config, field: value}, "x")
     audio = hf_audio_section(config)
@@ -115,7 +139,12 @@ def test_hub_ids_resolve_from_the_cache_and_offline_misses_name_the_fetch_comman
                                                                     cache_dir=cache))).parent == folder  # fmt: skip
     assert read_hf_voice(folder).license == "cc-by-nc-4.0"
     # Through the command line, in a fresh process offline: exit status 2 and the command that fetches it.
-    env = {**os.environ, "HF_HUB_CACHE": str(cache), "HF_HUB_OFFLINE": "1", "PYTHONPATH": os.getcwd()}
+    env = {
+        **os.environ,
+        "HF_HUB_CACHE": str(cache),
+        "HF_HUB_OFFLINE": "1",
+        "PYTHONPATH": os.getcwd(),
+    }
     args = ["-m", "trainer_core", "train", "--dry-run", "--init-from", "hf:facebook/mms-tts-kmr-script_latin",
             "--data", str(tmp_path), "--run-dir", str(tmp_path / "run")]  # fmt: skip
     done = subprocess.run([sys.executable, *args], env=env, capture_output=True, text=True, timeout=120)
@@ -206,3 +235,43 @@ def test_the_plan_adopts_the_models_settings_and_warms_a_fresh_discriminator(
     with_d = start + [f"train.init_discriminator={json.dumps(str(tmp_path / 'D_1.pth'))}"]
     plan = make_plan("vits-medium", base + with_d, run_dir=tmp_path / "run2", use_machine_file=False)
     assert plan.profile.vits.discriminator_warmup_steps == 0
+
+
+def test_a_converted_train_folders_discriminator_loads_and_its_generator_ignores_it(
+    folders: dict[str, Path], tmp_path: Path
+) -> None:
+    """finetune-hf-vits's "-train" folders keep the discriminator beside the generator: `discriminator.*`, plain
+    weights (weight norm removed), the last layer named final_conv."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    from trainer_core.models.vits.discriminator import MultiPeriodDiscriminator
+    from trainer_core.models.vits.hf_discriminator import read_discriminator
+
+    torch.manual_seed(3)
+    source_d = MultiPeriodDiscriminator(4).eval()
+    plain = {}
+    for name, value in source_d.state_dict().items():
+        name = name.replace(".conv_post.", ".final_conv.")
+        if name.endswith(".parametrizations.weight.original0"):
+            stem = name.removesuffix(".parametrizations.weight.original0")
+            direction = source_d.state_dict()[
+                stem.replace(".final_conv", ".conv_post") + ".parametrizations.weight.original1"
+            ]
+            plain[f"discriminator.{stem}.weight"] = torch._weight_norm(direction, value, 0)
+        elif not name.endswith(".original1"):
+            plain[f"discriminator.{name}"] = value
+    folder = tmp_path / "mms-tts-tiny-train"
+    shutil.copytree(folders["parametrizations"], folder)
+    save_file(
+        {**load_file(str(folder / "model.safetensors")), **plain},
+        str(folder / "model.safetensors"),
+    )
+    load_hf_generator(read_hf_voice(folder))  # the discriminator's tensors are not the generator's: no error
+    ours = MultiPeriodDiscriminator(4).eval()
+    ours.load_state_dict({k.removeprefix("model_d."): v for k, v in read_discriminator(folder).items()}, strict=True)
+    wave = torch.randn(1, 1, 2048) * 0.1
+    with torch.no_grad():
+        expected, got = source_d(wave, wave)[0], ours(wave, wave)[0]
+    assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(expected, got, strict=True))

@@ -1,6 +1,7 @@
-"""A transformers VITS folder fine-tuned headless (`trainer-core train --init-from FOLDER`): its settings adopted
-(16 kHz), every generator tensor loaded strictly, a fresh discriminator; the run ends with export/hf/{last,best},
-which transformers loads and speaks as Vega does; `export --hf` of the run writes the same."""
+"""A transformers VITS folder fine-tuned headless (`trainer-core train --init-from FOLDER`): its
+settings adopted (16 kHz), every generator tensor loaded strictly, a fresh discriminator; the run
+ends with export/hf/{last,best}, which transformers loads and speaks as Vega does; `export --hf` of
+the run writes the same."""
 
 from __future__ import annotations
 
@@ -29,7 +30,9 @@ FAST = {
 }  # fmt: skip
 
 
-def test_a_transformers_vits_fine_tunes_and_ends_as_a_folder_transformers_speaks(tmp_path: Path) -> None:
+def test_a_transformers_vits_fine_tunes_and_ends_as_a_folder_transformers_speaks(
+    tmp_path: Path,
+) -> None:
     source = make_folder(tmp_path / "mms-tts-tiny")
     voices = TrainerLauncher(tmp_path, TEST_VOICE)
     voices.profile = Path(__file__).resolve().parent.parent / "profiles" / "vits-medium.toml"

@@ -1,9 +1,10 @@
 """`trainer-core export --hf SOURCE [--out DIR]`: a vits voice as a transformers VITS folder.
 
-SOURCE is a vits run folder (its best checkpoint), a checkpoint or an export. The folder holds config.json
-(model_type "vits"), model.safetensors (the decoder's weight norm folded), the tokenizer files and a README.md
-whose front matter carries the base model's licence; `VitsModel.from_pretrained`, `VitsTokenizer.from_pretrained`
-and `pipeline("text-to-speech", model=DIR)` load it. Default DIR: `hf/` in SOURCE's run folder, else SOURCE-hf.
+SOURCE is a vits run folder (its best checkpoint), a checkpoint or an export. The folder holds
+config.json (model_type "vits"), model.safetensors (the decoder's weight norm folded), the tokenizer
+files and a README.md whose front matter carries the base model's licence;
+`VitsModel.from_pretrained`, `VitsTokenizer.from_pretrained` and `pipeline("text-to-speech",
+model=DIR)` load it. Default DIR: `hf/` in SOURCE's run folder, else SOURCE-hf.
 """
 
 from __future__ import annotations

@@ -1,12 +1,14 @@
-"""A VITS voice in transformers' format (Meta's MMS voices on the Hugging Face hub), read without torch.
+"""A VITS voice in transformers' format (Meta's MMS voices on the Hugging Face hub), read without
+torch.
 
-Such a folder holds `config.json` (`model_type` "vits": the model's shape and sample rate), the weights
-(`model.safetensors`, else `pytorch_model.bin`), and the tokenizer (`vocab.json`: symbol -> id;
-`tokenizer_config.json`: blanks, normalisation, uroman); a `README.md` model card may name its licence in its
-front matter. `read_hf_voice` reads what the plan and the dashboard need from the JSON files; the tensors are read
-by `models.vits.hf_folder`. `hub_folder` turns `hf:ORG/NAME[@REVISION]` into a folder of huggingface_hub's cache,
-downloading it when the machine may (`HF_HUB_OFFLINE` unset); offline, a model missing from the cache is an error
-naming the command that fetches it.
+Such a folder holds `config.json` (`model_type` "vits": the model's shape and sample rate), the
+weights (`model.safetensors`, else `pytorch_model.bin`), and the tokenizer (`vocab.json`: symbol ->
+id; `tokenizer_config.json`: blanks, normalisation, uroman); a `README.md` model card may name its
+licence in its front matter. `read_hf_voice` reads what the plan and the dashboard need from the
+JSON files; the tensors are read by `models.vits.hf_folder`. `hub_folder` turns
+`hf:ORG/NAME[@REVISION]` into a folder of huggingface_hub's cache, downloading it when the machine
+may (`HF_HUB_OFFLINE` unset); offline, a model missing from the cache is an error naming the command
+that fetches it.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""A run's transformers folders: `export/hf/last/` (the final model) and `export/hf/best/` (its best checkpoint),
-written at the end of a vits run whose text front end is a transformers tokenizer's (a run started from an MMS
-voice). Only those voices can be: a voice with Piper's framing has ids VitsTokenizer cannot make, so for it the
-run writes none and `trainer-core export --hf` says why."""
+"""A run's transformers folders: `export/hf/last/` (the final model) and `export/hf/best/` (its best
+checkpoint), written at the end of a vits run whose text front end is a transformers tokenizer's (a
+run started from an MMS voice). Only those voices can be: a voice with Piper's framing has ids
+VitsTokenizer cannot make, so for it the run writes none and `trainer-core export --hf` says why."""
 
 from __future__ import annotations
 
@@ -42,7 +42,10 @@ def export_hf_folders(trainer: Any, hub: EventHub, run_dir: Path) -> dict[str, s
         try:
             export_hf(generator, task.config, symbols, rate, folder / name, scales, task.base_model, step)
         except HfExportError as exc:
-            hub.warn(f"{exc}; the trained weights are in {run_dir / rundir.CHECKPOINTS}", code="hf_export_failed")
+            hub.warn(
+                f"{exc}; the trained weights are in {run_dir / rundir.CHECKPOINTS}",
+                code="hf_export_failed",
+            )
             return written
         written[f"hf_{name}"] = str(folder / name)
         log.info("wrote the transformers folder %s (step %d)", folder / name, step)

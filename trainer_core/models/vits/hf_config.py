@@ -1,13 +1,15 @@
-"""transformers' VITS `config.json` <-> Vega's `VitsConfig` (torch-free: the plan reads a hub model's shape).
+"""transformers' VITS `config.json` <-> Vega's `VitsConfig` (torch-free: the plan reads a hub model's
+shape).
 
-Field by field: hidden_size -> hidden_channels, flow_size -> inter_channels, ffn_dim -> filter_channels,
-num_attention_heads -> n_heads, num_hidden_layers -> n_layers, ffn_kernel_size -> kernel_size, the decoder's
-fields by the same names (transformers' decoder has residual block "1" only), posterior_encoder_num_wavenet_layers
--> posterior_layers, prior_encoder_num_wavenet_layers -> flow_layers, prior_encoder_num_flows -> flow_count,
-num_speakers / speaker_embedding_size -> n_speakers / gin_channels, use_stochastic_duration_prediction -> use_sdp.
-The fields Vega's model holds fixed (the attention window, the WaveNet kernel, the duration flows' bins and
-depth, the slopes and epsilons) must have Vega's values: another one is refused naming the field and both values.
-A field the file lacks takes transformers' default (`HF_DEFAULTS`).
+Field by field: hidden_size -> hidden_channels, flow_size -> inter_channels, ffn_dim ->
+filter_channels, num_attention_heads -> n_heads, num_hidden_layers -> n_layers, ffn_kernel_size ->
+kernel_size, the decoder's fields by the same names (transformers' decoder has residual block "1"
+only), posterior_encoder_num_wavenet_layers -> posterior_layers, prior_encoder_num_wavenet_layers ->
+flow_layers, prior_encoder_num_flows -> flow_count, num_speakers / speaker_embedding_size ->
+n_speakers / gin_channels, use_stochastic_duration_prediction -> use_sdp. The fields Vega's model
+holds fixed (the attention window, the WaveNet kernel, the duration flows' bins and depth, the
+slopes and epsilons) must have Vega's values: another one is refused naming the field and both
+values. A field the file lacks takes transformers' default (`HF_DEFAULTS`).
 """
 
 from __future__ import annotations
@@ -122,11 +124,17 @@ def _refuse(where: str, problems: list[str]) -> InitSourceError:
 
 
 def vits_config_from_hf(
-    config: Mapping[str, Any], where: str, n_vocab: int | None = None, segment_size: int | None = None
+    config: Mapping[str, Any],
+    where: str,
+    n_vocab: int | None = None,
+    segment_size: int | None = None,
 ) -> VitsConfig:
     """The VitsConfig of a transformers VITS config (`n_vocab` overrides its vocab_size)."""
     values = {**HF_DEFAULTS, **config}
-    fixed = {**FIXED, **({} if values["use_stochastic_duration_prediction"] else DETERMINISTIC_FIXED)}
+    fixed = {
+        **FIXED,
+        **({} if values["use_stochastic_duration_prediction"] else DETERMINISTIC_FIXED),
+    }
     problems = [
         f"{name} is {values[name]!r} (Vega's model has {wanted!r})"
         for name, wanted in fixed.items()

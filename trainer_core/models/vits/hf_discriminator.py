@@ -1,13 +1,16 @@
-"""A discriminator for a run that starts from a transformers VITS folder, which holds the generator alone.
+"""A discriminator for a run that starts from a transformers VITS folder, which holds the generator
+alone.
 
 `read_discriminator(PATH)` reads one of two layouts into Vega's names (`model_d.` + the names of
 `MultiPeriodDiscriminator`, which are original VITS's and Piper's):
-- an original VITS training checkpoint (`D_*.pth`, as Meta's MMS training wrote them): `{"model": state, ...}`
-  with `discriminators.N.convs.M.weight_g` / `weight_v` (a `module.` prefix from multi-GPU training is dropped);
-- a converted "-train" folder (finetune-hf-vits): the discriminator beside the generator in its weights file, as
-  `discriminator.discriminators.N...`, with plain weights (weight norm removed) and the last layer named
-  `final_conv`; each plain weight is split into Vega's gain and direction.
-The run's strict start then names any tensor left unset, unused or of another shape (`engine.vits_init`).
+- an original VITS training checkpoint (`D_*.pth`, as Meta's MMS training wrote them): `{"model":
+  state, ...}` with `discriminators.N.convs.M.weight_g` / `weight_v` (a `module.` prefix from
+  multi-GPU training is dropped);
+- a converted "-train" folder (finetune-hf-vits): the discriminator beside the generator in its
+  weights file, as `discriminator.discriminators.N...`, with plain weights (weight norm removed) and
+  the last layer named `final_conv`; each plain weight is split into Vega's gain and direction. The
+  run's strict start then names any tensor left unset, unused or of another shape
+  (`engine.vits_init`).
 """
 
 from __future__ import annotations
@@ -42,7 +45,10 @@ def read_discriminator(path: Path) -> dict[str, Tensor]:
             name = name.replace(old, new)
         if name.endswith(".weight") and value.dim() >= 3:  # a plain weight: Vega's convolutions are weight-normed
             stem = name[: -len(".weight")]
-            out[PREFIX + stem + GAIN], out[PREFIX + stem + DIRECTION] = to_vega(value, "gain"), value
+            out[PREFIX + stem + GAIN], out[PREFIX + stem + DIRECTION] = (
+                to_vega(value, "gain"),
+                value,
+            )
         else:
             out[PREFIX + name] = value
     return out

@@ -1,9 +1,11 @@
-"""A Vega vits voice as a transformers VITS folder (`trainer-core export --hf`, a run's `export/hf/{best,last}`).
+"""A Vega vits voice as a transformers VITS folder (`trainer-core export --hf`, a run's
+`export/hf/{best,last}`).
 
-What transformers cannot hold is refused with the reason before anything is written: a decoder with residual
-block "2" (Piper's x_low, low and medium voices; `hf_config.hf_config_from_vits`) and a text front end other than
-an MMS tokenizer's (Piper's framing; `hf_tokenizer_files`). The model card carries the base model's licence, which
-the run recorded when it started from a transformers folder (`base_model` in its model config).
+What transformers cannot hold is refused with the reason before anything is written: a decoder with
+residual block "2" (Piper's x_low, low and medium voices; `hf_config.hf_config_from_vits`) and a
+text front end other than an MMS tokenizer's (Piper's framing; `hf_tokenizer_files`). The model card
+carries the base model's licence, which the run recorded when it started from a transformers folder
+(`base_model` in its model config).
 """
 
 from __future__ import annotations
@@ -17,7 +19,10 @@ from torch import nn
 from trainer_core.contract.errors import VegaError
 from trainer_core.models.vits.config import VitsConfig
 from trainer_core.models.vits.hf_folder import write_hf_folder
-from trainer_core.models.vits.hf_tokenizer_files import TokenizerNotRepresentable, write_tokenizer_files
+from trainer_core.models.vits.hf_tokenizer_files import (
+    TokenizerNotRepresentable,
+    write_tokenizer_files,
+)
 from trainer_core.models.vits.symbols import SymbolTable
 
 NO_LICENSE = "other"
@@ -40,7 +45,12 @@ def model_card(base: Mapping[str, Any] | None, language: str | None, step: int |
     """README.md with YAML front matter: the base model's licence (or "other" when it is not known)."""
     license_name = (base or {}).get("license") or NO_LICENSE
     base_id = (base or {}).get("id")
-    lines = ["---", f"license: {license_name}", "library_name: transformers", "pipeline_tag: text-to-speech"]
+    lines = [
+        "---",
+        f"license: {license_name}",
+        "library_name: transformers",
+        "pipeline_tag: text-to-speech",
+    ]
     lines += [f"base_model: {base_id}"] if base_id else []
     lines += [f"language: {language}"] if language else []
     lines += ["tags:", "- vits", "- text-to-speech", "---", ""]
@@ -100,6 +110,8 @@ def base_model_of(given: Path | str | None) -> dict[str, Any] | None:
         return {"id": repo or folder.name, "license": voice.license}
     try:
         file = resolve_source(folder)
+        if file.form not in ("export", "checkpoint"):
+            return None  # a Piper checkpoint: no transformers base model
         config = read_export_config(file.path).get("model") if file.form == "export" else None
         config = config if config is not None else read_model_config(file.path)
     except VegaError:

@@ -1,10 +1,11 @@
 """Read a transformers VITS folder into Vega's generator, and write Vega's generator as one.
 
-`read_hf_weights` reads `model.safetensors` (or `pytorch_model.bin`, weights-only) with either weight-norm
-spelling. `vega_weights` maps them onto a generator's tensors strictly: every tensor of the folder is used and
-every tensor of the generator is set, else `HfWeightsError` lists each name missing, unused or of another shape.
-`write_hf_folder` writes config.json, model.safetensors (the decoder's weight norm folded), the tokenizer files
-and a model card: the folder `VitsModel.from_pretrained` and `pipeline("text-to-speech")` load.
+`read_hf_weights` reads `model.safetensors` (or `pytorch_model.bin`, weights-only) with either
+weight-norm spelling. `vega_weights` maps them onto a generator's tensors strictly: every tensor of
+the folder is used and every tensor of the generator is set, else `HfWeightsError` lists each name
+missing, unused or of another shape. `write_hf_folder` writes config.json, model.safetensors (the
+decoder's weight norm folded), the tokenizer files and a model card: the folder
+`VitsModel.from_pretrained` and `pipeline("text-to-speech")` load.
 """
 
 from __future__ import annotations

@@ -1,18 +1,21 @@
-"""transformers' VITS tensor names (`VitsModel` of transformers) <-> Vega's generator names, and the two values
-that differ in form.
+"""transformers' VITS tensor names (`VitsModel` of transformers) <-> Vega's generator names, and the
+two values that differ in form.
 
-One direction is written out (`hf_name`: a Vega generator tensor's name in transformers' layout); the other is
-its inverse over the tensors of the model at hand (`hf_layout`), so a name only one side has is found by lookup.
-Where the layouts differ beyond names:
+One direction is written out (`hf_name`: a Vega generator tensor's name in transformers' layout);
+the other is its inverse over the tensors of the model at hand (`hf_layout`), so a name only one
+side has is found by lookup. Where the layouts differ beyond names:
 - attention projections are `Linear` ([C, C]) in transformers and 1x1 `Conv1d` ([C, C, 1]) in Vega;
-- transformers' HiFi-GAN decoder holds plain weights, Vega's weight-normed ones (`original0` the gain, norm of
-  the weight over every dimension but 0; `original1` the direction): loading splits a weight into the two,
-  exporting folds them back;
-- Vega's flows hold a parameterless `Flip` after each coupling, so transformers' coupling i is Vega's 2i in the
-  prior flow, and 2i - 1 in the duration predictor's flows (whose first flow is the elementwise affine one);
+- transformers' HiFi-GAN decoder holds plain weights, Vega's weight-normed ones (`original0` the
+  gain, norm of the weight over every dimension but 0; `original1` the direction): loading splits a
+  weight into the two, exporting folds them back;
+- Vega's flows hold a parameterless `Flip` after each coupling, so transformers' coupling i is
+  Vega's 2i in the prior flow, and 2i - 1 in the duration predictor's flows (whose first flow is the
+  elementwise affine one);
 - layer norms name their parameters `weight`/`bias` there and `gamma`/`beta` here.
-The WaveNet layers are weight-normed in both: the hub's files spell them `weight_g`/`weight_v`, `save_pretrained`
-`parametrizations.weight.original0/1`; both are read (`piper_names.vega_name` maps the old spelling).
+
+The WaveNet layers are weight-normed in both: the hub's files spell them `weight_g`/`weight_v`,
+`save_pretrained` `parametrizations.weight.original0/1`; both are read (`piper_names.vega_name` maps
+the old spelling).
 """
 
 from __future__ import annotations
@@ -39,7 +42,13 @@ def _rule(pattern: str, template: str | Callable[[re.Match[str]], str]) -> _Rule
     return re.compile(pattern), build
 
 
-_FLOW_PARTS = {"pre": "conv_pre", "enc": "wavenet", "post": "conv_post", "convs": "conv_dds", "proj": "conv_proj"}
+_FLOW_PARTS = {
+    "pre": "conv_pre",
+    "enc": "wavenet",
+    "post": "conv_post",
+    "convs": "conv_dds",
+    "proj": "conv_proj",
+}
 
 
 def _flow(prefix: str, offset: int) -> Callable[[re.Match[str]], str]:
@@ -54,12 +63,21 @@ def _flow(prefix: str, offset: int) -> Callable[[re.Match[str]], str]:
 # Vega's generator name (no `model_g.`) -> transformers' name, the first matching rule applied to the prefix.
 _RULES: tuple[_Rule, ...] = (
     _rule(r"^enc_p\.emb\.", "text_encoder.embed_tokens."),
-    _rule(r"^enc_p\.encoder\.attn_layers\.(\d+)\.conv_([qkv])\.", r"text_encoder.encoder.layers.\1.attention.\2_proj."),
-    _rule(r"^enc_p\.encoder\.attn_layers\.(\d+)\.conv_o\.", r"text_encoder.encoder.layers.\1.attention.out_proj."),
+    _rule(
+        r"^enc_p\.encoder\.attn_layers\.(\d+)\.conv_([qkv])\.",
+        r"text_encoder.encoder.layers.\1.attention.\2_proj.",
+    ),
+    _rule(
+        r"^enc_p\.encoder\.attn_layers\.(\d+)\.conv_o\.",
+        r"text_encoder.encoder.layers.\1.attention.out_proj.",
+    ),
     _rule(r"^enc_p\.encoder\.attn_layers\.(\d+)\.", r"text_encoder.encoder.layers.\1.attention."),
     _rule(r"^enc_p\.encoder\.norm_layers_1\.(\d+)\.", r"text_encoder.encoder.layers.\1.layer_norm."),
     _rule(r"^enc_p\.encoder\.ffn_layers\.(\d+)\.", r"text_encoder.encoder.layers.\1.feed_forward."),
-    _rule(r"^enc_p\.encoder\.norm_layers_2\.(\d+)\.", r"text_encoder.encoder.layers.\1.final_layer_norm."),
+    _rule(
+        r"^enc_p\.encoder\.norm_layers_2\.(\d+)\.",
+        r"text_encoder.encoder.layers.\1.final_layer_norm.",
+    ),
     _rule(r"^enc_p\.proj\.", "text_encoder.project."),
     _rule(r"^enc_q\.pre\.", "posterior_encoder.conv_pre."),
     _rule(r"^enc_q\.enc\.", "posterior_encoder.wavenet."),
