@@ -130,6 +130,12 @@ def test_written_tokenizer_files_load_in_vits_tokenizer_with_the_same_ids(tmp_pa
         assert read_tokenizer_folder(out, table.mms.name) == table.mms  # type: ignore[union-attr]
         texts = SENTENCES if name != "rus" else [text for text in SENTENCES if text.isascii()]
         assert reference_ids(out, texts) == [table.encode(text) for text in texts]
+    # A folder transformers saved itself (added_tokens_decoder in its config) reads as the same tokenizer.
+    for name in ("kmr", "added"):
+        resaved = tmp_path / "resaved" / name
+        VitsTokenizer.from_pretrained(tmp_path / name).save_pretrained(resaved)
+        assert "added_tokens_decoder" in json.loads((resaved / "tokenizer_config.json").read_text("utf-8"))
+        assert read_tokenizer_folder(resaved, name) == read_tokenizer_folder(tmp_path / name, name)
     config = json.loads((tmp_path / "export" / "rus" / "tokenizer_config.json").read_text("utf-8"))
     assert config["is_uroman"] is True and config["add_blank"] is False and config["phonemize"] is False
     # A Piper-framed voice (^ ... $) is not something VitsTokenizer makes: refused with the reason.

@@ -47,7 +47,7 @@ class MmsTokenizer:
     specials: dict[str, str]
     """Named special tokens: attribute (unk_token, pad_token, ...) -> text."""
     added: dict[str, int] = field(default_factory=dict)
-    """Added tokens the vocabulary does not hold (special or not): text -> id."""
+    """Added tokens (special or not) but the special tokens the vocabulary holds: text -> id."""
     name: str = ""
     """The voice these files belong to, for messages (a hub id or a folder)."""
 
@@ -165,7 +165,9 @@ def _special_tokens(folder: Path, config: dict[str, Any]) -> tuple[dict[str, str
     for text in wanted:
         if text not in vocab and text not in added:
             added[text] = len(set(vocab) | set(added))
-    return specials, {text: index for text, index in added.items() if text not in vocab}
+    # A special token the vocabulary holds keeps its vocabulary id (whole_tokens finds it): not listed twice.
+    kept = [text for text in specials.values() if text in vocab]
+    return specials, {text: index for text, index in added.items() if text not in kept}
 
 
 def _token_text(token: Any, path: Path, key: str) -> str:

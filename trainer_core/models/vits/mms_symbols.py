@@ -43,6 +43,12 @@ def romanizer(tokenizer: MmsTokenizer) -> Any:
     return _romanizer
 
 
+def require_romanizer(tokenizer: MmsTokenizer) -> None:
+    """Fails now, not at the first sentence, when the voice romanises and uroman is missing."""
+    if tokenizer.is_uroman:
+        romanizer(tokenizer)
+
+
 class MmsText:
     """Text -> ids for one MMS tokenizer; `missing` counts the characters dropped or unknown so far."""
 
@@ -60,9 +66,7 @@ class MmsText:
             self._whole_by_first.setdefault(token[0], []).append(token)
 
     def check_ready(self) -> None:
-        """Fails now, not at the first sentence, when the voice romanises and uroman is missing."""
-        if self.tokenizer.is_uroman:
-            romanizer(self.tokenizer)
+        require_romanizer(self.tokenizer)
 
     def prepare(self, text: str) -> tuple[str, list[str]]:
         """(the text the ids are made from, the characters dropped from it)."""
@@ -80,8 +84,10 @@ class MmsText:
 
     def symbols_of(self, text: str) -> list[str]:
         """The characters of `text` the ids stand for (whole tokens as one), blanks left out."""
-        return [piece for piece, whole in self._pieces(self.prepare(text)[0]) for piece in
-                ([piece] if whole else list(piece))]  # fmt: skip
+        symbols: list[str] = []
+        for piece, whole in self._pieces(self.prepare(text)[0]):
+            symbols += [piece] if whole else list(piece)
+        return symbols
 
     def encode(self, text: str) -> list[int]:
         prepared, dropped = self.prepare(text)

@@ -25,7 +25,7 @@ from typing import Any
 from trainer_core.contract.errors import ProfileError
 from trainer_core.contract.mms_tokenizer import MmsTokenizer
 from trainer_core.models.text_frontend import TextEncoder, resolve_units
-from trainer_core.models.vits.mms_symbols import MmsText
+from trainer_core.models.vits.mms_symbols import MmsText, require_romanizer
 
 PAD, BOS, EOS = "_", "^", "$"
 # Always in a new voice's map, in this order after the framing symbols.
@@ -73,7 +73,7 @@ class SymbolTable:
         corpus it lacks; returns the table and the symbols added. With `mms`, its vocabulary as it is (none added)."""
         if mms is not None:
             table = cls(mms_id_map(mms), max(num_symbols, mms.rows()), "chars", False, "", mms=mms)
-            table._mms.check_ready()  # type: ignore[union-attr]  # set: mms is given
+            require_romanizer(mms)
             return table, []
         units = resolve_units(tts.text_units, tts.espeak_backend)
         framing = {symbol: [index] for index, symbol in enumerate(BASE_SYMBOLS)}
