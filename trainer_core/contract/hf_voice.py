@@ -13,6 +13,7 @@ that fetches it.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from dataclasses import dataclass
@@ -147,6 +148,7 @@ def hub_repo(given: object) -> str | None:
     return parse_hub_id(text)[0] if text.startswith(HUB_PREFIX) else None
 
 
+@functools.lru_cache(maxsize=8)  # the plan, the start settings and the loader each ask: one hub query
 def hub_folder(given: str) -> Path:
     """The cached folder of `hf:ORG/NAME[@REVISION]`, downloaded into huggingface_hub's cache unless offline."""
     repo, revision = parse_hub_id(given)
