@@ -1,4 +1,5 @@
 """`trainer-core export --onnx`: a voice as ONNX graphs and a JSON config, to speak with onnxruntime and no torch.
+(`--hf`: a vits voice as a transformers folder, `cli.hf_export`.)
 
     trainer-core export --onnx runs/demo-…                              # its best checkpoint -> runs/demo-…/onnx/
     trainer-core export --onnx runs/demo-…/export --out voice-onnx/ --vocoder runs/vocoder-…
@@ -25,7 +26,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "export",
         help=SUMMARIES["export"],
         description="Export a trained voice (and its trained vocoder, when it has one) as ONNX graphs with a "
-        "config.json, checked against torch, for `trainer-core synth --onnx` or any onnxruntime.",
+        "config.json, checked against torch, for `trainer-core synth --onnx` or any onnxruntime; or (--hf) a vits "
+        "voice as a transformers VITS folder for transformers' VitsModel and text-to-speech pipeline.",
     )
     what = parser.add_mutually_exclusive_group(required=True)
     what.add_argument(
@@ -34,12 +36,18 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="SOURCE",
         help="the voice to export: a run folder (its best checkpoint), a checkpoint .pt or an export folder",
     )
+    what.add_argument(
+        "--hf",
+        type=Path,
+        metavar="SOURCE",
+        help="a vits voice as a transformers VITS folder (VitsModel, VitsTokenizer, pipeline): its run folder, "
+        "checkpoint or export",
+    )
     parser.add_argument(
         "--out",
         type=Path,
         metavar="DIR",
-        help="folder for acoustic.onnx, vocoder.onnx and config.json (default: onnx/ in SOURCE's run folder, "
-        "else SOURCE-onnx beside it)",
+        help="folder to write (default: onnx/ or hf/ in SOURCE's run folder, else SOURCE-onnx or SOURCE-hf beside it)",
     )
     parser.add_argument(
         "--vocoder",
@@ -52,6 +60,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.hf is not None:
+        from trainer_core.cli.hf_export import run_hf
+
+        return run_hf(args)
     from trainer_core.cli.evaluate_cmd import load_voice
     from trainer_core.cli.onnx_export import default_out, export_voice
     from trainer_core.cli.synthesiser import Synthesiser

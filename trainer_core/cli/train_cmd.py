@@ -42,8 +42,16 @@ def register(sub) -> None:
         "--init-from",
         type=Path,
         metavar="PATH",
-        help="start from a trained model of the same kind: a run folder, checkpoint or export (overrides "
-        "train.init_from); optimizer and schedule start fresh",
+        help="start from a trained model of the same kind: a run folder, checkpoint or export, a Piper checkpoint, "
+        "a transformers VITS folder or hub model hf:ORG/NAME[@REVISION] (overrides train.init_from); optimizer and "
+        "schedule start fresh",
+    )
+    p.add_argument(
+        "--init-discriminator",
+        type=Path,
+        metavar="PATH",
+        help="with --init-from a transformers VITS: its discriminator, an original VITS D_*.pth or a converted "
+        '"-train" folder (overrides train.init_discriminator; without one it starts fresh and warms up first)',
     )
     p.add_argument(
         "--task",
@@ -77,7 +85,12 @@ def flag_overrides(args: argparse.Namespace) -> list[str]:
     if args.device:
         out.append(f"compute.device={json.dumps(args.device)}")
     if args.init_from is not None:
-        out.append(f"train.init_from={json.dumps(str(args.init_from.expanduser().resolve()))}")
+        given = str(args.init_from)
+        hub_id = given.startswith("hf:")  # a Hugging Face hub id, not a path
+        out.append(f"train.init_from={json.dumps(given if hub_id else str(args.init_from.expanduser().resolve()))}")
+    if args.init_discriminator is not None:
+        path = str(args.init_discriminator.expanduser().resolve())
+        out.append(f"train.init_discriminator={json.dumps(path)}")
     if args.task is not None:
         # The task chooses the model: whatever kind and sizing the profile names are Vega's models'.
         out += [f"model.task={json.dumps(checked_task(args.task))}", 'model.kind="auto"', 'model.size="fixed"']

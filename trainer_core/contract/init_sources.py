@@ -1,10 +1,11 @@
 """Where a model to start from lives (`train.init_from`, `train --init-from`), found and named without torch.
 
-A source is a run folder (its export, else its best checkpoint, else its newest one), a checkpoint file, or an
-export folder (model.safetensors + config.json). `resolve_source` picks the file to read; `peek_source` says what
-it holds from the JSON and TOML beside it (an export's config.json; a checkpoint's run folder: profile.toml and
-session.json), so the plan can check it and the dashboard can list candidates without loading weights. A
-checkpoint outside any run folder says what it is only when loaded (`engine.model_source`).
+A source is a run folder (its export, else its best checkpoint, else its newest one), a checkpoint file, an export
+folder (model.safetensors + config.json), a Piper checkpoint, or a transformers VITS folder (form "hf", also named
+as a hub model `hf:ORG/NAME[@REVISION]`, `contract.hf_voice`). `resolve_source` picks the file to read;
+`peek_source` says what it holds from the JSON and TOML beside it (an export's config.json; a checkpoint's run
+folder: profile.toml and session.json), so the plan can check it and the dashboard can list candidates without
+loading weights. A checkpoint outside any run folder says what it is only when loaded (`engine.model_source`).
 `check_compatible` refuses a source of another model kind or made from other audio features.
 """
 
@@ -19,6 +20,7 @@ from typing import Any, Literal
 
 from trainer_core.contract import rundir
 from trainer_core.contract.errors import InitSourceError
+from trainer_core.contract.hf_voice import HUB_PREFIX, hf_audio_section, hub_folder, hub_repo, is_hf_folder
 from trainer_core.contract.mms_tokenizer import MmsTokenizer
 from trainer_core.contract.profile import AudioSection
 
@@ -70,7 +72,8 @@ class SourceFile:
         if self.form == "piper":
             return f"Piper checkpoint {self.path.name}"
         if self.form == "hf":
-            return f"transformers VITS folder {self.path}"
+            repo = hub_repo(self.given)
+            return f"transformers VITS {repo}" if repo else f"transformers VITS folder {self.path}"
         if self.chosen and self.run_dir is not None:
             return f"run {self.run_dir.name}: {self.chosen}"
         if self.form == "checkpoint":
@@ -93,14 +96,6 @@ class SourceFacts:
 
 def is_export(folder: Path) -> bool:
     return (folder / EXPORT_CONFIG).is_file() and (folder / EXPORT_WEIGHTS).is_file()
-
-
-def _is_transformers_vits(folder: Path) -> bool:
-    """A folder in transformers' VITS format (its config.json says model_type "vits")."""
-    try:
-        return bool(json.loads((folder / EXPORT_CONFIG).read_text(encoding="utf-8")).get("model_type") == "vits")
-    except (OSError, ValueError, AttributeError):
-        return False
 
 
 def _step_of(path: Path) -> int | None:
@@ -135,18 +130,20 @@ def _owning_run(folder: Path, sub: str) -> Path | None:
 
 def resolve_source(given: Path | str) -> SourceFile:
     """The checkpoint or export a source names; InitSourceError naming the path when there is none."""
+    if str(given).startswith(HUB_PREFIX):  # hf:ORG/NAME[@REVISION]: a folder of huggingface_hub's cache
+        return SourceFile(Path(str(given)), hub_folder(str(given)), "hf", None)
     given = Path(given)
     path = given.expanduser()
     if not path.exists():
         raise InitSourceError(
-            f"{FIELD}: {given} does not exist; name a run folder, a checkpoint (.pt), an export folder or a Piper "
-            "checkpoint (.ckpt)"
+            f"{FIELD}: {given} does not exist; name a run folder, a checkpoint (.pt), an export folder, a Piper "
+            "checkpoint (.ckpt), a transformers VITS folder or a hub model (hf:ORG/NAME)"
         )
     if path.is_file() and path.suffix == PIPER_SUFFIX:
         return SourceFile(given, path, "piper", None)
     if path.is_file():
         return SourceFile(given, path, "checkpoint", _owning_run(path.parent, rundir.CHECKPOINTS))
-    if _is_transformers_vits(path):
+    if is_hf_folder(path):
         return SourceFile(given, path, "hf", None)
     if is_export(path):
         return SourceFile(given, path, "export", _owning_run(path, rundir.EXPORT))
@@ -171,6 +168,9 @@ def peek_source(file: SourceFile, init_config: Path | None = None) -> SourceFact
     """Kind, audio features and step from the files beside the source (None where they do not say)."""
     if file.form == "piper":
         return _peek_piper(file, init_config)
+    if file.form == "hf":  # a vits model; its audio features from its config.json
+        config = json.loads((file.path / EXPORT_CONFIG).read_text(encoding="utf-8"))
+        return SourceFacts(file, "vits", audio_features(hf_audio_section(config)), None)
     if file.form == "export":
         model = read_export_config(file.path).get("model") or {}
         audio = model.get("audio")

@@ -216,6 +216,11 @@ class TrainSection(Section):
         description="A Piper checkpoint's voice config (.onnx.json / config.json) when it is not beside the "
         "checkpoint that train.init_from names.",
     )
+    init_discriminator: Path | None = Field(
+        default=None,
+        description="vits from a transformers folder (which holds no discriminator): a discriminator to start from, "
+        'an original VITS checkpoint (D_*.pth, as Meta\'s MMS training wrote) or a converted "-train" folder.',
+    )
     init_speaker: str | None = Field(
         default=None,
         description="Starting a one-speaker voice from a multi-speaker model: the source speaker it keeps (default: "
@@ -477,6 +482,7 @@ PATH_FIELDS: tuple[tuple[str, str], ...] = (
     ("data", "cache_dir"),
     ("train", "init_from"),
     ("train", "init_config"),
+    ("train", "init_discriminator"),
 )
 
 

@@ -180,6 +180,8 @@ def resolve_paths(data: dict[str, Any], base_dir: Path) -> dict[str, Any]:
     for section, key in PATH_FIELDS:
         table = out.get(section)
         if isinstance(table, dict) and isinstance(table.get(key), str):
+            if table[key].startswith("hf:"):  # a Hugging Face hub id (train.init_from), not a path
+                continue
             expanded = Path(os.path.expanduser(table[key]))
             out[section] = {**table, key: os.path.normpath(Path(base_dir).absolute() / expanded)}
     return out

@@ -78,6 +78,13 @@ class VitsSection(BaseModel):
     duration_weight: float = Field(default=1.0, ge=0.0, description="Weight of the duration predictor's loss.")
     adversarial_weight: float = Field(default=1.0, ge=0.0, description="Weight of the generator's adversarial loss.")
     feature_weight: float = Field(default=1.0, ge=0.0, description="Weight of the feature-matching loss (x2 inside).")
+    discriminator_warmup_steps: int | None = Field(
+        default=None,
+        ge=0,
+        le=1_000_000,
+        description="Steps at the start that train the discriminator alone, the generator resting (unset: 200 when "
+        "a pretrained generator starts with a fresh discriminator, as from a transformers folder, else 0).",
+    )
     discriminator_lr: float | None = Field(
         default=None, gt=0.0, le=1.0, description="Discriminator learning rate (unset: the generator's)."
     )

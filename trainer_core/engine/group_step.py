@@ -6,6 +6,9 @@ over ranks, unscaled and clipped, and is stepped, so a later group trains agains
 weights. One loss scaler serves every optimizer (unscale and step each, update once, as torch documents for
 several optimizers) and the losses of every group reach the host in one sync at the end.
 
+A group the task rests this step (`Task.resting_groups`, e.g. a pretrained generator while a fresh discriminator
+warms up) has no pass and no update; the step's loss is then the last working group's.
+
 A group stepped before a later one fails is undone from a snapshot: a non-finite loss or gradient anywhere
 skips the whole step (no group moves, no schedule advances), and out-of-memory anywhere leaves every weight as it
 was, so the base runner's halving retry starts clean. Groups already stepped are frozen during later passes:
@@ -111,9 +114,11 @@ class GroupedStepRunner(StepRunner):
         batches, items, data_s = self._fetch(s.grad_accum)
         lr, lrs = self.groups.main.lr(), self.groups.lrs()
         snapshots: list[GroupSnapshot] = []  # the groups stepped so far this step, each able to undo its step
+        resting = self.task.resting_groups(s.step + 1)
+        groups = [group for group in self.groups if group.name not in resting] or list(self.groups)
         try:
-            rows, norms = self._passes(batches, s.step + 1, snapshots)
-            outcome = self._finish(rows, norms, snapshots, items, (lr, lrs))
+            rows, norms = self._passes(groups, batches, s.step + 1, snapshots)
+            outcome = self._finish(groups, rows, norms, snapshots, items, (lr, lrs))
         except torch.OutOfMemoryError:
             self._undo(snapshots)
             abandon_iteration(self.precision.scaler)
@@ -138,15 +143,15 @@ class GroupedStepRunner(StepRunner):
         return batches, items, data_s
 
     def _passes(
-        self, batches: list[Batch], step_no: int, snapshots: list[GroupSnapshot]
+        self, groups: list[OptimizerGroup], batches: list[Batch], step_no: int, snapshots: list[GroupSnapshot]
     ) -> tuple[list[dict[str, torch.Tensor]], list[torch.Tensor]]:
-        """Every group's pass in update order: per micro-batch its named losses, and each group's gradient norm."""
+        """Each working group's pass in update order: per micro-batch its named losses, and its gradient norm."""
         carries: list[Carry] = [{} for _ in batches]
         rows: list[dict[str, torch.Tensor]] = [{} for _ in batches]
         norms: list[torch.Tensor] = []
         stepped: list[torch.nn.Parameter] = []
-        last = self.groups[-1]
-        for group in self.groups:
+        last = groups[-1]
+        for group in groups:
             with frozen(stepped):
                 for row, batch, carry in zip(rows, batches, carries, strict=True):
                     row.update(self._forward_backward_group(group, batch, carry, step_no, len(batches)))
@@ -178,6 +183,7 @@ class GroupedStepRunner(StepRunner):
 
     def _finish(
         self,
+        groups: list[OptimizerGroup],
         rows: list[dict[str, torch.Tensor]],
         norms: list[torch.Tensor],
         snapshots: list[GroupSnapshot],
@@ -185,9 +191,10 @@ class GroupedStepRunner(StepRunner):
         lr: tuple[float, dict[str, float]],
     ) -> StepOutcome:
         """The one sync, then the last group's step, or the whole step undone when anything was non-finite."""
-        scaler, last = self.precision.scaler, self.groups[-1]
+        scaler, last = self.precision.scaler, groups[-1]
         names = list(rows[0])
-        primary = f"{self.groups.main.name}.total"
+        main = self.groups.main
+        primary = f"{(main if main in groups else last).name}.total"  # a resting primary: the last working one
         with self.profiler.phase("optimizer", last.name):
             grad_norm = torch.linalg.vector_norm(torch.stack(norms))
             loss, norm, parts = self._read_step_values([[row[primary], *row.values()] for row in rows], grad_norm)

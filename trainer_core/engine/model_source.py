@@ -70,12 +70,22 @@ def strip_wrappers(state: dict[str, Any]) -> dict[str, torch.Tensor]:
     return out
 
 
-def load_model_source(given: Path | str, init_config: Path | None = None) -> ModelSource:
+def load_model_source(
+    given: Path | str, init_config: Path | None = None, init_discriminator: Path | None = None
+) -> ModelSource:
     """Resolve and read a source; InitSourceError (or CheckpointError / ExportError) naming the file when it
-    cannot be used. `init_config`: a Piper checkpoint's voice config when it is not beside it."""
+    cannot be used. `init_config`: a Piper checkpoint's voice config when it is not beside it;
+    `init_discriminator`: the discriminator of a transformers folder, which holds none."""
     file = resolve_source(given)
+    if init_discriminator is not None and file.form != "hf":
+        raise InitSourceError(
+            f"train.init_discriminator: {file.describe()} brings its own discriminator (or none is used); "
+            "init_discriminator goes with a transformers VITS folder"
+        )
     if file.form == "piper":
         return _from_piper(file, init_config)
+    if file.form == "hf":
+        return _from_hf(file, init_discriminator)
     source = _from_export(file) if file.form == "export" else _from_checkpoint(file)
     if source.kind == "vits":
         source.vocabulary = _vits_vocabulary(file)
@@ -114,6 +124,42 @@ def _from_piper(file: SourceFile, init_config: Path | None) -> ModelSource:
         step=step if isinstance(step, int) else None,
         vocabulary=vocabulary,
         default_speaker=by_id.get(voice.default_speaker_id) if speakers else None,
+    )
+
+
+def _from_hf(file: SourceFile, init_discriminator: Path | None = None) -> ModelSource:
+    """A transformers VITS folder (an MMS voice): every generator tensor in Vega's names, mapped strictly against
+    the generator its config.json describes (models.vits.hf_folder); its vocabulary from vocab.json. It holds no
+    discriminator."""
+    from trainer_core.contract.hf_voice import read_hf_voice
+    from trainer_core.models.vits.hf_config import vits_config_from_hf
+    from trainer_core.models.vits.hf_folder import read_hf_weights, vega_weights
+    from trainer_core.models.vits.synthesizer import Synthesizer
+
+    voice = read_hf_voice(file.path)
+    where = voice.describe()
+    # Names and shapes only; built on the CPU, which for a tiny model is quicker than the meta device's first use.
+    shape = Synthesizer(vits_config_from_hf(voice.config, where, n_vocab=voice.num_symbols)).state_dict()
+    weights = vega_weights(read_hf_weights(voice), shape, where)
+    if init_discriminator is not None:
+        from trainer_core.models.vits.hf_discriminator import read_discriminator
+
+        weights.update(read_discriminator(init_discriminator))
+    vocabulary: list[str | None] = [None] * voice.num_symbols
+    for symbol, index in voice.vocab.items():
+        vocabulary[index] = symbol
+    return ModelSource(
+        file=file,
+        weights=weights,
+        kind="vits",
+        audio=audio_features(voice.audio_section()),
+        symbols=None,
+        phonemes=bool(voice.tokenizer.get("phonemize", False)),
+        speaker_names=None,  # transformers' folders number their speakers and name none
+        mel_mean=None,
+        mel_std=None,
+        step=None,
+        vocabulary=vocabulary,
     )
 
 

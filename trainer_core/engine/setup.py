@@ -155,7 +155,8 @@ def load_start_source(plan: TrainPlan) -> ModelSource | None:
     given, start = plan.profile.train.init_from, plan.init_from
     if given is None or not start or not start.get("applied"):
         return None
-    source = load_model_source(given, plan.profile.train.init_config)
+    t = plan.profile.train
+    source = load_model_source(given, t.init_config, t.init_discriminator)
     p = plan.profile
     kind, audio = model_kind(p, plan.data.mode), audio_features(p.audio.model_dump())
     check_compatible(str(given), source.kind, source.audio, kind, audio)
@@ -204,7 +205,7 @@ def _init_vits(trainer: Trainer, source: ModelSource) -> InitReport:
     task, t = trainer.task, trainer.profile.train
     vocabulary = task.symbols.vocabulary()  # type: ignore[attr-defined]  # a VitsTask
     speakers = task.speaker_names  # type: ignore[attr-defined]
-    strict = source.file.form == "piper"
+    strict = source.file.form in ("piper", "hf")
     return apply_vits_init(trainer.module, source, vocabulary, speakers, strict, t.init_speaker)
 
 
@@ -289,6 +290,7 @@ def profile_differences(saved_toml: str, current_toml: str) -> list[str]:
 def finalize(trainer: Trainer, plan: TrainPlan, hub: EventHub, run_dir: Path) -> dict:
     """Export the final model and draw the report; failures here are reported, never lose the run."""
     from trainer_core.engine.export import ExportError, export_model
+    from trainer_core.engine.hf_exports import export_hf_folders
     from trainer_core.engine.report import write_report
 
     out: dict = {}
@@ -301,6 +303,7 @@ def finalize(trainer: Trainer, plan: TrainPlan, hub: EventHub, run_dir: Path) ->
         else:
             out["export"] = str(weights)
             log.info("exported %s", weights)
+        out.update(export_hf_folders(trainer, hub, run_dir))
     if plan.profile.logging.report:
         try:
             out["report"] = str(write_report(run_dir))

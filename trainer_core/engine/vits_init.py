@@ -9,9 +9,10 @@
   channel, which is added to the biases it feeds (exact for the decoder, the posterior encoder, the flow and the
   stochastic duration predictor; the deterministic predictor's convolution edges see it approximately);
 - every other tensor by name and shape.
-`strict` (a Piper checkpoint): a tensor of this model left unset, a source tensor left unused, or one of another
-shape is an error naming it, so nothing is silently trained from scratch. Otherwise those are reported as skipped
-and new, as for any other start source.
+`strict` (a Piper checkpoint, a transformers folder): a tensor of this model left unset, a source tensor left
+unused, or one of another shape is an error naming it, so nothing is silently trained from scratch. Otherwise
+those are reported as skipped and new, as for any other start source. A source with no discriminator at all
+(transformers' folders hold the generator alone) leaves this model's fresh, which the report lists as new.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ SPEAKER_TABLE = "model_g.emb_g.weight"
 # Layers that read the speaker embedding, and the bias each one's output is added to (None: per WaveNet layer).
 CONDITIONING = re.compile(r"^model_g\.(dec\.cond|dp\.cond|enc_q\.enc\.cond_layer|flow\.flows\.\d+\.enc\.cond_layer)\.")
 FOLDED_INTO = {"dec.cond": "dec.conv_pre.bias", "dp.cond": "dp.pre.bias"}
+DISCRIMINATOR = "model_d."
 G, V = "parametrizations.weight.original0", "parametrizations.weight.original1"
 LISTED = 8
 
@@ -71,6 +73,11 @@ def apply_vits_init(
                 report.loaded.append(name)
                 used.add(name)
     report.skipped += [(name, "not in this model") for name in weights if name not in used]
+    if source.file.form == "hf" and not any(name.startswith(DISCRIMINATOR) for name in weights):
+        report.notes.append(
+            f"{source.describe()} holds no discriminator: this run's starts fresh (it trains alone for the first "
+            "vits.discriminator_warmup_steps steps)"
+        )
     if strict:
         _refuse_loose_ends(report, source)
     return report
@@ -195,7 +202,13 @@ def _add_bias(
 
 
 def _refuse_loose_ends(report: InitReport, source: ModelSource) -> None:
-    allowed_new = {name for name in report.new if CONDITIONING.match(name) or name == SPEAKER_TABLE}
+    # A source without a discriminator (transformers' folders) leaves this one fresh: warmed up, not refused.
+    fresh_d = not any(name.startswith(DISCRIMINATOR) for name in source.weights)
+    allowed_new = {
+        name
+        for name in report.new
+        if CONDITIONING.match(name) or name == SPEAKER_TABLE or (fresh_d and name.startswith(DISCRIMINATOR))
+    }
     unset = [name for name in report.new if name not in allowed_new]
     problems = [f"{len(unset)} tensor(s) of this model not in it: {', '.join(unset[:LISTED])}"] if unset else []
     if report.skipped:

@@ -110,6 +110,11 @@ class Task(ABC):
         groups = self.optimizer_groups()
         return groups[-1].name if groups else "main"
 
+    def resting_groups(self, step: int) -> frozenset[str]:
+        """Groups that sit optimizer step `step` (1-based) out: no pass, no update (e.g. a generator while a fresh
+        discriminator warms up against it). Never every group."""
+        return frozenset()
+
     def group_losses(self, model: nn.Module, batch: Batch, group: str, carry: Carry) -> dict[str, torch.Tensor]:
         """Losses that drive `group` ("total" and named parts) for one micro-batch; `carry` is shared by the
         groups' passes over that micro-batch, in update order. Only tasks with optimizer groups implement it."""

@@ -123,6 +123,18 @@ def load_piper_checkpoint(path: Path, config_path: Path | None = None) -> PiperC
     )
 
 
+def fit_problems(missing: Sequence[str], unused: Sequence[str], mismatched: Sequence[str]) -> list[str]:
+    """What keeps a file's tensors from fitting a model tensor for tensor, one phrase per kind of problem."""
+    problems = []
+    if missing:
+        problems.append(f"{len(missing)} tensors of the model are not in it: {', '.join(missing)}")
+    if unused:
+        problems.append(f"{len(unused)} of its tensors are unused: {', '.join(unused)}")
+    if mismatched:
+        problems.append(f"{len(mismatched)} shapes differ: {', '.join(mismatched)}")
+    return problems
+
+
 def strict_load(
     model: VitsModel,
     ckpt: PiperCheckpoint,
@@ -139,13 +151,7 @@ def strict_load(
         for name, tensor in ckpt.weights.items()
         if name in expected and tensor.shape != expected[name].shape
     ]
-    problems = []
-    if missing:
-        problems.append(f"{len(missing)} tensors of the model are not in it: {', '.join(missing)}")
-    if unused:
-        problems.append(f"{len(unused)} of its tensors are unused: {', '.join(unused)}")
-    if mismatched:
-        problems.append(f"{len(mismatched)} shapes differ: {', '.join(mismatched)}")
+    problems = fit_problems(missing, unused, mismatched)
     if problems:
         listed = "; ".join(problems)
         raise PiperCheckpointError(f"checkpoint {ckpt.path} does not fit this model: {listed}")

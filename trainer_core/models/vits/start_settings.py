@@ -1,11 +1,12 @@
 """What a VITS run takes from the model it starts from before anything is built: settings and symbols.
 
-A Piper checkpoint decides the model: its shape (`[vits]`), its audio front end (`[audio]`: the corpus is
-resampled to its sample rate), its text front end (`[tts]`: espeak-ng voice, phonemes or characters) and a
-fine-tuning learning rate (`train.finetune_lr`, else Piper's 2e-4). `adopt_piper` writes those into the profile
-and says what changed, so the dry run, the launch screen and the frozen profile.toml all show the model that
-will train. A resumed run keeps what it started with: the same sections are read back from its own frozen
-profile (`adopt_frozen`), whether or not the resume names the start model again. Torch-free: the plan calls it.
+A Piper checkpoint (or a transformers VITS folder, such as an MMS voice: `adopt_hf`) decides the model: its shape
+(`[vits]`), its audio front end (`[audio]`: the corpus is resampled to its sample rate), its text front end
+(`[tts]`: espeak-ng voice, phonemes or characters) and a fine-tuning learning rate (`train.finetune_lr`, else
+Piper's 2e-4). `adopt_piper` writes those into the profile and says what changed, so the dry run, the launch
+screen and the frozen profile.toml all show the model that will train. A resumed run keeps what it started with:
+the same sections are read back from its own frozen profile (`adopt_frozen`), whether or not the resume names the
+start model again. Torch-free: the plan calls it.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pydantic import BaseModel, ValidationError
 
 from trainer_core.contract import rundir
 from trainer_core.contract.errors import ProfileError
+from trainer_core.contract.hf_voice import HfVoice, hub_repo, read_hf_voice
 from trainer_core.contract.piper_voice import (
     PiperCheckpointFacts,
     PiperVoiceConfig,
@@ -26,8 +28,11 @@ from trainer_core.contract.piper_voice import (
 from trainer_core.contract.profile import AudioSection, Profile, TrainSection, TtsSection
 from trainer_core.contract.profile_vits import VitsSection, hop_problem
 from trainer_core.models.vits.config import LAYOUT_FIELDS
+from trainer_core.models.vits.hf_config import vits_config_from_hf
 from trainer_core.models.vits.piper_hparams import vits_config_from_piper
 
+# Steps a fresh discriminator trains alone before a pretrained generator meets it.
+FRESH_DISCRIMINATOR_WARMUP = 200
 # Piper's learning rate, the rate its published voices were fine-tuned with.
 PIPER_LR = 2e-4
 ADOPTED_SECTIONS = ("audio", "vits", "tts")
@@ -75,6 +80,36 @@ def adopt_piper(
     sections = piper_sections(facts, voice, profile)
     sections["train"] = {**profile.train.model_dump(), "lr": finetune_lr(profile, "vits")}
     return _replace(profile, sections, f"{where} (the checkpoint's settings)")
+
+
+def hf_sections(voice: HfVoice, profile: Profile) -> dict[str, Any]:
+    """The [audio] and [vits] values a transformers VITS folder decides (its text front end is its tokenizer's)."""
+    config = vits_config_from_hf(voice.config, voice.describe())
+    vits = {
+        **profile.vits.model_dump(),
+        "quality": "custom",
+        **{name: getattr(config, name) for name in _SHAPE_FIELDS if name != "discriminator_channels"},
+        "duration_predictor": "stochastic" if config.use_sdp else "deterministic",
+        "speaker_channels": config.gin_channels or profile.vits.speaker_channels,
+        "num_symbols": voice.num_symbols,  # the model's own rows: the export keeps transformers' vocab_size
+    }
+    if profile.vits.discriminator_warmup_steps is None:  # no discriminator in the folder: one starts fresh
+        fresh = profile.train.init_discriminator is None
+        vits["discriminator_warmup_steps"] = FRESH_DISCRIMINATOR_WARMUP if fresh else 0
+    return {"audio": {**profile.audio.model_dump(), **voice.audio_section()}, "vits": vits}
+
+
+def adopt_hf(profile: Profile, voice: HfVoice, where: str) -> tuple[Profile, list[str]]:
+    """The profile with a transformers VITS's shape and audio settings and the fine-tuning rate, and what changed."""
+    sections = hf_sections(voice, profile)
+    sections["train"] = {**profile.train.model_dump(), "lr": finetune_lr(profile, "vits")}
+    updated, changes = _replace(profile, sections, f"{where} (the model's config.json)")
+    rate, warmup = updated.audio.sample_rate, updated.vits.discriminator_warmup_steps or 0
+    if rate != profile.audio.sample_rate:
+        changes.append(f"the corpus is resampled to {rate} Hz, the model's sample rate")
+    if updated.train.init_discriminator is None:
+        changes.append(f"the model holds no discriminator: a fresh one trains alone for the first {warmup} steps")
+    return updated, changes
 
 
 def adopt_frozen(profile: Profile, run_dir: Path) -> tuple[Profile, list[str]]:
@@ -148,6 +183,13 @@ def adopt_start(profile: Profile, kind: str, resume: str | None, run_dir: Path) 
             )
         voice = read_voice_config(find_voice_config(file.path, t.init_config))
         return adopt_piper(profile, read_checkpoint_metadata(file.path), voice, str(t.init_from))
+    if file.form == "hf":
+        if kind != "vits":
+            raise ProfileError(
+                f"train.init_from: {t.init_from} is a transformers VITS, but this run trains a {kind!r} model; use a "
+                "vits profile (mms-finetune, vits-medium, ...)"
+            )
+        return adopt_hf(profile, read_hf_voice(file.path, hub_repo(file.given)), str(t.init_from))
     rate = finetune_lr(profile, kind)
     if rate == t.lr:
         return profile, []

@@ -32,6 +32,7 @@ from trainer_core.models.base import Batch, Carry, GroupSpec, SampleResult, Task
 from trainer_core.models.free_running import FreeRunningResult
 from trainer_core.models.registry import TaskRequest, register_task
 from trainer_core.models.vits.batch_audio import BatchAudio, cut_segments
+from trainer_core.models.vits.hf_export import base_model_of
 from trainer_core.models.vits.losses import discriminator_loss, feature_loss, generator_loss, kl_loss
 from trainer_core.models.vits.model import VitsModel
 from trainer_core.models.vits.parts import frozen_parameters
@@ -98,6 +99,7 @@ class VitsTask(Task):
             param.requires_grad_(False)
         self.audio = BatchAudio(profile.audio, self.device)
         self.speaker = VitsSpeaker.from_profile(self.symbols, profile, self.speaker_names)
+        self.base_model = base_model_of(profile.train.init_from)  # its licence goes into export --hf's card
         self.views = VitsViews(self.dataset, self.symbols, self.audio)
         self._free_running: VitsFreeRunning | None = None
 
@@ -134,6 +136,11 @@ class VitsTask(Task):
 
     def primary_group(self) -> str:
         return "generator"
+
+    def resting_groups(self, step: int) -> frozenset[str]:
+        """The generator rests while a fresh discriminator warms up (vits.discriminator_warmup_steps)."""
+        warmup = self.profile.vits.discriminator_warmup_steps or 0
+        return frozenset({"generator"}) if step <= warmup else frozenset()
 
     def group_losses(self, model: nn.Module, batch: Batch, group: str, carry: Carry) -> dict[str, torch.Tensor]:
         vits = unwrap_model(model)
@@ -223,6 +230,7 @@ class VitsTask(Task):
             "audio": self.profile.audio.model_dump(mode="json"),
             "inference": inference_scales(self.profile),
             "quality": self.profile.vits.quality,
+            "base_model": self.base_model,
             "held_out": {
                 "val_fraction": self.profile.data.val_fraction,
                 "val_max_items": self.profile.data.val_max_items,
