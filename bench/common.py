@@ -16,7 +16,6 @@ import json
 import math
 import os
 import platform
-import random
 import shlex
 import shutil
 import statistics
@@ -266,16 +265,6 @@ def spread(values: Sequence[float]) -> str:
     if not values:
         return "no samples"
     return f"{min(values):.4g}..{max(values):.4g} over {len(values)}"
-
-
-def median_ci(values: Sequence[float], level: float = 0.95, draws: int = 2000) -> tuple[float, float]:
-    """A bootstrap confidence interval of the median (fixed seed: the same samples give the same interval)."""
-    if not values:
-        return float("nan"), float("nan")
-    rng = random.Random(0)
-    medians = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(draws))
-    tail = (1 - level) / 2
-    return medians[int(tail * draws)], medians[min(draws - 1, int((1 - tail) * draws))]
 
 
 def rotations(names: Sequence[str], repeats: int) -> list[list[str]]:
