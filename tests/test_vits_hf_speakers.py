@@ -146,3 +146,31 @@ def test_a_multi_speaker_transformers_voice_keeps_a_speaker_named_by_its_id(tmp_
     assert gap(vega_speech(model.model_g, IDS), theirs) < TOLERANCE
     other = transformers_speech(folder, IDS, speaker=0)  # another speaker: other durations or other audio
     assert other.shape != theirs.shape or gap(other, theirs) > 10 * TOLERANCE
+
+
+def test_a_one_speaker_vega_vits_export_starts_every_speaker_as_itself(tmp_path: Path) -> None:
+    """The same for a Vega vits run's export (not strict: its own speaker names decide what maps)."""
+    from dataclasses import replace
+
+    from conftest import new_vits_export
+
+    from trainer_core.contract.init_sources import read_export_config
+    from trainer_core.engine.export import load_exported
+    from trainer_core.engine.model_source import load_model_source
+    from trainer_core.engine.vits_init import apply_vits_init
+    from trainer_core.models.vits.config import VitsConfig
+    from trainer_core.models.vits.model import VitsModel
+    from trainer_core.models.vits.synthesizer import Synthesizer
+
+    folder = new_vits_export(tmp_path)
+    shape = VitsConfig.from_dict(read_export_config(folder)["model"]["vits"])
+    alone = Synthesizer(shape).eval()
+    alone.load_state_dict(load_exported(folder)[0])
+    model = VitsModel(replace(shape, n_speakers=2, gin_channels=4)).eval()
+    source = load_model_source(folder)
+    assert source.vocabulary is not None and not source.speaker_names
+    report = apply_vits_init(model, source, source.vocabulary, ["ann", "bob"], strict=False)
+    assert any(note.startswith("new speaker layers for 2 speakers, zero-initialised") for note in report.notes)
+    reference = vega_speech(alone, [1, 2, 3, 4])
+    assert reference.abs().max() > 1e-3  # speech, not silence
+    assert all(gap(vega_speech(model.model_g, [1, 2, 3, 4], speaker=sid), reference) <= SAME for sid in (0, 1))
