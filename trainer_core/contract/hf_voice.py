@@ -55,6 +55,12 @@ class HfVoice:
     def audio_section(self) -> dict[str, Any]:
         return hf_audio_section(self.config)
 
+    @property
+    def speaker_names(self) -> list[str]:
+        """transformers numbers a multi-speaker voice's speakers (its speaker_id): "0", "1", ...; [] for one."""
+        count = int(self.config.get("num_speakers") or 1)
+        return [str(index) for index in range(count)] if count > 1 else []
+
     def describe(self) -> str:
         return f"transformers VITS {self.repo_id}" if self.repo_id else f"transformers VITS folder {self.folder}"
 

@@ -128,16 +128,20 @@ def _speakers(
             used.add(SPEAKER_TABLE)
             report.mapped.append(MappedRows(name=SPEAKER_TABLE, kept=len(rows), rows=len(speakers), by="speaker"))
     elif target_multi:
+        layers = set()
         for name, tensor in state.items():
-            if CONDITIONING.match(name) and name not in weights:
-                # g = 0 makes a weight-normed layer's weight zero; its direction v stays (zero would be 0/0).
+            if (match := CONDITIONING.match(name)) and name not in weights:
+                # Weight norm's g = 0 zeroes the weight yet gets gradient v/|v|.dL/dw, so g trains at once and v
+                # from the next step (v = 0 would be 0/0); a plain layer's zero weight and bias train at once.
                 if not name.endswith(V):
                     tensor.zero_()
                 report.new.append(name)
+                layers.add(match.group(1))
         report.new.append(SPEAKER_TABLE)
         report.notes.append(
-            f"a one-speaker source starts {len(speakers)} speakers: their conditioning starts at zero, so each "
-            "begins as the source's voice"
+            f"new speaker layers for {len(speakers)} speakers, zero-initialised (a speaker table of width "
+            f"{state[SPEAKER_TABLE].shape[1]} and {len(layers)} conditioning layers): each speaker starts as the "
+            "source's one voice"
         )
     elif source_multi:
         row, name = _kept_speaker(source, speakers, keep_speaker)

@@ -21,6 +21,7 @@ from typing import Any
 
 from trainer_core.contract.checkpoint_peek import read_model_config
 from trainer_core.contract.errors import ProfileError
+from trainer_core.contract.hf_voice import read_hf_voice
 from trainer_core.contract.init_sources import (
     EXPORT_CONFIG,
     SourceFile,
@@ -74,7 +75,7 @@ def _source_map(file: SourceFile, profile: Profile) -> tuple[VoiceStart, list[st
         speakers = sorted(voice.speaker_id_map, key=lambda name: voice.speaker_id_map[name])
         return VoiceStart(voice.phoneme_id_map, rows), speakers
     if file.form == "hf":
-        return _transformers_map(file), []
+        return _transformers_map(file), read_hf_voice(file.path).speaker_names
     config = (read_export_config(file.path).get("model") or {}) if file.form == "export" else None
     if config is None:
         config = read_model_config(file.path) or {}
@@ -117,6 +118,8 @@ def _mapping(start: VoiceStart, speakers: list[str], report: DataReport, profile
     dropped = _dropped(table, texts)
     corpus_speakers = sorted({item.speaker for item in items if item.speaker})
     known = [name for name in corpus_speakers if name in speakers]
+    width = profile.vits.speaker_channels  # a one-speaker source's new speaker table is this wide
+    said = _mapping_text(len(seen), added, len(texts), speakers, corpus_speakers, known, width)
     return {
         "symbols_seen": len(seen),
         "symbols_known": len(seen) - len(added),
@@ -126,7 +129,7 @@ def _mapping(start: VoiceStart, speakers: list[str], report: DataReport, profile
         "source_speakers": len(speakers),
         "corpus_speakers": len(corpus_speakers),
         "speakers_known": known[:LISTED],
-        "text": _mapping_text(len(seen), added, len(texts), speakers, corpus_speakers, known) + dropped["text"],
+        "text": said + dropped["text"],
     } | ({"dropped": dropped["counts"]} if start.tokenizer is not None else {})
 
 
@@ -142,7 +145,7 @@ def _dropped(table: SymbolTable, texts: list[str]) -> dict[str, Any]:
 
 
 def _mapping_text(
-    seen: int, added: list[str], sampled: int, speakers: list[str], corpus: list[str], known: list[str]
+    seen: int, added: list[str], sampled: int, speakers: list[str], corpus: list[str], known: list[str], width: int
 ) -> str:
     more = f" and {len(added) - LISTED} more" if len(added) > LISTED else ""
     new = f"; new rows for {' '.join(added[:LISTED])}{more}" if added else ""
@@ -150,7 +153,8 @@ def _mapping_text(
     if len(corpus) >= 2 and len(speakers) >= 2:
         who = f"{len(known)} of {len(corpus)} speakers known by name, the rest new"
     elif len(corpus) >= 2:
-        who = f"its one voice starts all {len(corpus)} speakers (speaker conditioning added at zero)"
+        who = (f"new speaker layers for {len(corpus)} speakers (width vits.speaker_channels = {width}), "
+               "zero-initialised: each starts as its one voice")  # fmt: skip
     elif len(speakers) >= 2:
         who = f"one of its {len(speakers)} speakers kept (train.init_speaker)"
     else:
