@@ -139,6 +139,8 @@ def run_side_by_side(env: dict[str, str], commands: list[list[str]]) -> list[sub
 
 def test_the_readme_walkthrough_on_a_common_voice_release(tmp_path: Path) -> None:
     commands, python = walkthrough()
+    # Every trainer-core command of the walkthrough is run below (the whole run's, as the subset's).
+    assert [args[0] for args in commands] == ["check-data", "train", "train", "synth", "export"]
     env = offline_hub(tmp_path)
     corpus, run, out = tmp_path / "cv-corpus" / "kmr", tmp_path / "runs" / "mms-finetune", tmp_path
     common_voice_folder(corpus, KURMANJI)
