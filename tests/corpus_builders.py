@@ -103,8 +103,9 @@ def cv_row(client: str, name: str, sentence: str, up_votes: int = 2) -> str:
     return "\t".join(fields)
 
 
-def common_voice_folder(root: Path) -> dict[str, list[str]]:
-    """A Common Voice release folder; returns the clip names per role (train, held_out).
+def common_voice_folder(root: Path, sentences: list[str] = SENTENCES) -> dict[str, list[str]]:
+    """A Common Voice release folder of `sentences` (11 of them); returns the clip names per role
+    (train, held_out).
 
     validated.tsv lists 8 good training clips, the 3 dev/test clips again (they must not train),
     and one row of each problem: a missing clip, an empty sentence, an undecodable clip, a row with
@@ -120,8 +121,8 @@ def common_voice_folder(root: Path) -> dict[str, list[str]]:
     speakers = ["spk_a", "spk_b"]
     train = names[:8]
     held = names[8:11]
-    rows = [cv_row(speakers[n % 2], name, SENTENCES[n]) for n, name in enumerate(train)]
-    rows += [cv_row("spk_c", name, SENTENCES[8 + k]) for k, name in enumerate(held)]
+    rows = [cv_row(speakers[n % 2], name, sentences[n]) for n, name in enumerate(train)]
+    rows += [cv_row("spk_c", name, sentences[8 + k]) for k, name in enumerate(held)]
     rows += [
         cv_row("spk_a", names[14], "a clip that is not there"),  # missing clip (line 13)
         cv_row("spk_a", names[11], ""),  # empty sentence (line 14)
@@ -130,8 +131,8 @@ def common_voice_folder(root: Path) -> dict[str, list[str]]:
         cv_row("spk_b", names[12], "few votes here", up_votes=1),  # under 2 up-votes (line 17)
     ]
     (root / "validated.tsv").write_text("\n".join([CV_HEADER, *rows]) + "\n", encoding="utf-8")
-    dev = [cv_row("spk_c", held[0], SENTENCES[8]), cv_row("spk_c", held[1], SENTENCES[9])]
-    test = [cv_row("spk_c", held[2], SENTENCES[10]), cv_row("spk_c", held[0], SENTENCES[8])]
+    dev = [cv_row("spk_c", held[0], sentences[8]), cv_row("spk_c", held[1], sentences[9])]
+    test = [cv_row("spk_c", held[2], sentences[10]), cv_row("spk_c", held[0], sentences[8])]
     (root / "dev.tsv").write_text("\n".join([CV_HEADER, *dev]) + "\n", encoding="utf-8")
     (root / "test.tsv").write_text("\n".join([CV_HEADER, *test]) + "\n", encoding="utf-8")
     (root / "train.tsv").write_text("\n".join([CV_HEADER, *rows[:4]]) + "\n", encoding="utf-8")
@@ -151,7 +152,7 @@ def as_table(rows: list[tuple[dict[str, object], str]], schema: Any) -> Any:
     return pa.table({"audio": audio, "sentence": sentences}, schema=schema)
 
 
-def parquet_folder(root: Path) -> None:
+def parquet_folder(root: Path, sentences: list[str] = SENTENCES) -> None:
     """data/train-0000{0,1}-of-00002.parquet, data/validation-00000-of-00001.parquet and an `other`
     split, as `datasets` writes them: 10 training rows with FLAC, WAV and MP3 bytes, 3 validation
     rows; problem rows: empty text (train-00000 row 2), undecodable bytes (train-00001 row 1), no
@@ -176,7 +177,7 @@ def parquet_folder(root: Path) -> None:
             out.append(
                 (
                     audio_struct(encoded(n, fmt), f"clip_{n}.{fmt.lower()}"),
-                    SENTENCES[n % len(SENTENCES)],
+                    sentences[n % len(sentences)],
                 )
             )
         return out

@@ -4,7 +4,9 @@ transformers' own speech from a folder to compare Vega's with."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -33,12 +35,14 @@ OLD_G, OLD_V = ".weight_g", ".weight_v"
 NEW_G, NEW_V = ".parametrizations.weight.original0", ".parametrizations.weight.original1"
 
 
-def make_folder(folder: Path, seed: int = 0, **overrides: Any) -> Path:
-    """save_pretrained of a random transformers VitsModel, with MMS's tokenizer files and model card."""
+def make_folder(folder: Path, seed: int = 0, vocab: dict[str, int] | None = None, **overrides: Any) -> Path:
+    """save_pretrained of a random transformers VitsModel, with MMS's tokenizer files (`vocab`, else VOCAB)
+    and model card."""
     from transformers import VitsConfig, VitsModel
 
+    vocab = vocab or VOCAB
     torch.manual_seed(seed)
-    model = VitsModel(VitsConfig(**{**TINY, **overrides})).eval()
+    model = VitsModel(VitsConfig(**{**TINY, "vocab_size": len(vocab), **overrides})).eval()
     with torch.no_grad():
         # Random flows and affine layers start at zero in training; give them values so every tensor matters.
         for name, parameter in model.named_parameters():
@@ -48,10 +52,27 @@ def make_folder(folder: Path, seed: int = 0, **overrides: Any) -> Path:
         if hasattr(model.duration_predictor, "flows"):  # a few frames per symbol: short audio, quick tests
             model.duration_predictor.flows[0].translate[0] += 3.0
     model.save_pretrained(folder)
-    (folder / "vocab.json").write_text(json.dumps(VOCAB, ensure_ascii=False), encoding="utf-8")
+    (folder / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
     (folder / "tokenizer_config.json").write_text(json.dumps(TOKENIZER), encoding="utf-8")
     (folder / "README.md").write_text(CARD, encoding="utf-8")
     return folder
+
+
+def hub_cache_with(cache: Path, repo: str, folder: Path) -> str:
+    """huggingface_hub's cache layout (blobs by hash, a snapshot of links, refs/main) holding `folder`."""
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    root = cache / f"models--{repo.replace('/', '--')}"
+    (root / "blobs").mkdir(parents=True)
+    (root / "refs").mkdir()
+    (root / "refs" / "main").write_text(commit)
+    snapshot = root / "snapshots" / commit
+    snapshot.mkdir(parents=True)
+    for path in folder.iterdir():
+        data = path.read_bytes()
+        blob = root / "blobs" / hashlib.sha256(data).hexdigest()
+        blob.write_bytes(data)
+        (snapshot / path.name).symlink_to(os.path.relpath(blob, snapshot))
+    return commit
 
 
 def old_layout_copy(folder: Path, out: Path) -> Path:

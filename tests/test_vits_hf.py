@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from hf_reference import make_folder, old_layout_copy, transformers_speech, vega_speech
+from hf_reference import hub_cache_with, make_folder, old_layout_copy, transformers_speech, vega_speech
 
 from trainer_core.contract.errors import InitSourceError
 from trainer_core.contract.hf_voice import hf_audio_section, hub_folder, read_hf_voice
@@ -105,32 +105,13 @@ def test_config_values_vega_cannot_hold_are_refused_by_name(folders: dict[str, P
     assert (audio["sample_rate"], audio["n_fft"], audio["hop_length"]) == (16000, 256, 64)
 
 
-def _cache_with(cache: Path, repo: str, folder: Path) -> str:
-    """huggingface_hub's cache layout (blobs by hash, a snapshot of links, refs/main) holding `folder`."""
-    import hashlib
-
-    commit = "0123456789abcdef0123456789abcdef01234567"
-    root = cache / f"models--{repo.replace('/', '--')}"
-    (root / "blobs").mkdir(parents=True)
-    (root / "refs").mkdir()
-    (root / "refs" / "main").write_text(commit)
-    snapshot = root / "snapshots" / commit
-    snapshot.mkdir(parents=True)
-    for path in folder.iterdir():
-        data = path.read_bytes()
-        blob = root / "blobs" / hashlib.sha256(data).hexdigest()
-        blob.write_bytes(data)
-        (snapshot / path.name).symlink_to(os.path.relpath(blob, snapshot))
-    return commit
-
-
 def test_hub_ids_resolve_from_the_cache_and_offline_misses_name_the_fetch_command(
     folders: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from huggingface_hub import constants, scan_cache_dir, try_to_load_from_cache
 
     cache = tmp_path / "hub"
-    commit = _cache_with(cache, "tiny-org/mms-tts-tiny", folders["weight_g/weight_v"])
+    commit = hub_cache_with(cache, "tiny-org/mms-tts-tiny", folders["weight_g/weight_v"])
     assert [r.repo_id for r in scan_cache_dir(cache).repos] == ["tiny-org/mms-tts-tiny"]
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)

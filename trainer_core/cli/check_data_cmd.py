@@ -60,9 +60,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--no-cache", action="store_true", help="read every file, neither using nor writing the cache")
     parser.add_argument(
-        "--tokenizer", type=Path, metavar="FOLDER",
-        help="a transformers VITS voice folder (vocab.json, tokenizer_config.json; e.g. an MMS voice): count the "
-        "transcript characters its text front end drops",
+        "--tokenizer", metavar="FOLDER|hf:ORG/NAME",
+        help="a transformers VITS voice folder (vocab.json, tokenizer_config.json; e.g. an MMS voice) or hub id: "
+        "count the transcript characters its text front end drops",
     )  # fmt: skip
     parser.set_defaults(handler=run)
 

@@ -1,4 +1,4 @@
-"""`check-data --tokenizer FOLDER`: what an MMS voice's text front end drops from this corpus's transcripts.
+"""`check-data --tokenizer FOLDER|hf:ORG/NAME`: what an MMS voice's text front end drops from a corpus.
 
 A transformers VITS voice keeps only the characters of its vocabulary (after lowercasing, and romanising when
 its tokenizer says so); the rest are dropped without a word at training time. This counts them, per character,
@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
 
+from trainer_core.contract.hf_voice import HUB_PREFIX, hub_folder
 from trainer_core.contract.mms_tokenizer import read_tokenizer_folder
 from trainer_core.models.vits.mms_symbols import MmsText
 
@@ -25,9 +26,11 @@ if TYPE_CHECKING:
 LISTED = 30
 
 
-def load_front_end(folder: Path) -> MmsText:
-    """The text front end of the voice in `folder`, checked before the corpus is scanned (uroman when needed)."""
-    encoder = MmsText(read_tokenizer_folder(folder))
+def load_front_end(given: str) -> MmsText:
+    """The text front end of the voice in folder `given` or hub id `hf:ORG/NAME` (from huggingface_hub's cache),
+    checked before the corpus is scanned (uroman when needed)."""
+    hub = given.startswith(HUB_PREFIX)
+    encoder = MmsText(read_tokenizer_folder(hub_folder(given) if hub else Path(given), given if hub else None))
     encoder.check_ready()
     return encoder
 
