@@ -197,8 +197,11 @@ def test_check_data_counts_the_characters_the_voice_drops(tmp_path: Path, capsys
 
 
 def test_the_plan_of_a_run_started_from_a_transformers_voice_says_what_it_drops(tmp_path: Path) -> None:
+    from hf_reference import make_folder
+
+    # A whole transformers folder (the plan checks its weights), then the hub's tokenizer files over its own.
+    make_folder(tmp_path / "mms", vocab={symbol: index for index, symbol in enumerate(KMR)})
     voice = write_voice(tmp_path / "mms", KMR)
-    (voice / "config.json").write_text(json.dumps({"model_type": "vits", "vocab_size": len(KMR)}), "utf-8")
     corpus = kurmanji_corpus(tmp_path / "corpus")
     profile = load_profile(find_profile("vits-small"), [f"data.path={corpus}", f"train.init_from={voice}"])
     report = scan_data(corpus, "voice", 0.1, 30.0, workers=1)
