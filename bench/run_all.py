@@ -75,6 +75,11 @@ BENCHES = (
     Bench("demo_run", "demo_run.py", ()),
     Bench("finetune", "finetune.py", ("--steps", "150", "--eval-every", "25")),
     Bench("common_voice", "common_voice_scale.py", ("--clips", "42000")),
+    Bench(
+        "overhead_mms",
+        "framework_overhead.py",
+        ("--sizes", "mms", "--steps", "mms=4", "--warmup", "1", "--repeats", "2"),
+    ),
     Bench("kill", "kill_loop.py", ("--kills", "30")),
     Bench("budget", "time_budget.py", ("--hours", "0.1667")),
     Bench("vocoder", "vocoder_quality.py", ("--minutes", "30")),
