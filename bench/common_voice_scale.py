@@ -16,7 +16,8 @@ Measured, one after the other:
   wave cache's size on disk is what Vega keeps of the waves (memory-mapped, read as batches need it);
 - negative control: the warm start again after the wave cache is emptied, which must MISS the warm target.
 
-Targets: a warm start (spawn to first step) under 60 s; a trainer's peak RSS under the seed's 5.21 GB.
+Targets: a warm start (spawn to first step) under 60 s; a trainer's anonymous memory (RssAnon, sampled: what no
+file backs) under the seed's 5.21 GB of waves, cold and warm; wait4()'s peak RSS is shown beside it.
 """
 
 from __future__ import annotations
@@ -161,9 +162,10 @@ def measure(result: common.Result, corpus: Path, scratch: Path, extra: list[str]
     result.add("preload, cold", spawn_cold["preload_s"], "s", detail=f"into {spawn_cold['preload_where']}")
     result.add("preload, cache hit", spawn_warm["preload_s"], "s", detail=f"into {spawn_warm['preload_where']}")
     add_spawn(result, "mms-finetune: spawn to first step, cold caches", spawn_cold, target=False)
-    seconds = spawn_warm["seconds"]
-    target = f"< {WARM_TARGET_S:.0f} s"
-    result.add("mms-finetune: spawn to first step, warm caches", seconds, "s", target, seconds < WARM_TARGET_S)
+    seconds, target = spawn_warm["seconds"], f"< {WARM_TARGET_S:.0f} s"
+    detail = f"peak RSS {spawn_warm['rss_bytes'] / 1e9:.2f} GB, anonymous {spawn_warm['anon_bytes'] / 1e9:.2f} GB"
+    name = "mms-finetune: spawn to first step, warm caches"
+    result.add(name, seconds, "s", target, seconds < WARM_TARGET_S, detail)
     result.add(
         "negative control: warm start with the wave cache emptied",
         control["seconds"],
@@ -172,9 +174,13 @@ def measure(result: common.Result, corpus: Path, scratch: Path, extra: list[str]
         control["seconds"] < WARM_TARGET_S,
         f"preload {control['preload_s']:.1f} s",
     )
-    peak = max(s["rss_bytes"] for s in (spawn_cold, spawn_warm, control)) / 1e9
-    detail = f"largest of the three starts (wait4); the seed held {SEED_WAVES_GB} GB of waves for {SEED_CLIPS:,}"
-    result.add("peak RSS of a trainer", peak, "GB", f"< {RSS_TARGET_GB} GB", peak < RSS_TARGET_GB, detail)
+    for label, spawn in (("cold", spawn_cold), ("warm", spawn_warm)):
+        anon = spawn["anon_bytes"] / 1e9
+        detail = (
+            f"sampled RssAnon (memory no file backs); peak RSS {spawn['rss_bytes'] / 1e9:.2f} GB counts the "
+            f"mapped wave cache's resident pages too; the seed held {SEED_WAVES_GB} GB of waves for {SEED_CLIPS:,}"
+        )
+        result.add(f"trainer memory, {label} start", anon, "GB", f"< {RSS_TARGET_GB} GB", anon < RSS_TARGET_GB, detail)
     result.add("waves kept on disk (the wave cache)", waves / 1e9, "GB", detail="float32, memory-mapped")
 
 

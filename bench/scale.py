@@ -126,7 +126,7 @@ def spawn_to_first_step(profile: str, corpus: Path, cache: Path, scratch: Path, 
     with open(err_path, "wb") as err:
         spawned = time.time()
         proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=err, cwd=common.REPO)
-        first, events = wait_for_first_step(proc, run_dir, spawned)
+        first, events, anon = wait_for_first_step(proc, run_dir, spawned)
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
         _, status, usage = os.wait4(proc.pid, 0)
@@ -139,24 +139,39 @@ def spawn_to_first_step(profile: str, corpus: Path, cache: Path, scratch: Path, 
         "preload_s": preload.seconds if preload else None,
         "preload_where": preload.where if preload else None,
         "rss_bytes": usage.ru_maxrss * 1024,
+        "anon_bytes": anon,
     }
 
 
-def wait_for_first_step(proc: subprocess.Popen, run_dir: Path, spawned: float) -> tuple[float | None, list]:
-    """The wall-clock time of the first `step` event (None if the trainer exits or times out first) and the events."""
+def wait_for_first_step(proc: subprocess.Popen, run_dir: Path, spawned: float) -> tuple[float | None, list, int]:
+    """The wall-clock time of the first `step` event (None if the trainer exits or times out first), the events
+    and the largest anonymous memory seen (RssAnon, sampled: memory the OS cannot page back to a file)."""
     events_path = run_dir / "events.jsonl"
     events: list = []
+    anon = 0
     while time.time() - spawned < SPAWN_TIMEOUT_S:
+        anon = max(anon, anonymous_bytes(proc.pid))
         exited = proc.poll() is not None
         if events_path.is_file():
             events = common.read_events(run_dir)
             step = next((e for e in events if e.type == "step"), None)
             if step is not None:
-                return step.t, events
+                return step.t, events, anon
         if exited:
-            return None, events
+            return None, events, anon
         time.sleep(0.1)
-    return math.inf, events
+    return math.inf, events, anon
+
+
+def anonymous_bytes(pid: int) -> int:
+    """RssAnon of a process from /proc (0 where there is none: another system, or the process has ended)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text(encoding="utf-8").splitlines():
+            if line.startswith("RssAnon:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
 
 
 # ---------------------------------------------------------------------------------------------------------------

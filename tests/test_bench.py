@@ -86,7 +86,8 @@ EXPECTED = {
         "preload, cache hit",
         "mms-finetune: spawn to first step, warm caches",
         "negative control: warm start with the wave cache emptied",
-        "peak RSS of a trainer",
+        "trainer memory, cold start",
+        "trainer memory, warm start",
         "waves kept on disk",
     ),
     "learning.py": (

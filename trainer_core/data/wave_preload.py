@@ -132,6 +132,13 @@ def _decode_misses(
     return decoded, skipped
 
 
+def _kept_row(
+    i: int, items: list[VoiceItem], decoded: dict[int, torch.Tensor], cache: FeatureCache, written: bool
+) -> torch.Tensor | None:
+    mapped = cache.get(items[i].path) if written or i not in decoded else None
+    return mapped if mapped is not None else decoded.get(i)
+
+
 def preload_waves(
     report: DataReport, profile: Profile, where: PreloadWhere, progress: ProgressCallback | None = None
 ) -> Waves:
@@ -143,7 +150,8 @@ def preload_waves(
     lengths = {i: cache.frames(item.path) for i, item in enumerate(items)}
     misses = [i for i, length in lengths.items() if length is None]
     decoded, skipped = _decode_misses(items, misses, profile, cache, reporter) if misses else ({}, {})
-    if not cache.flush() and where == "disk":
+    written = cache.flush()
+    if not written and where == "disk":
         raise DataError(
             f"cannot write the feature cache in {cache.entries_dir}: streaming audio from disk needs a writable "
             'cache; set data.cache_dir to a writable folder, or data.preload = "ram"'
@@ -153,12 +161,15 @@ def preload_waves(
     if not kept:
         reasons = "; ".join(skipped[i] for i in sorted(skipped)[:3])
         raise DataError(f"none of the {len(items)} recordings could be decoded: {reasons}")
-    rows = [decoded[i] if i in decoded else cache.get(items[i].path) for i in kept] if where == "ram" else None
+    lengths.update({i: int(row.shape[1]) for i, row in decoded.items()})
+    # Once written, decoded rows are read back as views of the mapped cache: the OS can page them out.
+    rows = [_kept_row(i, items, decoded, cache, written) for i in kept] if where == "ram" else None
+    decoded.clear()
     return Waves(
         item_ids=[items[i].item_id for i in kept],
         texts=[items[i].text for i in kept],
         paths=[items[i].path for i in kept],
-        lengths=[int(decoded[i].shape[1]) if i in decoded else int(lengths[i] or 0) for i in kept],
+        lengths=[int(lengths[i] or 0) for i in kept],
         where=where,
         audio=profile.audio,
         cache=cache,
