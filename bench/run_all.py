@@ -78,7 +78,7 @@ BENCHES = (
     Bench(
         "overhead_mms",
         "framework_overhead.py",
-        ("--sizes", "mms", "--steps", "mms=4", "--warmup", "1", "--repeats", "2"),
+        ("--sizes", "mms", "--steps", "mms=8", "--warmup", "1", "--repeats", "3"),
     ),
     Bench("kill", "kill_loop.py", ("--kills", "30")),
     Bench("budget", "time_budget.py", ("--hours", "0.1667")),

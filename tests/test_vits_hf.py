@@ -18,6 +18,7 @@ from trainer_core.contract.errors import InitSourceError
 from trainer_core.contract.hf_voice import hf_audio_section, hub_folder, read_hf_voice
 from trainer_core.models.vits.hf_config import vits_config_from_hf
 from trainer_core.models.vits.hf_folder import HfWeightsError, load_hf_generator
+from vega_tui.start_points import typed_start_point
 
 TOLERANCE = 1e-4
 IDS = [
@@ -119,6 +120,14 @@ def test_hub_ids_resolve_from_the_cache_and_offline_misses_name_the_fetch_comman
     assert folder.name == commit and Path(str(try_to_load_from_cache("tiny-org/mms-tts-tiny", "config.json",
                                                                     cache_dir=cache))).parent == folder  # fmt: skip
     assert read_hf_voice(folder).license == "cc-by-nc-4.0"
+    # The dashboard's typed field: a cached id is checked from the cache; an uncached one waits for Start.
+    point = typed_start_point("hf:tiny-org/mms-tts-tiny", "vits")
+    assert str(point.path) == "hf:tiny-org/mms-tts-tiny" and str(folder) in point.detail
+    with pytest.raises(InitSourceError, match="trains a tts model"):
+        typed_start_point("hf:tiny-org/mms-tts-tiny", "tts")
+    assert "not cached" in typed_start_point("hf:facebook/mms-tts-kmr-script_latin", "vits").detail
+    with pytest.raises(InitSourceError, match="hf:ORG/NAME"):
+        typed_start_point("hf:facebook", "vits")
     # Through the command line, in a fresh process offline: exit status 2 and the command that fetches it.
     env = {
         **os.environ,

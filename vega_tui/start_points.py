@@ -1,7 +1,7 @@
 """The launch screen's "Start from" choices: nothing (from scratch), or a model of the profile's kind found under
 the runs folder, to fine-tune from (`train --init-from PATH`); for vits profiles also the Piper
-voices under the machine file's `[voices] dirs` (`vega_tui.piper_voices`); and a typed path,
-checked here.
+voices under the machine file's `[voices] dirs` (`vega_tui.piper_voices`); and a typed path or
+hub id (`hf:ORG/NAME`), checked here.
 
 A candidate is a run folder that is not training now and holds an export or a checkpoint, or an export folder
 (model.safetensors + config.json) directly under the runs folder or one folder down. Its kind comes from its
@@ -89,17 +89,23 @@ def post_start_path(generation: int, text: str, kind: str | None, post: Post) ->
 
 
 def typed_start_point(text: str, kind: str | None) -> StartPoint:
-    """The model a typed path names (a run folder, checkpoint, export or Piper `.ckpt`), read
-    torch-free; a VegaError says why it cannot be started from (missing, holds no model, another
-    kind, no voice config)."""
+    """The model a typed path or hub id names (a run folder, checkpoint, export, Piper `.ckpt`,
+    transformers VITS folder or `hf:ORG/NAME[@REVISION]`), read torch-free; a VegaError says why
+    it cannot be started from (missing, offline and not cached, holds no model, another kind)."""
+    from trainer_core.contract.hf_voice import HUB_PREFIX
     from trainer_core.contract.init_sources import InitSourceError, peek_source, resolve_source
     from vega_tui.piper_voices import piper_point
 
+    given = text.strip()
+    if given.startswith(HUB_PREFIX):
+        return _hub_point(given, kind)
     path = Path(text).expanduser().absolute()  # the trainer gets the whole path
     facts = peek_source(resolve_source(path))
     if kind is not None and facts.kind is not None and facts.kind != kind:
         trains = f"this profile trains a {kind} model"
         raise InitSourceError(f"{text} holds a {facts.kind} model, but {trains}")
+    if facts.file.form == "hf":
+        return StartPoint(path, path.name, "transformers VITS folder", _modified(path))
     if facts.file.form != "piper":
         point, run = _facts_point(path, facts, None), facts.file.run_dir
         inside = run is not None and run != path  # RUN/export, RUN/checkpoints/step-N.pt
@@ -108,6 +114,22 @@ def typed_start_point(text: str, kind: str | None) -> StartPoint:
     step = f" · step {facts.step}" if facts.step is not None else ""
     detail = f"Piper checkpoint · {voice.detail}{step}"
     return StartPoint(path, voice.label, detail, voice.modified)
+
+
+def _hub_point(given: str, kind: str | None) -> StartPoint:
+    """A hub id: checked in huggingface_hub's cache, never downloaded here (typing pauses would
+    fetch half-typed names); one not cached goes to the trainer, which downloads it at Start."""
+    from trainer_core.contract.hf_voice import cached_hub_folder, parse_hub_id
+    from trainer_core.contract.init_sources import InitSourceError, peek_source, resolve_source
+
+    parse_hub_id(given)  # a malformed id is refused now
+    folder = cached_hub_folder(given)
+    if folder is None:
+        return StartPoint(Path(given), given, "hub model · not cached: downloaded when the run starts", 0.0)
+    facts = peek_source(resolve_source(folder))
+    if kind is not None and facts.kind != kind:
+        raise InitSourceError(f"{given} holds a {facts.kind} model, but this profile trains a {kind} model")
+    return StartPoint(Path(given), given, f"transformers VITS voice · cached in {folder}", _modified(folder))
 
 
 def _facts(path: Path) -> SourceFacts | None:
@@ -131,11 +153,14 @@ def _facts_point(path: Path, facts: SourceFacts, status: str | None) -> StartPoi
     form = facts.file.form
     what = facts.file.chosen.removeprefix("its ") or {"export": "export folder"}.get(form, form)
     parts = [status, what, f"step {facts.step}" if facts.step is not None else None]
+    return StartPoint(path, path.name, " · ".join(part for part in parts if part), _modified(facts.file.path))
+
+
+def _modified(path: Path) -> float:
     try:
-        modified = facts.file.path.stat().st_mtime
+        return path.stat().st_mtime
     except OSError:
-        modified = 0.0
-    return StartPoint(path, path.name, " · ".join(part for part in parts if part), modified)
+        return 0.0
 
 
 def _candidates(runs_dir: Path) -> list[tuple[Path, bool]]:

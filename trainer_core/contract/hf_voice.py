@@ -176,3 +176,15 @@ def hub_folder(given: str) -> Path:
         ) from exc
     except Exception as exc:  # noqa: BLE001 - the hub's errors are many; each is the user's to fix
         raise InitSourceError(f"{given}: could not fetch {repo} from the hub ({exc}); try `{fetch}`") from exc
+
+
+def cached_hub_folder(given: str) -> Path | None:
+    """The cached folder of `hf:ORG/NAME[@REVISION]`, or None when it is not in the cache (or
+    huggingface_hub is missing): a look that never downloads, for the dashboard's typed field."""
+    repo, revision = parse_hub_id(given)
+    try:
+        from huggingface_hub import snapshot_download
+
+        return Path(snapshot_download(repo, revision=revision, local_files_only=True))
+    except Exception:  # noqa: BLE001 - not cached, or no huggingface_hub: the trainer says which
+        return None

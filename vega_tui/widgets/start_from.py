@@ -3,9 +3,10 @@
 The list (`#start-from`, a `ChoiceList`) holds "nothing (from scratch)", the finished runs and
 exports of the profile's kind under the runs folder and, for vits profiles, the Piper voices
 under the machine file's `[voices] dirs` (found by `vega_tui.start_points.post_start_points` on
-a worker thread). Under it, a field (`#start-path`) takes any run folder, checkpoint, export or
-Piper `.ckpt`: once typing settles, a worker thread checks it (`post_start_path`, torch-free)
-and posts the answer; a good path joins the list, chosen, and a bad one says why under the field
+a worker thread). Under it, a field (`#start-path`) takes any run folder, checkpoint, export,
+Piper `.ckpt`, transformers VITS folder or hub id (`hf:ORG/NAME`): once typing settles, a worker
+thread checks it (`post_start_path`, torch-free) and posts the answer; a good path joins the
+list, chosen, and a bad one says why under the field
 and blocks Start (`problem`) until it is fixed or cleared. `Changed` tells the screen what
 `--init-from` is now (None: from scratch) and why Start must wait.
 """
@@ -28,7 +29,10 @@ from vega_tui.widgets.choice_list import Choice, ChoiceList
 # Typing settles for this long before the path is checked.
 CHECK_DELAY_S = 0.4
 PLACEHOLDER = "or type a path to start from"  # short: ~30 cells wide at 80x24
-TOOLTIP = "a run folder, a checkpoint (.pt), an export folder or a Piper checkpoint (.ckpt)"
+TOOLTIP = (
+    "a run folder, a checkpoint (.pt), an export folder, a Piper checkpoint (.ckpt),"
+    " a transformers VITS folder or a hub model (hf:ORG/NAME)"
+)
 
 
 class StartFrom(Vertical):
