@@ -48,7 +48,7 @@ def test_killed_mid_checkpoint_it_resumes_from_the_one_before_and_ends_bit_ident
     rest are new), and the resume names no start model: it keeps the symbol map, shape and fine-tuning rate the
     run started with."""
     source = new_vits_export(tmp_path / "made")
-    started = {**SETTINGS, "train.init_from": str(source), "vits.num_symbols": 80}
+    started = {**SETTINGS, "train.init_from": str(source), "vits.num_symbols": 200}
     settings = {**started, "train.checkpoint_every_steps": 4, "debug.hold_checkpoint_write_s": 30}
     whole = voices.start("whole", {**settings, "debug.hold_checkpoint_write_s": 0})
     killed = voices.start("kill", settings, env={"VEGA_FAULT_HOLD_CHECKPOINT_SAVES": "2"})
@@ -84,10 +84,10 @@ def test_killed_mid_checkpoint_it_resumes_from_the_one_before_and_ends_bit_ident
     assert set(checkpoint["extra"]["optimizer_groups"]) == {"optimizer.discriminator", "scheduler.discriminator"}
     start = of_type(events, "init_from")
     assert len(start) == 1 and start[0].form == "export" and start[0].kind == "vits"
-    assert start[0].mapped[0].by == "symbol" and start[0].mapped[0].rows == 80 and start[0].mapped[0].kept > 20
-    assert a["enc_p.emb.weight"].shape[0] == 80  # the resume rebuilt the run's own 80-row map, not a new one
+    assert start[0].mapped[0].by == "symbol" and start[0].mapped[0].rows == 200 and start[0].mapped[0].kept > 20
+    assert a["enc_p.emb.weight"].shape[0] == 200  # the resume rebuilt the run's own 200-row map, not a new one
     frozen = tomllib.loads((killed.run_dir / "profile.toml").read_text(encoding="utf-8"))
-    assert frozen["train"]["lr"] == 2e-4 and frozen["vits"]["num_symbols"] == 80  # finetune_lr's vits default
+    assert frozen["train"]["lr"] == 2e-4 and frozen["vits"]["num_symbols"] == 200  # finetune_lr's vits default
     assert 0 < max(e.lr for e in of_type(events, "step")) <= 2e-4
 
 

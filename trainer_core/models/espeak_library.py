@@ -95,15 +95,23 @@ class EspeakLibrary:
 
     def phonemize(self, text: str, voice: str) -> list[str]:
         """IPA for `text`, one string per clause (the binary prints the same clauses one per line)."""
-        buffer = ctypes.create_string_buffer(text.encode("utf-8"))
-        pointer = ctypes.c_void_p(ctypes.addressof(buffer))
+        return [ipa for ipa, _ in self.clauses(text, voice)]
+
+    def clauses(self, text: str, voice: str) -> list[tuple[str, str]]:
+        """(IPA, the text read so far) for each clause of `text`: the library reads a little past
+        each clause's end, so the text read says where a clause ended, not exactly at which mark."""
+        raw = text.encode("utf-8")
+        buffer = ctypes.create_string_buffer(raw)
+        start = ctypes.addressof(buffer)
+        pointer = ctypes.c_void_p(start)
         clauses = []
         with self._lock:
             self._set_voice(voice)
             # The library sets the pointer to NULL once the whole text is read.
             while pointer.value:
                 ipa = self._lib.espeak_TextToPhonemes(ctypes.byref(pointer), CHARS_UTF8, PHONEMES_IPA)
-                clauses.append((ipa or b"").decode("utf-8", errors="replace"))
+                read = raw[: pointer.value - start] if pointer.value else raw
+                clauses.append(((ipa or b"").decode("utf-8", errors="replace"), read.decode("utf-8", "replace")))
         return clauses
 
     def speak(self, text: str, voice: str, words_per_minute: int = 175) -> bytes:

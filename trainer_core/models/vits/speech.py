@@ -56,25 +56,29 @@ class VitsSpeaker:
         length_scale: float | None = None,
         noise_scales: tuple[float, float] | None = None,
     ) -> np.ndarray:
-        """Float32 mono audio for `text` (empty when it has no symbol the voice knows)."""
-        ids = self.symbols.encode(text)
-        if not ids:
+        """Float32 mono audio for `text`, its sentences spoken one by one and joined, as Piper's runtime
+        speaks them (empty when it has no symbol the voice knows)."""
+        sentences = self.symbols.encode_sentences(text)
+        if not sentences:
             return np.zeros(0, dtype=np.float32)
         noise, noise_w = noise_scales if noise_scales is not None else (self.noise_scale, self.noise_scale_w)
         device = next(model.parameters()).device
-        x = torch.tensor([ids], dtype=torch.int64, device=device)
-        lengths = torch.tensor([len(ids)], dtype=torch.int64, device=device)
         sid = torch.tensor([speaker], dtype=torch.int64, device=device) if speaker is not None else None
         was_training = model.training
         model.eval()
         devices = [device] if device.type == "cuda" else []
+        parts = []
         try:
             with torch.random.fork_rng(devices=devices):
                 torch.manual_seed(SPEECH_SEED)
-                out = model.infer(x, lengths, sid, noise, length_scale or self.length_scale, noise_w)
+                for ids in sentences:
+                    x = torch.tensor([ids], dtype=torch.int64, device=device)
+                    lengths = torch.tensor([len(ids)], dtype=torch.int64, device=device)
+                    out = model.infer(x, lengths, sid, noise, length_scale or self.length_scale, noise_w)
+                    parts.append(out.audio[0, 0].float().cpu().numpy())
         finally:
             model.train(was_training)
-        return out.audio[0, 0].float().cpu().numpy()
+        return np.concatenate(parts)
 
     def free_running(self, model: Synthesizer, free: VitsFreeRunning) -> FreeRunningResult:
         """The held-out sentences spoken from text, and the floor re-made from their recordings."""

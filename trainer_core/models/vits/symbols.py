@@ -1,11 +1,14 @@
 """A VITS voice's text front end: transcripts to ids the way Piper numbers them, through a symbol -> ids map.
 
-A transcript becomes units (espeak-ng phonemes, or characters), each split into Unicode code points after NFD
-decomposition (so an accent is a symbol of its own), and ids are framed as Piper's runtime frames them:
-`^`, then `_` after every symbol, `$` at the end (`_` is padding, id 0). A unit the map does not hold is left
-out and counted. The map is a voice's own: a new voice gets the framing symbols, space and punctuation, then
-every symbol of its corpus; a voice started from another model keeps that model's map, and the corpus's symbols
-it lacks take ids the model's embedding leaves unused (more rows only when none are left).
+With phonemes from the espeak-ng library (`frontend = "piper"`), a transcript becomes Piper's sentences of
+phoneme symbols with their clause marks (`vits.piper_text`); each sentence is framed as Piper's runtime frames
+it: `^`, then `_` after every symbol, `$` at the end (`_` is padding, id 0); a transcript's framed sentences
+are joined for training, as Piper's trainer joins them, and spoken one by one. Characters (and voices made
+before this front end, or with the espeak-ng program) take the text's units as one sentence. A symbol the map
+does not hold is left out and counted. The map is a voice's own: a new voice starts from Piper's map for new
+voices, then every symbol of its corpus it lacks; a voice started from another model keeps that model's map,
+and the corpus's symbols it lacks take ids the model's embedding leaves unused (more rows only when none are
+left).
 
 A voice started from a transformers VITS folder (an MMS voice) keeps that folder's vocabulary and its text front
 end instead (`mms`, `vits.mms_symbols`): no Piper framing, blanks as VitsTokenizer puts them, characters outside
@@ -24,12 +27,12 @@ from typing import Any
 
 from trainer_core.contract.errors import ProfileError
 from trainer_core.contract.mms_tokenizer import MmsTokenizer
-from trainer_core.models.text_frontend import TextEncoder, resolve_units
+from trainer_core.models.text_frontend import TextEncoder, espeak_backend, resolve_units
 from trainer_core.models.vits.mms_symbols import MmsText, require_romanizer
+from trainer_core.models.vits.piper_text import PiperText, piper_id_map
 
 PAD, BOS, EOS = "_", "^", "$"
-# Always in a new voice's map, in this order after the framing symbols.
-BASE_SYMBOLS = (PAD, BOS, EOS, " ", "!", "'", "(", ")", ",", "-", ".", ":", ";", "?")
+PIPER_FRONTEND = "piper"
 
 
 @dataclass
@@ -47,6 +50,8 @@ class SymbolTable:
     """Units of the transcripts encoded so far that the map does not hold, with their counts."""
     mms: MmsTokenizer | None = None
     """A transformers VITS voice's tokenizer: its vocabulary is `id_map`, its front end replaces Piper's."""
+    frontend: str = ""
+    """ "piper": Piper's sentences and clause marks; "": the text's units as one sentence."""
 
     def __post_init__(self) -> None:
         self._mms = MmsText(self.mms) if self.mms is not None else None
@@ -59,6 +64,7 @@ class SymbolTable:
         if top >= self.num_symbols:
             raise ProfileError(f"the symbol map uses id {top} but the voice has {self.num_symbols} symbols")
         self._frontend = TextEncoder([], self.units, self.lowercase, self.espeak_voice, self.espeak_backend)  # type: ignore[arg-type]
+        self._piper = PiperText(self.espeak_voice) if self.frontend == PIPER_FRONTEND else None
 
     @classmethod
     def build(
@@ -76,12 +82,15 @@ class SymbolTable:
             require_romanizer(mms)
             return table, []
         units = resolve_units(tts.text_units, tts.espeak_backend)
-        framing = {symbol: [index] for index, symbol in enumerate(BASE_SYMBOLS)}
-        id_map = {symbol: list(ids) for symbol, ids in (base or framing).items()}
+        id_map = {symbol: list(ids) for symbol, ids in (base or piper_id_map()).items()}
+        # Piper's clause marks need the library's read positions: the espeak-ng program has none.
+        library = units == "phonemes" and espeak_backend(tts.espeak_backend) == "library"
+        frontend = PIPER_FRONTEND if library else ""
         table = cls(dict(id_map), max(num_symbols, _rows(id_map)), units, tts.lowercase, tts.espeak_voice,
-                    tts.espeak_backend)  # fmt: skip
+                    tts.espeak_backend, frontend=frontend)  # fmt: skip
         transcripts = list(transcripts)
-        table._frontend.prepare(transcripts)
+        if table._piper is None:
+            table._frontend.prepare(transcripts)
         seen = sorted({symbol for text in transcripts for symbol in table.symbols_of(text)})
         added = [symbol for symbol in seen if symbol not in id_map]
         used = {i for ids in id_map.values() for i in ids}
@@ -89,8 +98,9 @@ class SymbolTable:
         for symbol in added:
             id_map[symbol] = [next(free)]
         grown = cls(id_map, max(table.num_symbols, _rows(id_map)), units, tts.lowercase, tts.espeak_voice,
-                    tts.espeak_backend)  # fmt: skip
-        grown._frontend = table._frontend  # phonemized once, reused by the dataset's encode calls
+                    tts.espeak_backend, frontend=frontend)  # fmt: skip
+        # Phonemized once, reused by the dataset's encode calls.
+        grown._frontend, grown._piper = table._frontend, table._piper
         return grown, added
 
     def symbols_of(self, text: str) -> list[str]:
@@ -98,24 +108,44 @@ class SymbolTable:
         characters its ids stand for)."""
         if self._mms is not None:
             return self._mms.symbols_of(text)
-        return list(unicodedata.normalize("NFD", "".join(self._frontend.units_of(text))))
+        return [symbol for sentence in self._sentences(text) for symbol in sentence]
+
+    def _sentences(self, text: str) -> list[list[str]]:
+        if self._piper is not None:
+            return self._piper.sentences(text)
+        return [list(unicodedata.normalize("NFD", "".join(self._frontend.units_of(text))))]
 
     def encode(self, text: str) -> list[int]:
-        """Piper-framed ids for `text`: `^ _ s1 _ s2 _ ... $`; an empty list when no symbol is known. An MMS
-        voice's ids are VitsTokenizer's (`vits.mms_symbols`)."""
+        """Ids for `text` as Piper's trainer makes them: each sentence framed (`^ _ s1 _ s2 _ ... $`), joined;
+        an empty list when no symbol is known. An MMS voice's ids are VitsTokenizer's (`vits.mms_symbols`)."""
+        return [i for ids in self.encode_sentences(text) for i in ids]
+
+    def encode_sentences(self, text: str) -> list[list[int]]:
+        """Each sentence's framed ids, as Piper's runtime speaks them one by one; none when no symbol of
+        `text` is known. Piper frames every sentence, even one with no symbol; other front ends leave
+        such sentences out."""
         if self._mms is not None:
-            return self._mms.encode(text)
+            ids = self._mms.encode(text)
+            return [ids] if ids else []
+        framed = [self._frame(sentence) for sentence in self._sentences(text)]
+        if not any(inner for inner in framed):
+            return []
+        return [self._framing(inner) for inner in framed if inner or self._piper is not None]
+
+    def _frame(self, symbols: list[str]) -> list[int]:
+        """The ids of `symbols`, each followed by padding (unknown symbols left out and counted)."""
         inner: list[int] = []
         pad = self.id_map[PAD]
-        for symbol in self.symbols_of(text):
+        for symbol in symbols:
             ids = self.id_map.get(symbol)
             if ids is None:
                 self.missing[symbol] += 1
                 continue
             inner += [*ids, *pad]
-        if not inner:
-            return []
-        return [*self.id_map[BOS], *pad, *inner, *self.id_map[EOS]]
+        return inner
+
+    def _framing(self, inner: list[int]) -> list[int]:
+        return [*self.id_map[BOS], *self.id_map[PAD], *inner, *self.id_map[EOS]]
 
     def vocabulary(self) -> list[str | None]:
         """The symbol of each embedding row (None for rows no symbol uses): what a row means, for moving rows."""
@@ -135,6 +165,7 @@ class SymbolTable:
             "espeak_voice": self.espeak_voice,
             "espeak_backend": self._frontend.backend or "",
             "espeak_version": self._frontend.espeak_version,
+            "frontend": self.frontend,
         }
 
     @classmethod
@@ -149,6 +180,7 @@ class SymbolTable:
                 str(state["espeak_voice"]),
                 str(state.get("espeak_backend") or "auto"),
                 mms=MmsTokenizer.from_state(state["mms"]) if state.get("mms") else None,
+                frontend=str(state.get("frontend") or ""),  # voices made before Piper's front end: ""
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ProfileError(f"the voice's symbol map is incomplete ({exc}); export the model again") from exc
