@@ -248,12 +248,12 @@ class PhaseClock:
         names = ("forward", "backward", "optimizer")
         self.snapshots.append({**{n: self.totals.get(n, 0.0) for n in names}, **ALIGNMENT_S})
 
-    def per_step(self, first: int, last: int) -> dict[str, float]:
-        """Mean seconds per step of each phase over steps first..last-1 (0-based)."""
-        if not 0 < first < last <= len(self.snapshots):
+    def step(self, index: int) -> dict[str, float]:
+        """Seconds of each phase in step `index` (0-based; the first has no start mark)."""
+        if not 0 < index < len(self.snapshots):
             return {}
-        before, after = self.snapshots[first - 1], self.snapshots[last - 1]
-        return {name: (after[name] - before[name]) / (last - first) for name in after}
+        before, after = self.snapshots[index - 1], self.snapshots[index]
+        return {name: after[name] - before[name] for name in after}
 
 
 class TurnCallback(L.Callback):

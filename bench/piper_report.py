@@ -25,6 +25,22 @@ class Case:
 
 
 @dataclass
+class Phases:
+    """Seconds per phase summed over a set of steps, beside those steps' own seconds, so that the
+    means add up to the mean step."""
+
+    totals: dict[str, float] = field(default_factory=dict)
+    steps: int = 0
+    seconds: float = 0.0
+
+    def add(self, parts: dict[str, float], steps: int, seconds: float) -> None:
+        for name, value in parts.items():
+            self.totals[name] = self.totals.get(name, 0.0) + value
+        self.steps += steps
+        self.seconds += seconds
+
+
+@dataclass
 class Measured:
     """The pairs of every session of one case, and what was read beside them."""
 
@@ -32,29 +48,14 @@ class Measured:
     control: list[float] = field(default_factory=list)
     vega_s: list[float] = field(default_factory=list)
     piper_s: list[float] = field(default_factory=list)
-    vega_phases: list[dict[str, Any]] = field(default_factory=list)
-    piper_phases: list[dict[str, float]] = field(default_factory=list)
+    vega_phases: Phases = field(default_factory=Phases)
+    piper_phases: Phases = field(default_factory=Phases)
     loads: list[float] = field(default_factory=list)
     util: dict[str, list[float]] = field(default_factory=lambda: {"vega": [], "piper": []})
     sizes: dict[str, int] = field(default_factory=dict)
     scheduler_steps: list[int] = field(default_factory=list)
     differences: list[str] = field(default_factory=list)
     shrunk: int | None = None  # Vega's micro-batch after an out-of-memory halving, if any
-
-
-def vega_breakdown(phases: list[dict[str, Any]]) -> tuple[dict[str, float], int]:
-    """Mean seconds per step of each phase in Vega's breakdown events, weighted by their steps."""
-    steps = sum(int(e["steps"]) for e in phases)
-    if not steps:
-        return {}, 0
-    names = ("data", "transfer", "forward", "backward", "optimizer")
-    return {n: sum(e[f"{n}_s"] * e["steps"] for e in phases) / steps for n in names}, steps
-
-
-def piper_breakdown(phases: list[dict[str, float]]) -> dict[str, float]:
-    """Mean seconds per step of each of Piper's timed phases over the sessions."""
-    found = [p for p in phases if p]
-    return {k: statistics.fmean(p[k] for p in found) for k in found[0]} if found else {}
 
 
 def shares(parts: dict[str, float], step: float, rest_is: str) -> str:
@@ -102,33 +103,33 @@ def report(result: common.Result, label: str, m: Measured, gpu: bool) -> None:
             f"{prefix}Vega ran out of memory and halved its micro-batch to {m.shrunk}: the "
             "batches differ, so these figures do not compare like with like; use a smaller batch"
         )
-    # The phases are means over the steps: set against the mean step of the same pairs.
-    means = (statistics.fmean(m.vega_s), statistics.fmean(m.piper_s))
-    report_phases(result, prefix, m, means, gpu)
+    report_phases(result, prefix, m, gpu)
 
 
-def report_phases(
-    result: common.Result,
-    prefix: str,
-    m: Measured,
-    steps: tuple[float, float],
-    gpu: bool,
-) -> None:
-    """Where each side's step goes and, on a GPU, how busy each side keeps it."""
-    vega_parts, counted = vega_breakdown(m.vega_phases)
-    if vega_parts:
-        detail = f"Vega's profiler, {counted} steps; mean step {steps[0] * 1e3:.0f} ms: "
-        detail += shares(vega_parts, steps[0], "loop, events, telemetry")
-        result.add(f"{prefix}where a Vega step goes", steps[0] * 1e3, "ms", detail=detail)
-    piper_parts = piper_breakdown(m.piper_phases)
-    if piper_parts and not gpu:  # host clocks mistime queued GPU work; a CPU runs synchronously
+def report_phases(result: common.Result, prefix: str, m: Measured, gpu: bool) -> None:
+    """Where each side's step goes (the mean of each phase and of the whole step over the same
+    steps: ordinary measured pairs) and, on a GPU, how busy each side keeps it."""
+    v = m.vega_phases
+    if v.steps:
+        step = v.seconds / v.steps
+        parts = {name: total / v.steps for name, total in v.totals.items()}
+        detail = f"Vega's profiler over {v.steps} steps, mean step {step * 1e3:.0f} ms: "
+        detail += shares(parts, step, "loop, events, telemetry")
+        result.add(f"{prefix}where a Vega step goes", step * 1e3, "ms", detail=detail)
+    else:
+        detail = "no profiler window (one every 5 s) held ordinary measured steps only"
+        result.add(f"{prefix}where a Vega step goes", None, "ms", detail=detail)
+    p = m.piper_phases
+    if p.steps and not gpu:  # host clocks mistime queued GPU work; a CPU runs synchronously
+        step = p.seconds / p.steps
         names = {"forward": "forward (both models, losses)", "backward": "backward"}
-        parts = {names.get(k, k): v for k, v in piper_parts.items() if k != "alignment"}
-        detail = "_compute_loss, manual_backward, optimizer.step timed; "
-        detail += f"mean step {steps[1] * 1e3:.0f} ms: "
-        detail += shares(parts, steps[1], "data, Lightning's loop, logging")
-        detail += f"; the alignment search {piper_parts['alignment'] * 1e3:.0f} ms of the forward"
-        result.add(f"{prefix}where a Piper step goes", steps[1] * 1e3, "ms", detail=detail)
+        parts = {names.get(k, k): t / p.steps for k, t in p.totals.items() if k != "alignment"}
+        detail = f"_compute_loss, manual_backward, optimizer.step timed over {p.steps} steps, "
+        detail += f"mean step {step * 1e3:.0f} ms: "
+        detail += shares(parts, step, "data, Lightning's loop, logging")
+        search = p.totals.get("alignment", 0.0) / p.steps
+        detail += f"; the alignment search {search * 1e3:.0f} ms of the forward"
+        result.add(f"{prefix}where a Piper step goes", step * 1e3, "ms", detail=detail)
     if gpu:
         for side in ("vega", "piper"):
             value = statistics.fmean(m.util[side]) if m.util[side] else None

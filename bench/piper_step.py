@@ -42,6 +42,7 @@ import common
 from framework_overhead import quiet_lightning
 from piper_report import PROFILE, SLOWED, TARGET, Case, Measured, report, report_common
 
+VEGA_PHASES = ("data", "transfer", "forward", "backward", "optimizer")  # its profiler's
 CONTROL_EVERY = 4  # every 4th measured pair is a negative-control pair
 CPU_TITLE = "18. Vega's VITS step against Piper's own trainer"
 GPU_TITLE = "19. Vega's VITS step against Piper's own trainer on a CUDA GPU"
@@ -248,10 +249,18 @@ def collect(m: Measured, session: Session, warmup: int, vega: Any, piper: Any) -
             m.ratios.append(ratio)
             m.vega_s.append(vega_s[i])
             m.piper_s.append(piper_s[i])
-    events = common.read_events(vega.run_dir)
-    breakdowns = [e.model_dump() for e in events if e.type == "profile_breakdown"]
-    m.vega_phases += breakdowns[1:] or breakdowns  # the first window holds the warm-up
-    m.piper_phases.append(piper.clock.per_step(warmup, pairs))
+    normal = {i for i in range(warmup, pairs) if not session.pauses.is_control(i)}
+    # Vega's profiler windows (in step order) that hold ordinary measured steps only.
+    first = 0
+    for event in common.read_events(vega.run_dir):
+        if event.type != "profile_breakdown" or not event.steps:
+            continue
+        span, first = range(first, first + event.steps), first + event.steps
+        if all(i in normal for i in span):
+            parts = {name: getattr(event, f"{name}_s") * len(span) for name in VEGA_PHASES}
+            m.vega_phases.add(parts, len(span), sum(vega_s[i] for i in span))
+    for i in sorted(normal):
+        m.piper_phases.add(piper.clock.step(i), 1, piper_s[i])
     for name, value in session.util.items():
         if value is not None:
             m.util[name].append(value)
