@@ -56,6 +56,7 @@ class Measured:
     scheduler_steps: list[int] = field(default_factory=list)
     differences: list[str] = field(default_factory=list)
     shrunk: int | None = None  # Vega's micro-batch after an out-of-memory halving, if any
+    alignment: str = ""  # the alignment search Piper's loop was given
 
 
 def shares(parts: dict[str, float], step: float, rest_is: str) -> str:
@@ -72,7 +73,9 @@ def report(result: common.Result, label: str, m: Measured, gpu: bool) -> None:
     vega, piper = common.median(m.vega_s), common.median(m.piper_s)
     ratio, (low, high) = common.median(m.ratios), median_ci(m.ratios)
     pairs = f"{len(m.ratios)} pairs"
-    result.add(f"{prefix}Piper step time (its Lightning loop)", piper * 1e3, "ms", detail=pairs)
+    loop = f"{pairs}; lightning.Trainer.fit, a callback ending each step; alignment search: "
+    loop += m.alignment
+    result.add(f"{prefix}Piper step time (its Lightning loop)", piper * 1e3, "ms", detail=loop)
     result.add(
         f"{prefix}Vega / Piper step time",
         ratio,
@@ -147,13 +150,12 @@ def report_common(result: common.Result, m: Measured, case: Case, args: Any) -> 
         "M",
         detail=f"generator {s['vega_g']:,}, discriminator {s['vega_d']:,}; Piper's the same",
     )
-    cores = min(2, result.machine.get("cores") or 1)
     result.add(
         "machine load during the pairs",
         statistics.fmean(m.loads),
         "",
         detail=f"1-minute load average at each session's start and end: {common.spread(m.loads)}; "
-        f"the benchmark itself keeps about {cores} cores busy",
+        f"the benchmark's own torch threads count in it ({result.machine.get('cores')} cores)",
     )
     departs = f" (departs from Piper's medium in: {'; '.join(m.differences)})"
     result.notes += [

@@ -131,7 +131,7 @@ def measure(
     steps, warmup, repeats = shape
     plan = common.vega_plan(PROFILE, vega_sets(case, voice, args), scratch / "plan")
     accelerator = "gpu" if case.device == "cuda" else "cpu"
-    m = Measured()
+    m = Measured(alignment=piper_loop.ALIGNMENTS[args.alignment])
     with piper_loop.install_alignment(args.alignment):
         for rep in range(repeats):
             m.loads.append(common.load_average()[0])
