@@ -80,6 +80,11 @@ BENCHES = (
         "framework_overhead.py",
         ("--sizes", "mms", "--steps", "mms=8", "--warmup", "1", "--repeats", "3"),
     ),
+    Bench(
+        "piper_step",
+        "piper_step.py",
+        ("--steps", "24", "--warmup", "2", "--repeats", "2", "--batch", "2"),
+    ),
     Bench("kill", "kill_loop.py", ("--kills", "30")),
     Bench("budget", "time_budget.py", ("--hours", "0.1667")),
     Bench("vocoder", "vocoder_quality.py", ("--minutes", "30")),

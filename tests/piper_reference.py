@@ -22,7 +22,7 @@ import pathlib
 import sys
 import types
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -109,8 +109,9 @@ def _restore_modules(saved: dict[str, types.ModuleType | None]) -> None:
 
 
 @contextlib.contextmanager
-def piper_alignment() -> Iterator[None]:
-    """Make Piper's `monotonic_align` importable with the numpy search, then take it away again."""
+def piper_alignment(search: Callable[..., None] = maximum_path_numpy) -> Iterator[None]:
+    """Make Piper's `monotonic_align` importable with `search` as its compiled `maximum_path_c`
+    (the numpy search by default), then take it away again."""
     import piper.train.vits as vits_package
 
     names = [CORE_MODULE.rsplit(".", 1)[0], CORE_MODULE, "piper.train.vits.monotonic_align"]
@@ -119,7 +120,7 @@ def piper_alignment() -> Iterator[None]:
     package = types.ModuleType(names[0])
     package.__path__ = []
     core = types.ModuleType(CORE_MODULE)
-    core.maximum_path_c = maximum_path_numpy  # type: ignore[attr-defined]
+    core.maximum_path_c = search  # type: ignore[attr-defined]
     package.core = core  # type: ignore[attr-defined]
     sys.modules[names[0]], sys.modules[CORE_MODULE] = package, core
     sys.modules.pop(names[2], None)

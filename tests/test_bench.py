@@ -90,6 +90,18 @@ EXPECTED = {
         "trainer memory, warm start",
         "waves kept on disk",
     ),
+    "piper_step.py": (
+        "Piper step time (its Lightning loop)",
+        "Vega / Piper step time",
+        "Vega / Piper, 95 % interval (top)",
+        "Vega steps/s",
+        "Piper steps/s",
+        "negative control",
+        "where a Vega step goes",
+        "where a Piper step goes",
+        "model parameters",
+        "machine load during the pairs",
+    ),
     "learning.py": (
         "demo, before: free-running distance",
         "demo, after: free-running distance",
@@ -116,7 +128,10 @@ KEYS = {
     "demo_run.py": "demo_run",
     "finetune.py": "finetune",
     "common_voice_scale.py": "common_voice",
+    "piper_step.py": "piper_step",
 }
+# Scripts with a GPU section written to a result of its own: skipped, with its reason, where CUDA is missing.
+GPU_RESULTS = {"piper_step.py": "piper_step_gpu"}
 # Scripts that write a second result: its key and the figures it must report.
 SECOND = {
     "framework_overhead.py": (
@@ -156,13 +171,15 @@ def test_benchmark_runs_on_smoke_settings(script: str, tmp_path: Path) -> None:
     check_result(script, tmp_path, KEYS[script], EXPECTED[script])
     if script in SECOND:
         check_result(script, tmp_path, *SECOND[script])
+    if script in GPU_RESULTS:
+        check_gpu_result(script, tmp_path, GPU_RESULTS[script])
     # Scratch folders are cleaned up; only data worth keeping (generated corpora, logs) and results remain.
     leftovers = [
         p.name
         for p in tmp_path.iterdir()
         if p.name.split("-")[0]
         in {"pipeline", "overhead", "preload", "events", "growth", "dashboard", "budget", "scale", "learning", "sizing"}
-        | {"demo", "finetune", "common"}
+        | {"demo", "finetune", "common", "piperstep"}
     ]
     assert not leftovers, leftovers
 
@@ -183,6 +200,15 @@ def check_result(script: str, tmp_path: Path, key: str, expected: tuple[str, ...
             assert value is not None and math.isfinite(value), figure
     failed = [note for note in result["notes"] if "measurement failed" in note]
     assert not failed, failed
+
+
+def check_gpu_result(script: str, tmp_path: Path, key: str) -> None:
+    """A GPU section reports where there is CUDA and says why it did not run where there is none."""
+    result = json.loads((tmp_path / "results" / f"{key}.json").read_text(encoding="utf-8"))
+    if result["skipped"]:
+        assert "CUDA" in result["skipped"] and not result["figures"], result
+        return
+    check_result(script, tmp_path, key, ("bf16 vs Piper's default (fp32): Vega / Piper step time",))
 
 
 def sample_result(key: str, title: str, value: float, met: bool) -> dict:
