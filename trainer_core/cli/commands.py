@@ -30,5 +30,6 @@ SUMMARIES: dict[str, str] = {
     "synth": "synthesise speech from text with a trained TTS checkpoint or export",
     "evaluate": "score a voice (run, checkpoint or export) on held-out sentences of a voice folder, free-running",
     "vocode": "re-synthesise a recording through a trained vocoder or Griffin-Lim, to judge the vocoder by ear",
-    "export": "export a trained voice as ONNX (onnxruntime, no torch) or a vits voice as a transformers folder",
+    "export": "export a trained voice as ONNX (onnxruntime, no torch), or a vits voice as a transformers folder or a "
+    "Piper voice",
 }

@@ -1,5 +1,6 @@
 """`trainer-core export --onnx`: a voice as ONNX graphs and a JSON config, to speak with onnxruntime and no torch.
-(`--hf`: a vits voice as a transformers folder, `cli.hf_export`.)
+(`--hf`: a vits voice as a transformers folder, `cli.hf_export`; `--piper`: a vits voice as a Piper voice,
+`cli.piper_export`.)
 
     trainer-core export --onnx runs/demo-…                              # its best checkpoint -> runs/demo-…/onnx/
     trainer-core export --onnx runs/demo-…/export --out voice-onnx/ --vocoder runs/vocoder-…
@@ -27,7 +28,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         help=SUMMARIES["export"],
         description="Export a trained voice (and its trained vocoder, when it has one) as ONNX graphs with a "
         "config.json, checked against torch, for `trainer-core synth --onnx` or any onnxruntime; or (--hf) a vits "
-        "voice as a transformers VITS folder for transformers' VitsModel and text-to-speech pipeline.",
+        "voice as a transformers VITS folder for transformers' VitsModel and text-to-speech pipeline; or (--piper) a "
+        "vits voice as a Piper voice (.onnx + .onnx.json) that Piper's runtime speaks.",
     )
     what = parser.add_mutually_exclusive_group(required=True)
     what.add_argument(
@@ -43,11 +45,24 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="a vits voice as a transformers VITS folder (VitsModel, VitsTokenizer, pipeline): its run folder, "
         "checkpoint or export",
     )
+    what.add_argument(
+        "--piper",
+        type=Path,
+        metavar="SOURCE",
+        help="a vits voice as a Piper voice (LANG_REGION-NAME-QUALITY.onnx and .onnx.json): its run folder (its "
+        "best checkpoint), checkpoint or export",
+    )
     parser.add_argument(
         "--out",
         type=Path,
         metavar="DIR",
-        help="folder to write (default: onnx/ or hf/ in SOURCE's run folder, else SOURCE-onnx or SOURCE-hf beside it)",
+        help="folder to write (default: onnx/, hf/ or export/piper/ in SOURCE's run folder, else SOURCE-onnx, "
+        "SOURCE-hf or SOURCE-piper beside it)",
+    )
+    parser.add_argument(
+        "--name",
+        metavar="NAME",
+        help="--piper: the voice's name in its file names (default: the run's name)",
     )
     parser.add_argument(
         "--vocoder",
@@ -64,6 +79,12 @@ def run(args: argparse.Namespace) -> int:
         from trainer_core.cli.hf_export import run_hf
 
         return run_hf(args)
+    if args.piper is not None:
+        from trainer_core.cli.piper_export import run_piper
+
+        return run_piper(args)
+    if args.name is not None:
+        raise VegaError("--name goes with --piper (the Piper voice's file name)")
     from trainer_core.cli.evaluate_cmd import load_voice
     from trainer_core.cli.onnx_export import default_out, export_voice
     from trainer_core.cli.synthesiser import Synthesiser
