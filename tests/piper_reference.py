@@ -165,6 +165,42 @@ def shared_discriminator() -> Any:
     return _SHARED["mpd"]
 
 
+def _meta_lightning(quality: str, num_speakers: int) -> Any:
+    """Piper's Lightning VitsModel at a quality level, built by Piper's constructor on the meta
+    device (no weights)."""
+    from piper.train.vits.lightning import VitsModel
+
+    with quiet(), torch.device("meta"):
+        return VitsModel(
+            mos_metric=None,
+            num_speakers=num_speakers,
+            segment_size=SEGMENT_SIZE,
+            **piper_quality_arguments(quality),
+        )
+
+
+def _real_generator(meta_model: Any, seed: int) -> Any:
+    """A real generator built by Piper's SynthesizerTrn from the very arguments Piper's constructor
+    passed the meta one (read back from it)."""
+    import inspect
+
+    from piper.train.vits.models import SynthesizerTrn
+
+    wiring = inspect.signature(SynthesizerTrn).parameters
+    torch.manual_seed(seed)
+    with quiet():
+        return SynthesizerTrn(**{name: getattr(meta_model.model_g, name) for name in wiring})
+
+
+def build_piper_generator(quality: str, num_speakers: int = 1, seed: int = 0) -> tuple[Any, Any]:
+    """(hyperparameters, generator) of a Piper voice at a quality level, without Lightning's
+    module and discriminator; the generator randomised as `build_piper_model`'s, in eval mode."""
+    meta = _meta_lightning(quality, num_speakers)
+    generator = _real_generator(meta, seed)
+    randomise(generator, seed + 1)
+    return dict(meta.hparams), generator.eval()
+
+
 def build_piper_model(quality: str, num_speakers: int = 1, seed: int = 0) -> Any:
     """Piper's Lightning VitsModel at a quality level, generator randomised, in eval mode.
 
@@ -172,22 +208,8 @@ def build_piper_model(quality: str, num_speakers: int = 1, seed: int = 0) -> Any
     given a real generator, built by Piper's SynthesizerTrn from the very arguments Piper's
     constructor passed it (read back from the meta one), and the shared real discriminator.
     """
-    import inspect
-
-    from piper.train.vits.lightning import VitsModel
-    from piper.train.vits.models import SynthesizerTrn
-
-    with quiet(), torch.device("meta"):
-        model = VitsModel(
-            mos_metric=None,
-            num_speakers=num_speakers,
-            segment_size=SEGMENT_SIZE,
-            **piper_quality_arguments(quality),
-        )
-    wiring = inspect.signature(SynthesizerTrn).parameters
-    torch.manual_seed(seed)
-    with quiet():
-        model.model_g = SynthesizerTrn(**{name: getattr(model.model_g, name) for name in wiring})
+    model = _meta_lightning(quality, num_speakers)
+    model.model_g = _real_generator(model, seed)
     model.model_d = shared_discriminator()
     assert model.model_mrd is None
     # The generator's zero-initialised parts need moving; the discriminator's default init is

@@ -46,6 +46,7 @@ from vega_tui.screens.run_messages import (
     EventsArrived,
     FilesScanned,
     HistoryProgress,
+    PiperExported,
     ResourcesRead,
     ResumeSpawned,
     StoreReady,
@@ -314,6 +315,8 @@ class RunScreen(Screen[None]):
             return action not in ("pause", "resume") or (self.state.status == "paused") == (action == "resume")
         if action == "ended_control":
             return not self.is_live()
+        if action == "export_piper":
+            return run_actions.is_vits(self.state)
         return True
 
     # -- chart and log actions -----------------------------------------------------------------------------
@@ -459,6 +462,22 @@ class RunScreen(Screen[None]):
         text, severity = run_actions.export_notice(self.query_one(CheckpointPanel).files, self.run_dir)
         self.notify(text, severity=severity, timeout=10)
         self._scan_files([(row.step, row.path) for row in self.state.checkpoints.values()])
+
+    def action_export_piper(self) -> None:
+        """Write the run's best checkpoint as a Piper voice (RUN/export/piper/) from a worker."""
+        if not run_actions.is_vits(self.state):
+            self.notify("export for Piper: only a vits run is a Piper voice", severity="warning")
+            return
+        self.notify(f"exporting for Piper into {self.run_dir / 'export' / 'piper'}…", timeout=6)
+        self._export_piper()
+
+    @work(thread=True, exclusive=True, group="piper")
+    def _export_piper(self) -> None:
+        self.post_message(run_actions.export_for_piper(self.run_dir))
+
+    def on_piper_exported(self, message: PiperExported) -> None:
+        text, severity = run_actions.piper_notice(message)
+        self.notify(text, severity=severity, timeout=15)
 
     # -- sample actions ------------------------------------------------------------------------------------
 

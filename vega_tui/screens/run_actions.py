@@ -1,8 +1,9 @@
 """What the run dashboard's actions do, as plain functions of plain values (no widget is touched here).
 
 The blocking ones run on the screen's thread workers: a control command over the socket, spawning a
-resumed trainer, checking whether the trainer lives, playing a sample; each returns the message for the
-screen to post. The others decide what to tell the user (why a resume cannot start, where the export is).
+resumed trainer, checking whether the trainer lives, playing a sample, exporting a vits voice for Piper;
+each returns the message for the screen to post. The others decide what to tell the user (why a resume
+cannot start, where the export is).
 """
 
 from __future__ import annotations
@@ -14,13 +15,19 @@ from trainer_core.contract.control_client import ControlError
 from trainer_core.contract.errors import VegaError
 from trainer_core.contract.rundir import PROFILE
 from vega_tui import runner
-from vega_tui.screens.run_messages import CommandReplied, ResumeSpawned, TrainerChecked
+from vega_tui.screens.run_messages import (
+    CommandReplied,
+    PiperExported,
+    ResumeSpawned,
+    TrainerChecked,
+)
 from vega_tui.widgets.samples import play
 
 if TYPE_CHECKING:
     from textual.notifications import SeverityLevel
 
     from vega_tui.follow import EventFollower
+    from vega_tui.run_state import RunState
     from vega_tui.runner import TrainerProcess
     from vega_tui.widgets.checkpoints import RunFiles
 
@@ -88,6 +95,32 @@ def play_sample(player: list[str], path: Path) -> CommandReplied:
     except OSError as exc:
         return CommandReplied("play", False, f"cannot play {path}: {exc.strerror or exc}")
     return CommandReplied("play", True, f"playing {path.name} with {Path(player[0]).name}")
+
+
+# An export traces, checks and writes a graph: seconds for a small voice, minutes for a large one.
+PIPER_EXPORT_TIMEOUT_S = 900.0
+
+
+def is_vits(state: RunState) -> bool:
+    """The run trains a vits voice (its task event says so)."""
+    return (state.task or {}).get("name") == "vits"
+
+
+def export_for_piper(run_dir: Path) -> PiperExported:
+    """`trainer-core export --piper RUN` (best checkpoint -> RUN/export/piper/); blocking."""
+    argv = runner.trainer_command("export", "--piper", str(run_dir), "--json")
+    try:
+        written = runner.run_json(argv, PIPER_EXPORT_TIMEOUT_S)
+    except runner.RunnerError as exc:
+        return PiperExported(None, None, str(exc))
+    return PiperExported(str(written.get("onnx")), str(written.get("config")))
+
+
+def piper_notice(message: PiperExported) -> tuple[str, SeverityLevel]:
+    """What to tell the user once an export for Piper ended."""
+    if message.error is not None:
+        return f"export for Piper failed: {message.error}", "error"
+    return f"Piper voice written: {message.onnx} and {message.config}", "information"
 
 
 def export_notice(files: RunFiles | None, run_dir: Path) -> tuple[str, SeverityLevel]:

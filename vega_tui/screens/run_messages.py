@@ -1,7 +1,7 @@
 """Messages the run dashboard's threads post to its screen.
 
 The event follower, the thread workers (resources probe, checkpoint file scan, liveness check, control
-commands, resumed trainer, sample player) never touch a widget: each posts one of these messages and the
+commands, resumed trainer, sample player, Piper export) never touch a widget: each posts one of these messages and the
 matching `on_*` handler of `vega_tui.screens.run.RunScreen` applies it on the app thread.
 """
 
@@ -71,3 +71,11 @@ class ResumeSpawned(Message):
     def __init__(self, process: TrainerProcess | None, step: int, error: str | None = None) -> None:
         super().__init__()
         self.process, self.step, self.error = process, step, error
+
+
+class PiperExported(Message):
+    """`trainer-core export --piper RUN` ended: the files it wrote, or why it wrote none."""
+
+    def __init__(self, onnx: str | None, config: str | None, error: str | None = None) -> None:
+        super().__init__()
+        self.onnx, self.config, self.error = onnx, config, error

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
 CHECKPOINTS_DIR = "checkpoints"
 EXPORT_DIR = "export"
+PIPER_TOOLTIP = "Write the best checkpoint as a Piper voice (RUN/export/piper/)"
 
 
 @dataclass(frozen=True)
@@ -123,6 +124,7 @@ class CheckpointTable(DataTable):
     BINDINGS = [
         Binding("r", "screen.resume_from_selected", "Resume from here"),
         Binding("o", "screen.show_export", "Export"),
+        Binding("v", "screen.export_piper", "Export for Piper", tooltip=PIPER_TOOLTIP),
     ]
 
 
@@ -143,6 +145,7 @@ class CheckpointPanel(Vertical):
         self._age_header = "age"
         self._signature: tuple = ()
         self._started_from: list[str] = []  # what the run started from (train.init_from), shown above the hints
+        self._vits = False  # a vits run: its hints offer the export for Piper
 
     def compose(self) -> ComposeResult:
         table = CheckpointTable(id="ckpt-table", cursor_type="row", zebra_stripes=True)
@@ -169,8 +172,9 @@ class CheckpointPanel(Vertical):
     def update_from(self, state: RunState, reference_t: float | None, ended: bool) -> None:
         """Rebuild the rows when anything they show changed, keeping the cursor on the same checkpoint."""
         started_from = init_from_lines(state.init_from)
-        if ended != self.ended or started_from != self._started_from:
-            self.ended, self._started_from = ended, started_from
+        vits = (state.task or {}).get("name") == "vits"
+        if ended != self.ended or started_from != self._started_from or vits != self._vits:
+            self.ended, self._started_from, self._vits = ended, started_from, vits
             self._show_info()
         header = "before end" if ended else "age"
         rows = sorted(state.checkpoints.values(), key=lambda row: row.step)
@@ -208,7 +212,8 @@ class CheckpointPanel(Vertical):
         text = export_text(self.files, self.run_dir, self.ended)
         for number, line in enumerate(self._started_from):
             text.append(f"\n{line}", "" if number == 0 else "dim")
-        text.append("\nr: resume from the selected checkpoint · o: export · s: save now", "dim")
+        hints = "r: resume from the selected checkpoint · o: export · s: save now"
+        text.append(f"\n{hints}" + (" · v: export for Piper" if self._vits else ""), "dim")
         self.query_one("#ckpt-info", Static).update(text)
 
     def selected_step(self) -> int | None:
