@@ -195,6 +195,10 @@ def test_sources_that_are_not_voices_and_missing_paths_are_clear_errors(runs: Ru
     assert "does not exist" in refused("export", "--onnx", str(runs.voice), "--vocoder", str(tmp_path / "no-vocoder"))
     (tmp_path / "file").write_text("x", encoding="utf-8")
     assert "is a file" in refused("export", "--onnx", str(runs.voice), "--out", str(tmp_path / "file"))
+    # export --piper writes vits voices: a two-stage voice, a vocoder and a language model are refused, named.
+    assert "is a two-stage voice (an acoustic model and a vocoder)" in refused("export", "--piper", str(runs.voice))
+    assert "not a TTS model" in refused("export", "--piper", str(runs.vocoder))
+    assert "holds a 'lm' model" in refused("export", "--piper", str(tmp_path / "lm-export"))
 
     out = str(tmp_path / "x.wav")
     assert "no such folder" in refused("synth", "--onnx", str(tmp_path / "none"), "--text", "hi", "--out", out)
