@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -22,6 +23,11 @@ from trainer_core.cli.common import print_json
 from trainer_core.contract.errors import VegaError
 
 PIPER_FOLDER = "piper"
+OLD_FRONTEND = (
+    "note: this voice learnt its ids from Vega's earlier phoneme front end (no clause marks, "
+    "one sentence); Piper's runtime reads text as Piper does, so its speech may differ a little "
+    "from trainer-core synth's"
+)
 # How many runs back the dataset and licence are looked for (a run from a run from a voice).
 MAX_CHAIN = 4
 
@@ -127,6 +133,7 @@ def run_piper(args: argparse.Namespace) -> int:
     from trainer_core.cli.vits_voice import VitsVoice
     from trainer_core.models.vits.piper_export import TOLERANCE, export_piper
     from trainer_core.models.vits.piper_voice_files import voice_name
+    from trainer_core.models.vits.symbols import PIPER_FRONTEND
 
     source: Path = args.piper
     if not source.exists():
@@ -147,6 +154,9 @@ def run_piper(args: argparse.Namespace) -> int:
     facts = voice_facts(path, source, args.name)
     names, rate = voice.speaker_names, voice.audio.sample_rate
     result = export_piper(voice.model, voice.encoder, names, rate, scales, facts, out)
+    symbols = voice.encoder
+    if symbols.units == "phonemes" and symbols.frontend != PIPER_FRONTEND:
+        print(OLD_FRONTEND, file=sys.stderr)
     if args.json:
         written = {"onnx": str(result.onnx), "config": str(result.config)}
         print_json({**written, "measured": result.measured})
