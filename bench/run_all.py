@@ -1,7 +1,7 @@
 """Run every benchmark and rewrite the generated part of docs/benchmarks.md (`bench/run_all` calls this).
 
-    bench/run_all                 every benchmark with its documented settings (about 3 hours: the learning
-                                  benchmark trains 12 minutes per variant; --only skips it)
+    bench/run_all                 every benchmark with its documented settings (about 4 hours: the learning
+                                  benchmarks train 12 minutes per variant; --only skips them)
     bench/run_all --tiny          every benchmark once on smoke settings (what tests/test_bench.py runs)
     bench/run_all --only preload,dashboard   rerun those; the other sections of the document are kept
     bench/run_all --render-only   rewrite the document from the JSON results already in --out
@@ -90,6 +90,13 @@ BENCHES = (
     Bench("vocoder", "vocoder_quality.py", ("--minutes", "30")),
     Bench("sizing", "learning.py", ("--lm-minutes", "4"), ("--sections", "lm")),
     Bench("learning", "learning.py", ("--minutes", "12"), ("--sections", "voice")),
+    Bench("vits_learning", "vits_learning.py", ("--minutes", "12"), ("--sections", "learning")),
+    Bench(
+        "vits_warm",
+        "vits_learning.py",
+        ("--base-minutes", "5", "--steps", "120", "--seeds", "3"),
+        ("--sections", "warm"),
+    ),
 )
 
 

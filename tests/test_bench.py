@@ -149,6 +149,36 @@ SECOND = {
 }
 
 
+# Sections run as smoke tests of their own: (script, section) -> the result's key and figures.
+SECTIONS = {
+    ("vits_learning.py", "learning"): (
+        "vits_learning",
+        (
+            "vits-small: free-running distance",
+            "tts-small + vocoder-small: free-running distance",
+            "tts-small through Griffin-Lim: free-running distance",
+            "vits-small / tts-small + vocoder-small",
+            "floor: vits-small's decoder",
+            "floor: the recordings' mels through vocoder-small",
+            "floor: the recordings' mels through Griffin-Lim",
+            "wrong sentence (another recording)",
+            "negative control (vits-small stopped at step 2)",
+        ),
+    ),
+    ("vits_learning.py", "warm"): (
+        "vits_warm",
+        (
+            "warm start (from the English base), seed 1: validation mel loss",
+            "from scratch, seed 1: free-running distance",
+            "negative control (from an untrained base): mean validation mel loss",
+            "warm start (from the English base) beats scratch: seeds won, validation mel loss",
+            "warm start (from the English base) beats scratch: seeds won, free-running distance",
+            "negative control (from an untrained base) beats scratch: seeds won",
+        ),
+    ),
+}
+
+
 def bench_env(data: Path) -> dict[str, str]:
     return {
         **os.environ,
@@ -184,9 +214,31 @@ def test_benchmark_runs_on_smoke_settings(script: str, tmp_path: Path) -> None:
     assert not leftovers, leftovers
 
 
-def check_result(script: str, tmp_path: Path, key: str, expected: tuple[str, ...]) -> None:
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize(("script", "section"), sorted(SECTIONS))
+def test_benchmark_section_runs_on_smoke_settings(
+    script: str,
+    section: str,
+    tmp_path: Path,
+) -> None:
+    done = run_script(script, tmp_path, "--tiny", "--sections", section)
+    output = f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    assert done.returncode == 0, f"{script} {section} failed:\n{output}"
+    args = f"--tiny --sections {section}"
+    check_result(script, tmp_path, *SECTIONS[(script, section)], args=args)
+    scratch = ("vitslearn-", "vitswarm-")
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(scratch)]
+
+
+def check_result(
+    script: str,
+    tmp_path: Path,
+    key: str,
+    expected: tuple[str, ...],
+    args: str = "--tiny",
+) -> None:
     result = json.loads((tmp_path / "results" / f"{key}.json").read_text(encoding="utf-8"))
-    assert result["command"].endswith(f"bench/{script} --tiny")
+    assert result["command"].endswith(f"bench/{script} {args}")
     assert result["machine"]["cores"] >= 1 and result["machine"]["torch"]
     if result["skipped"]:
         pytest.skip(f"{script}: {result['skipped']}")
