@@ -154,7 +154,7 @@ def learning_result(args: argparse.Namespace) -> None:
     corpus = common.SMALL_VOICE if tiny else common.DEMO_VOICE
     started = time.monotonic()
     settings = {"minutes": minutes, "vocoder_share": share, "items": items, "corpus": corpus.name}
-    title = "18. VITS against two stages: learning per minute"
+    title = "20. VITS against two stages: learning per minute"
     result = common.start_result("vits_learning", title, settings)
     scratch = common.scratch_dir("vitslearn-")
     try:
@@ -354,7 +354,7 @@ def warm_result(args: argparse.Namespace) -> None:
     items = TINY_ITEMS if tiny else SPANISH_ITEMS
     started = time.monotonic()
     settings = {"steps": steps, "seeds": seeds, "base_minutes": base_minutes, "items": items}
-    title = "19. Warm-starting a VITS voice in another language"
+    title = "21. Warm-starting a VITS voice in another language"
     result = common.start_result("vits_warm", title, settings)
     scratch = common.scratch_dir("vitswarm-")
     try:
