@@ -134,7 +134,7 @@ def _export(
 ) -> bytes:
     name = type(graph).__name__
     try:
-        with _quiet(), torch.no_grad():
+        with quiet_exporter(), torch.no_grad():
             program = torch.onnx.export(
                 graph,
                 args,
@@ -156,7 +156,7 @@ def _export(
 
 
 @contextlib.contextmanager
-def _quiet() -> Iterator[None]:
+def quiet_exporter() -> Iterator[None]:
     """The exporter's progress lines, warnings and log records are about torch, not the user's voice."""
     logger = logging.getLogger("torch.onnx")
     level = logger.level

@@ -55,7 +55,7 @@ class Clause:
 def clause_mark(read: str, last: bool) -> tuple[str, bool]:
     """(the mark Piper keeps, ends a sentence) for a clause whose library read ended at `read`
     (the text from the clause's start to where the library stopped)."""
-    found = _last_mark(read if not last else read.rstrip(), whole=last)
+    found = _last_mark(read, whole=last)
     if found is None:
         return "", last
     if found == ELLIPSIS:

@@ -15,11 +15,7 @@ the dynamo exporter fails in the stochastic duration predictor's spline. Opset 1
 
 from __future__ import annotations
 
-import contextlib
 import io
-import logging
-import warnings
-from collections.abc import Iterator
 from typing import cast
 
 import torch
@@ -27,6 +23,7 @@ from torch import Tensor, nn
 from torch.nn.utils import parametrize
 
 from trainer_core.contract.errors import VegaError
+from trainer_core.models.onnx_graphs import quiet_exporter
 from trainer_core.models.vits.duration import StochasticDurationPredictor
 from trainer_core.models.vits.synthesizer import Synthesizer
 
@@ -117,7 +114,7 @@ def export_graph(graph: PiperGraph, trace_ids: list[int]) -> bytes:
         args, inputs = (*args, torch.tensor([0], dtype=torch.int64)), [*inputs, SPEAKER_INPUT]
     buffer = io.BytesIO()
     try:
-        with _quiet(), torch.no_grad():
+        with quiet_exporter(), torch.no_grad():
             torch.onnx.export(
                 graph,
                 args,
@@ -139,17 +136,3 @@ def export_graph(graph: PiperGraph, trace_ids: list[int]) -> bytes:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise VegaError(f"torch could not export the vits voice to ONNX: {first}") from exc
     return buffer.getvalue()
-
-
-@contextlib.contextmanager
-def _quiet() -> Iterator[None]:
-    """The tracer's warnings and the exporter's log lines are about torch, not the user's voice."""
-    logger = logging.getLogger("torch.onnx")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            yield
-    finally:
-        logger.setLevel(level)
