@@ -303,7 +303,8 @@ def test_a_speaker_of_a_multi_speaker_voice_speaks_as_in_vega(
     assert as_ann.shape != as_cy.shape or float(np.abs(as_ann - as_cy).max()) > 1e-3
 
 
-@pytest.mark.parametrize("quality", ["low", "medium", "high"])  # x_low: the voice with speakers
+# x_low is the voice with speakers; low is medium's model at x_low's 16 kHz, so both are covered.
+@pytest.mark.parametrize("quality", ["medium", "high"])
 def test_each_quality_level_speaks_in_piper_as_in_vega(
     quality: str,
     tmp_path: Path,
