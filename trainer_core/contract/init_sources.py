@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from trainer_core.contract import rundir
+from trainer_core.contract.confined_path import inside_or_none
 from trainer_core.contract.errors import InitSourceError
 from trainer_core.contract.hf_voice import HUB_PREFIX, hf_audio_section, hub_folder, hub_repo, is_hf_folder
 from trainer_core.contract.mms_tokenizer import MmsTokenizer
@@ -113,13 +114,14 @@ def checkpoint_files(run_dir: Path) -> list[Path]:
     return [p for _, p in sorted(found, reverse=True)]
 
 
-def _best_checkpoint(run_dir: Path) -> Path | None:
+def best_checkpoint(run_dir: Path) -> Path | None:
+    """The step file best.json names, when it lies in the run's checkpoints/ (links followed)."""
     folder = run_dir / rundir.CHECKPOINTS
     try:
         name = json.loads((folder / BEST_FILE).read_text(encoding="utf-8")).get("path")
     except (OSError, ValueError, AttributeError):
         return None
-    best = folder / name if isinstance(name, str) and STEP_FILE.match(name) else None
+    best = inside_or_none(folder, name) if STEP_FILE.match(str(name)) else None
     return best if best is not None and best.is_file() else None
 
 
@@ -149,7 +151,7 @@ def resolve_source(given: Path | str) -> SourceFile:
         return SourceFile(given, path, "export", _owning_run(path, rundir.EXPORT))
     if is_export(path / rundir.EXPORT):
         return SourceFile(given, path / rundir.EXPORT, "export", path, "its export")
-    best = _best_checkpoint(path)
+    best = best_checkpoint(path)
     if best is not None:
         return SourceFile(given, best, "checkpoint", path, f"its best checkpoint ({best.name})")
     newest = checkpoint_files(path)

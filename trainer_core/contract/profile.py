@@ -12,6 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from trainer_core.contract.confined_path import RunName
 from trainer_core.contract.profile_vits import VitsSection, hop_problem
 from trainer_core.contract.task_source import spec_problem
 
@@ -26,7 +27,7 @@ class Section(BaseModel):
 
 
 class RunSection(Section):
-    name: str = Field(default="vega", min_length=1, description="Run name; run folders are <name>-<YYYYmmdd-HHMMSS>.")
+    name: RunName = Field(default="vega", description="Run name; run folders are <name>-<YYYYmmdd-HHMMSS>.")
     runs_dir: Path | None = Field(default=None, description="Folder where run folders are created (default: ./runs).")
     seed: int = Field(default=1234, ge=0, description="Random seed for weights, data order and sampling.")
 

@@ -9,7 +9,8 @@ import os
 import time
 from pathlib import Path
 
-from trainer_core.contract.errors import VegaError
+from trainer_core.contract.confined_path import component_problem, inside
+from trainer_core.contract.errors import ProfileError, VegaError
 
 EVENTS = "events.jsonl"
 PROFILE = "profile.toml"
@@ -38,8 +39,17 @@ def run_dir_name(name: str, now: float | None = None) -> str:
 
 
 def propose_run_dir(runs_dir: Path | None, name: str, now: float | None = None) -> Path:
-    """A run folder path that does not exist yet (a numeric suffix avoids same-second clashes)."""
-    base = (runs_dir or default_runs_dir()) / run_dir_name(name, now)
+    """A run folder path that does not exist yet (a numeric suffix avoids same-second clashes).
+
+    The profile already checked run.name; this refuses again, so no caller can put a run outside
+    `runs_dir` (a link at the proposed name included).
+    """
+    problem = component_problem(name)
+    if problem is not None:
+        raise ProfileError(f'run.name = {name!r}: {problem}; choose a plain name like "my-voice"')
+    runs = runs_dir or default_runs_dir()
+    where = f"the runs folder {runs}"
+    base = inside(runs, run_dir_name(name, now), field="run.name", source=where)
     candidate, n = base, 1
     while candidate.exists():
         n += 1

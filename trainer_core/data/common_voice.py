@@ -22,6 +22,7 @@ from pathlib import Path
 
 import soundfile as sf
 
+from trainer_core.contract.confined_path import relative_problem
 from trainer_core.contract.errors import DataError
 from trainer_core.data.audio_probe import supported_suffixes
 from trainer_core.data.corpus_rows import CorpusListing, CorpusOptions, CorpusRow, speaker_layout
@@ -141,6 +142,9 @@ class _Lister:
             return ("metadata_row", votes) if votes else ("", "")
         if not clean_text(row.sentence):
             return "empty_transcript", f"{row.clip} has an empty sentence; fill it in or drop it"
+        escape = relative_problem(row.clip)  # "../x" or "/x": skipped, never read
+        if escape is not None:
+            return "metadata_row", f"the path {row.clip!r} {escape}; name a file in {CLIPS}/"
         if not (self.root / CLIPS / row.clip).is_file():
             return "missing_audio", f"{row.clip} is listed but not in {CLIPS}/; add it or drop it"
         return None

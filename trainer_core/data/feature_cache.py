@@ -37,6 +37,7 @@ from typing import Any, BinaryIO
 import numpy as np
 import torch
 
+from trainer_core.contract.confined_path import inside_or_none
 from trainer_core.contract.profile import AudioSection
 from trainer_core.data.cache_location import cache_folder, corpus_digest
 
@@ -147,9 +148,11 @@ class FeatureCache:
             raise CacheDamaged(f"index {self.index_path} is damaged ({exc!r})") from exc
         if version != CACHE_FORMAT_VERSION or index.get("params") != self.params:
             raise CacheDamaged(f"index {self.index_path} is format {version!r} or other parameters")
-        if not isinstance(data_name, str) or Path(data_name).name != data_name or not isinstance(data_bytes, int):
-            raise CacheDamaged(f"index {self.index_path} names no valid data file")
-        data_path = self.entries_dir / data_name
+        # One file name, in this folder even through a link: no read goes elsewhere.
+        plain = isinstance(data_name, str) and Path(data_name).name == data_name
+        data_path = inside_or_none(self.entries_dir, data_name) if plain else None
+        if data_path is None or not isinstance(data_bytes, int):
+            raise CacheDamaged(f"index {self.index_path} names no valid data file ({data_name!r})")
         data = self._map(data_path, data_bytes)
         entries = self._entries_from(rows, 0 if data is None else len(data))
         return entries, data_path, data

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer_core.atomic import atomic_write_text
+from trainer_core.contract.confined_path import relative_problem
 from trainer_core.contract.errors import DataError
 from trainer_core.data.cache_location import corpus_digest
 from trainer_core.data.corpus_rows import (
@@ -78,6 +79,11 @@ def _arrow_files(folder: Path) -> list[Path] | None:
     except (OSError, ValueError, KeyError, TypeError) as exc:
         why = f"{state} cannot be read ({exc}); save the dataset again with save_to_disk"
         raise DataError(why) from exc
+    for name in names:  # files beside state.json: "../x" or "/x" is never read
+        problem = relative_problem(name)
+        if problem is not None:
+            fix = "name a file in that folder (save the dataset again)"
+            raise DataError(f"{state}: _data_files[].filename = {name!r} {problem}; {fix}")
     return [folder / name for name in names]
 
 

@@ -50,6 +50,7 @@ import torch
 from torch import nn
 
 from trainer_core.atomic import TEMP_PREFIX, TEMP_SUFFIX, atomic_write, atomic_write_text
+from trainer_core.contract.confined_path import inside_or_none
 from trainer_core.contract.errors import VegaError
 from trainer_core.engine.faults import hold_at, writes_in_place
 
@@ -258,9 +259,8 @@ def read_best(folder: Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     name = record.get("path") if isinstance(record, dict) else None
-    if not isinstance(name, str) or not STEP_FILE_RE.match(name) or not (folder / name).is_file():
-        return None
-    return record
+    found = inside_or_none(folder, name) if STEP_FILE_RE.match(str(name)) else None
+    return record if found is not None and found.is_file() else None  # a link out is no best
 
 
 # ---------------------------------------------------------------- loading

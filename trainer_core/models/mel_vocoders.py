@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from trainer_core.contract.errors import VegaError
+from trainer_core.contract.init_sources import best_checkpoint
 from trainer_core.contract.profile import AudioSection, Profile
 from trainer_core.models.gan_vocoder import Generator, VocoderConfig
 
@@ -111,14 +112,9 @@ def _resolve(path: Path) -> Path:
     if (path / "export" / "config.json").is_file():
         return path / "export"
     checkpoints = path / "checkpoints"
-    best = checkpoints / "best.json"
-    if best.is_file():
-        try:
-            named = checkpoints / json.loads(best.read_text(encoding="utf-8"))["path"]
-        except (OSError, ValueError, KeyError, TypeError):
-            named = None
-        if named is not None and named.is_file():
-            return named
+    best = best_checkpoint(path)  # best.json's name, refused unless it lies in checkpoints/
+    if best is not None:
+        return best
     found = sorted(checkpoints.glob("step-*.pt")) if checkpoints.is_dir() else []
     if not found:
         raise VegaError(f"{path} holds no vocoder: no export/, no checkpoints; train one with a vocoder profile")

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from trainer_core.contract.confined_path import inside
 from trainer_core.contract.errors import VegaError
 from trainer_core.contract.profile import AudioSection, TtsSection
 from trainer_core.data.speakers import speaker_index
@@ -74,6 +75,12 @@ def read_config(folder: Path) -> dict[str, Any]:
     return document
 
 
+def graph_file(folder: Path, name: str, field: str) -> Path:
+    """A graph file config.json names, refused unless it lies in the export folder."""
+    fix = "an export names its graphs beside config.json: export the voice again"
+    return inside(folder, name, field=field, source=folder / CONFIG_FILENAME, fix=fix)
+
+
 @dataclass
 class OnnxVoice:
     """An ONNX voice: text -> ids -> log-mel (acoustic graph) -> audio (vocoder graph, else numpy Griffin-Lim)."""
@@ -100,8 +107,9 @@ class OnnxVoice:
             raise VegaError(
                 f"{folder / CONFIG_FILENAME} is incomplete or damaged ({exc}); export the voice again"
             ) from exc
-        acoustic = start_session(folder / acoustic_file)
-        generator = start_session(folder / vocoder_file) if vocoder_file else None
+        acoustic = start_session(graph_file(folder, acoustic_file, "acoustic.file"))
+        vocoder_path = graph_file(folder, vocoder_file, "vocoder.file") if vocoder_file else None
+        generator = start_session(vocoder_path) if vocoder_path else None
         return cls(folder, encoder, audio, tts, acoustic, generator, speakers)
 
     def speaker_id(self, name: str | None) -> int:

@@ -68,6 +68,8 @@ def resume_problem(files: RunFiles | None, step: int | None, live: bool) -> str 
     if step is None:
         return "no checkpoint selected"
     facts = files.checkpoints.get(step) if files else None
+    if facts is not None and facts.refused:
+        return facts.refused
     if facts is None or not facts.exists:
         return f"the checkpoint of step {step} is not on disk any more; pick another one"
     return None

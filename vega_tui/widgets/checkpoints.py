@@ -21,6 +21,8 @@ from textual.binding import Binding
 from textual.containers import Vertical
 from textual.widgets import DataTable, Static
 
+from trainer_core.contract.confined_path import PathEscapeError, inside
+from trainer_core.contract.rundir import EVENTS
 from trainer_core.contract.units import format_bytes, format_duration, format_number
 from vega_tui.init_from_view import init_from_lines
 
@@ -41,6 +43,8 @@ class FileFacts:
     path: Path
     exists: bool
     bytes: int | None
+    refused: str | None = None
+    """Why the recorded name was not followed (it leads out of the run folder), when it was not."""
 
 
 @dataclass
@@ -55,19 +59,25 @@ class RunFiles:
 def locate(run_dir: Path, recorded: str | Path, sub: str) -> Path:
     """Where a file the trainer recorded belongs in this run folder: its path below the last `sub` folder of
     the recorded path (`samples/step-00000060/01.wav` keeps its step folder), under `run_dir / sub`. The
-    recorded absolute path is not trusted, so a run folder copied or moved elsewhere shows its own files."""
+    recorded absolute path is not trusted, so a run folder copied or moved elsewhere shows its own
+    files. A name that still leads out of `run_dir / sub` (through a link) is a PathEscapeError."""
     parts = Path(recorded).parts
     below = parts[len(parts) - parts[::-1].index(sub) :] if sub in parts else parts[-1:]
     if not below or ".." in below:
         below = parts[-1:]
-    return run_dir.joinpath(sub, *below)
+    where = f"{run_dir / EVENTS} (a {sub} file)"
+    return inside(run_dir / sub, "/".join(below), field="path", source=where, fix="not opened")
 
 
 def scan_run_files(run_dir: Path, rows: list[tuple[int, str]]) -> RunFiles:
     """Stat the checkpoints `(step, recorded path)` and list the export folder. Blocking: run it in a worker."""
     files = RunFiles()
     for step, recorded in rows:
-        path = locate(run_dir, recorded, CHECKPOINTS_DIR)
+        try:
+            path = locate(run_dir, recorded, CHECKPOINTS_DIR)
+        except PathEscapeError as exc:
+            files.checkpoints[step] = FileFacts(run_dir / CHECKPOINTS_DIR, False, None, str(exc))
+            continue
         try:
             size = path.stat().st_size
         except OSError:

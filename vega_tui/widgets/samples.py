@@ -24,6 +24,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.widgets import ListItem, ListView, Static
 
+from trainer_core.contract.confined_path import PathEscapeError
 from vega_tui.widgets.checkpoints import locate
 from vega_tui.widgets.logs import clean
 from vega_tui.widgets.sample_picture import SamplePicture
@@ -179,8 +180,13 @@ class SamplesPanel(Vertical):
         items = []
         for row in fresh:
             opens_group = self._last is None or row.step != self._last.step
-            items.append(SampleItem(row, locate(self.run_dir, row.path, SAMPLES_DIR), opens_group))
             self._last = row
+            try:
+                path = locate(self.run_dir, row.path, SAMPLES_DIR)
+            except PathEscapeError as exc:  # never listed, so never shown, played or fetched
+                self.notify(str(exc), severity="warning", timeout=10)
+                continue
+            items.append(SampleItem(row, path, opens_group))
         self.list_view.extend(items)
         if self.list_view.index is None:
             self.list_view.index = 0

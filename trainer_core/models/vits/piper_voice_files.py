@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from trainer_core.contract.confined_path import component_problem
 from trainer_core.contract.errors import VegaError
 from trainer_core.models.vits.config import VitsConfig
 
@@ -89,7 +90,13 @@ def quality_of(label: str | None, config: VitsConfig, sample_rate: int) -> str:
 
 
 def file_stem(language: Language, name: str, quality: str) -> str:
-    return f"{language.code}-{voice_name(name)}-{quality}"
+    """`en_US-name-medium`, refused unless one file name (the language is the checkpoint's)."""
+    stem = f"{language.code}-{voice_name(name)}-{quality}"
+    problem = component_problem(stem)
+    if problem is not None:
+        fix = "set tts.espeak_voice to a plain voice name (such as en-us) and export again"
+        raise PiperExportError(f"the Piper voice's file name {stem!r} {problem}; {fix}")
+    return stem
 
 
 @dataclass
