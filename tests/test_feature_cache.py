@@ -170,3 +170,19 @@ def test_an_unwritable_folder_keeps_features_in_memory_and_reports_it(tmp_path: 
     assert cache.flush() is False
     torch.testing.assert_close(cache.get(paths[0]), mel_for(0), rtol=0, atol=0)
     assert not_a_folder.read_text() == "x"
+
+
+def test_nan_in_the_data_file_is_a_miss_with_a_warning_not_a_feature(tmp_path: Path) -> None:
+    """Bit rot keeps the file's size: a block holding NaN is dropped and computed again, never trained on."""
+    cache, paths = filled(tmp_path, ["a", "b"])
+    data = bytearray(cache.data_path.read_bytes())
+    data[4 * 8 * 3 : 4 * 8 * 3 + 4] = np.float32("nan").tobytes()  # the first value of b's block
+    cache.data_path.write_bytes(bytes(data))
+    warm = reopened(tmp_path)
+    torch.testing.assert_close(warm.get(paths[0]), mel_for(0, frames=3), rtol=0, atol=0)
+    assert warm.get(paths[1]) is None and warm.frames(paths[1]) is None  # a miss from then on
+    assert len(warm.warnings) == 1 and "holds NaN or infinite values" in warm.warnings[0]
+    assert str(paths[1]) in warm.warnings[0] and warm.corrupt_entries == 1
+    warm.put(paths[1], mel_for(1, frames=4))
+    assert warm.flush()
+    torch.testing.assert_close(reopened(tmp_path).get(paths[1]), mel_for(1, frames=4), rtol=0, atol=0)

@@ -131,6 +131,7 @@ def load_from_export(folder: Path, device: str = "cpu") -> Synthesiser | VitsVoi
     from pydantic import ValidationError
 
     from trainer_core.cli.vits_voice import is_vits_config, voice_from_config
+    from trainer_core.contract.event_lines import describe_validation_error
     from trainer_core.contract.profile import AudioSection, DataSection, TtsSection
     from trainer_core.engine.checkpoint import check_model_compatible
     from trainer_core.engine.export import load_exported
@@ -138,14 +139,19 @@ def load_from_export(folder: Path, device: str = "cpu") -> Synthesiser | VitsVoi
     from trainer_core.models.tts import AcousticModel, config_from_dict
 
     weights, document = load_exported(folder)
-    config = document.get("model") or {}
+    config = document.get("model")
+    if not isinstance(config, dict):
+        raise VegaError(f'{folder}/config.json has no "model" entry (the settings of the voice); export it again')
     if is_vits_config(config):
         return voice_from_config(config, weights, folder, device)
     if config.get("kind") != "tts":
         kind = config.get("kind", "unknown")
         raise VegaError(f"{folder} holds a {kind!r} model, not a TTS voice; synth, evaluate and export --onnx need one")
-    encoder = TextEncoder.from_state(config.get("text") or {})
-    model = AcousticModel(config_from_dict(config), encoder.symbol_codes(), encoder.units == "phonemes")
+    try:
+        encoder = TextEncoder.from_state(config.get("text") or {})
+        model = AcousticModel(config_from_dict(config), encoder.symbol_codes(), encoder.units == "phonemes")
+    except VegaError as exc:
+        raise VegaError(f"{folder}/config.json: {exc}") from exc
     check_model_compatible(model, weights)
     model.load_state_dict(weights)
     try:
@@ -153,7 +159,8 @@ def load_from_export(folder: Path, device: str = "cpu") -> Synthesiser | VitsVoi
         held_out = config.get("held_out")
         data = DataSection(**held_out) if isinstance(held_out, dict) else None
     except (ValidationError, TypeError) as exc:
-        raise VegaError(f"{folder}/config.json has bad audio or tts settings ({exc}); re-export the model") from exc
+        why = describe_validation_error(exc) if isinstance(exc, ValidationError) else str(exc)
+        raise VegaError(f"{folder}/config.json has bad audio or tts settings ({why}); re-export the model") from exc
     return Synthesiser(model.to(device).eval(), encoder, audio, tts, data)
 
 

@@ -11,8 +11,10 @@ limits, transcripts, silence and clipping thresholds) are drawn from those facts
 from __future__ import annotations
 
 import math
+import unicodedata
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import soundfile as sf
@@ -30,6 +32,12 @@ SILENCE_PEAK_DBFS = -60.0
 CLIP_LEVEL = 0.999
 CLIP_FRACTION = 0.001
 BLOCK_FRAMES = 1 << 17
+# A file that decodes this much shorter than its header says was cut off (a copy or download that stopped).
+TRUNCATED_MIN_S = 0.1
+TRUNCATED_MIN_FRACTION = 0.01
+# Three times fast speech (~25 characters a second); a transcript denser than this belongs to another clip
+# (and a 100,000-character one would stall the trainer: 86 mel frames a second cannot align it).
+MAX_CHARS_PER_S = 75.0
 
 
 def supported_suffixes() -> frozenset[str]:
@@ -71,6 +79,16 @@ class DurationLimits:
     max_s: float
 
 
+class Levels(NamedTuple):
+    """What decoding every sample found: the peak and clipping over the finite samples, the count of NaN and
+    infinite samples, and how many frames actually decoded (the header may promise more)."""
+
+    peak: float
+    clipped_fraction: float
+    nonfinite: int
+    frames: int
+
+
 @dataclass(frozen=True)
 class AudioFacts:
     """What reading one file found, whatever the scan settings: what the scan cache keeps per file.
@@ -81,8 +99,8 @@ class AudioFacts:
     header: AudioHeader | None = None
     header_error: str | None = None
     """The decoder's message when the header could not be read."""
-    levels: tuple[float, float] | None = None
-    """(peak |x|, fraction of samples at full scale) once measured."""
+    levels: Levels | None = None
+    """Peak, clipping, non-finite samples and decoded frames, once measured."""
     levels_error: str | None = None
     """The decoder's message when the samples could not be decoded."""
 
@@ -112,18 +130,21 @@ def read_header(path: Path) -> AudioHeader:
     return AudioHeader(int(info.frames), int(info.samplerate), int(info.channels), info.format, info.subtype)
 
 
-def measure_levels(path: Path) -> tuple[float, float]:
-    """Peak |x| and the fraction of samples at full scale, over all channels."""
-    peak = 0.0
-    clipped = 0
-    total = 0
-    for block in sf.blocks(str(path), blocksize=BLOCK_FRAMES, dtype="float32", always_2d=True):
-        magnitude = np.abs(block)
-        if magnitude.size:
+def measure_levels(path: Path) -> Levels:
+    """Peak |x| and the fraction of samples at full scale over the finite samples of all channels, the number
+    of NaN or infinite samples, and the frames that decode (read until the decoder stops, not padded)."""
+    peak, clipped, total, nonfinite, frames = 0.0, 0, 0, 0, 0
+    with sf.SoundFile(str(path)) as audio:
+        while len(block := audio.read(BLOCK_FRAMES, dtype="float32", always_2d=True)):
+            frames += len(block)
+            finite = np.isfinite(block)
+            bad = block.size - int(np.count_nonzero(finite))
+            magnitude = np.abs(np.where(finite, block, 0.0) if bad else block)
+            nonfinite += bad
             peak = max(peak, float(magnitude.max()))
             clipped += int(np.count_nonzero(magnitude >= CLIP_LEVEL))
             total += magnitude.size
-    return peak, (clipped / total if total else 0.0)
+    return Levels(peak, clipped / total if total else 0.0, nonfinite, frames)
 
 
 def decoder_message(exc: Exception, path: Path) -> str:
@@ -151,12 +172,28 @@ def _header_problem(path: Path, header: AudioHeader, limits: DurationLimits) -> 
     return None
 
 
-def _transcript_problem(path: Path, transcript: Transcript | None) -> Problem | None:
+def _transcript_problem(path: Path, transcript: Transcript | None, duration_s: float) -> Problem | None:
     if transcript is None:
         reason = f"missing transcript: not in a metadata.csv and no {path.stem}.txt or {path.stem}.lab beside it"
         return Problem(path, reason, "missing_transcript")
-    if not transcript.text:
+    text = transcript.text
+    if not text:
         return Problem(path, f"empty transcript in {transcript.source}", "empty_transcript")
+    control = next((ch for ch in text if unicodedata.category(ch) == "Cc"), None)
+    if control is not None:
+        hint = " (a UTF-16 file?)" if control == "\x00" else ""
+        reason = f"bad transcript in {transcript.source}: it holds control character U+{ord(control):04X}{hint}; "
+        return Problem(path, reason + "save the transcripts as UTF-8 text", "bad_transcript")
+    if "\ufffd" in text:
+        reason = f"bad transcript in {transcript.source}: it is not valid UTF-8 (bytes were replaced by U+FFFD); "
+        return Problem(path, reason + "save it as UTF-8", "bad_transcript")
+    rate = len(text) / duration_s
+    if rate > MAX_CHARS_PER_S:
+        reason = (
+            f"transcript too long for its audio: {len(text):,} characters in {transcript.source} for "
+            f"{duration_s:.2f} s ({rate:,.0f} a second, more than {MAX_CHARS_PER_S:g}); check it belongs to this clip"
+        )
+        return Problem(path, reason, "transcript_too_long")
     return None
 
 
@@ -164,7 +201,16 @@ def _read_header_facts(path: Path) -> AudioFacts:
     try:
         return AudioFacts(header=read_header(path))
     except (sf.LibsndfileError, RuntimeError, OSError) as exc:
-        return AudioFacts(header_error=decoder_message(exc, path))
+        return AudioFacts(header_error=_open_error(path) or decoder_message(exc, path))
+
+
+def _open_error(path: Path) -> str | None:
+    """Why the file cannot be opened at all (permissions), which libsndfile reports as "System error."."""
+    try:
+        path.open("rb").close()
+    except OSError as exc:
+        return f"cannot open it ({exc.strerror or exc}): check its permissions"
+    return None
 
 
 def _with_levels(path: Path, facts: AudioFacts) -> AudioFacts:
@@ -178,7 +224,12 @@ def _levels_problem(path: Path, facts: AudioFacts) -> Problem | None:
     if facts.levels is None:
         reason = f"unreadable: decoding failed ({facts.levels_error}); re-export it as WAV or FLAC"
         return Problem(path, reason, "unreadable")
-    peak, clipped_fraction = facts.levels
+    peak, clipped_fraction, nonfinite, frames = facts.levels
+    if nonfinite:
+        reason = f"non-finite samples: {nonfinite:,} NaN or infinite value(s); re-export it (they poison training)"
+        return Problem(path, reason, "nonfinite")
+    if facts.header is not None and (cut := _cut_short(path, facts.header, frames)) is not None:
+        return cut
     if _dbfs(peak) < SILENCE_PEAK_DBFS:
         reason = f"silent: peak {_dbfs(peak):.1f} dBFS is below {SILENCE_PEAK_DBFS:g} dBFS"
         return Problem(path, reason, "silent")
@@ -186,6 +237,16 @@ def _levels_problem(path: Path, facts: AudioFacts) -> Problem | None:
         reason = f"clipped: {clipped_fraction:.2%} of samples at full scale (more than {CLIP_FRACTION:.1%})"
         return Problem(path, reason, "clipped")
     return None
+
+
+def _cut_short(path: Path, header: AudioHeader, frames: int) -> Problem | None:
+    """A file that decodes clearly shorter than its header says: its transcript covers audio that is not there."""
+    missing = header.frames - frames
+    if missing <= max(TRUNCATED_MIN_S * header.sample_rate, TRUNCATED_MIN_FRACTION * header.frames):
+        return None
+    decoded = frames / header.sample_rate
+    reason = f"truncated: its header promises {header.duration_s:.2f} s but only {decoded:.2f} s decodes"
+    return Problem(path, reason + " (a copy or download cut short?); copy or export it again", "truncated")
 
 
 def probe_audio(
@@ -204,9 +265,10 @@ def probe_audio(
     facts = known if known is not None and known.header_known else _read_header_facts(path)
     header = facts.header
     if header is None:
-        reason = f"unreadable: {facts.header_error}; re-export it as WAV or FLAC"
-        return AudioProbe(path, size, None, Problem(path, reason, "unreadable"), facts)
-    problem = _header_problem(path, header, limits) or _transcript_problem(path, transcript)
+        error = facts.header_error or ""
+        advice = "" if error.startswith("cannot open") else "; re-export it as WAV or FLAC"
+        return AudioProbe(path, size, None, Problem(path, f"unreadable: {error}{advice}", "unreadable"), facts)
+    problem = _header_problem(path, header, limits) or _transcript_problem(path, transcript, header.duration_s)
     if problem is None:
         if not facts.levels_known:
             facts = _with_levels(path, facts)

@@ -223,7 +223,25 @@ class FeatureCache:
         if entry is None or self._data is None:
             return None
         block = self._data[entry.offset : entry.offset + self.n_mels * entry.frames]
+        if not np.isfinite(block).all():  # bit rot: no feature computation writes NaN or inf
+            self._bad_values(key)
+            return None
         return torch.from_numpy(block.reshape(self.n_mels, entry.frames))
+
+    def _bad_values(self, key: str) -> None:
+        """Drop a cached block holding NaN or inf (a miss from now on); the first one is a warning."""
+        message = (
+            f"feature cache data file {self.data_path} holds NaN or infinite values (first for {key}): "
+            "those features will be computed again and the cache rewritten"
+        )
+        with self._lock:
+            first = not any("NaN or infinite" in warning for warning in self.warnings)
+            self.warnings += [message] if first else []
+            self._entries.pop(key, None)
+            self.corrupt_entries += 1
+            self._dirty = True
+        if first:
+            log.warning(message)
 
     # Writing
 

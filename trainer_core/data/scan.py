@@ -48,6 +48,8 @@ from trainer_core.data.voice_probes import histogram, parallel_map, probe_all, v
 
 MODES = ("auto", "voice", "text")
 NO_EXTENSION = "(no extension)"
+# Problems of a metadata.csv itself that leave its clips without transcripts.
+TABLE_KINDS = frozenset({"unreadable", "metadata_row"})
 # Folders that never hold training data: macOS resource forks, VCS and cache folders.
 SKIPPED_DIRS = frozenset({"__MACOSX", "__pycache__"})
 
@@ -62,6 +64,7 @@ class Inventory:
     text_candidates: list[Path] = field(default_factory=list)
     metadata: list[Path] = field(default_factory=list)
     extensions: Counter[str] = field(default_factory=Counter)
+    problems: list[Problem] = field(default_factory=list)  # folders that could not be listed
 
     @property
     def file_count(self) -> int:
@@ -83,9 +86,15 @@ class TextScan:
     summary: TextSummary
 
 
-def _walk_files(root: Path) -> Iterable[Path]:
-    """Files under root in a stable order, skipping hidden files and folders (e.g. macOS `._x.wav`)."""
-    for folder, dirnames, filenames in os.walk(root):
+def _walk_files(root: Path, problems: list[Problem]) -> Iterable[Path]:
+    """Files under root in a stable order, skipping hidden files and folders (e.g. macOS `._x.wav`); a folder
+    that cannot be listed is added to `problems` (os.walk would skip it silently)."""
+
+    def unlisted(exc: OSError) -> None:
+        reason = f"unreadable folder ({exc.strerror or exc}): the files in it were not scanned; check its permissions"
+        problems.append(Problem(Path(exc.filename or root), reason, "unreadable"))
+
+    for folder, dirnames, filenames in os.walk(root, onerror=unlisted):
         dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d not in SKIPPED_DIRS)
         for name in sorted(filenames):
             if not name.startswith("."):
@@ -95,7 +104,7 @@ def _walk_files(root: Path) -> Iterable[Path]:
 def take_inventory(root: Path) -> Inventory:
     inventory = Inventory(root)
     voice_suffixes, known_audio = supported_suffixes(), all_audio_suffixes()
-    for path in _walk_files(root):
+    for path in _walk_files(root, inventory.problems):
         suffix = path.suffix.lower()
         inventory.extensions[suffix or NO_EXTENSION] += 1
         if path.name.lower() == METADATA_NAME:
@@ -251,6 +260,10 @@ VOICE_HINTS: dict[str, str] = {
     "empty": "re-export the files; they hold no audio",
     "silent": "check the recordings: they are silent",
     "clipped": "re-record or lower the gain: the recordings are clipped",
+    "nonfinite": "re-export the files: they hold NaN or infinite samples",
+    "truncated": "copy the files again: they end before their headers say",
+    "bad_transcript": "save the transcripts as UTF-8 text",
+    "transcript_too_long": "check that each transcript belongs to its clip",
     "missing_speaker": 'give every clip a speaker (id|speaker|text, or DATA/<speaker>/), or set data.speakers = "none"',
 }
 
@@ -267,6 +280,10 @@ def _no_usable_voice_message(inventory: Inventory, voice: VoiceScan) -> str:
     file_problems = _audio_file_problems(inventory, voice)
     top_kind = Counter(p.kind for p in file_problems).most_common(1)
     hint = VOICE_HINTS.get(top_kind[0][0], "see the problem list") if top_kind else "see the problem list"
+    rows = [p for p in voice.problems if p.path.name.lower() == METADATA_NAME and p.kind in TABLE_KINDS]
+    if rows and top_kind[0][0] == "missing_transcript":  # a table is there but unreadable: not "add a table"
+        more = f" (and {len(rows) - 1} more like it)" if len(rows) > 1 else ""
+        hint = f"{rows[0].path}: {rows[0].reason}{more}"
     return (
         f"none of the {len(inventory.audio)} audio files in {root} is usable "
         f"({problem_breakdown(file_problems)}): {hint}; run `trainer-core check-data {root}` for the full list"
@@ -325,7 +342,7 @@ def _voice_report(root: Path, requested: str, inventory: Inventory, voice: Voice
         mode="voice",
         reason=_voice_reason(requested, voice, text_count),
         items=list(voice.items),
-        problems=voice.problems,
+        problems=inventory.problems + voice.problems,
         voice=voice.summary,
         found_extensions=dict(inventory.extensions.most_common()),
     )
@@ -339,7 +356,7 @@ def _text_report(
         mode="text",
         reason=_text_reason(requested, inventory, voice, text),
         items=list(text.items),
-        problems=(voice.problems if voice else []) + text.problems,
+        problems=inventory.problems + (voice.problems if voice else []) + text.problems,
         warnings=text.warnings,
         voice=voice.summary if voice else VoiceSummary(),
         text=text.summary,

@@ -26,12 +26,12 @@ from typing import Any
 import soundfile as sf
 
 from trainer_core.atomic import atomic_write_text
-from trainer_core.data.audio_probe import AudioFacts, AudioHeader
+from trainer_core.data.audio_probe import AudioFacts, AudioHeader, Levels
 from trainer_core.data.cache_location import cache_folder, corpus_digest
 
 log = logging.getLogger("trainer_core")
 
-SCAN_CACHE_VERSION = 1
+SCAN_CACHE_VERSION = 2  # 2: levels also count non-finite samples and decoded frames
 
 
 def scan_cache_folder(cache_dir: Path | None) -> Path:
@@ -51,9 +51,12 @@ def _facts_from_row(row: Any) -> tuple[int, int, AudioFacts] | None:
     """(size, mtime_ns, facts) of one stored row, or None when the row is malformed."""
     try:
         size, mtime_ns, header, levels = row
+        measured = None
+        if levels is not None:
+            measured = Levels(float(levels[0]), float(levels[1]), int(levels[2]), int(levels[3]))
         facts = AudioFacts(
             header=AudioHeader(int(header[0]), int(header[1]), int(header[2]), str(header[3]), str(header[4])),
-            levels=None if levels is None else (float(levels[0]), float(levels[1])),
+            levels=measured,
         )
         return int(size), int(mtime_ns), facts
     except (TypeError, ValueError, IndexError):

@@ -131,7 +131,8 @@ def read_metadata(path: Path) -> MetadataTable:
     try:
         data = path.read_bytes()
     except OSError as exc:
-        table.problems.append(Problem(path, f"cannot read: {exc.strerror or exc}", "metadata_row"))
+        reason = f"cannot read it ({exc.strerror or exc}): its transcripts are missing; check its permissions"
+        table.problems.append(Problem(path, reason, "unreadable"))
         return table
     if data.startswith(UTF8_BOM):
         data = data[len(UTF8_BOM) :]

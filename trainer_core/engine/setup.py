@@ -27,6 +27,7 @@ from trainer_core.contract.protocol import (
     TaskEvent,
     WarningEvent,
 )
+from trainer_core.engine.best_repair import repair_best
 from trainer_core.engine.checkpoint import find_resume, load_checkpoint
 from trainer_core.engine.control_state import ControlState
 from trainer_core.engine.distributed import (
@@ -239,6 +240,8 @@ def resume_into(trainer: Trainer, plan: TrainPlan, hub: EventHub) -> bool:
     )
     for difference in profile_differences(state.get("profile_toml", ""), trainer.profile_toml):
         log.warning("profile differs from the checkpoint's: %s", difference)
+    if trainer.world.is_main and (repaired := repair_best(trainer.run_dir)) is not None:
+        hub.warn(repaired, code="best_repaired")
     return True
 
 

@@ -24,9 +24,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from pydantic import ValidationError
 
 from trainer_core.contract.confined_path import inside
 from trainer_core.contract.errors import VegaError
+from trainer_core.contract.event_lines import describe_validation_error
 from trainer_core.contract.profile import AudioSection, TtsSection
 from trainer_core.data.speakers import speaker_index
 from trainer_core.models.text_frontend import TextEncoder
@@ -103,10 +105,12 @@ class OnnxVoice:
             vocoder = config.get("vocoder")
             vocoder_file = str(vocoder["file"]) if vocoder else None
             speakers = [str(name) for name in config.get("speakers") or []]
+        except VegaError as exc:  # the text section: say which file it is in
+            raise VegaError(f"{folder / CONFIG_FILENAME}: {exc}") from exc
         except (KeyError, TypeError, ValueError) as exc:  # pydantic's ValidationError is a ValueError
-            raise VegaError(
-                f"{folder / CONFIG_FILENAME} is incomplete or damaged ({exc}); export the voice again"
-            ) from exc
+            why = describe_validation_error(exc) if isinstance(exc, ValidationError) else str(exc)
+            path = folder / CONFIG_FILENAME
+            raise VegaError(f"{path} is incomplete or damaged ({why}); export the voice again") from exc
         acoustic = start_session(graph_file(folder, acoustic_file, "acoustic.file"))
         vocoder_path = graph_file(folder, vocoder_file, "vocoder.file") if vocoder_file else None
         generator = start_session(vocoder_path) if vocoder_path else None

@@ -274,7 +274,8 @@ class TextEncoder:
         except (KeyError, TypeError) as exc:
             raise ProfileError(f"text encoder state is incomplete (missing {exc}); re-export the model") from exc
         if units not in ("chars", "phonemes") or symbols[: len(SPECIAL_SYMBOLS)] != list(SPECIAL_SYMBOLS):
-            raise ProfileError(f"text encoder state is not one Vega writes (units {units!r}); re-export the model")
+            shown = f"units {units!r}, symbols {state['symbols']!r:.40}"
+            raise ProfileError(f"text encoder state is not one Vega writes ({shown}); re-export the model")
         return cls(symbols, units, lowercase, voice, _usable_backend(state.get("espeak_backend") or "auto"))
 
     # -------------------------------------------------------------- vocabulary as code points
