@@ -29,9 +29,9 @@ START, END = "<!-- bench:results:start -->", "<!-- bench:results:end -->"
 # Results rendered into docs/reliability.md (between the same markers) instead of docs/benchmarks.md.
 RELIABILITY_DOC = common.REPO / "docs" / "reliability.md"
 # The soak (bench/soak.py) is not in BENCHES (30 minutes alone); its results are rendered when present.
-RELIABILITY_KEYS = ("kill", "soak", "soak_control")
+RELIABILITY_KEYS = ("kill", "soak", "soak_control", "bad_inputs")
 # Results with a document of their own, left out of docs/benchmarks.md (bench/gpu_check writes docs/gpu.md).
-OWN_DOC_KEYS = (*RELIABILITY_KEYS, "gpu")
+OWN_DOC_KEYS = (*RELIABILITY_KEYS, "bad_inputs_crash", "bad_inputs_lost", "gpu")
 
 
 @dataclass(frozen=True)
@@ -72,6 +72,7 @@ BENCHES = (
     ),
     Bench("scale", "scale.py", ("--hours", "24", "--steps", "100", "--eval-every", "50")),
     Bench("synth", "synth_speed.py", ("--sentences", "40", "--train-steps", "20", "--repeats", "5")),
+    Bench("bad_inputs", "bad_inputs.py", ()),
     Bench("demo_run", "demo_run.py", ()),
     Bench("finetune", "finetune.py", ("--steps", "150", "--eval-every", "25")),
     Bench("common_voice", "common_voice_scale.py", ("--clips", "42000")),
@@ -327,7 +328,19 @@ def render_section(result: common.Result) -> list[str]:
         )
     lines.append("")
     lines += [f"- {note}" for note in result.notes]
-    return [*lines, ""] if result.notes else lines
+    lines += [""] if result.notes else []
+    return [*lines, *settings_table(result.settings.get("table"))]
+
+
+def settings_table(table: dict | None) -> list[str]:
+    """A result's own table (settings["table"]: "head" and "rows", e.g. one row per bad input), as markdown."""
+    if not table:
+        return []
+
+    def row(cells: list) -> str:
+        return "| " + " | ".join(str(cell).replace("|", "/").replace("\n", " ") for cell in cells) + " |"
+
+    return [row(table["head"]), "|" + "---|" * len(table["head"]), *(row(r) for r in table["rows"]), ""]
 
 
 if __name__ == "__main__":
