@@ -152,7 +152,7 @@ def judge(command: Command, done: subprocess.CompletedProcess[str]) -> tuple[str
         return "crash", crash_line(done)
     if done.returncode == 2:
         line = error_line(done.stderr)
-        return ("error" if names_any(line, command.names) else "unhandled"), line[:300]
+        return ("error" if names_any(line, command.names) else "unhandled"), line
     if command.judge is None:
         return "unhandled", f"exit 0: the input was taken without an error ({first_line(done.stdout)})"
     return command.judge(command, done)
@@ -163,7 +163,7 @@ def names_any(text: str, names: tuple[str, ...]) -> bool:
 
 
 def first_line(text: str) -> str:
-    return next((line.strip() for line in text.splitlines() if line.strip()), "")[:300]
+    return next((line.strip() for line in text.splitlines() if line.strip()), "")
 
 
 def error_line(stderr: str) -> str:
@@ -182,7 +182,7 @@ def crash_line(done: subprocess.CompletedProcess[str]) -> str:
     if TRACEBACK in done.stderr:
         after = done.stderr.rsplit(TRACEBACK, 1)[1].splitlines()
         lines = [line.strip() for line in after if line.strip() and not line.startswith(" ")] or lines
-    return f"exit {done.returncode}: " + (lines[-1] if lines else "no message")[:280]
+    return f"exit {done.returncode}: " + (lines[-1] if lines else "no message")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -196,7 +196,7 @@ def check_data_judge(accept_ok: bool) -> Judge:
         report = json.loads(done.stdout)
         kind, message = from_scan(report["problems"], report.get("items", []), command.names, accept_ok)
         warned = [line for line in done.stderr.splitlines() if names_any(line, command.names)]
-        return ("skip", warned[0][:300]) if kind == "unhandled" and warned else (kind, message)
+        return ("skip", warned[0]) if kind == "unhandled" and warned else (kind, message)
 
     return judge_report
 
@@ -219,7 +219,7 @@ def train_judge(accept_ok: bool) -> Judge:
         warnings += [e.message for e in events if isinstance(e, LogEvent) and e.level == "warning"]
         named = [text for text in listed + warnings if names_any(text, command.names)]
         if named:
-            return "skip", named[0][:300]
+            return "skip", named[0]
         return from_scan([], used_items(command.run_dir), command.names, accept_ok)
 
     return judge_run
@@ -239,14 +239,14 @@ def from_scan(
     for problem in problems:
         text = f"{Path(problem['path']).name}: {problem['reason']}"
         if names_any(text, names):
-            return "skip", text[:300]
+            return "skip", text
     for item in items:
         where = str(item.get("path", item.get("id", "")))
         if names_any(where, names):
             facts = f" ({item['channels']} ch, {item['sample_rate']} Hz)" if "channels" in item else ""
             used = f"{Path(where).name}: used{facts}"
             return ("accepted" if accept_ok else "unhandled"), used
-    return ("accepted" if accept_ok else "unhandled"), "neither listed as a problem nor used"
+    return ("accepted" if accept_ok else "unhandled"), "exit 0; no problem, warning or item names it"
 
 
 # ---------------------------------------------------------------------------------------------------------------

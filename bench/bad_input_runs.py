@@ -344,7 +344,7 @@ async def follow_damaged(run_dir: Path, chunks: tuple[bytes, ...], malformed: in
         wanted = "still going at step 0"
         shown = await wait_for(pilot, lambda: any(line.message == wanted for line in screen.state.logs))
         if screen.follower.error is not None:
-            return "crash", f"the follower stopped: {screen.follower.error!r}"[:300]
+            return "crash", f"the follower stopped: {screen.follower.error!r}"
         if shown is None:
             return "hang", f"the line after the damage never showed ({DASH_WAIT_S:g} s)"
         warnings = [line.message for line in screen.state.logs if "malformed" in line.message]

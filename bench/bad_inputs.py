@@ -41,6 +41,7 @@ from trainer_core.tiny_profiles import tiny_profile
 CASES: list[Case] = [*DATA_CASES, *RUN_CASES]
 WRAPPER = str(common.BENCH / "bad_input_wrapper.py")
 TITLE = "Bad-input drill: broken files fed to the real commands"
+MESSAGE_CHARS = 300  # a message in the document's table is cut here
 
 
 def make_workspace(root: Path) -> Workspace:
@@ -96,7 +97,7 @@ def try_case(ws: Workspace, case: Case, tiny: bool, wrapper: list[str]) -> list[
         try:
             kind, message = trial.inline()
         except Exception as exc:  # noqa: BLE001 - an exception out of the real dashboard is the crash we count
-            kind, message = "crash", f"{type(exc).__name__}: {exc}"[:300]
+            kind, message = "crash", f"{type(exc).__name__}: {exc}"
         outcomes.append(Outcome(case.key, case.group, case.fed, "dashboard", kind, message, time.monotonic() - t0))
     for command in trial.commands:
         if tiny and command.full_only:
@@ -180,17 +181,23 @@ def report_control(name: str, outcomes: list[Outcome], result: common.Result) ->
     if name == "lost":
         detail = next((f"{o.case}: {', '.join(o.lost)}" for o in outcomes if o.lost), "")
     result.add(f"negative control ({name}): {counter} counted", caught, target="> 0", met=caught > 0,
-               detail=detail[:300])  # fmt: skip
+               detail=detail)  # fmt: skip
 
 
 def hide_workspace(result: common.Result, root: Path) -> None:
-    """Messages name files in the deleted temporary workspace: shown relative to it (docs point nowhere else)."""
-    result.notes = [note.replace(str(root), "WORKSPACE") for note in result.notes]
+    """Messages name files in the deleted temporary workspace: shown relative to it (docs point nowhere else), then
+    cut to a table cell's length."""
+
+    def shown(text: str, limit: int = MESSAGE_CHARS) -> str:
+        text = str(text).replace(str(root), "WORKSPACE")
+        return text if len(text) <= limit else text[: limit - 1] + "…"
+
+    result.notes = [shown(note, 2 * MESSAGE_CHARS) for note in result.notes]
     for figure in result.figures:
-        figure.detail = figure.detail.replace(str(root), "WORKSPACE")
+        figure.detail = shown(figure.detail)
     table = result.settings.get("table")
     if table:
-        table["rows"] = [[str(cell).replace(str(root), "WORKSPACE") for cell in row] for row in table["rows"]]
+        table["rows"] = [[shown(cell) for cell in row] for row in table["rows"]]
 
 
 def pick(only: str, tiny: bool, control: str | None) -> list[Case]:
