@@ -1,10 +1,10 @@
-"""Bad data folders for the bad-input drill: broken audio, transcripts, metadata and file-system oddities.
+"""Bad data folders for the bad-input drill: broken audio, transcripts, tables, odd files.
 
-Each case is a small voice folder (eight good clips of the tests' voice, copied, with their metadata.csv rows)
-plus one bad thing, written for real: audio through soundfile (WAV, FLAC, Ogg Vorbis, MP3), transcripts and
-tables as bytes in the encoding named, symlinks and permissions on the file system. Both commands a user runs
-on a folder are fed it: `trainer-core check-data DIR --json --items` and a tiny `trainer-core train` (left out
-of --tiny).
+Each case is a small voice folder (eight good clips of the tests' voice, copied, with their
+metadata.csv rows) plus one bad thing, written for real: audio through soundfile (WAV, FLAC, Ogg
+Vorbis, MP3), transcripts and tables as bytes in the encoding named, symlinks and permissions on
+the file system. Both commands a user runs on a folder are fed it: `trainer-core check-data DIR
+--json --items` and a tiny `trainer-core train` (left out of --tiny).
 """
 
 from __future__ import annotations
@@ -18,11 +18,20 @@ from pathlib import Path
 import common
 import numpy as np
 import soundfile as sf
-from bad_input_checks import Case, Command, Trial, Workspace, check_data_judge, train_judge, unreadable_possible
+from bad_input_checks import (
+    Case,
+    Command,
+    Trial,
+    Workspace,
+    check_data_judge,
+    train_judge,
+    unreadable_possible,
+)
 
 GOOD_CLIPS = 8
 RATE = 22050
-# Writes the bad thing into a copy of the good folder (rows: its metadata.csv lines, still to be written);
+# Writes the bad thing into a copy of the good folder (rows: its metadata.csv lines, not written
+# yet);
 # returns the names a message must carry (file names, ids, line numbers).
 Bad = Callable[[Path, list[str]], tuple[str, ...]]
 
@@ -31,7 +40,8 @@ def tone(seconds: float, rate: int = RATE, channels: int = 1, seed: int = 0) -> 
     """A voiced-sounding signal (two harmonics and a little noise) at a sensible level."""
     t = np.arange(int(seconds * rate)) / rate
     rng = np.random.default_rng(seed)
-    mono = 0.3 * np.sin(2 * np.pi * 180 * t) + 0.1 * np.sin(2 * np.pi * 360 * t) + 0.01 * rng.standard_normal(t.size)
+    mono = 0.3 * np.sin(2 * np.pi * 180 * t) + 0.1 * np.sin(2 * np.pi * 360 * t)
+    mono += 0.01 * rng.standard_normal(t.size)
     wave = np.stack([mono] * channels, axis=1) if channels > 1 else mono
     return wave.astype(np.float32)
 
@@ -39,20 +49,22 @@ def tone(seconds: float, rate: int = RATE, channels: int = 1, seed: int = 0) -> 
 def good_folder(folder: Path) -> list[str]:
     """Eight clips of the tests' voice with their metadata rows (returned, not yet written)."""
     (folder / "wavs").mkdir(parents=True)
-    rows = (common.SMALL_VOICE / "metadata.csv").read_text(encoding="utf-8").splitlines()[:GOOD_CLIPS]
+    table = (common.SMALL_VOICE / "metadata.csv").read_text(encoding="utf-8")
+    rows = table.splitlines()[:GOOD_CLIPS]
     for row in rows:
         name = row.split("|")[0] + ".wav"
         shutil.copyfile(common.SMALL_VOICE / "wavs" / name, folder / "wavs" / name)
     return rows
 
 
-def data_case(key: str, group: str, fed: str, bad: Bad, **options: bool) -> Case:
-    """A case fed to check-data and train; `unprivileged` runs them as a user who cannot read past file modes."""
-    accept_ok, unprivileged = options.get("accept_ok", False), options.get("unprivileged", False)
+def data_case(key: str, group: str, fed: str, bad: Bad, *flags: str) -> Case:
+    """A case fed to check-data and train. Flags: "accept" (using the input is right), "user" (run
+    as a user who cannot read past file modes), "tiny" (in --tiny)."""
+    accept_ok, unprivileged = "accept" in flags, "user" in flags
 
     def build(ws: Workspace) -> Trial:
         if unprivileged and not unreadable_possible():
-            return Trial([], skipped="root here cannot drop the capability to read past file modes (CAP_SETPCAP)")
+            return Trial([], skipped="root cannot drop its power to read past file modes here")
         folder = ws.root / "data" / key
         rows = good_folder(folder)
         names = bad(folder, rows)
@@ -61,9 +73,11 @@ def data_case(key: str, group: str, fed: str, bad: Bad, **options: bool) -> Case
             table.write_text("\n".join(rows) + "\n", encoding="utf-8")
         run_dir = ws.root / "runs" / key
         scan = ["check-data", str(folder), "--json", "--items", "--cache-dir", str(ws.cache)]
-        train = ["train", "--profile", str(ws.tts_profile), "--data", str(folder), "--run-dir", str(run_dir)]
+        train = ["train", "--profile", str(ws.tts_profile), "--data", str(folder)]
+        train += ["--run-dir", str(run_dir)]
+        checked = check_data_judge(accept_ok)
         commands = [
-            Command("check-data", scan, names, judge=check_data_judge(accept_ok), unprivileged=unprivileged),
+            Command("check-data", scan, names, judge=checked, unprivileged=unprivileged),
             Command(
                 "train",
                 train,
@@ -77,14 +91,14 @@ def data_case(key: str, group: str, fed: str, bad: Bad, **options: bool) -> Case
         ]
         return Trial(commands, keep=[folder])
 
-    return Case(key, group, fed, build, accept_ok=accept_ok, tiny=options.get("tiny", False))
+    return Case(key, group, fed, build, accept_ok=accept_ok, tiny="tiny" in flags)
 
 
 def row_for(rows: list[str], item: str, text: str | None = None) -> None:
     rows.append(f"{item}|{text or f'A clip called {item}, said slowly.'}")
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# -------------------------------------------------------------------------------------------------
 # Audio
 
 
@@ -117,7 +131,7 @@ def zero_bytes(folder: Path, rows: list[str]) -> tuple[str, ...]:
 
 
 def hours_long(folder: Path, rows: list[str]) -> tuple[str, ...]:
-    """Two hours of real samples, written cheaply: 8 kHz 8-bit (58 MB), in blocks of ten minutes."""
+    """Two hours of real samples, written cheaply: 8 kHz 8-bit (58 MB), ten minutes at a time."""
     rate = 8000
     with sf.SoundFile(folder / "wavs" / "hours.wav", "w", rate, 1, subtype="PCM_U8") as out:
         block = tone(600.0, rate)
@@ -132,7 +146,8 @@ def lying_header(folder: Path, rows: list[str]) -> tuple[str, ...]:
     pcm = (tone(1.0) * 32767).astype("<i2").tobytes()
     claimed = 0xFFFFFFF0
     fmt = struct.pack("<4sIHHIIHH", b"fmt ", 16, 1, 1, RATE, RATE * 2, 2, 16)
-    header = b"RIFF" + struct.pack("<I", claimed) + b"WAVE" + fmt + b"data" + struct.pack("<I", claimed)
+    size = struct.pack("<I", claimed)
+    header = b"RIFF" + size + b"WAVE" + fmt + b"data" + size
     (folder / "wavs" / "liar.wav").write_bytes(header + pcm)
     row_for(rows, "liar")
     return ("liar.wav",)
@@ -157,7 +172,8 @@ def mp3_named_wav(folder: Path, rows: list[str]) -> tuple[str, ...]:
 
 
 def text_named_wav(folder: Path, rows: list[str]) -> tuple[str, ...]:
-    (folder / "wavs" / "notes.wav").write_text("Things to record tomorrow:\n- the intro\n" * 40, encoding="utf-8")
+    notes = "Things to record tomorrow:\n- the intro\n" * 40
+    (folder / "wavs" / "notes.wav").write_text(notes, encoding="utf-8")
     row_for(rows, "notes")
     return ("notes.wav",)
 
@@ -178,7 +194,7 @@ def truncated(fmt: str, suffix: str) -> Bad:
     return write
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# -------------------------------------------------------------------------------------------------
 # File system
 
 
@@ -224,20 +240,22 @@ def unreadable_folder(folder: Path, rows: list[str]) -> tuple[str, ...]:
     return ("session2", "hidden")
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# -------------------------------------------------------------------------------------------------
 # Transcripts and metadata
 
 
 def cp1252_row(folder: Path, rows: list[str]) -> tuple[str, ...]:
     sf.write(folder / "wavs" / "cafe.wav", tone(1.5), RATE, subtype="PCM_16")
-    body = ("\n".join(rows) + "\n").encode("utf-8") + "cafe|Un café crème, s’il vous plaît.\n".encode("cp1252")
+    latin = "cafe|Un café crème, s’il vous plaît.\n".encode("cp1252")
+    body = ("\n".join(rows) + "\n").encode("utf-8") + latin
     (folder / "metadata.csv").write_bytes(body)
     return (f"line {len(rows) + 1}", "cafe.wav")
 
 
 def cp1252_sidecar(folder: Path, rows: list[str]) -> tuple[str, ...]:
     sf.write(folder / "wavs" / "creme.wav", tone(1.5), RATE, subtype="PCM_16")
-    (folder / "wavs" / "creme.txt").write_bytes("Crème brûlée, naïve façade.\n".encode("cp1252"))
+    latin = "Crème brûlée, naïve façade.\n".encode("cp1252")
+    (folder / "wavs" / "creme.txt").write_bytes(latin)
     return ("creme.txt", "creme.wav")
 
 
@@ -278,32 +296,33 @@ def duplicate_ids(folder: Path, rows: list[str]) -> tuple[str, ...]:
     return (f"duplicate id '{first}'",)
 
 
+A, F, T, M = "audio", "files", "transcripts", "metadata"
 DATA_CASES = [
-    data_case("nan", "audio", "a float WAV with 100 NaN samples", nan_samples, tiny=True),
-    data_case("inf", "audio", "a float WAV with +inf and -inf samples", inf_samples),
-    data_case("zero-frames", "audio", "a WAV with a header and no frames", zero_frames),
-    data_case("zero-bytes", "audio", "a 0-byte .wav", zero_bytes),
-    data_case("hours", "audio", "a WAV two hours long (8 kHz, 8-bit, 58 MB)", hours_long),
-    data_case("lying-header", "audio", "a WAV header claiming 27 hours over 1 s", lying_header, accept_ok=True),
-    data_case("8-channels", "audio", "an 8-channel WAV", eight_channels, accept_ok=True),
-    data_case("192khz", "audio", "a 192 kHz 24-bit WAV", rate_192k, accept_ok=True),
-    data_case("mp3-as-wav", "audio", "an MP3 named .wav", mp3_named_wav, accept_ok=True),
-    data_case("text-as-wav", "audio", "a text file named .wav", text_named_wav, tiny=True),
-    data_case("cut-mp3", "audio", "an MP3 cut off half-way", truncated("MP3", ".mp3")),
-    data_case("cut-ogg", "audio", "an Ogg Vorbis file cut off half-way", truncated("OGG", ".ogg")),
-    data_case("cut-flac", "audio", "a FLAC file cut off half-way", truncated("FLAC", ".flac")),
-    data_case("symlink-loop", "files", "a .wav symlink pointing at itself", symlink_loop),
-    data_case("folder-loop", "files", "a folder symlink up the tree (wavs/again -> ..)", folder_loop, accept_ok=True),
-    data_case("dangling-link", "files", "a .wav symlink to a file that is gone", dangling_link),
-    data_case("unreadable-clip", "files", "a .wav with mode 000", unreadable_clip, unprivileged=True),
-    data_case("unreadable-table", "files", "metadata.csv with mode 000", unreadable_metadata, unprivileged=True),
-    data_case("unreadable-folder", "files", "a folder of clips with mode 000", unreadable_folder, unprivileged=True),
-    data_case("cp1252-row", "transcripts", "a metadata.csv row saved in cp1252", cp1252_row),
-    data_case("cp1252-sidecar", "transcripts", "a .txt transcript saved in cp1252", cp1252_sidecar),
-    data_case("nul-row", "transcripts", "a metadata.csv row with a NUL byte", nul_row),
-    data_case("utf16-sidecar", "transcripts", "a .txt transcript saved as UTF-16 (NUL bytes)", utf16_sidecar),
-    data_case("huge-transcript", "transcripts", "a 100,000-character transcript for 1.5 s", huge_transcript),
-    data_case("missing-column", "metadata", "a metadata.csv row with the id alone", missing_column),
-    data_case("ids-only", "metadata", "a metadata.csv that lost its text column", ids_only),
-    data_case("duplicate-ids", "metadata", "a metadata.csv listing one id twice", duplicate_ids, tiny=True),
+    data_case("nan", A, "a float WAV with 100 NaN samples", nan_samples, "tiny"),
+    data_case("inf", A, "a float WAV with +inf and -inf samples", inf_samples),
+    data_case("zero-frames", A, "a WAV with a header and no frames", zero_frames),
+    data_case("zero-bytes", A, "a 0-byte .wav", zero_bytes),
+    data_case("hours", A, "a WAV two hours long (8 kHz, 8-bit, 58 MB)", hours_long),
+    data_case("lying-header", A, "a WAV header claiming 27 h over 1 s", lying_header, "accept"),
+    data_case("8-channels", A, "an 8-channel WAV", eight_channels, "accept"),
+    data_case("192khz", A, "a 192 kHz 24-bit WAV", rate_192k, "accept"),
+    data_case("mp3-as-wav", A, "an MP3 named .wav", mp3_named_wav, "accept"),
+    data_case("text-as-wav", A, "a text file named .wav", text_named_wav, "tiny"),
+    data_case("cut-mp3", A, "an MP3 cut off half-way", truncated("MP3", ".mp3")),
+    data_case("cut-ogg", A, "an Ogg Vorbis file cut off half-way", truncated("OGG", ".ogg")),
+    data_case("cut-flac", A, "a FLAC file cut off half-way", truncated("FLAC", ".flac")),
+    data_case("symlink-loop", F, "a .wav symlink pointing at itself", symlink_loop),
+    data_case("folder-loop", F, "a folder link up the tree (again -> ..)", folder_loop, "accept"),
+    data_case("dangling-link", F, "a .wav symlink to a file that is gone", dangling_link),
+    data_case("unreadable-clip", F, "a .wav with mode 000", unreadable_clip, "user"),
+    data_case("unreadable-table", F, "metadata.csv with mode 000", unreadable_metadata, "user"),
+    data_case("unreadable-folder", F, "a clip folder with mode 000", unreadable_folder, "user"),
+    data_case("cp1252-row", T, "a metadata.csv row saved in cp1252", cp1252_row),
+    data_case("cp1252-sidecar", T, "a .txt transcript saved in cp1252", cp1252_sidecar),
+    data_case("nul-row", T, "a metadata.csv row with a NUL byte", nul_row),
+    data_case("utf16-sidecar", T, "a .txt transcript saved as UTF-16 (NUL bytes)", utf16_sidecar),
+    data_case("huge-transcript", T, "a 100,000-character transcript for 1.5 s", huge_transcript),
+    data_case("missing-column", M, "a metadata.csv row with the id alone", missing_column),
+    data_case("ids-only", M, "a metadata.csv that lost its text column", ids_only),
+    data_case("duplicate-ids", M, "a metadata.csv listing one id twice", duplicate_ids, "tiny"),
 ]

@@ -1,10 +1,10 @@
-"""Negative controls for the bad-input drill: run a Python module (the trainer's CLI) with a fault of our own, so
-the drill must count it.
+"""Negative controls for the bad-input drill: run a Python module (the trainer's CLI) with a fault
+of our own, which the drill must count.
 
-    python bench/bad_input_wrapper.py crash MODULE [ARGS...]   the audio decoder raises an exception the product
-                                                               does not expect (ZeroDivisionError)
-    python bench/bad_input_wrapper.py lost MODULE [ARGS...]    after the command, the first file of the first
-                                                               folder named in ARGS is cut to half its size
+    python bench/bad_input_wrapper.py crash MODULE [ARGS...]
+        the audio decoder raises an exception the product does not expect (ZeroDivisionError)
+    python bench/bad_input_wrapper.py lost MODULE [ARGS...]
+        after the command, the first file of the first folder named in ARGS is cut to half
 """
 
 from __future__ import annotations
@@ -14,12 +14,14 @@ import runpy
 import sys
 from pathlib import Path
 
+INJECTED = "injected by bench/bad_input_wrapper.py: the decoder failed unexpectedly"
+
 
 def break_decoder() -> None:
     import soundfile
 
     def broken(*_args: object, **_kwargs: object) -> None:
-        raise ZeroDivisionError("injected by bench/bad_input_wrapper.py: the decoder failed unexpectedly")
+        raise ZeroDivisionError(INJECTED)
 
     soundfile.info = broken
     soundfile.read = broken
@@ -31,9 +33,9 @@ def damage_first_file(args: list[str]) -> None:
     if folder is None:
         return
     files = sorted(Path(d) / f for d, _, names in os.walk(folder) for f in names)
-    victim = next((f for f in files if f.is_file() and not f.is_symlink() and f.stat().st_size > 0), None)
-    if victim is not None:
-        os.truncate(victim, victim.stat().st_size // 2)
+    whole = [f for f in files if f.is_file() and not f.is_symlink() and f.stat().st_size > 0]
+    if whole:
+        os.truncate(whole[0], whole[0].stat().st_size // 2)
 
 
 def main() -> None:

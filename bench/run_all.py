@@ -333,14 +333,16 @@ def render_section(result: common.Result) -> list[str]:
 
 
 def settings_table(table: dict | None) -> list[str]:
-    """A result's own table (settings["table"]: "head" and "rows", e.g. one row per bad input), as markdown."""
+    """A result's own table (settings["table"]: "head" and "rows"), as markdown."""
     if not table:
         return []
 
     def row(cells: list) -> str:
-        return "| " + " | ".join(str(cell).replace("|", "/").replace("\n", " ") for cell in cells) + " |"
+        shown = (str(cell).replace("|", "/").replace("\n", " ") for cell in cells)
+        return "| " + " | ".join(shown) + " |"
 
-    return [row(table["head"]), "|" + "---|" * len(table["head"]), *(row(r) for r in table["rows"]), ""]
+    rule = "|" + "---|" * len(table["head"])
+    return [row(table["head"]), rule, *(row(r) for r in table["rows"]), ""]
 
 
 if __name__ == "__main__":

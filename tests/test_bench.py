@@ -333,8 +333,9 @@ def test_render_keeps_sections_whose_results_are_absent(tmp_path: Path) -> None:
     assert order == sorted(order), "sections sort by their number, 10 after 2"
 
 
-# The bad-input drill (bench/bad_inputs.py): its five quick cases, and each negative control, which must fail on
-# its own counter: (arguments, exit status, result key, counters that must be 0, the counter that must trip).
+# The bad-input drill (bench/bad_inputs.py): its five quick cases, and each negative control, which
+# must fail on its own counter: (arguments, exit status, result key, counters that must be 0, the
+# counter that must trip).
 BAD_INPUT_RUNS = {
     "tiny": (["--tiny"], 0, "bad_inputs", ("crashes", "data lost", "unhandled"), None),
     "crash": (["--control", "crash"], 1, "bad_inputs_crash", ("data lost",), "crashes"),
@@ -343,7 +344,9 @@ BAD_INPUT_RUNS = {
 
 
 @pytest.mark.timeout(300)
-def test_the_bad_input_drill_counts_crashes_and_lost_data_and_its_controls_trip(tmp_path: Path) -> None:
+def test_the_bad_input_drill_counts_crashes_and_lost_data_and_its_controls_trip(
+    tmp_path: Path,
+) -> None:
     argv = [sys.executable, str(BENCH / "bad_inputs.py")]
     started = {}
     for name, (args, *_) in BAD_INPUT_RUNS.items():
@@ -362,19 +365,23 @@ def test_the_bad_input_drill_counts_crashes_and_lost_data_and_its_controls_trip(
         result = json.loads((tmp_path / name / f"{key}.json").read_text(encoding="utf-8"))
         figures = {f["name"].split(" (")[0]: f for f in result["figures"]}
         for counter in zero:
-            assert figures[counter]["value"] == 0 and figures[counter]["met"], (name, figures[counter])
+            found = figures[counter]
+            assert found["value"] == 0 and found["met"], (name, found)
         if tripped is not None:
-            assert figures[tripped]["value"] >= 1 and figures[tripped]["met"] is False, (name, figures[tripped])
+            found = figures[tripped]
+            assert found["value"] >= 1 and found["met"] is False, (name, found)
     tiny = json.loads((tmp_path / "tiny" / "bad_inputs.json").read_text(encoding="utf-8"))
     rows = tiny["settings"]["table"]["rows"]
     assert len(rows) == 5 and {row[3] for row in rows} <= {"skip", "error"}, rows
-    assert any("non-finite samples" in row[4] for row in rows) and any("malformed line" in row[4] for row in rows)
+    assert any("non-finite samples" in row[4] for row in rows)
+    assert any("malformed line" in row[4] for row in rows)
     crash = json.loads((tmp_path / "crash" / "bad_inputs_crash.json").read_text(encoding="utf-8"))
     assert any("ZeroDivisionError: injected" in note for note in crash["notes"]), crash["notes"]
     doc = tmp_path / "reliability.md"
-    render = [sys.executable, str(BENCH / "run_all.py"), "--render-only", "--out", str(tmp_path / "tiny")]
-    render += ["--doc", str(tmp_path / "b.md")]
-    done = subprocess.run([*render, "--reliability-doc", str(doc)], cwd=REPO, env=bench_env(tmp_path), timeout=60)
+    render = [sys.executable, str(BENCH / "run_all.py"), "--render-only"]
+    render += ["--out", str(tmp_path / "tiny"), "--doc", str(tmp_path / "b.md")]
+    render += ["--reliability-doc", str(doc)]
+    done = subprocess.run(render, cwd=REPO, env=bench_env(tmp_path), timeout=60)
     assert done.returncode == 0
     text = doc.read_text(encoding="utf-8")
     assert "| input | what was fed | command | outcome | first line of the message |" in text

@@ -141,7 +141,8 @@ def load_from_export(folder: Path, device: str = "cpu") -> Synthesiser | VitsVoi
     weights, document = load_exported(folder)
     config = document.get("model")
     if not isinstance(config, dict):
-        raise VegaError(f'{folder}/config.json has no "model" entry (the settings of the voice); export it again')
+        what = 'has no "model" entry (the settings of the voice)'
+        raise VegaError(f"{folder}/config.json {what}; export it again")
     if is_vits_config(config):
         return voice_from_config(config, weights, folder, device)
     if config.get("kind") != "tts":
@@ -149,7 +150,8 @@ def load_from_export(folder: Path, device: str = "cpu") -> Synthesiser | VitsVoi
         raise VegaError(f"{folder} holds a {kind!r} model, not a TTS voice; synth, evaluate and export --onnx need one")
     try:
         encoder = TextEncoder.from_state(config.get("text") or {})
-        model = AcousticModel(config_from_dict(config), encoder.symbol_codes(), encoder.units == "phonemes")
+        phonemes = encoder.units == "phonemes"
+        model = AcousticModel(config_from_dict(config), encoder.symbol_codes(), phonemes)
     except VegaError as exc:
         raise VegaError(f"{folder}/config.json: {exc}") from exc
     check_model_compatible(model, weights)
@@ -160,7 +162,8 @@ def load_from_export(folder: Path, device: str = "cpu") -> Synthesiser | VitsVoi
         data = DataSection(**held_out) if isinstance(held_out, dict) else None
     except (ValidationError, TypeError) as exc:
         why = describe_validation_error(exc) if isinstance(exc, ValidationError) else str(exc)
-        raise VegaError(f"{folder}/config.json has bad audio or tts settings ({why}); re-export the model") from exc
+        bad = f"{folder}/config.json has bad audio or tts settings ({why})"
+        raise VegaError(f"{bad}; re-export the model") from exc
     return Synthesiser(model.to(device).eval(), encoder, audio, tts, data)
 
 

@@ -32,11 +32,11 @@ SILENCE_PEAK_DBFS = -60.0
 CLIP_LEVEL = 0.999
 CLIP_FRACTION = 0.001
 BLOCK_FRAMES = 1 << 17
-# A file that decodes this much shorter than its header says was cut off (a copy or download that stopped).
+# A file decoding this much shorter than its header says was cut off (a copy that stopped).
 TRUNCATED_MIN_S = 0.1
 TRUNCATED_MIN_FRACTION = 0.01
-# Three times fast speech (~25 characters a second); a transcript denser than this belongs to another clip
-# (and a 100,000-character one would stall the trainer: 86 mel frames a second cannot align it).
+# Three times fast speech (~25 characters a second): a denser transcript belongs to another clip
+# (and a 100,000-character one stalls the trainer: 86 mel frames a second cannot align it).
 MAX_CHARS_PER_S = 75.0
 
 
@@ -80,8 +80,8 @@ class DurationLimits:
 
 
 class Levels(NamedTuple):
-    """What decoding every sample found: the peak and clipping over the finite samples, the count of NaN and
-    infinite samples, and how many frames actually decoded (the header may promise more)."""
+    """What decoding every sample found: peak and clipping over the finite samples, the count of
+    NaN and infinite samples, and how many frames decoded (the header may promise more)."""
 
     peak: float
     clipped_fraction: float
@@ -131,8 +131,9 @@ def read_header(path: Path) -> AudioHeader:
 
 
 def measure_levels(path: Path) -> Levels:
-    """Peak |x| and the fraction of samples at full scale over the finite samples of all channels, the number
-    of NaN or infinite samples, and the frames that decode (read until the decoder stops, not padded)."""
+    """Peak |x| and the fraction of samples at full scale over the finite samples of all channels,
+    the number of NaN or infinite samples, and the frames that decode (read to the decoder's end).
+    """
     peak, clipped, total, nonfinite, frames = 0.0, 0, 0, 0, 0
     with sf.SoundFile(str(path)) as audio:
         while len(block := audio.read(BLOCK_FRAMES, dtype="float32", always_2d=True)):
@@ -172,7 +173,11 @@ def _header_problem(path: Path, header: AudioHeader, limits: DurationLimits) -> 
     return None
 
 
-def _transcript_problem(path: Path, transcript: Transcript | None, duration_s: float) -> Problem | None:
+def _transcript_problem(
+    path: Path,
+    transcript: Transcript | None,
+    duration_s: float,
+) -> Problem | None:
     if transcript is None:
         reason = f"missing transcript: not in a metadata.csv and no {path.stem}.txt or {path.stem}.lab beside it"
         return Problem(path, reason, "missing_transcript")
@@ -182,16 +187,19 @@ def _transcript_problem(path: Path, transcript: Transcript | None, duration_s: f
     control = next((ch for ch in text if unicodedata.category(ch) == "Cc"), None)
     if control is not None:
         hint = " (a UTF-16 file?)" if control == "\x00" else ""
-        reason = f"bad transcript in {transcript.source}: it holds control character U+{ord(control):04X}{hint}; "
-        return Problem(path, reason + "save the transcripts as UTF-8 text", "bad_transcript")
+        held = f"it holds control character U+{ord(control):04X}{hint}"
+        reason = f"bad transcript in {transcript.source}: {held}; save the transcripts as UTF-8"
+        return Problem(path, reason, "bad_transcript")
     if "\ufffd" in text:
-        reason = f"bad transcript in {transcript.source}: it is not valid UTF-8 (bytes were replaced by U+FFFD); "
-        return Problem(path, reason + "save it as UTF-8", "bad_transcript")
+        held = "it is not valid UTF-8 (bytes were replaced by U+FFFD)"
+        reason = f"bad transcript in {transcript.source}: {held}; save it as UTF-8"
+        return Problem(path, reason, "bad_transcript")
     rate = len(text) / duration_s
     if rate > MAX_CHARS_PER_S:
         reason = (
-            f"transcript too long for its audio: {len(text):,} characters in {transcript.source} for "
-            f"{duration_s:.2f} s ({rate:,.0f} a second, more than {MAX_CHARS_PER_S:g}); check it belongs to this clip"
+            f"transcript too long for its audio: {len(text):,} characters in {transcript.source} "
+            f"for {duration_s:.2f} s ({rate:,.0f} a second, more than {MAX_CHARS_PER_S:g}); "
+            "check it belongs to this clip"
         )
         return Problem(path, reason, "transcript_too_long")
     return None
@@ -205,7 +213,7 @@ def _read_header_facts(path: Path) -> AudioFacts:
 
 
 def _open_error(path: Path) -> str | None:
-    """Why the file cannot be opened at all (permissions), which libsndfile reports as "System error."."""
+    """Why the file cannot be opened at all (permissions): libsndfile says "System error."."""
     try:
         path.open("rb").close()
     except OSError as exc:
@@ -226,7 +234,8 @@ def _levels_problem(path: Path, facts: AudioFacts) -> Problem | None:
         return Problem(path, reason, "unreadable")
     peak, clipped_fraction, nonfinite, frames = facts.levels
     if nonfinite:
-        reason = f"non-finite samples: {nonfinite:,} NaN or infinite value(s); re-export it (they poison training)"
+        reason = f"non-finite samples: {nonfinite:,} NaN or infinite value(s); re-export it"
+        reason += " (they poison training)"
         return Problem(path, reason, "nonfinite")
     if facts.header is not None and (cut := _cut_short(path, facts.header, frames)) is not None:
         return cut
@@ -240,13 +249,14 @@ def _levels_problem(path: Path, facts: AudioFacts) -> Problem | None:
 
 
 def _cut_short(path: Path, header: AudioHeader, frames: int) -> Problem | None:
-    """A file that decodes clearly shorter than its header says: its transcript covers audio that is not there."""
-    missing = header.frames - frames
-    if missing <= max(TRUNCATED_MIN_S * header.sample_rate, TRUNCATED_MIN_FRACTION * header.frames):
+    """A file decoding clearly shorter than its header says: its transcript covers lost audio."""
+    tolerated = max(TRUNCATED_MIN_S * header.sample_rate, TRUNCATED_MIN_FRACTION * header.frames)
+    if header.frames - frames <= tolerated:
         return None
     decoded = frames / header.sample_rate
-    reason = f"truncated: its header promises {header.duration_s:.2f} s but only {decoded:.2f} s decodes"
-    return Problem(path, reason + " (a copy or download cut short?); copy or export it again", "truncated")
+    reason = f"truncated: its header promises {header.duration_s:.2f} s but only {decoded:.2f} s"
+    reason += " decodes (a copy or download cut short?); copy or export it again"
+    return Problem(path, reason, "truncated")
 
 
 def probe_audio(
@@ -267,8 +277,10 @@ def probe_audio(
     if header is None:
         error = facts.header_error or ""
         advice = "" if error.startswith("cannot open") else "; re-export it as WAV or FLAC"
-        return AudioProbe(path, size, None, Problem(path, f"unreadable: {error}{advice}", "unreadable"), facts)
-    problem = _header_problem(path, header, limits) or _transcript_problem(path, transcript, header.duration_s)
+        unreadable = Problem(path, f"unreadable: {error}{advice}", "unreadable")
+        return AudioProbe(path, size, None, unreadable, facts)
+    problem = _header_problem(path, header, limits)
+    problem = problem or _transcript_problem(path, transcript, header.duration_s)
     if problem is None:
         if not facts.levels_known:
             facts = _with_levels(path, facts)

@@ -229,10 +229,10 @@ class FeatureCache:
         return torch.from_numpy(block.reshape(self.n_mels, entry.frames))
 
     def _bad_values(self, key: str) -> None:
-        """Drop a cached block holding NaN or inf (a miss from now on); the first one is a warning."""
+        """Drop a cached block holding NaN or inf (a miss from now on); the first is a warning."""
         message = (
-            f"feature cache data file {self.data_path} holds NaN or infinite values (first for {key}): "
-            "those features will be computed again and the cache rewritten"
+            f"feature cache data file {self.data_path} holds NaN or infinite values (first for "
+            f"{key}): those features will be computed again and the cache rewritten"
         )
         with self._lock:
             first = not any("NaN or infinite" in warning for warning in self.warnings)

@@ -87,11 +87,12 @@ class TextScan:
 
 
 def _walk_files(root: Path, problems: list[Problem]) -> Iterable[Path]:
-    """Files under root in a stable order, skipping hidden files and folders (e.g. macOS `._x.wav`); a folder
-    that cannot be listed is added to `problems` (os.walk would skip it silently)."""
+    """Files under root in a stable order, skipping hidden files and folders (macOS `._x.wav`); a
+    folder that cannot be listed is added to `problems` (os.walk would skip it silently)."""
 
     def unlisted(exc: OSError) -> None:
-        reason = f"unreadable folder ({exc.strerror or exc}): the files in it were not scanned; check its permissions"
+        reason = f"unreadable folder ({exc.strerror or exc}): the files in it were not scanned"
+        reason += "; check its permissions"
         problems.append(Problem(Path(exc.filename or root), reason, "unreadable"))
 
     for folder, dirnames, filenames in os.walk(root, onerror=unlisted):
@@ -280,8 +281,9 @@ def _no_usable_voice_message(inventory: Inventory, voice: VoiceScan) -> str:
     file_problems = _audio_file_problems(inventory, voice)
     top_kind = Counter(p.kind for p in file_problems).most_common(1)
     hint = VOICE_HINTS.get(top_kind[0][0], "see the problem list") if top_kind else "see the problem list"
-    rows = [p for p in voice.problems if p.path.name.lower() == METADATA_NAME and p.kind in TABLE_KINDS]
-    if rows and top_kind[0][0] == "missing_transcript":  # a table is there but unreadable: not "add a table"
+    tables = [p for p in voice.problems if p.path.name.lower() == METADATA_NAME]
+    rows = [p for p in tables if p.kind in TABLE_KINDS]
+    if rows and top_kind[0][0] == "missing_transcript":  # a table is there: not "add a table"
         more = f" (and {len(rows) - 1} more like it)" if len(rows) > 1 else ""
         hint = f"{rows[0].path}: {rows[0].reason}{more}"
     return (

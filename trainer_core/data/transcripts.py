@@ -131,7 +131,8 @@ def read_metadata(path: Path) -> MetadataTable:
     try:
         data = path.read_bytes()
     except OSError as exc:
-        reason = f"cannot read it ({exc.strerror or exc}): its transcripts are missing; check its permissions"
+        reason = f"cannot read it ({exc.strerror or exc}): its transcripts are missing"
+        reason += "; check its permissions"
         table.problems.append(Problem(path, reason, "unreadable"))
         return table
     if data.startswith(UTF8_BOM):

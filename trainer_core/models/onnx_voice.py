@@ -110,7 +110,8 @@ class OnnxVoice:
         except (KeyError, TypeError, ValueError) as exc:  # pydantic's ValidationError is a ValueError
             why = describe_validation_error(exc) if isinstance(exc, ValidationError) else str(exc)
             path = folder / CONFIG_FILENAME
-            raise VegaError(f"{path} is incomplete or damaged ({why}); export the voice again") from exc
+            bad = f"{path} is incomplete or damaged ({why})"
+            raise VegaError(f"{bad}; export the voice again") from exc
         acoustic = start_session(graph_file(folder, acoustic_file, "acoustic.file"))
         vocoder_path = graph_file(folder, vocoder_file, "vocoder.file") if vocoder_file else None
         generator = start_session(vocoder_path) if vocoder_path else None

@@ -275,7 +275,8 @@ class TextEncoder:
             raise ProfileError(f"text encoder state is incomplete (missing {exc}); re-export the model") from exc
         if units not in ("chars", "phonemes") or symbols[: len(SPECIAL_SYMBOLS)] != list(SPECIAL_SYMBOLS):
             shown = f"units {units!r}, symbols {state['symbols']!r:.40}"
-            raise ProfileError(f"text encoder state is not one Vega writes ({shown}); re-export the model")
+            state_is = f"text encoder state is not one Vega writes ({shown})"
+            raise ProfileError(f"{state_is}; re-export the model")
         return cls(symbols, units, lowercase, voice, _usable_backend(state.get("espeak_backend") or "auto"))
 
     # -------------------------------------------------------------- vocabulary as code points

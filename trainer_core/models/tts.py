@@ -421,13 +421,14 @@ def config_from_dict(data: dict[str, Any]) -> TtsConfig:
     for name, value in values.items():
         types, what = _JSON_TYPES.get(str(fields[name].type), ((object,), ""))
         if object not in types and (type(value) not in types or type(value) is int and value < 0):
-            raise VegaError(f"the TTS model config has {name} = {value!r}, where {what} belongs; re-export the model")
+            has = f"the TTS model config has {name} = {value!r}, where {what} belongs"
+            raise VegaError(f"{has}; re-export the model")
     if "speaker_names" in values:  # a JSON list
         values["speaker_names"] = tuple(str(name) for name in values["speaker_names"] or ())
     return TtsConfig(**values)
 
 
-# What JSON gives for each TtsConfig field type (bool is no number here, though Python says it is an int).
+# What JSON gives for each TtsConfig field type (a bool is no number here, though Python's is).
 _JSON_TYPES: dict[str, tuple[tuple[type, ...], str]] = {
     "int": ((int,), "a whole number of 0 or more"),
     "float": ((int, float), "a number"),
