@@ -2,7 +2,7 @@
 
 Each switch (VEGA_FAULT_* and the profile's [debug] faults) is set with the gate closed and must do nothing, then
 with it open (the negative control: the same switches, the same checks) and must act. Two real trainer runs, in
-process through the trainer's main: with the gate closed a planted failure is ignored and the first warning says
+process through the trainer's main: with the gate closed a planted failure is ignored and a warning says
 which switches were; with it open the failure fires, after a `fault_injection_on` warning and its trainer.log
 line, and the dashboard following that run shows the "fault injection on" banner.
 """

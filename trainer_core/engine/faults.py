@@ -1,7 +1,7 @@
 """Fault injection for tests and drills: real exceptions and real delays at chosen steps.
 
 Every switch below acts only when VEGA_FAULTS=1 is set too (`contract.fault_gate`): without it a set switch is
-ignored and the run's first warning says so; with it the run starts with a `fault_injection_on` warning.
+ignored and the run warns that it was; with it the run warns `fault_injection_on` before its set-up.
 Sources: the profile's [debug] section, or environment variables (comma-separated numbers):
   VEGA_FAULT_OOM_AT_STEPS          raise torch.OutOfMemoryError in the forward pass of these steps
   VEGA_FAULT_OOM_IN_OPTIMIZER_AT_STEPS  raise torch.OutOfMemoryError in the optimizer step of these steps, after
