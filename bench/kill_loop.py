@@ -165,7 +165,7 @@ def start_segment(run: Run, hold: str | None, extra_env: dict[str, str]) -> Segm
     argv += ["--run-dir", str(run.run_dir)] + (["--resume", "auto"] if run.segments > 1 else [])
     marker = run.root / f"{run.name}-{run.segments:03d}.held"
     env = {k: v for k, v in os.environ.items() if not k.startswith("VEGA_")}
-    env.update(VEGA_CONFIG_DIR=str(run.root / "config"), OMP_NUM_THREADS="1", **extra_env)
+    env.update(VEGA_CONFIG_DIR=str(run.root / "config"), OMP_NUM_THREADS="1", VEGA_FAULTS="1", **extra_env)
     env.update({HOLD_AT_ENV: hold, HOLD_MARKER_ENV: str(marker)} if hold else {})
     log = run.run_dir / "events.jsonl"
     reader = EventReader(log)

@@ -96,6 +96,8 @@ def tiny_voice_profile(
 
 
 RUN_TIMEOUT_S = 90.0
+# Fault switches (VEGA_FAULT_*, the profile's [debug] faults) act only with this set as well (contract.fault_gate).
+FAULTS_ON = {"VEGA_FAULTS": "1"}
 
 
 def write_corpus(folder: Path, documents: int = 6, lines: int = 50, seed: int = 0) -> Path:
@@ -296,6 +298,12 @@ def trainers(tmp_path: Path, corpus: Path) -> Iterator[TrainerLauncher]:
     launcher = TrainerLauncher(tmp_path, corpus)
     yield launcher
     launcher.close()
+
+
+@pytest.fixture
+def faults_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Open the fault gate in this process: trainers built here fire their [debug] and VEGA_FAULT_* faults."""
+    monkeypatch.setenv("VEGA_FAULTS", "1")
 
 
 @pytest.fixture()

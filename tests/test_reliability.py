@@ -69,6 +69,7 @@ def workspace(tmp_path_factory: pytest.TempPathFactory, corpus: Path) -> Iterato
             patch.delenv(key)
         patch.setenv("VEGA_CONFIG_DIR", str(root / "config"))
         patch.setenv("OMP_NUM_THREADS", "1")
+        patch.setenv("VEGA_FAULTS", "1")  # the fault switches act only with the gate open
         patch.setenv("VEGA_FAULT_STEP_SLEEP_S", "0.05")
         yield root
 

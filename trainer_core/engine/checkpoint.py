@@ -25,7 +25,7 @@ Checkpoint layout the training loop writes (format "vega-checkpoint", version 1)
      "val_loss": float | None, "extra": dict}
 `new_checkpoint_state(...)` builds that dict; `load_checkpoint` verifies "format" and "version".
 
-Fault-injection hooks (for tests of crash safety; all off by default):
+Fault-injection hooks (for tests of crash safety; off by default, and inert without VEGA_FAULTS=1):
     hold_s (from profile `debug.hold_checkpoint_write_s`): after about half the payload is written
         and flushed, sleep this many seconds before completing, so a test can SIGKILL mid-write.
     VEGA_FAULT_CHECKPOINT_ENOSPC=<n>: the n-th save (1-based) of a CheckpointManager raises
@@ -38,7 +38,6 @@ from __future__ import annotations
 import errno
 import json
 import math
-import os
 import re
 import time
 from collections.abc import Callable
@@ -52,7 +51,7 @@ from torch import nn
 from trainer_core.atomic import TEMP_PREFIX, TEMP_SUFFIX, atomic_write, atomic_write_text
 from trainer_core.contract.confined_path import inside_or_none
 from trainer_core.contract.errors import VegaError
-from trainer_core.engine.faults import hold_at, writes_in_place
+from trainer_core.engine.faults import fault_env, hold_at, writes_in_place
 
 CHECKPOINT_FORMAT = "vega-checkpoint"
 CHECKPOINT_VERSION = 1
@@ -440,7 +439,7 @@ class CheckpointManager:
         return SavedCheckpoint(target, size, seconds, tuple(pruned), tuple(warnings))
 
     def _injected_enospc(self) -> bool:
-        raw = os.environ.get(FAULT_ENOSPC_ENV, "").strip()
+        raw = fault_env(FAULT_ENOSPC_ENV).strip()
         return raw.isdigit() and int(raw) == self._save_count
 
     def _write(self, state: dict[str, Any], target: Path, hold_s: float) -> int:

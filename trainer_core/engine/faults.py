@@ -1,5 +1,7 @@
 """Fault injection for tests and drills: real exceptions and real delays at chosen steps.
 
+Every switch below acts only when VEGA_FAULTS=1 is set too (`contract.fault_gate`): without it a set switch is
+ignored and the run warns that it was; with it the run warns `fault_injection_on` before its set-up.
 Sources: the profile's [debug] section, or environment variables (comma-separated numbers):
   VEGA_FAULT_OOM_AT_STEPS          raise torch.OutOfMemoryError in the forward pass of these steps
   VEGA_FAULT_OOM_IN_OPTIMIZER_AT_STEPS  raise torch.OutOfMemoryError in the optimizer step of these steps, after
@@ -35,6 +37,7 @@ from pathlib import Path
 
 import torch
 
+from trainer_core.contract.fault_gate import env_switches, faults_on, gate_warning
 from trainer_core.contract.profile import DebugSection
 
 OOM_ENV = "VEGA_FAULT_OOM_AT_STEPS"
@@ -52,19 +55,31 @@ HOLD_LIMIT_S = 600.0  # a held trainer nobody kills goes on after this, rather t
 _arrivals: Counter[str] = Counter()  # arrivals at each hold point in this process
 
 
+def fault_env(name: str) -> str:
+    """A switch's value; "" unless VEGA_FAULTS=1 opens the gate (a real run ignores it)."""
+    return os.environ.get(name, "") if faults_on() else ""
+
+
+def fault_warning(debug: DebugSection) -> tuple[str, str] | None:
+    """(code, message) of the warning for the switches set in the environment and in [debug], or None."""
+    defaults = DebugSection()
+    fields = [f"debug.{k}={v}" for k, v in debug.model_dump().items() if v != getattr(defaults, k)]
+    return gate_warning([*env_switches(), *fields])
+
+
 def _env_numbers(name: str) -> list[int]:
-    raw = os.environ.get(name, "")
+    raw = fault_env(name)
     return [int(part) for part in raw.replace(" ", "").split(",") if part]
 
 
 def _env_seconds(name: str) -> float:
-    raw = os.environ.get(name, "").strip()
+    raw = fault_env(name).strip()
     return max(0.0, float(raw)) if raw else 0.0
 
 
 def hold_target() -> tuple[str, int] | None:
     """(phase, n) named by VEGA_FAULT_HOLD_AT, or None; a phase that does not exist is an error."""
-    raw = os.environ.get(HOLD_AT_ENV, "").strip()
+    raw = fault_env(HOLD_AT_ENV).strip()
     if not raw:
         return None
     phase, _, nth = raw.partition(":")
@@ -84,7 +99,7 @@ def hold_at(phase: str) -> None:
     _arrivals[phase] += 1
     if _arrivals[phase] != target[1]:
         return
-    marker = os.environ.get(HOLD_MARKER_ENV)
+    marker = fault_env(HOLD_MARKER_ENV)
     if marker:
         Path(marker).write_text(f"{phase} {os.getpid()}\n", encoding="utf-8")
     time.sleep(HOLD_LIMIT_S)
@@ -92,7 +107,7 @@ def hold_at(phase: str) -> None:
 
 def writes_in_place() -> bool:
     """The negative control of the kill drill: checkpoints written without the temp file and rename."""
-    return os.environ.get(IN_PLACE_ENV, "") not in ("", "0")
+    return fault_env(IN_PLACE_ENV) not in ("", "0")
 
 
 def _take(pending: Counter[int], step: int) -> bool:
@@ -105,6 +120,7 @@ def _take(pending: Counter[int], step: int) -> bool:
 
 class FaultInjector:
     def __init__(self, debug: DebugSection) -> None:
+        debug = debug if faults_on() else DebugSection()  # the gate is closed: [debug] faults are ignored
         self.oom = Counter(debug.oom_at_steps) + Counter(_env_numbers(OOM_ENV))
         self.oom_in_optimizer = Counter(debug.oom_in_optimizer_at_steps) + Counter(_env_numbers(OOM_IN_OPTIMIZER_ENV))
         self.nonfinite = Counter(debug.nonfinite_at_steps) + Counter(_env_numbers(NONFINITE_ENV))
@@ -114,7 +130,7 @@ class FaultInjector:
         self.hold_s = debug.hold_checkpoint_write_s
         held = _env_numbers(HOLD_SAVES_ENV)
         self.held_saves: set[int] | None = set(held) if held else None
-        self.group = os.environ.get(GROUP_ENV) or debug.fault_group
+        self.group = fault_env(GROUP_ENV) or debug.fault_group
 
     def _aimed_at(self, group: str | None) -> bool:
         return self.group is None or group is None or group == self.group
