@@ -331,3 +331,28 @@ def test_render_keeps_sections_whose_results_are_absent(tmp_path: Path) -> None:
     assert "Kept from earlier runs (no result file this time): 2. Second." in text
     order = [text.index(f"### {title}") for title in ("1. First", "2. Second", "10. Tenth")]
     assert order == sorted(order), "sections sort by their number, 10 after 2"
+
+
+def test_reliability_render_keeps_the_soak_when_only_the_kill_drill_ran(tmp_path: Path) -> None:
+    """`bench/run_all --only kill` has kill.json alone: the soak's sections stay, in their place,
+    and say so."""
+    results, doc = tmp_path / "results", tmp_path / "reliability.md"
+    results.mkdir()
+    (results / "kill.json").write_text(json.dumps(sample_result("kill", "Kill drill", 2.0, True)))
+    (results / "soak.json").write_text(json.dumps(sample_result("soak", "Soak", 3.0, True)))
+    argv = [str(BENCH / "run_all"), "--render-only", "--out", str(results)]
+    argv += ["--doc", str(tmp_path / "b.md"), "--reliability-doc", str(doc)]
+
+    def render() -> int:
+        env = bench_env(tmp_path)
+        return subprocess.run(argv, cwd=REPO, env=env, capture_output=True, timeout=60).returncode
+
+    assert render() == 0
+    (results / "soak.json").unlink()
+    (results / "kill.json").write_text(json.dumps(sample_result("kill", "Kill drill", 5.0, True)))
+    assert render() == 0
+    text = doc.read_text()
+    assert "| kill ratio | 5 x |" in text and "| kill ratio | 2 x |" not in text
+    assert "| soak ratio | 3 x |" in text
+    assert "Kept from earlier runs (no result file this time): Soak." in text
+    assert text.index("### Kill drill") < text.index("### Soak")

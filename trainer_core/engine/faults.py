@@ -16,15 +16,26 @@ Sources: the profile's [debug] section, or environment variables (comma-separate
                                    `debug.hold_checkpoint_write_s`; without it every save holds
   VEGA_FAULT_HOLD_AT               "<phase>" or "<phase>:<n>": block the trainer the n-th time (default the first)
                                    it reaches that point, so a drill can SIGKILL it exactly there; phases:
-                                   write (a checkpoint's temp file partly written), rename (fsynced, before
-                                   the rename), prune (removing old checkpoints), step (a plain step's forward
-                                   pass), validation, sampling, preload (the dataset's preload progress)
+                                   write (a checkpoint's temp file partly written), rename
+                                   (fsynced, before the rename), prune (removing old checkpoints),
+                                   step (a plain step's forward pass), validation, sampling (before
+                                   any sample is made), preload (the preload's progress),
+                                   preload_decode (after each item a cold preload decoded),
+                                   cache_write (a feature-cache file half written: the data file,
+                                   then the index), best_write (a new best checkpoint's temp file
+                                   partly written), best_json (best.json half written),
+                                   sample_write (a sample or view file half written)
   VEGA_FAULT_HOLD_MARKER           a file written ("<phase> <pid>") when the trainer is held, before it blocks
   VEGA_FAULT_CHECKPOINT_IN_PLACE   write checkpoints straight into their final name (no temp file, no
                                    rename): the kill drill's negative control, never for real runs
+  VEGA_FAULT_SAMPLE_IN_PLACE       the same for sample and view files,
+  VEGA_FAULT_BEST_IN_PLACE         for best.json,
+  VEGA_FAULT_CACHE_IN_PLACE        and for the feature cache's data and index files
 Each listed step number fires once per occurrence: [5] fails one attempt at step 5 and the retry runs
 clean, [5, 5] fails two attempts in a row (a skipped step is retried under the same number).
-VEGA_FAULT_CHECKPOINT_ENOSPC (a full disk during a save) lives in `engine.checkpoint`.
+VEGA_FAULT_CHECKPOINT_ENOSPC (a full disk during a save) lives in `engine.checkpoint`. The wings
+below the engine reach hold_at and the in-place switches through `trainer_core.fault_points`,
+which importing this module wires.
 """
 
 from __future__ import annotations
@@ -37,6 +48,8 @@ from pathlib import Path
 
 import torch
 
+from trainer_core import fault_points
+from trainer_core.atomic import atomic_write_text
 from trainer_core.contract.fault_gate import env_switches, faults_on, gate_warning
 from trainer_core.contract.profile import DebugSection
 
@@ -50,7 +63,19 @@ GROUP_ENV = "VEGA_FAULT_GROUP"
 HOLD_AT_ENV = "VEGA_FAULT_HOLD_AT"
 HOLD_MARKER_ENV = "VEGA_FAULT_HOLD_MARKER"
 IN_PLACE_ENV = "VEGA_FAULT_CHECKPOINT_IN_PLACE"
-HOLD_PHASES = ("write", "rename", "prune", "step", "validation", "sampling", "preload")
+SAMPLE_IN_PLACE_ENV = "VEGA_FAULT_SAMPLE_IN_PLACE"
+BEST_IN_PLACE_ENV = "VEGA_FAULT_BEST_IN_PLACE"
+CACHE_IN_PLACE_ENV = "VEGA_FAULT_CACHE_IN_PLACE"
+# The drill's in-place switch of each hold phase whose file trainer_core.atomic writes.
+IN_PLACE_SWITCHES = {
+    "sample_write": SAMPLE_IN_PLACE_ENV,
+    "best_json": BEST_IN_PLACE_ENV,
+    "cache_write": CACHE_IN_PLACE_ENV,
+}
+HOLD_PHASES = (
+    "write", "rename", "prune", "step", "validation", "sampling", "preload",
+    "preload_decode", "cache_write", "best_write", "best_json", "sample_write",
+)  # fmt: skip
 HOLD_LIMIT_S = 600.0  # a held trainer nobody kills goes on after this, rather than hang forever
 _arrivals: Counter[str] = Counter()  # arrivals at each hold point in this process
 
@@ -100,14 +125,23 @@ def hold_at(phase: str) -> None:
     if _arrivals[phase] != target[1]:
         return
     marker = fault_env(HOLD_MARKER_ENV)
-    if marker:
-        Path(marker).write_text(f"{phase} {os.getpid()}\n", encoding="utf-8")
+    if marker:  # atomically: a drill that sees the marker kills at once, and must find it whole
+        atomic_write_text(Path(marker), f"{phase} {os.getpid()}\n")
     time.sleep(HOLD_LIMIT_S)
 
 
 def writes_in_place() -> bool:
     """The negative control of the kill drill: checkpoints written without the temp file and rename."""
     return fault_env(IN_PLACE_ENV) not in ("", "0")
+
+
+def phase_in_place(phase: str) -> bool:
+    """The drill's negative control for `phase` (IN_PLACE_SWITCHES): no temp file, no rename."""
+    switch = IN_PLACE_SWITCHES.get(phase)
+    return switch is not None and fault_env(switch) not in ("", "0")
+
+
+fault_points.install(hold_at, phase_in_place)  # the data and model wings' hold points and switches
 
 
 def _take(pending: Counter[int], step: int) -> bool:
