@@ -122,7 +122,6 @@ TINY_SCHEDULE = [
     Kill("vocoder", "rename", 2),
     Kill("vocoder", "cache_write", 2),
     Kill("vocoder", "sample_write", 1),
-    Kill("lm", "prune", 1),
 ]
 
 

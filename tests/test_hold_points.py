@@ -171,3 +171,61 @@ def test_a_cold_preload_is_held_after_each_decoded_item_before_anything_is_cache
     waves = preload_waves(scan_data(voice, "voice"), profile, "ram")
     assert waves.decoded == 3 and cached == [("preload_decode", 0)] * 3 + [("cache_write", 0)] * 2
     assert len(list(indexes.glob("*/*.index.json"))) == 1
+
+
+class Killed(BaseException):
+    """Stands for the SIGKILL: stops a writer at its hold point (no `except Exception` catches it)."""
+
+
+def kill_at(phase: str, arrival: int = 1) -> Look:
+    arrivals: list[str] = []
+
+    def look(at: str) -> None:
+        arrivals.append(at)
+        if at == phase and arrivals.count(phase) == arrival:
+            raise Killed(phase)
+
+    return look
+
+
+@pytest.mark.parametrize("in_place", [False, True], ids=["atomic", "in-place"])
+def test_the_drills_file_checks_find_what_a_writer_stopped_half_way_leaves(
+    hold: Callable[[Look], None], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, in_place: bool
+) -> None:
+    """The drill's checks (bench/kill_files.py, bench/kill_checks.py) on what each real writer leaves
+    when stopped at its hold point: nothing when it writes atomically; with each in-place switch,
+    the torn file, which trips torn_samples, bad_best and bad_cache."""
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "bench"))
+    import kill_checks
+    import kill_files
+
+    for switch in (faults.SAMPLE_IN_PLACE_ENV, faults.BEST_IN_PLACE_ENV, faults.CACHE_IN_PLACE_ENV):
+        monkeypatch.setenv(switch, "1" if in_place else "0")
+    tally = kill_checks.Tally()
+    run_dir = tmp_path / "run"
+    write_wav(run_dir / "samples" / "step-00000002" / "01.wav", tone(), 16000)
+    hold(kill_at("sample_write"))
+    with pytest.raises(Killed):
+        write_wav(run_dir / "samples" / "step-00000005" / "01.wav", tone(), 16000)
+    kill_files.check_samples(run_dir, [], tally, "wav")
+    manager = CheckpointManager(run_dir, keep_last=2)
+    manager.save(state(1), 1, val_loss=2.0, is_best=True)
+    hold(kill_at("best_json"))
+    with pytest.raises(Killed):
+        manager.save(state(2), 2, val_loss=1.0, is_best=True)
+    kill_checks.check_best(run_dir, [], tally, "best")
+    params, paths = feature_params(AudioSection(n_mels=8)), recordings(tmp_path / "voice", 2)
+    cache = FeatureCache(tmp_path / "cache", params, tmp_path / "voice")
+    cache.put(paths[0], torch.ones(8, 3))
+    cache.put(paths[1], torch.ones(8, 4))
+    hold(kill_at("cache_write", arrival=2))  # the index, half written
+    with pytest.raises(Killed):
+        cache.flush()
+    kill_files.check_cache(tmp_path / "cache", tmp_path / "voice", AudioSection(), None, tally, "c")
+    torn = (tally.torn_samples, tally.bad_best, tally.bad_cache)
+    assert torn == ((1, 1, 1) if in_place else (0, 0, 0)), tally.messages()
+    assert len(tally.checked_files) == 2 - (not in_place) and tally.caches_checked == 1
+    if in_place:
+        assert "RIFF header says" in tally.messages("torn_samples")[0]
+        assert "best.json is torn" in tally.messages("bad_best")[0]
+        assert "is damaged" in tally.messages("bad_cache")[0]
