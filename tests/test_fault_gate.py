@@ -18,6 +18,7 @@ import torch
 from conftest import of_type, write_corpus
 from test_app_run import DashApp, plain, run_screen, wait_until
 
+from trainer_core import fault_points
 from trainer_core.contract.eventlog import read_all
 from trainer_core.contract.fault_gate import GATE_ENV, IGNORED_CODE, ON_CODE
 from trainer_core.contract.profile import DebugSection
@@ -38,6 +39,9 @@ SWITCHES = {
     "VEGA_FAULT_HOLD_AT": "validation",
     "VEGA_FAULT_CHECKPOINT_IN_PLACE": "1",
     "VEGA_FAULT_CHECKPOINT_ENOSPC": "1",
+    "VEGA_FAULT_SAMPLE_IN_PLACE": "1",
+    "VEGA_FAULT_BEST_IN_PLACE": "1",
+    "VEGA_FAULT_CACHE_IN_PLACE": "1",
 }
 DEBUG = DebugSection(nonfinite_at_steps=[1], hold_checkpoint_write_s=5.0)
 
@@ -71,6 +75,7 @@ def effects(tmp_path: Path) -> dict[str, object]:
         "hold_s": injector.checkpoint_hold_s(1),
         "hold_at": faults.hold_target(),
         "in_place": faults.writes_in_place(),
+        "files_in_place": [fault_points.in_place(phase) for phase in faults.IN_PLACE_SWITCHES],
         "save": saved,
     }
 
@@ -85,6 +90,7 @@ def test_each_switch_acts_only_with_the_gate_open(tmp_path: Path, clean_env: pyt
         "hold_s": 0.0,
         "hold_at": None,
         "in_place": False,
+        "files_in_place": [False] * 3,
         "save": "saved",
     }
     code, message = faults.fault_warning(DEBUG) or ("", "")
@@ -101,6 +107,7 @@ def test_each_switch_acts_only_with_the_gate_open(tmp_path: Path, clean_env: pyt
         "hold_s": 5.0,
         "hold_at": ("validation", 1),
         "in_place": True,
+        "files_in_place": [True] * 3,
         "save": "disk is full",
     }
     code, message = faults.fault_warning(DEBUG) or ("", "")
