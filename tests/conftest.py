@@ -9,6 +9,7 @@ trainers (or a trainer and another test) on a 2-core box must not fight over cor
 from __future__ import annotations
 
 import json
+import logging
 import os
 import random
 import signal
@@ -26,6 +27,22 @@ import pytest
 from trainer_core.contract.eventlog import read_all
 from trainer_core.contract.protocol import Event
 from trainer_core.tiny_profiles import Kind, tiny_profile
+
+
+@pytest.fixture(autouse=True)
+def trainer_logger_restored() -> Iterator[None]:
+    """An in-process run points the trainer_core logger at its own run folder and stops it propagating;
+    later tests (caplog) need it as it was."""
+    logger = logging.getLogger("trainer_core")
+    saved = (list(logger.handlers), logger.level, logger.propagate)
+    yield
+    for handler in logger.handlers:
+        if handler not in saved[0]:
+            handler.close()
+    logger.handlers[:] = saved[0]
+    logger.setLevel(saved[1])
+    logger.propagate = saved[2]
+
 
 REPO = Path(__file__).resolve().parent.parent
 # The trainer's command line under this interpreter, as the dashboard spawns it.
