@@ -3,17 +3,22 @@
 After each kill of a run folder:
 - the newest complete checkpoint loads (weights_only) ........................... unreadable_latest
 - every checkpoint a checkpoint_saved event announced still exists and loads, unless
-  keep_last newer loadable ones replaced it (pruning); best.json names a file .... lost_checkpoints
+  keep_last newer loadable ones replaced it (pruning) ............................. lost_checkpoints
 - every complete line of events.jsonl parses and seq never goes back .............. event_log_damage
+- once a best_model event was announced, best.json parses and names a checkpoint that
+  loads, no older than the last announced best (and best.json never names a
+  missing or unloadable file) ..................................................... bad_best
+- samples, views and the feature cache are whole (bench/kill_files.py) .. torn_samples, bad_cache
 and the next segment's `--resume auto` starts from the newest loadable checkpoint
 and reaches a later step ......................................................... failed_resumes
 A segment that exits on its own before it is held and SIGKILLed (exit status not -9)
 counts as ........................................................................ vacuous_kills
-All five must stay 0.
+All eight must stay 0.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -22,9 +27,18 @@ from pathlib import Path
 
 from trainer_core.contract.event_lines import parse_event
 from trainer_core.contract.protocol import Event, ProtocolError
-from trainer_core.engine.checkpoint import CheckpointError, list_checkpoints, load_checkpoint, read_best
+from trainer_core.engine.checkpoint import (
+    BEST_FILENAME,
+    STEP_FILE_RE,
+    CheckpointError,
+    list_checkpoints,
+    load_checkpoint,
+)
 
-ZERO_COUNTERS = ("vacuous_kills", "unreadable_latest", "lost_checkpoints", "failed_resumes", "event_log_damage")
+ZERO_COUNTERS = (
+    "vacuous_kills", "unreadable_latest", "lost_checkpoints", "failed_resumes", "event_log_damage",
+    "torn_samples", "bad_cache", "bad_best",
+)  # fmt: skip
 RESUMED_RE = re.compile(r"^resumed from (?P<path>\S+): step (?P<step>\d+),")
 
 
@@ -41,13 +55,29 @@ class Tally:
     lost_checkpoints: int = 0
     failed_resumes: int = 0
     event_log_damage: int = 0
+    torn_samples: int = 0
+    bad_cache: int = 0
+    bad_best: int = 0
+    checked_files: set[str] = field(default_factory=set)  # sample and view files checked
+    caches_checked: int = 0
+    bests_checked: int = 0
     resume_seconds: list[float] = field(default_factory=list)
     write_seconds: list[float] = field(default_factory=list)
-    problems: list[str] = field(default_factory=list)
+    problems: list[tuple[str, str]] = field(default_factory=list)  # (counter, message)
+    _seen: set[tuple[str, str]] = field(default_factory=set)
 
     def fail(self, counter: str, message: str) -> None:
         setattr(self, counter, getattr(self, counter) + 1)
-        self.problems.append(message)
+        self.problems.append((counter, message))
+
+    def fail_once(self, counter: str, key: str, message: str) -> None:
+        """Count a damaged file once, however many later checks still find it."""
+        if (counter, key) not in self._seen:
+            self._seen.add((counter, key))
+            self.fail(counter, message)
+
+    def messages(self, counter: str | None = None) -> list[str]:
+        return [message for name, message in self.problems if counter in (None, name)]
 
     def failures(self) -> int:
         return sum(getattr(self, name) for name in ZERO_COUNTERS)
@@ -82,8 +112,34 @@ def check_announced(run_dir: Path, events: list[Event], keep_last: int, tally: T
         if step in loadable or sum(1 for s in loadable if s > step) >= keep_last:
             continue
         tally.fail("lost_checkpoints", f"{where}: announced checkpoint step {step} is gone or unreadable")
-    if (folder / "best.json").exists() and read_best(folder) is None:
-        tally.fail("lost_checkpoints", f"{where}: best.json names a checkpoint that is gone")
+
+
+def best_problem(folder: Path, announced: int | None) -> str | None:
+    """None when best.json is right: absent before any best was announced, else whole, naming a
+    checkpoint that loads, of a step no older than `announced` (the last best_model event's)."""
+    path = folder / BEST_FILENAME
+    if not path.exists():
+        missing = f"{BEST_FILENAME} is missing after best step {announced} was announced"
+        return None if announced is None else missing
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+        name, step = record["path"], record["step"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return f"{BEST_FILENAME} is torn or damaged ({exc!r})"
+    if not isinstance(name, str) or not STEP_FILE_RE.match(name) or not isinstance(step, int):
+        return f"{BEST_FILENAME} names no checkpoint file ({name!r}, step {step!r})"
+    if (why := loads(folder / name)) is not None:
+        return f"{BEST_FILENAME} names {name}, which does not load: {why}"
+    if announced is not None and step < announced:
+        return f"{BEST_FILENAME} names step {step}, older than the announced best step {announced}"
+    return None
+
+
+def check_best(run_dir: Path, events: list[Event], tally: Tally, where: str) -> None:
+    tally.bests_checked += 1
+    announced = max((e.step for e in events if e.type == "best_model"), default=None)
+    if (why := best_problem(run_dir / "checkpoints", announced)) is not None:
+        tally.fail("bad_best", f"{where}: {why}")
 
 
 def check_event_log(run_dir: Path, cut_lines: int, tally: Tally, where: str) -> int:

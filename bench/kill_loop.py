@@ -1,186 +1,140 @@
-"""Benchmark: the kill drill. SIGKILL the trainer at chosen phases of training and check what survives every kill.
+"""Benchmark: the kill drill. SIGKILL the trainer inside every phase of training and check what
+survives each kill.
 
 Each kill targets one phase and holds the trainer exactly there through the fault switches of
-trainer_core/engine/faults.py (VEGA_FAULT_HOLD_AT; the trainer writes a marker file, then blocks):
-write (a checkpoint's temp file about half written), rename (fsynced, before the rename), prune (removing
-old checkpoints), step (a plain step between checkpoints), validation, sampling, preload. Phases take
-turns, so 30 kills give every phase at least 4; the kills are shared between a tiny LM run and a tiny
-two-optimizer vocoder run (preload kills are the vocoder's: text runs have no preload). Both runs save a
-checkpoint every step with keep_last 2 and validate every few steps.
+trainer_core/engine/faults.py (VEGA_FAULT_HOLD_AT with VEGA_FAULTS=1; the trainer writes a marker
+file, then blocks): write (a checkpoint's temp file about half written), rename (fsynced, before
+the rename), prune (removing old checkpoints), step (a plain step between checkpoints), validation,
+sampling (before a sample is made), preload (the first progress of a cold preload), preload_decode
+(a cold preload with some recordings decoded and the rest not), cache_write (the feature cache's
+data file or its index half written), best_write (a new best checkpoint's temp file half written),
+best_json (best.json half written) and sample_write (a sample or view file half written). Phases
+take turns, so the default 36 kills give every phase 3. The kills are shared between a tiny LM run
+(text samples), a tiny two-optimizer vocoder run (wav samples) and a tiny TTS run (wav samples and
+png views); the preload-phase kills go to the voice runs, whose cache folder is deleted first so
+that the preload really decodes and writes. All three save a checkpoint every step with keep_last 2
+and validate every few steps.
 
-A kill counts only when the trainer was held at its phase and its exit status is -9; one that exited on
-its own first is a failure (vacuous_kills). After every kill (bench/kill_checks.py): the newest checkpoint
-loads, every announced checkpoint is still there and loads (or was pruned for newer ones), the event log
-parses, and the next segment's `--resume auto` starts from the newest checkpoint and reaches a later step.
-A run that never announced a checkpoint fails. Each run ends with a segment that resumes and is stopped
-with SIGTERM (exit 0, `stopped`).
+A kill counts only when the trainer was held at its phase and its exit status is -9; one that
+exited on its own first is a failure (vacuous_kills). After every kill (bench/kill_checks.py,
+bench/kill_files.py): the newest checkpoint loads, every announced checkpoint is still there and
+loads (or was pruned for newer ones), best.json names a checkpoint that loads, every announced
+sample and view file (and every other file in samples/) is whole, the feature cache loads (or is
+empty) and serves only right features, the event log parses, and the next segment's `--resume auto`
+starts from the newest checkpoint, reaches a later step, and (after a preload kill) rebuilds the
+cache. A run that never announced a checkpoint fails. Each run ends with a segment that resumes and
+is stopped with SIGTERM (exit 0, `stopped`).
 
-Negative controls (--control, and run after the drill unless --tiny): `in-place` writes checkpoints
-without the temp file and rename (VEGA_FAULT_CHECKPOINT_IN_PLACE), so a kill mid-write must show up as an
-unreadable checkpoint; `vacuous` lets the trainer finish before its hold point, so the kill must show up as
-vacuous. Under --control the drill must fail (exit 1).
+Negative controls (--control, and run after the drill unless --tiny) each name the counter they
+must trip: `in-place` writes checkpoints without the temp file and rename (unreadable_latest),
+`samples-in-place` sample files (torn_samples), `best-in-place` best.json (bad_best),
+`cache-in-place` the feature cache (bad_cache), each killed mid-write; `vacuous` lets the trainer
+finish before its hold point (vacuous_kills). Under --control the drill must fail (exit 1).
 
-    .venv/bin/python bench/kill_loop.py --kills 30
+    .venv/bin/python bench/kill_loop.py --kills 36
 """
 
 from __future__ import annotations
 
-import os
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import common
 import kill_checks as checks
+import kill_files as files
+from kill_checks import Tally
+from kill_runs import KEEP_LAST, RUNS, WAIT_S, Run, Segment, make_runs, start_segment
 
-from trainer_core.contract.eventlog import EventReader
-from trainer_core.contract.protocol import Event
-from trainer_core.engine.faults import HOLD_AT_ENV, HOLD_MARKER_ENV, HOLD_PHASES, IN_PLACE_ENV
-from trainer_core.tiny_profiles import tiny_profile
+from trainer_core.engine.faults import (
+    BEST_IN_PLACE_ENV,
+    CACHE_IN_PLACE_ENV,
+    HOLD_PHASES,
+    IN_PLACE_ENV,
+    SAMPLE_IN_PLACE_ENV,
+)
 
-KEEP_LAST = 2
-WAIT_S = 120.0  # generous: the machine is shared
+DEFAULT_KILLS = 36  # 3 in each of the 12 phases
 # Which arrival at the phase to hold: late enough that this process has announced a checkpoint (a fresh run
 # validates and samples at step 0; the vocoder's two optimizers each pass the step hook once per step).
-NTH = {"write": 2, "rename": 2, "prune": 1, "step": 3, "validation": 2, "sampling": 2, "preload": 1}
-TINY_SCHEDULE = (("lm", "write"), ("lm", "prune"), ("vocoder", "rename"), ("vocoder", "preload"))
-RUNS = ("lm", "vocoder")
+NTH = {
+    "write": 2, "rename": 2, "prune": 1, "step": 3, "validation": 2, "sampling": 2, "preload": 1,
+    "preload_decode": 3, "cache_write": 1, "best_write": 1, "best_json": 1, "sample_write": 1,
+}  # fmt: skip
+# Held before the resume; the cache is deleted first, so that the preload decodes and writes.
+PRELOAD_PHASES = ("preload", "preload_decode", "cache_write")
+# The runs that take turns at a phase; the others rotate over OTHER_RUNS.
+RUNS_AT = {
+    "preload": ("vocoder", "tts"),
+    "preload_decode": ("tts", "vocoder"),
+    "cache_write": ("vocoder", "tts"),
+    "best_write": ("lm", "tts"),
+    "best_json": ("tts", "lm"),
+    "sample_write": ("tts", "vocoder", "lm"),
+}
+OTHER_RUNS = ("lm", "vocoder", "lm", "tts")
 
 
-def run_of(index: int, phase: str) -> str:
-    """Preload kills go to the vocoder (text has no preload), and so does every fourth other kill."""
-    return "vocoder" if phase == "preload" or index % 4 == 1 else "lm"
+class Kill(NamedTuple):
+    run: str
+    phase: str
+    nth: int
 
 
-def schedule(kills: int) -> list[tuple[str, str]]:
-    """(run, phase) for each kill: phases in turn; a run's first kill is never a preload (nothing saved yet)."""
-    plan = [(run_of(i, HOLD_PHASES[i % len(HOLD_PHASES)]), HOLD_PHASES[i % len(HOLD_PHASES)]) for i in range(kills)]
+def nth_for(run: str, phase: str, turn: int) -> int:
+    """cache_write alternates the data file (1) and the index (2); the TTS's 3rd sample file is
+    its mel.png."""
+    if phase == "cache_write":
+        return 1 + turn % 2
+    if phase == "sample_write" and run == "tts":
+        return 3
+    return NTH[phase]
+
+
+def schedule(kills: int) -> list[Kill]:
+    """Phases in turn, each phase's runs in turn; a run's first kill is never a preload one
+    (nothing saved yet)."""
+    turns: Counter[str] = Counter()
+    plan = []
+    for index in range(kills):
+        number = index % len(HOLD_PHASES)
+        phase, turn = HOLD_PHASES[number], turns[HOLD_PHASES[number]]
+        runs = RUNS_AT.get(phase)
+        run = runs[turn % len(runs)] if runs else OTHER_RUNS[(turn + number) % len(OTHER_RUNS)]
+        plan.append(Kill(run, phase, nth_for(run, phase, turn)))
+        turns[phase] += 1
     for run in RUNS:
-        mine = [i for i, (r, _) in enumerate(plan) if r == run]
-        later = next((i for i in mine if plan[i][1] != "preload"), None)
-        if mine and plan[mine[0]][1] == "preload" and later is not None:
+        mine = [i for i, kill in enumerate(plan) if kill.run == run]
+        later = next((i for i in mine if plan[i].phase not in PRELOAD_PHASES), None)
+        if mine and plan[mine[0]].phase in PRELOAD_PHASES and later is not None:
             plan[mine[0]], plan[later] = plan[later], plan[mine[0]]
     return plan
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# The workspace: one run folder per model
-
-
-def lm_profile(max_steps: int) -> str:
-    return tiny_profile(
-        "lm",
-        run={"name": "kill-lm", "seed": 11},
-        train={"max_steps": max_steps, "eval_every_steps": 7, "checkpoint_every_steps": 1, "keep_last": KEEP_LAST},
-        sample={"max_new_bytes": 8},
-        logging={"step_interval_s": 0.1},
-    )
-
-
-def vocoder_profile(cache: Path) -> str:
-    return tiny_profile(
-        "vocoder",
-        run={"name": "kill-vocoder", "seed": 5},
-        data={"path": str(common.SMALL_VOICE), "cache_dir": str(cache)},
-        train={"max_steps": 1000000, "eval_every_steps": 5, "checkpoint_every_steps": 1, "keep_last": KEEP_LAST},
-        logging={"step_interval_s": 0.1},
-    )
-
-
-def write_corpus(folder: Path) -> Path:
-    """A small English text corpus from the bundled demo text."""
-    folder.mkdir(parents=True)
-    text = " ".join(common.corpus_sentences(300))
-    (folder / "corpus.txt").write_text(text + "\n", encoding="utf-8")
-    return folder
-
-
-@dataclass
-class Run:
-    """One run folder under drill: its profile and data, the events of all its segments, what to resume from."""
-
-    name: str
-    root: Path
-    profile: Path
-    data: Path
-    events: list[Event] = field(default_factory=list)
-    expect: Path | None = None  # the checkpoint the next segment must resume from
-    segments: int = 0
-    cut_lines: int = 0
-
-    @property
-    def run_dir(self) -> Path:
-        return self.root / self.name
-
-
-def make_runs(root: Path, lm_max_steps: int = 1000000) -> dict[str, Run]:
-    (root / "config").mkdir(parents=True, exist_ok=True)
-    corpus = write_corpus(root / "corpus")
-    (root / "lm.toml").write_text(lm_profile(lm_max_steps), encoding="utf-8")
-    (root / "vocoder.toml").write_text(vocoder_profile(root / "cache"), encoding="utf-8")
-    return {
-        "lm": Run("lm", root, root / "lm.toml", corpus),
-        "vocoder": Run("vocoder", root, root / "vocoder.toml", common.SMALL_VOICE),
-    }
+TINY_SCHEDULE = [
+    Kill("lm", "write", 2),
+    Kill("lm", "best_json", 1),
+    Kill("vocoder", "rename", 2),
+    Kill("vocoder", "cache_write", 2),
+    Kill("vocoder", "sample_write", 1),
+]
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# One trainer segment
+# The drill
 
 
-@dataclass
-class Segment:
-    proc: subprocess.Popen
-    started: float
-    reader: EventReader
-    marker: Path
-    events: list[Event] = field(default_factory=list)
-    started_wall: float = field(default_factory=time.time)  # to compare with the events' unix times
-
-    def poll(self) -> list[Event]:
-        self.events.extend(self.reader.poll())
-        return self.events
-
-    def wait_held(self) -> bool:
-        """True once the trainer says it is held; False when it exits first (or never gets there)."""
-        deadline = time.monotonic() + WAIT_S
-        while time.monotonic() < deadline:
-            if self.marker.exists():
-                return True
-            if self.proc.poll() is not None:
-                return self.marker.exists()
-            time.sleep(0.02)
-        return False
-
-
-def start_segment(run: Run, hold: str | None, extra_env: dict[str, str]) -> Segment:
-    run.segments += 1
-    argv = [*common.TRAINER_CORE, "train", "--profile", str(run.profile), "--data", str(run.data)]
-    argv += ["--run-dir", str(run.run_dir)] + (["--resume", "auto"] if run.segments > 1 else [])
-    marker = run.root / f"{run.name}-{run.segments:03d}.held"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("VEGA_")}
-    env.update(VEGA_CONFIG_DIR=str(run.root / "config"), OMP_NUM_THREADS="1", **extra_env)
-    env.update({HOLD_AT_ENV: hold, HOLD_MARKER_ENV: str(marker)} if hold else {})
-    log = run.run_dir / "events.jsonl"
-    reader = EventReader(log)
-    reader.offset = log.stat().st_size if log.exists() else 0  # this segment's events only
-    with open(run.root / f"{run.name}-{run.segments:03d}.err", "wb") as err:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, env=env)
-    return Segment(proc, time.monotonic(), reader, marker)
-
-
-def end_segment(run: Run, segment: Segment, tally: checks.Tally) -> None:
-    """Collect the segment's events and check the resume it was to make (not for preload: it holds first)."""
+def end_segment(run: Run, segment: Segment, tally: Tally) -> None:
+    """Collect the segment's events and check the resume it was to make (not after a preload-phase
+    hold: the trainer preloads before it resumes)."""
     run.events.extend(segment.poll())
     tally.write_seconds.extend(e.seconds for e in segment.events if e.type == "checkpoint_saved")
-    held_phase = segment.marker.read_text().split()[0] if segment.marker.exists() else None
-    if run.expect is None or held_phase == "preload":
+    if run.expect is None or segment.held_phase() in PRELOAD_PHASES:
         return
     where = f"{run.name} segment {run.segments}"
     resumed = checks.resumed_step(segment.events, run.expect, tally, where)
@@ -192,14 +146,21 @@ def end_segment(run: Run, segment: Segment, tally: checks.Tally) -> None:
         tally.fail("failed_resumes", f"{where}: resumed at step {resumed} but trained no later step")
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# The drill
+def check_files(run: Run, segment: Segment, tally: Tally, where: str) -> None:
+    """What a segment leaves besides checkpoints: best.json, samples and views, the cache."""
+    checks.check_best(run.run_dir, run.events, tally, where)
+    files.check_samples(run.run_dir, run.events, tally, where)
+    if run.cache is not None:
+        files.check_cache(run.cache, run.data, run.audio(), segment.preload_items(), tally, where)
 
 
-def kill_at(run: Run, phase: str, tally: checks.Tally, extra_env: dict[str, str], nth: int | None = None) -> None:
-    """One kill: hold the trainer at `phase`, SIGKILL it, check exit status, files, event log and the resume."""
-    where = f"{run.name} segment {run.segments + 1} ({phase})"
-    segment = start_segment(run, f"{phase}:{nth or NTH[phase]}", extra_env)
+def kill_at(run: Run, kill: Kill, tally: Tally, extra_env: dict[str, str]) -> None:
+    """One kill: hold the trainer at `kill.phase`, SIGKILL it, check exit status, files, event log
+    and resume."""
+    where = f"{run.name} segment {run.segments + 1} ({kill.phase})"
+    if kill.phase in PRELOAD_PHASES:
+        run.clear_cache()
+    segment = start_segment(run, f"{kill.phase}:{kill.nth}", extra_env)
     held = segment.wait_held()
     segment.proc.kill()
     code = segment.proc.wait()
@@ -207,16 +168,17 @@ def kill_at(run: Run, phase: str, tally: checks.Tally, extra_env: dict[str, str]
         tally.fail("vacuous_kills", f"{where}: the trainer was not held and killed there (exit status {code})")
     else:
         tally.kills += 1
-        tally.by_phase[phase] += 1
+        tally.by_phase[kill.phase] += 1
         tally.by_run[run.name] += 1
     end_segment(run, segment, tally)
     run.expect = checks.newest_loadable(run.run_dir, tally, where)
     checks.check_announced(run.run_dir, run.events, KEEP_LAST, tally, where)
+    check_files(run, segment, tally, where)
     if (run.run_dir / "events.jsonl").exists():
         run.cut_lines = checks.check_event_log(run.run_dir, run.cut_lines, tally, where)
 
 
-def finish_cleanly(run: Run, tally: checks.Tally, extra_env: dict[str, str]) -> None:
+def finish_cleanly(run: Run, tally: Tally, extra_env: dict[str, str]) -> None:
     """The last segment: resume, train a step further, SIGTERM; it must end `stopped` with exit status 0."""
     segment = start_segment(run, None, extra_env)
     deadline = time.monotonic() + WAIT_S
@@ -232,20 +194,21 @@ def finish_cleanly(run: Run, tally: checks.Tally, extra_env: dict[str, str]) -> 
     if code != 0 or end is None or end.status != "stopped":
         status = end.status if end is not None else "no finished event"
         tally.fail("failed_resumes", f"{run.name}: the last segment did not stop cleanly (exit {code}, {status})")
+    check_files(run, segment, tally, f"{run.name} last segment")
 
 
-def run_drill(root: Path, plan: list[tuple[str, str]], extra_env: dict[str, str], final: bool = True) -> checks.Tally:
-    runs, tally = make_runs(root), checks.Tally()
-    for name, phase in plan:
-        kill_at(runs[name], phase, tally, extra_env)
+def run_drill(root: Path, plan: list[Kill], env: dict[str, str], final: bool = True) -> Tally:
+    runs, tally = make_runs(root), Tally()
+    for kill in plan:
+        kill_at(runs[kill.run], kill, tally, env)
     for run in runs.values():
         if run.segments and final:
-            finish_cleanly(run, tally, extra_env)
+            finish_cleanly(run, tally, env)
         count_announced(run, tally)
     return tally
 
 
-def count_announced(run: Run, tally: checks.Tally) -> None:
+def count_announced(run: Run, tally: Tally) -> None:
     """A run that never announced a checkpoint tested nothing: that fails the drill."""
     announced = sum(1 for e in run.events if e.type == "checkpoint_saved")
     tally.announced += announced
@@ -253,39 +216,61 @@ def count_announced(run: Run, tally: checks.Tally) -> None:
         tally.fail("lost_checkpoints", f"{run.name}: no checkpoint was ever announced: the drill tested nothing")
 
 
-def control_in_place(root: Path) -> checks.Tally:
-    """Negative control: non-atomic checkpoint writes, killed mid-write; the drill must find the damage."""
-    return run_drill(root, [("lm", "write")], {IN_PLACE_ENV: "1"}, final=False)
-
-
-def control_vacuous(root: Path) -> checks.Tally:
+def control_vacuous(root: Path) -> Tally:
     """Negative control: the trainer finishes (8 steps) before the step it is to be held at; the kill is vacuous."""
-    runs, tally = make_runs(root, lm_max_steps=8), checks.Tally()
-    kill_at(runs["lm"], "step", tally, {}, nth=1000)
+    runs, tally = make_runs(root, lm_max_steps=8), Tally()
+    kill_at(runs["lm"], Kill("lm", "step", 1000), tally, {})
     count_announced(runs["lm"], tally)
     return tally
 
 
-# name -> (the control, the kills it plans)
-CONTROLS = {"in-place": (control_in_place, [("lm", "write")]), "vacuous": (control_vacuous, [("lm", "step")])}
+class Control(NamedTuple):
+    """A negative control: one kill with a fault switch on, and the counter it exists to trip."""
+
+    kill: Kill
+    switch: str | None
+    counter: str
+
+
+CONTROLS = {
+    "in-place": Control(Kill("lm", "write", 2), IN_PLACE_ENV, "unreadable_latest"),
+    "samples-in-place": Control(
+        Kill("vocoder", "sample_write", 1),
+        SAMPLE_IN_PLACE_ENV,
+        "torn_samples",
+    ),
+    "best-in-place": Control(Kill("lm", "best_json", 1), BEST_IN_PLACE_ENV, "bad_best"),
+    "cache-in-place": Control(Kill("vocoder", "cache_write", 2), CACHE_IN_PLACE_ENV, "bad_cache"),
+    "vacuous": Control(Kill("lm", "step", 1000), None, "vacuous_kills"),
+}
+
+
+def run_control(name: str, root: Path) -> Tally:
+    control = CONTROLS[name]
+    if control.switch is None:  # no switch: a trainer that ends before its hold point
+        return control_vacuous(root)
+    return run_drill(root, [control.kill], {control.switch: "1"}, final=False)
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # Report
 
 
-def report(tally: checks.Tally, result: common.Result, plan: list[tuple[str, str]], per_phase: int) -> None:
+def report(tally: Tally, result: common.Result, plan: list[Kill], per_phase: int) -> None:
     wanted = len(plan)
     result.add("kills", tally.kills, target=f"= {wanted}", met=tally.kills == wanted, detail="held, SIGKILL, exit -9")
     for phase in HOLD_PHASES:
-        if any(p == phase for _, p in plan):
+        if any(kill.phase == phase for kill in plan):
             count = tally.by_phase[phase]
             result.add(f"kills at {phase}", count, target=f">= {per_phase}", met=count >= per_phase)
-    result.add("kills on the two-optimizer vocoder run", tally.by_run["vocoder"])
+    for run, label in (("lm", "LM"), ("vocoder", "two-optimizer vocoder"), ("tts", "TTS")):
+        if any(kill.run == run for kill in plan):
+            result.add(f"kills on the {label} run", tally.by_run[run])
     for name in checks.ZERO_COUNTERS:
         value = getattr(tally, name)
         result.add(name, value, target="= 0", met=value == 0)
     result.add("checkpoints announced", tally.announced, target="> 0", met=tally.announced > 0)
+    report_coverage(tally, result, plan)
     result.add(
         "start to resumed (median)",
         common.median(tally.resume_seconds),
@@ -295,13 +280,31 @@ def report(tally: checks.Tally, result: common.Result, plan: list[tuple[str, str
     result.add(
         "checkpoint write (median)", common.median(tally.write_seconds), "s", detail=common.spread(tally.write_seconds)
     )
-    result.notes.extend(tally.problems[:20])
+    result.notes.extend(tally.messages()[:20])
 
 
-def report_control(name: str, tally: checks.Tally, result: common.Result) -> None:
-    caught = tally.failures()
-    detail = "; ".join(tally.problems[:2]).replace("\n", " ")[:300]
-    result.add(f"negative control ({name}): failures found", caught, target="> 0", met=caught > 0, detail=detail)
+def report_coverage(tally: Tally, result: common.Result, plan: list[Kill]) -> None:
+    """What the file checks looked at: none of it may be empty where the plan makes such files."""
+    checked = tally.checked_files
+    views = sum(1 for path in checked if path.endswith(".png"))
+    rows = (
+        ("sample and view files checked", len(checked), True),
+        ("view files (png) checked", views, any(kill.run == "tts" for kill in plan)),
+        ("feature cache checks", tally.caches_checked, any(kill.run != "lm" for kill in plan)),
+        ("best.json checks", tally.bests_checked, True),
+    )
+    for name, value, expected in rows:
+        target, met = ("> 0", value > 0) if expected else ("", None)
+        result.add(name, value, target=target, met=met)
+
+
+def report_control(name: str, tally: Tally, result: common.Result) -> None:
+    """A control row is met only when the counter it exists to trip did."""
+    counter = CONTROLS[name].counter
+    caught = getattr(tally, counter)
+    detail = "; ".join(tally.messages(counter)[:2]).replace("\n", " ")[:300]
+    name = f"negative control ({name}): {counter}"
+    result.add(name, caught, target="> 0", met=caught > 0, detail=detail)
 
 
 def hide_workspace(result: common.Result, root: Path) -> None:
@@ -314,7 +317,8 @@ def hide_workspace(result: common.Result, root: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = common.base_parser(__doc__.split("\n\n")[0])
-    parser.add_argument("--kills", type=int, default=30, help="SIGKILLs in the drill (default 30; --tiny: 4)")
+    kills = f"SIGKILLs in the drill (default {DEFAULT_KILLS}; --tiny: {len(TINY_SCHEDULE)})"
+    parser.add_argument("--kills", type=int, default=DEFAULT_KILLS, help=kills)
     parser.add_argument("--control", choices=sorted(CONTROLS), help="run only this negative control (must fail)")
     parser.add_argument("--keep", action="store_true", help="keep the workspace (printed) instead of deleting it")
     args = parser.parse_args(argv)
@@ -330,12 +334,13 @@ def main(argv: list[str] | None = None) -> int:
     root = Path(tempfile.mkdtemp(prefix="vega-kill-"))  # short: the control socket path must fit
     try:
         if args.control:
-            control, planned = CONTROLS[args.control]
-            report(control(root / args.control), result, planned, 1)
+            tally = run_control(args.control, root / args.control)
+            report(tally, result, [CONTROLS[args.control].kill], 1)
+            report_control(args.control, tally, result)
         else:
             report(run_drill(root / "drill", plan, {}), result, plan, per_phase)
-            for name, (control, _) in ({} if args.tiny else CONTROLS).items():
-                report_control(name, control(root / name), result)
+            for name in {} if args.tiny else CONTROLS:
+                report_control(name, run_control(name, root / name), result)
     finally:
         if args.keep:
             print(f"workspace kept: {root}")

@@ -86,7 +86,7 @@ BENCHES = (
         "piper_step.py",
         ("--steps", "24", "--warmup", "2", "--repeats", "2", "--batch", "2"),
     ),
-    Bench("kill", "kill_loop.py", ("--kills", "30")),
+    Bench("kill", "kill_loop.py", ("--kills", "36")),
     Bench("budget", "time_budget.py", ("--hours", "0.1667")),
     Bench("vocoder", "vocoder_quality.py", ("--minutes", "30")),
     Bench("sizing", "learning.py", ("--lm-minutes", "4"), ("--sections", "lm")),
@@ -139,7 +139,8 @@ def main() -> int:
     }
     write_doc(args.doc, render(args.out, run_info, generated_part(args.doc)))
     print(f"[run_all] wrote {args.doc}" + (f"; failed: {', '.join(failures)}" if failures else ""))
-    if (reliability := render_reliability(args.out, run_info)) is not None:
+    reliability = render_reliability(args.out, run_info, generated_part(args.reliability_doc))
+    if reliability is not None:
         write_doc(args.reliability_doc, reliability)
         print(f"[run_all] wrote {args.reliability_doc}")
     return 1 if failures else 0
@@ -205,20 +206,27 @@ def render(out: Path, run_info: dict, earlier: str = "") -> str:
     return "\n".join(lines) + "\n"
 
 
-def render_reliability(out: Path, run_info: dict) -> str | None:
-    """The generated part of docs/reliability.md: the kill drill's and the soak's results, or None when `out` has
-    none of them."""
+def render_reliability(out: Path, run_info: dict, earlier: str = "") -> str | None:
+    """The generated part of docs/reliability.md: the kill drill's and the soak's results, or None
+    when `out` has none of them. Sections of `earlier` (the previous part) without a result now are
+    kept, in their place: the 30-minute soak is rarely rerun with the drill."""
     paths = [out / f"{key}.json" for key in RELIABILITY_KEYS if (out / f"{key}.json").is_file()]
     if not paths:
         return None
-    results = [common.load_result(p) for p in paths]
+    results = {r.title: r for r in (common.load_result(p) for p in paths)}
+    kept, _ = earlier_sections(earlier, set(results))
     lines = [
         f"Rendered by `bench/run_all` on {run_info['date']} from `{shown_path(run_info['out'])}`. "
-        "Machine: " + machine_text(results[0].machine) + ".",
+        "Machine: " + machine_text(next(iter(results.values())).machine) + ".",
         "",
     ]
-    for result in results:
-        lines += render_section(result)
+    if kept:
+        lines += ["Kept from earlier runs (no result file this time): " + ", ".join(kept) + ".", ""]
+    order = [line[4:].strip() for line in earlier.splitlines() if line.startswith("### ")]
+    order += [title for title in results if title not in order]
+    for title in order:
+        section = render_section(results[title]) if title in results else kept.get(title, [])
+        lines += [*section, ""] if section and section[-1].strip() else section
     return "\n".join(lines) + "\n"
 
 

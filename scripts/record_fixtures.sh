@@ -88,20 +88,22 @@ record_lm_stopped() {
   keep lm_stopped
 }
 
-# An injected out-of-memory error at step 10 and a NaN loss at step 15, both survived.
+# An injected out-of-memory error at step 10 and a NaN loss at step 15, both survived (VEGA_FAULTS=1 lets them act).
 record_lm_faults() {
+  export VEGA_FAULTS=1
   start lm_faults "${TINY[@]}" --set train.max_steps=30 --set train.eval_every_steps=15 \
     --set train.checkpoint_every_steps=15 --set 'debug.oom_at_steps=[10]' --set 'debug.nonfinite_at_steps=[15]'
+  unset VEGA_FAULTS
   wait "$PID"
   keep lm_faults
 }
 
 # The trainer raises at step 10: an error event, then finished: failed.
 record_lm_failed() {
-  export VEGA_FAULT_FAIL_AT_STEP=10
+  export VEGA_FAULTS=1 VEGA_FAULT_FAIL_AT_STEP=10
   start lm_failed "${TINY[@]}" --set train.max_steps=30 --set train.eval_every_steps=100000 \
     --set train.checkpoint_every_steps=5 --set logging.step_interval_s=0.05
-  unset VEGA_FAULT_FAIL_AT_STEP
+  unset VEGA_FAULTS VEGA_FAULT_FAIL_AT_STEP
   wait "$PID" || true
   keep lm_failed
 }

@@ -9,6 +9,7 @@ trainers (or a trainer and another test) on a 2-core box must not fight over cor
 from __future__ import annotations
 
 import json
+import logging
 import os
 import random
 import signal
@@ -26,6 +27,22 @@ import pytest
 from trainer_core.contract.eventlog import read_all
 from trainer_core.contract.protocol import Event
 from trainer_core.tiny_profiles import Kind, tiny_profile
+
+
+@pytest.fixture(autouse=True)
+def trainer_logger_restored() -> Iterator[None]:
+    """An in-process run points the trainer_core logger at its own run folder and stops it propagating;
+    later tests (caplog) need it as it was."""
+    logger = logging.getLogger("trainer_core")
+    saved = (list(logger.handlers), logger.level, logger.propagate)
+    yield
+    for handler in logger.handlers:
+        if handler not in saved[0]:
+            handler.close()
+    logger.handlers[:] = saved[0]
+    logger.setLevel(saved[1])
+    logger.propagate = saved[2]
+
 
 REPO = Path(__file__).resolve().parent.parent
 # The trainer's command line under this interpreter, as the dashboard spawns it.
@@ -96,6 +113,8 @@ def tiny_voice_profile(
 
 
 RUN_TIMEOUT_S = 90.0
+# Fault switches (VEGA_FAULT_*, the profile's [debug] faults) act only with this set as well (contract.fault_gate).
+FAULTS_ON = {"VEGA_FAULTS": "1"}
 
 
 def write_corpus(folder: Path, documents: int = 6, lines: int = 50, seed: int = 0) -> Path:
@@ -296,6 +315,12 @@ def trainers(tmp_path: Path, corpus: Path) -> Iterator[TrainerLauncher]:
     launcher = TrainerLauncher(tmp_path, corpus)
     yield launcher
     launcher.close()
+
+
+@pytest.fixture
+def faults_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Open the fault gate in this process: trainers built here fire their [debug] and VEGA_FAULT_* faults."""
+    monkeypatch.setenv("VEGA_FAULTS", "1")
 
 
 @pytest.fixture()

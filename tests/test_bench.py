@@ -386,3 +386,28 @@ def test_the_bad_input_drill_counts_crashes_and_lost_data_and_its_controls_trip(
     text = doc.read_text(encoding="utf-8")
     assert "| input | what was fed | command | outcome | first line of the message |" in text
     assert "bad inputs tried 5, crashes 0, data lost 0" in text and "WORKSPACE" in text
+
+
+def test_reliability_render_keeps_the_soak_when_only_the_kill_drill_ran(tmp_path: Path) -> None:
+    """`bench/run_all --only kill` has kill.json alone: the soak's sections stay, in their place,
+    and say so."""
+    results, doc = tmp_path / "results", tmp_path / "reliability.md"
+    results.mkdir()
+    (results / "kill.json").write_text(json.dumps(sample_result("kill", "Kill drill", 2.0, True)))
+    (results / "soak.json").write_text(json.dumps(sample_result("soak", "Soak", 3.0, True)))
+    argv = [str(BENCH / "run_all"), "--render-only", "--out", str(results)]
+    argv += ["--doc", str(tmp_path / "b.md"), "--reliability-doc", str(doc)]
+
+    def render() -> int:
+        env = bench_env(tmp_path)
+        return subprocess.run(argv, cwd=REPO, env=env, capture_output=True, timeout=60).returncode
+
+    assert render() == 0
+    (results / "soak.json").unlink()
+    (results / "kill.json").write_text(json.dumps(sample_result("kill", "Kill drill", 5.0, True)))
+    assert render() == 0
+    text = doc.read_text()
+    assert "| kill ratio | 5 x |" in text and "| kill ratio | 2 x |" not in text
+    assert "| soak ratio | 3 x |" in text
+    assert "Kept from earlier runs (no result file this time): Soak." in text
+    assert text.index("### Kill drill") < text.index("### Soak")

@@ -1,7 +1,9 @@
 """The example task outside the package (examples/custom_task, a 1-D convolutional denoiser built on
 trainer_core.api): a valid installable package; trained headless by `trainer-core train` with its profile and the
 machine file allowing it, resumed exactly, under two gloo ranks, and from the dashboard's launch screen; and
-docs/custom-tasks.md shows its files exactly as they are and its commands run.
+docs/custom-tasks.md shows its files exactly as they are and its commands run. The two-rank run and the
+dashboard's start from a working folder holding a same-named `vega_denoise` shadow package (test_task_shadowing):
+neither the trainer, torchrun's workers nor the dashboard's launch may import it.
 
 The package is put on PYTHONPATH for the trainer subprocesses rather than pip-installed (the test must not change
 the environment it runs in); `test_the_example_is_a_valid_package` checks what `pip install -e` would read.
@@ -21,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REPO, TEST_VOICE, TrainerLauncher, finished, of_type, set_args, step_rows
+from conftest import FAULTS_ON, REPO, TEST_VOICE, TrainerLauncher, finished, of_type, set_args, step_rows
+from test_task_shadowing import shadow_package
 from textual.pilot import Pilot
 
 from trainer_core.contract.eventlog import read_all
@@ -47,7 +50,7 @@ FAST: dict[str, Any] = {
     "logging.step_interval_s": 0.05,
     "logging.report": False,
 }
-SLOW = {"VEGA_FAULT_STEP_SLEEP_S": "0.1"}
+SLOW = {**FAULTS_ON, "VEGA_FAULT_STEP_SLEEP_S": "0.1"}
 DIGEST = re.compile(r"parameter digest of rank (\d+) of 2 .*: ([0-9a-f]{64})")
 
 
@@ -194,12 +197,17 @@ def test_the_task_event_decides_between_the_speech_and_the_validation_chart() ->
 
 
 def test_two_gloo_ranks_train_the_example_and_end_identical(example: TrainerLauncher) -> None:
+    # The launcher's working folder holds a shadow of the package; the first process runs without PYTHONSAFEPATH.
+    shadow_package(example.root, "vega_denoise", example.root / "markers")
+    assert "PYTHONSAFEPATH" not in example.env
     run = example.run("ddp", {**fast(example.root), "train.max_steps": 8}, "--nproc-per-node", "2")
     assert run.proc.returncode == 0, run.stderr + run.stdout
+    assert not list((example.root / "markers").iterdir())  # neither rank imported the shadow
     events = run.events()
     assert finished(events).status == "completed" and finished(events).step == 8
     assert [s.kind for s in of_type(events, "sample")] == ["audio", "text", "image"]  # rank 0 wrote them
     assert all(h.world_size == 2 and h.backend == "gloo" for h in of_type(events, "hello"))
+    assert [t.file for t in of_type(events, "task")] == [str(TASK_FILE)]
     assert all(e.world_size == 2 for e in of_type(events, "step"))
     logs = (run.run_dir / "trainer.log").read_text() + (run.run_dir / "trainer-rank1.log").read_text()
     digests = dict(DIGEST.findall(logs))
@@ -358,6 +366,10 @@ async def test_the_dashboard_trains_the_example(tmp_path: Path, monkeypatch: pyt
     from vega_tui.widgets.samples import SamplesPanel
 
     dashboard_config(tmp_path, monkeypatch, allow=True)
+    # Started from a working folder that holds a shadow of the package, as one shipped beside a profile would.
+    shadow_package(tmp_path / "work", "vega_denoise", tmp_path / "markers")
+    monkeypatch.chdir(tmp_path / "work")
+    monkeypatch.delenv("PYTHONSAFEPATH", raising=False)
     app = VegaApp(runs_root=tmp_path / "runs")
     async with app.run_test(size=(120, 40)) as pilot:
         screen = app.screen
@@ -390,3 +402,5 @@ async def test_the_dashboard_trains_the_example(tmp_path: Path, monkeypatch: pyt
         panel = run.query_one(SamplesPanel)
         await wait_until(pilot, lambda: len(panel.items()) == 6, "the samples listed")
         assert [item.sample.kind for item in panel.items()] == ["audio", "text", "image"] * 2
+    assert not list((tmp_path / "markers").iterdir())  # the shadow was never imported: not by the plan, nor the run
+    assert (run.state.task or {}).get("file") == str(TASK_FILE)

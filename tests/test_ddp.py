@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import TrainerLauncher, finished, of_type, set_args, step_rows
+from conftest import FAULTS_ON, TrainerLauncher, finished, of_type, set_args, step_rows
 from test_voice_dataset import batch_items, encode, features_of_lengths, varied_lengths
 
 from trainer_core.contract.errors import DeviceError, VegaError
@@ -258,7 +258,7 @@ def two_ranks_stop_resume_and_end_identical(launcher: TrainerLauncher, settings:
     train.max_steps with equal ranks, equal checkpoints and the same per-step losses."""
     steps = settings["train.max_steps"]
     whole = launcher.start("whole", settings, *MIXED, env=NO_GPU)
-    split = launcher.start("split", settings, *MIXED, env={**NO_GPU, "VEGA_FAULT_STEP_SLEEP_S": "0.5"})
+    split = launcher.start("split", settings, *MIXED, env={**NO_GPU, **FAULTS_ON, "VEGA_FAULT_STEP_SLEEP_S": "0.5"})
     split.wait_for_step(stop_at, timeout=120)
     wait_for_control(split.run_dir)
     assert runner.send(split.run_dir, "stop").ok
@@ -284,7 +284,9 @@ def test_two_gloo_ranks_train_stop_resume_and_end_identical(trainers: TrainerLau
     runs_root = trainers.root / "runs"
     whole = start_plain_torchrun(trainers, runs_root)
     # Slow steps give the stop room to land before the last step, even on a loaded machine.
-    split = trainers.start("split", DDP_SETTINGS, *MIXED, env={**NO_GPU, "VEGA_FAULT_STEP_SLEEP_S": "0.25"})
+    split = trainers.start(
+        "split", DDP_SETTINGS, *MIXED, env={**NO_GPU, **FAULTS_ON, "VEGA_FAULT_STEP_SLEEP_S": "0.25"}
+    )
     split.wait_for_step(8)
     wait_for_control(split.run_dir)
     assert runner.send(split.run_dir, "stop").ok

@@ -24,7 +24,7 @@ from trainer_core.engine.setup import build_trainer
 from trainer_core.engine.trainer import Trainer
 from trainer_core.plan import make_plan
 
-pytestmark = pytest.mark.usefixtures("keep_torch_threads")
+pytestmark = pytest.mark.usefixtures("keep_torch_threads", "faults_on")  # [debug] faults act
 
 
 @pytest.fixture()

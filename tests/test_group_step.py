@@ -22,7 +22,7 @@ from trainer_core.engine.trainer import Trainer
 from trainer_core.models.base import GroupSpec
 from trainer_core.tiny_profiles import Kind
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread", "keep_torch_threads")
+pytestmark = pytest.mark.usefixtures("one_torch_thread", "keep_torch_threads", "faults_on")  # [debug] faults act
 
 
 def weights(trainer: Trainer) -> dict[str, torch.Tensor]:

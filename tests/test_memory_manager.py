@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import TINY_PROFILE, TrainerLauncher, finished, new_vocoder_trainer, of_type, write_corpus
+from conftest import FAULTS_ON, TINY_PROFILE, TrainerLauncher, finished, new_vocoder_trainer, of_type, write_corpus
 
 from trainer_core.contract import rundir
 from trainer_core.contract.errors import ProfileError
@@ -251,6 +251,7 @@ def test_the_critical_level_saves_a_checkpoint_and_pauses_until_resumed(tmp_path
 
 
 @pytest.mark.parametrize("precision", ["fp16", "bf16"])
+@pytest.mark.usefixtures("faults_on")
 def test_oom_after_the_scaler_unscaled_is_retried_cleanly(tmp_path: Path, corpus: Path, precision: str) -> None:
     mixed = (*STEADY, f'train.precision="{precision}"')
     reference, w1 = new_trainer(tmp_path, corpus, "reference", *mixed)
@@ -278,7 +279,9 @@ def test_oom_after_the_scaler_unscaled_is_retried_cleanly(tmp_path: Path, corpus
 def test_a_trainer_process_survives_an_fp16_optimizer_step_oom(tmp_path: Path, corpus: Path) -> None:
     launcher = TrainerLauncher(tmp_path, corpus)
     try:  # the drills' switch: an environment variable
-        run = launcher.start("fp16", {"train.max_steps": 8, "train.precision": "fp16"}, env={OOM_IN_OPTIMIZER_ENV: "2"})
+        run = launcher.start(
+            "fp16", {"train.max_steps": 8, "train.precision": "fp16"}, env={**FAULTS_ON, OOM_IN_OPTIMIZER_ENV: "2"}
+        )
         run.wait()
     finally:
         launcher.close()
@@ -291,6 +294,7 @@ def test_a_trainer_process_survives_an_fp16_optimizer_step_oom(tmp_path: Path, c
 
 
 @pytest.mark.parametrize("group", ["discriminator", "generator"])
+@pytest.mark.usefixtures("faults_on")
 def test_oom_in_either_optimizer_step_of_an_fp16_two_optimizer_run_retries_from_the_same_state(
     tmp_path: Path, group: str
 ) -> None:

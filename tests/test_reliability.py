@@ -69,6 +69,7 @@ def workspace(tmp_path_factory: pytest.TempPathFactory, corpus: Path) -> Iterato
             patch.delenv(key)
         patch.setenv("VEGA_CONFIG_DIR", str(root / "config"))
         patch.setenv("OMP_NUM_THREADS", "1")
+        patch.setenv("VEGA_FAULTS", "1")  # the fault switches act only with the gate open
         patch.setenv("VEGA_FAULT_STEP_SLEEP_S", "0.05")
         yield root
 
@@ -81,8 +82,8 @@ def argv_for(workspace: Path, run_dir: Path, *overrides: str) -> list[str]:
 
 @pytest.fixture(scope="module", autouse=True)
 def benchmarks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, tuple[subprocess.Popen, Path]]]:
-    """bench/kill_loop.py --tiny, its two negative controls, bench/soak.py --minutes 0.2 and its leak control,
-    started at once, in the background."""
+    """bench/kill_loop.py --tiny, its two negative controls, bench/soak.py --minutes 0.2 and its
+    leak control, started at once, in the background."""
     root = tmp_path_factory.mktemp("bench")
     env = {k: v for k, v in os.environ.items() if not k.startswith("VEGA_")}
     commands = {
@@ -355,16 +356,26 @@ def bench_figures(benchmarks, name: str, key: str | None = None, status: int | N
     return {figure["name"]: figure for figure in result["figures"]}
 
 
+COUNTERS = (
+    "vacuous_kills", "unreadable_latest", "lost_checkpoints", "failed_resumes", "event_log_damage",
+    "torn_samples", "bad_cache", "bad_best",
+)  # fmt: skip
+
+
 def test_random_sigkills_never_leave_an_unreadable_checkpoint_or_a_failed_resume(benchmarks) -> None:
+    """Kills mid-write, in best.json, before the rename, in a cold preload's cache write and in a
+    sample file: every file is whole after each, and every resume continues."""
     figures = bench_figures(benchmarks, "kill_loop", key="kill")
-    assert figures["kills"]["value"] == 4 and figures["kills"]["met"]
-    for phase in ("write", "prune", "rename", "preload"):
+    assert figures["kills"]["value"] == 5 and figures["kills"]["met"]
+    for phase in ("write", "best_json", "rename", "cache_write", "sample_write"):
         assert figures[f"kills at {phase}"]["value"] == 1, figures
-    assert figures["kills on the two-optimizer vocoder run"]["value"] == 2
-    for name in ("vacuous_kills", "unreadable_latest", "lost_checkpoints", "failed_resumes", "event_log_damage"):
+    assert figures["kills on the two-optimizer vocoder run"]["value"] == 3
+    for name in COUNTERS:
         assert figures[name]["value"] == 0 and figures[name]["met"], figures[name]
     assert figures["checkpoints announced"]["value"] > 0
     assert figures["start to resumed (median)"]["value"] > 0
+    for name in ("sample and view files checked", "feature cache checks", "best.json checks"):
+        assert figures[name]["value"] > 0 and figures[name]["met"], figures[name]
 
 
 def test_the_kill_drill_fails_when_checkpoints_are_written_in_place(benchmarks) -> None:
@@ -372,6 +383,7 @@ def test_the_kill_drill_fails_when_checkpoints_are_written_in_place(benchmarks) 
     figures = bench_figures(benchmarks, "kill_in_place", key="kill", status=1)
     assert figures["kills at write"]["value"] == 1 and figures["vacuous_kills"]["value"] == 0
     assert figures["unreadable_latest"]["value"] >= 1 and figures["unreadable_latest"]["met"] is False
+    assert figures["negative control (in-place): unreadable_latest"]["met"]
 
 
 def test_the_kill_drill_fails_when_the_trainer_exits_before_the_kill(benchmarks) -> None:
@@ -379,6 +391,7 @@ def test_the_kill_drill_fails_when_the_trainer_exits_before_the_kill(benchmarks)
     figures = bench_figures(benchmarks, "kill_vacuous", key="kill", status=1)
     assert figures["kills"]["value"] == 0 and figures["kills"]["met"] is False
     assert figures["vacuous_kills"]["value"] == 1 and figures["vacuous_kills"]["met"] is False
+    assert figures["negative control (vacuous): vacuous_kills"]["met"]
 
 
 def test_the_soak_samples_memory_and_the_log_and_stops_cleanly(benchmarks) -> None:

@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import REPO, TrainerLauncher
+from conftest import FAULTS_ON, REPO, TrainerLauncher
 
 from trainer_core.contract.errors import ProfileError
 from trainer_core.contract.profile_loader import load_profile
@@ -278,7 +278,7 @@ def connect_as(uid: int, path: Path) -> dict[str, Any]:
 
 @pytest.mark.skipif(os.geteuid() != 0 or not hasattr(socket, "SO_PEERCRED"), reason="needs root to act as another user")
 def test_the_control_socket_is_private_and_refuses_another_user(open_run: TrainerLauncher) -> None:
-    trainer = open_run.start("run", {"train.max_steps": 100000}, env={"VEGA_FAULT_STEP_SLEEP_S": "0.05"})
+    trainer = open_run.start("run", {"train.max_steps": 100000}, env={**FAULTS_ON, "VEGA_FAULT_STEP_SLEEP_S": "0.05"})
     trainer.wait_for_step(2)
     path = trainer.run_dir / "control.sock"
     deadline = time.monotonic() + 60

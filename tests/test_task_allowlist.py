@@ -194,7 +194,7 @@ def test_the_broken_guard_is_caught_by_the_same_harness(machine: Machine) -> Non
         "import importlib.util, sys\n"
         "from pathlib import Path\n"
         "import trainer_core.contract.task_source as guard\n"
-        "guard.locate_module = lambda name: Path(importlib.util.find_spec(name).origin)\n"
+        "guard.locate_module = lambda name, top=None: Path(importlib.util.find_spec(name).origin)\n"
         "from trainer_core.cli import main\n"
         "sys.exit(main(sys.argv[1:]))\n"
     )

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 from broken_tasks import BREAK_AT_STEP, install, marked_line
-from conftest import TEST_VOICE, TINY_PROFILE, TrainerLauncher, finished, of_type
+from conftest import FAULTS_ON, TEST_VOICE, TINY_PROFILE, TrainerLauncher, finished, of_type
 from test_app_run import DashApp, log_view_text, plain, settled
 
 from trainer_core.contract import rundir
@@ -212,7 +212,7 @@ def test_real_trainer_processes_exit_non_zero_and_say_where(tmp_path: Path, corp
     launcher = TrainerLauncher(tmp_path, corpus)
     settings = dict(item.split("=", 1) for item in SETTINGS)
     try:
-        fault = launcher.start("fault", settings, env={"VEGA_FAULT_FAIL_AT_STEP": str(BREAK_AT_STEP)})
+        fault = launcher.start("fault", settings, env={**FAULTS_ON, "VEGA_FAULT_FAIL_AT_STEP": str(BREAK_AT_STEP)})
         argv = launcher.command(tmp_path / "task", {k: int(v) for k, v in settings.items()}, None, ())
         task_argv = [sys.executable, str(BROKEN_TASKS), "raises_in_loss", *argv[3:]]
         task = subprocess.run(task_argv, capture_output=True, text=True, env=launcher.env, cwd=tmp_path, timeout=180)
@@ -228,6 +228,7 @@ def test_real_trainer_processes_exit_non_zero_and_say_where(tmp_path: Path, corp
     assert announced_checkpoints_intact(tmp_path / "task", task_events) == [3, 4]
 
     assert fault.proc.returncode == 1, fault.stderr
+    assert [w.code for w in of_type(fault.events(), "warning")] == ["fault_injection_on"]  # VEGA_FAULTS=1 was set
     assert "trainer failed: RuntimeError('injected failure at step 5 (fault injection)')" in fault.stderr
     error = ends_in_failure(fault.events())
     raise_line = next(n for n, line in enumerate(FAULTS.read_text().splitlines(), 1) if "injected failure" in line)

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import TrainerLauncher, TrainerProcess, finished, of_type
+from conftest import FAULTS_ON, TrainerLauncher, TrainerProcess, finished, of_type
 
 from trainer_core.engine.checkpoint import load_checkpoint
 
@@ -40,7 +40,10 @@ def runs(tmp_path_factory: pytest.TempPathFactory, corpus: Path) -> Iterator[dic
     first = {
         # Also longer than a unix socket path may be: the run trains without a control socket.
         "enospc": launcher.start(
-            "enospc", ENOSPC, env={"VEGA_FAULT_CHECKPOINT_ENOSPC": "2"}, run_dir=root / ("deep-" * 20) / "run"
+            "enospc",
+            ENOSPC,
+            env={**FAULTS_ON, "VEGA_FAULT_CHECKPOINT_ENOSPC": "2"},
+            run_dir=root / ("deep-" * 20) / "run",
         ),
         "unwritable": launcher.start("unwritable", {}, run_dir=root / "a-file" / "run"),
         "gpu": launcher.start("gpu", {}, "--mode", "gpu"),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from conftest import TrainerLauncher, finished, of_type
+from conftest import FAULTS_ON, TrainerLauncher, finished, of_type
 
 # About 9 seconds. Loose bounds below: this checks the plan is honoured, it is not a timing benchmark.
 TARGET_HOURS = 0.0025
@@ -16,7 +16,7 @@ def test_time_budget_plans_the_run_and_ends_near_the_target(trainers: TrainerLau
     run = trainers.start(
         "budget",
         {"train.max_steps": None, "train.epochs": 1000, "train.target_hours": TARGET_HOURS},
-        env={"VEGA_FAULT_STEP_SLEEP_S": "0.01"},  # steady steps that leave the CPU to other tests
+        env={**FAULTS_ON, "VEGA_FAULT_STEP_SLEEP_S": "0.01"},  # steady steps that leave the CPU to other tests
     )
     assert run.wait() == 0, run.stderr
     wall = time.monotonic() - started

@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from conftest import TrainerLauncher, TrainerProcess, finished, of_type
+from conftest import FAULTS_ON, TrainerLauncher, TrainerProcess, finished, of_type
 
 from trainer_core.contract.control_client import control_socket_path
 from trainer_core.contract.protocol import Event
@@ -63,7 +63,7 @@ def acked(trainer: TrainerProcess, command: str) -> Event:
 
 
 def test_every_command_through_the_socket(trainers: TrainerLauncher) -> None:
-    run = trainers.start("ctl", {"train.max_steps": 100000}, env={"VEGA_FAULT_STEP_SLEEP_S": "0.02"})
+    run = trainers.start("ctl", {"train.max_steps": 100000}, env={**FAULTS_ON, "VEGA_FAULT_STEP_SLEEP_S": "0.02"})
     run.wait_for_step(3)
     assert control_socket_path(run.run_dir).exists()
 
@@ -122,7 +122,7 @@ def test_ctl_without_a_trainer_says_so(tmp_path: Path) -> None:
 
 def test_save_waits_queues_or_says_why_it_cannot_finish(trainers: TrainerLauncher) -> None:
     """--no-wait only queues; a slow step outlasts --wait; a trainer killed mid-wait is an error, not a hang."""
-    run = trainers.start("ctl-wait", {"train.max_steps": 100000}, env={"VEGA_FAULT_STEP_SLEEP_S": "2"})
+    run = trainers.start("ctl-wait", {"train.max_steps": 100000}, env={**FAULTS_ON, "VEGA_FAULT_STEP_SLEEP_S": "2"})
     run.wait_for_step(1)
     queued = ctl(run.run_dir, "save", "--no-wait")
     assert queued.returncode == 0 and queued.stdout.strip() == "save: ok (queued; not waiting)"

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import TrainerLauncher, TrainerProcess, finished, of_type, step_rows
+from conftest import FAULTS_ON, TrainerLauncher, TrainerProcess, finished, of_type, step_rows
 
 from trainer_core.engine.schedule import lr_factor
 
@@ -30,6 +30,7 @@ RUNS = {
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory, corpus: Path) -> Iterator[dict[str, TrainerProcess]]:
     launcher = TrainerLauncher(tmp_path_factory.mktemp("faults"), corpus)
+    launcher.env.update(FAULTS_ON)  # the [debug] faults act only with the gate open
     started = {name: launcher.start(name, settings) for name, settings in RUNS.items()}
     for trainer in started.values():
         trainer.wait()

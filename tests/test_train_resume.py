@@ -5,13 +5,13 @@ from __future__ import annotations
 import signal
 from pathlib import Path
 
-from conftest import TrainerLauncher, finished, of_type, step_rows
+from conftest import FAULTS_ON, TrainerLauncher, finished, of_type, step_rows
 
 from trainer_core.contract.event_lines import parse_event
 from trainer_core.contract.protocol import ProtocolError
 
 # A short sleep in every forward pass keeps the tiny model's run alive long enough to signal it mid-run.
-SLOW = {"VEGA_FAULT_STEP_SLEEP_S": "0.05"}
+SLOW = {**FAULTS_ON, "VEGA_FAULT_STEP_SLEEP_S": "0.05"}
 
 
 def checkpoint_steps(run_dir: Path) -> list[int]:
@@ -52,7 +52,7 @@ def test_sigterm_then_resume_gives_the_same_losses_as_an_uninterrupted_run(train
 def test_sigkill_during_a_checkpoint_write_resumes_from_the_previous_complete_one(trainers: TrainerLauncher) -> None:
     settings = {"train.checkpoint_every_steps": 10, "debug.hold_checkpoint_write_s": 30}
     # Only the second save holds: the first (step 10) completes, the second (step 20) hangs half-written.
-    killed = trainers.start("kill", settings, env={"VEGA_FAULT_HOLD_CHECKPOINT_SAVES": "2"})
+    killed = trainers.start("kill", settings, env={**FAULTS_ON, "VEGA_FAULT_HOLD_CHECKPOINT_SAVES": "2"})
     folder = killed.run_dir / "checkpoints"
     killed.wait_for(lambda _: any(folder.glob(".step-00000020.pt.*.tmp")), timeout=60)
     assert checkpoint_steps(killed.run_dir) == [10]

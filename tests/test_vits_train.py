@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import TEST_VOICE, TrainerLauncher, finished, new_vits_export, of_type, step_rows
+from conftest import FAULTS_ON, TEST_VOICE, TrainerLauncher, finished, new_vits_export, of_type, step_rows
 from safetensors.torch import load_file
 from test_ddp import two_ranks_stop_resume_and_end_identical
 from test_vocoder_train import group_rows
@@ -51,7 +51,7 @@ def test_killed_mid_checkpoint_it_resumes_from_the_one_before_and_ends_bit_ident
     started = {**SETTINGS, "train.init_from": str(source), "vits.num_symbols": 200}
     settings = {**started, "train.checkpoint_every_steps": 4, "debug.hold_checkpoint_write_s": 30}
     whole = voices.start("whole", {**settings, "debug.hold_checkpoint_write_s": 0})
-    killed = voices.start("kill", settings, env={"VEGA_FAULT_HOLD_CHECKPOINT_SAVES": "2"})
+    killed = voices.start("kill", settings, env={**FAULTS_ON, "VEGA_FAULT_HOLD_CHECKPOINT_SAVES": "2"})
     folder = killed.run_dir / "checkpoints"
     killed.wait_for(lambda _: any(folder.glob(".step-00000008.pt.*.tmp")), timeout=90)
     assert checkpoint_steps(killed.run_dir) == [4]

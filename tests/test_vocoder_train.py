@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import TEST_VOICE, TrainerLauncher, finished, of_type, step_rows
+from conftest import FAULTS_ON, TEST_VOICE, TrainerLauncher, finished, of_type, step_rows
 from safetensors.torch import load_file
 from test_ddp import two_ranks_stop_resume_and_end_identical
 
@@ -19,7 +19,7 @@ from trainer_core.data.validation_split import validation_share
 from trainer_core.engine.checkpoint import list_checkpoints, load_checkpoint
 from trainer_core.tiny_profiles import tiny_profile
 
-SLOW = {"VEGA_FAULT_STEP_SLEEP_S": "0.1"}
+SLOW = {**FAULTS_ON, "VEGA_FAULT_STEP_SLEEP_S": "0.1"}
 STEPS = 14  # 36 training clips in batches of 4: the run crosses an epoch boundary
 SETTINGS = {"train.max_steps": STEPS, "train.eval_every_steps": 7}
 

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import TrainerLauncher, finished, of_type, step_rows, write_corpus
+from conftest import FAULTS_ON, TrainerLauncher, finished, of_type, step_rows, write_corpus
 from test_validation_cap import dry_run
 
 from trainer_core.engine.schedule import lr_factor
@@ -71,7 +71,7 @@ def test_time_budget_fits_the_warmup_at_calibration(trainers: TrainerLauncher) -
         "train.target_hours": 0.0025,
         "train.warmup_steps": 100000,
     }
-    run = trainers.run("budget", settings, env={"VEGA_FAULT_STEP_SLEEP_S": "0.01"})
+    run = trainers.run("budget", settings, env={**FAULTS_ON, "VEGA_FAULT_STEP_SLEEP_S": "0.01"})
     assert run.proc.returncode == 0, run.stderr
     events = run.events()
     first_plan = of_type(events, "calibration")[0]

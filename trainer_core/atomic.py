@@ -2,6 +2,7 @@
 
 A crash at any moment leaves either the old file or the complete new one, never a torn file.
 Temp names start with "." and end with ".<pid>.tmp" so they never match what they replace.
+`write_replacing` and `write_whole` carry the kill drill's fault points (`fault_points`).
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO, TypeVar
+
+from trainer_core import fault_points
 
 T = TypeVar("T")
 TEMP_PREFIX = "."
@@ -58,3 +61,25 @@ def atomic_write(target: Path, write: Callable[[BinaryIO], T], before_replace: C
 
 def atomic_write_text(target: Path, text: str) -> None:
     atomic_write(target, lambda file: file.write(text.encode("utf-8")))
+
+
+def write_replacing(target: Path, write: Callable[[BinaryIO], T], phase: str) -> T:
+    """`atomic_write`, unless the kill drill's negative control for `phase` is on: then straight
+    into `target`, as a writer without the temp file and rename would."""
+    if not fault_points.in_place(phase):
+        return atomic_write(target, write)
+    with open(target, "wb") as file:
+        return write(file)
+
+
+def write_whole(target: Path, data: bytes, phase: str) -> None:
+    """`data` as `target` atomically; the drill's hold point `phase` sits half-way through."""
+
+    def write(file: BinaryIO) -> None:
+        half = len(data) // 2
+        file.write(data[:half])
+        file.flush()  # the half is on disk while the drill holds the writer here
+        fault_points.point(phase)
+        file.write(data[half:])
+
+    write_replacing(target, write, phase)

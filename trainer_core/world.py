@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import NoReturn
 
 from trainer_core.contract.errors import VegaError
+from trainer_core.contract.import_path import safe_env
 
 NPROC_FLAG = "--nproc-per-node"
 # The parent of a --nproc-per-node launch hands its warnings (fewer ranks, CPU fallback) to rank 0 through this.
@@ -124,12 +125,19 @@ def launch_argv(nproc: int, cli_args: Sequence[str], python: str | None = None) 
     ]
 
 
+def launch_env(notes: Sequence[str] = ()) -> dict[str, str]:
+    """torchrun's environment, which its workers inherit: PYTHONSAFEPATH=1 (the working folder off their import
+    path) and the parent's notes for rank 0."""
+    env = safe_env()
+    if notes:
+        env[LAUNCH_NOTES_ENV] = json.dumps(list(notes))
+    return env
+
+
 def relaunch(nproc: int, cli_args: Sequence[str], notes: Sequence[str] = ()) -> NoReturn:
     """Replace this process by torchrun with `nproc` ranks (same pid: a dashboard keeps following it)."""
     argv = launch_argv(nproc, cli_args)
-    env = dict(os.environ)
-    if notes:
-        env[LAUNCH_NOTES_ENV] = json.dumps(list(notes))
+    env = launch_env(notes)
     sys.stdout.flush()
     sys.stderr.flush()
     try:

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from trainer_core.contract.eventlog import EventReader
+from trainer_core.contract.import_path import safe_env
 from vega_tui.store import RunStore
 
 FRAME = struct.Struct("<cI")  # kind, payload length
@@ -156,6 +157,7 @@ class HistoryChild:
             stdout=subprocess.PIPE,
             stderr=self._errors,
             close_fds=True,
+            env=safe_env(),
         )
         self.pid = self.process.pid
         self._buffer = bytearray()

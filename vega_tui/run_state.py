@@ -324,6 +324,8 @@ class RunState:
     last_error_file: str | None = None
     last_error_line: int | None = None
     crash_log: list[str] = field(default_factory=list)
+    # The trainer's `fault_injection_on` warning (a test or drill run): the banner says so while it is followed.
+    fault_injection: str | None = None
     unknown_fields: int = 0
     bad_events: int = 0
     events_seen: int = 0

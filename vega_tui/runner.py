@@ -7,6 +7,7 @@
   `hello`/`finished` events and the process table (PID reuse is ruled out by the command line and start time).
 - `send` delivers a control command; a dead trainer's stale socket is reported at once, never waited on.
 - `run_json` runs a `trainer_core` CLI command (check-data, train --dry-run) and parses its JSON output.
+Every process started here gets PYTHONSAFEPATH=1: the working folder never shadows a package it imports.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from trainer_core.contract import rundir
 from trainer_core.contract.control_client import ControlError, control_socket_path, send_command
 from trainer_core.contract.control_protocol import COMMAND_NAMES, CommandReply
 from trainer_core.contract.errors import VegaError
+from trainer_core.contract.import_path import safe_env
 
 STDOUT_LOG = "stdout.log"
 # How long `send` waits for a live trainer's reply: long enough for a busy step, short enough for a UI.
@@ -125,7 +127,7 @@ class TrainerProcess:
                     stderr=err,
                     start_new_session=True,
                     close_fds=True,
-                    env=_trainer_env(),
+                    env=trainer_env(),
                 )
             except OSError as exc:
                 raise RunnerError(f"cannot start the trainer ({argv[0]}): {exc.strerror or exc}") from exc
@@ -150,8 +152,9 @@ class TrainerProcess:
         return f"TrainerProcess(pid={self.pid}, run_dir={str(self.run_dir)!r}, returncode={self.popen.returncode})"
 
 
-def _trainer_env() -> dict[str, str]:
-    env = dict(os.environ)
+def trainer_env() -> dict[str, str]:
+    """This environment for a trainer: the working folder off its import path (contract.import_path)."""
+    env = safe_env()
     env["PYTHONUNBUFFERED"] = "1"  # stdout.log shows output as it happens
     return env
 
@@ -411,6 +414,7 @@ def run_json(argv: Sequence[str], timeout: float = 120.0) -> dict[str, Any]:
             text=True,
             timeout=timeout,
             check=False,
+            env=safe_env(),
         )
     except subprocess.TimeoutExpired:
         raise RunnerError(f"`{name}` did not finish within {timeout:g} s") from None

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from trainer_core.contract.fault_gate import ON_CODE as FAULTS_ON_CODE
 from trainer_core.contract.protocol import (
     BestModelEvent,
     CalibrationEvent,
@@ -221,7 +222,7 @@ class RunStore:
             self._log("info", "hello", f"trainer restarted (pid {e.pid}){' resuming' if e.resumed else ''}", e.t)
         # A new trainer in the same folder (a resume) starts a new life: clear the previous ending.
         state.status, state.finished, state.crash_log = "starting", None, []
-        state.early_stopped_step = None
+        state.early_stopped_step = state.fault_injection = None
         state.started_t = state.started_t if state.started_t is not None else e.t
         state.pid, state.host, state.world_size = e.pid, e.host, e.world_size
         state.profile_path, state.resumed = e.profile_path, e.resumed
@@ -549,6 +550,8 @@ class RunStore:
         self._log(e.level, "log", e.message, e.t)
 
     def _on_warning(self, e: WarningEvent) -> None:
+        if e.code == FAULTS_ON_CODE:
+            self.state.fault_injection = e.message
         code = f"[{e.code}] " if e.code else ""
         self._log("warning", "warning", f"{code}{e.message}", e.t)
 

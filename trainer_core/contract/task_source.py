@@ -10,6 +10,8 @@ a module outside Vega runs only when this machine's file (`<config dir>/machine.
 (fnmatch patterns on the module name). The module's file is found the way the import system would find it, one
 level at a time with each parent's search locations and the installed finders, but without importing anything:
 `importlib.util.find_spec("a.b")` would import package `a` (running `a/__init__.py`) to learn where `a.b` is.
+An outside module is looked for without the working folder (`contract.import_path.search_path`): the registry
+refuses an import that loads any other file than the one found here.
 Torch-free and stdlib-only: the plan and the dashboard's preflight use it.
 """
 
@@ -27,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer_core.contract.errors import ProfileError, VegaError
+from trainer_core.contract.import_path import search_path
 
 # Modules of Vega itself: they run without an allow-list entry.
 VEGA_PACKAGE = "trainer_core"
@@ -110,10 +113,11 @@ def parse_task_spec(text: str) -> TaskSpec:
 # ---------------------------------------------------------------- finding the module's file without importing it
 
 
-def locate_module(module: str) -> Path | None:
+def locate_module(module: str, top: Sequence[str] | None = None) -> Path | None:
     """The file `module` would be loaded from (a package's `__init__.py`), found without executing any code of
-    it or of its parent packages; None when it is not installed (or has no file, like a built-in module)."""
-    locations: Sequence[str] | None = None
+    it or of its parent packages; None when it is not installed (or has no file, like a built-in module).
+    `top`: the folders to find its top-level package in (None: sys.path)."""
+    locations: Sequence[str] | None = top
     found = None
     parts = module.split(".")
     for depth in range(1, len(parts) + 1):
@@ -129,7 +133,7 @@ def locate_module(module: str) -> Path | None:
 
 
 def _find_spec_here(name: str, locations: Sequence[str] | None) -> importlib.machinery.ModuleSpec | None:
-    """Ask the installed finders, in import order, for `name` inside `locations` (None: top level), as the import
+    """Ask the installed finders, in import order, for `name` inside `locations` (None: sys.path), as the import
     system does after importing the parent; nothing is imported."""
     for finder in sys.meta_path:
         find_spec = getattr(finder, "find_spec", None)
@@ -200,7 +204,7 @@ def resolve_task(text: str, machine_file: Path) -> TaskSource:
         raise ProfileError(f'model.task = "{text}": {exc}') from None
     patterns = [] if spec.in_vega else read_allowed(machine_file)
     pattern = None if spec.in_vega else allowed_by(spec.module, patterns)
-    file = locate_module(spec.module)
+    file = locate_module(spec.module, None if spec.in_vega else search_path())
     if not spec.in_vega and pattern is None:
         raise TaskNotAllowedError(refusal(spec, file, machine_file, patterns))
     if file is None:

@@ -11,8 +11,10 @@ these.
 Reading a hit is one json parse and one stat per recording; the data file is mapped copy-on-write, so
 the tensors handed out are views of the page cache (writing to one never reaches the file).
 
-Writing: a new data file under a fresh name, then the index, each to a temporary file renamed into
-place, so a reader sees the old pair or the new pair, never half of one; the replaced data file is
+Writing: a new data file under a fresh name, then the index, each to a temporary file fsynced
+and renamed into place (trainer_core.atomic), so a reader sees the old pair or the new pair,
+never half of one; the kill drill holds a writer half-way through either file (hold phase
+cache_write). The replaced data file is
 removed afterwards (a process that still maps it keeps its pages). Files are never rewritten in place,
 so a mapping never shrinks under a reader. A damaged index or a data file shorter than its index says
 is a warning and a rebuild, never an error; audio is never touched.
@@ -25,11 +27,8 @@ import json
 import logging
 import os
 import secrets
-import tempfile
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -37,6 +36,8 @@ from typing import Any, BinaryIO
 import numpy as np
 import torch
 
+from trainer_core import fault_points
+from trainer_core.atomic import write_replacing, write_whole
 from trainer_core.contract.confined_path import inside_or_none
 from trainer_core.contract.profile import AudioSection
 from trainer_core.data.cache_location import cache_folder, corpus_digest
@@ -290,12 +291,19 @@ class FeatureCache:
     def _write_pair(self, blocks: list[tuple[str, tuple[int, int], np.ndarray]]) -> tuple[dict[str, Entry], Path]:
         data_path = self.entries_dir / f"{self.name}.{secrets.token_hex(6)}.f32"
         entries: dict[str, Entry] = {}
-        offset = 0
-        with _atomic_file(data_path) as handle:
-            for key, (size, mtime_ns), block in blocks:
+
+        def write_data(handle: BinaryIO) -> int:
+            offset = 0
+            for number, (key, (size, mtime_ns), block) in enumerate(blocks):
+                if number == len(blocks) // 2 and number:
+                    handle.flush()  # half the blocks on disk while the drill holds us here
+                    fault_points.point("cache_write")
                 handle.write(np.ascontiguousarray(block, dtype=np.float32).data.cast("B"))
                 entries[key] = Entry(size, mtime_ns, offset, len(block) // self.n_mels)
                 offset += len(block)
+            return offset
+
+        offset = write_replacing(data_path, write_data, "cache_write")
         index = {
             "format_version": CACHE_FORMAT_VERSION,
             "params": self.params,
@@ -304,8 +312,8 @@ class FeatureCache:
             "entries": {key: [e.size, e.mtime_ns, e.offset, e.frames] for key, e in entries.items()},
         }
         try:
-            with _atomic_file(self.index_path) as handle:
-                handle.write(json.dumps(index, separators=(",", ":")).encode("utf-8"))
+            text = json.dumps(index, separators=(",", ":"))
+            write_whole(self.index_path, text.encode("utf-8"), "cache_write")
         except BaseException:
             data_path.unlink(missing_ok=True)  # Nothing refers to it: the old pair stays in force.
             raise
@@ -323,16 +331,3 @@ class FeatureCache:
                         path.unlink()
                 except OSError:
                     continue
-
-
-@contextmanager
-def _atomic_file(target: Path) -> Iterator[BinaryIO]:
-    """A binary file written under a temporary name and renamed onto `target` only if the block succeeds."""
-    fd, temp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            yield handle
-        os.replace(temp, target)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise

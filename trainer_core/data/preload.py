@@ -34,6 +34,7 @@ from typing import Any, Literal
 
 import torch
 
+from trainer_core import fault_points
 from trainer_core.contract.errors import DataError
 from trainer_core.contract.profile import AudioSection, Profile
 from trainer_core.data.audio import AudioDecodeError, load_audio
@@ -310,6 +311,7 @@ def _compute_misses(
             _queue(items[index].path, result, *caches)
             slots.keep(index, *result)
             reporter.advance("decode", 1, result[0].numel() * 4)
+            fault_points.point("preload_decode")  # the drill: some items decoded, not all
 
 
 def _write_cache(caches: tuple[FeatureCache, FeatureCache | None], where: PreloadWhere) -> None:

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from trainer_core import fault_points
 from trainer_core.contract.errors import DataError
 from trainer_core.contract.profile import AudioSection, Profile
 from trainer_core.data.audio import AudioDecodeError, load_audio
@@ -129,6 +130,7 @@ def _decode_misses(
             cache.put(items[index].path, row)
             decoded[index] = row
             reporter.advance("decode", 1, 4 * row.shape[1])
+            fault_points.point("preload_decode")  # the drill: some items decoded, not all
     return decoded, skipped
 
 

@@ -25,12 +25,12 @@ Checkpoint layout the training loop writes (format "vega-checkpoint", version 1)
      "val_loss": float | None, "extra": dict}
 `new_checkpoint_state(...)` builds that dict; `load_checkpoint` verifies "format" and "version".
 
-Fault-injection hooks (for tests of crash safety; all off by default):
+Fault-injection hooks (for tests of crash safety; off by default, and inert without VEGA_FAULTS=1):
     hold_s (from profile `debug.hold_checkpoint_write_s`): after about half the payload is written
         and flushed, sleep this many seconds before completing, so a test can SIGKILL mid-write.
     VEGA_FAULT_CHECKPOINT_ENOSPC=<n>: the n-th save (1-based) of a CheckpointManager raises
         OSError(ENOSPC) part-way through the write, as a full disk would.
-    VEGA_FAULT_HOLD_AT=write|rename|prune and VEGA_FAULT_CHECKPOINT_IN_PLACE: see engine.faults.
+    VEGA_FAULT_HOLD_AT (write, rename, prune, best_write, best_json), in-place: see engine.faults.
 """
 
 from __future__ import annotations
@@ -38,7 +38,6 @@ from __future__ import annotations
 import errno
 import json
 import math
-import os
 import re
 import time
 from collections.abc import Callable
@@ -49,10 +48,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from trainer_core.atomic import TEMP_PREFIX, TEMP_SUFFIX, atomic_write, atomic_write_text
+from trainer_core.atomic import TEMP_PREFIX, TEMP_SUFFIX, atomic_write, write_whole
 from trainer_core.contract.confined_path import inside_or_none
 from trainer_core.contract.errors import VegaError
-from trainer_core.engine.faults import hold_at, writes_in_place
+from trainer_core.engine.faults import fault_env, hold_at, writes_in_place
 
 CHECKPOINT_FORMAT = "vega-checkpoint"
 CHECKPOINT_VERSION = 1
@@ -185,7 +184,7 @@ def _tensor_bytes(obj: Any) -> int:
     return 0
 
 
-def _partial_write_fault(target: Path, hold_s: float, fail_enospc: bool) -> Callable[[], None]:
+def _partial_write_fault(target: Path, hold_s: float, fail_enospc: bool, best: bool = False) -> Callable[[], None]:
     """What happens half-way through a write: an injected full disk, a timed hold, or a drill's hold point."""
 
     def fault() -> None:
@@ -193,6 +192,8 @@ def _partial_write_fault(target: Path, hold_s: float, fail_enospc: bool) -> Call
             raise OSError(errno.ENOSPC, "No space left on device (injected by " + FAULT_ENOSPC_ENV + ")", str(target))
         time.sleep(hold_s)
         hold_at("write")
+        if best:
+            hold_at("best_write")
 
     return fault
 
@@ -201,9 +202,11 @@ def _remove_quietly(path: Path) -> None:
     path.unlink(missing_ok=True)
 
 
-def _write_torch_atomically(obj: Any, target: Path, hold_s: float = 0.0, fail_enospc: bool = False) -> int:
+def _write_torch_atomically(
+    obj: Any, target: Path, hold_s: float = 0.0, fail_enospc: bool = False, best: bool = False
+) -> int:
     """torch.save `obj` to `target` atomically; return the byte count."""
-    fault = _partial_write_fault(target, hold_s, fail_enospc)
+    fault = _partial_write_fault(target, hold_s, fail_enospc, best)
     fault_after = max(1, _tensor_bytes(obj) // 2)
 
     def write(file: Any) -> int:
@@ -220,10 +223,6 @@ def _write_torch_atomically(obj: Any, target: Path, hold_s: float = 0.0, fail_en
         with open(target, "wb") as file:
             return write(file)
     return atomic_write(target, write, before_replace=lambda: hold_at("rename"))
-
-
-def _write_json_atomically(data: dict[str, Any], target: Path) -> None:
-    atomic_write_text(target, json.dumps(data, indent=2) + "\n")
 
 
 # ---------------------------------------------------------------- listing
@@ -432,7 +431,7 @@ class CheckpointManager:
         remove_temp_leftovers(self.folder)
         target = self.path_for(step)
         started = time.perf_counter()
-        size = self._write(state, target, hold_s)
+        size = self._write(state, target, hold_s, is_best)
         seconds = time.perf_counter() - started
         if is_best:
             self._record_best(step, target, val_loss)
@@ -440,13 +439,13 @@ class CheckpointManager:
         return SavedCheckpoint(target, size, seconds, tuple(pruned), tuple(warnings))
 
     def _injected_enospc(self) -> bool:
-        raw = os.environ.get(FAULT_ENOSPC_ENV, "").strip()
+        raw = fault_env(FAULT_ENOSPC_ENV).strip()
         return raw.isdigit() and int(raw) == self._save_count
 
-    def _write(self, state: dict[str, Any], target: Path, hold_s: float) -> int:
+    def _write(self, state: dict[str, Any], target: Path, hold_s: float, best: bool = False) -> int:
         previous = next((p for p in self.list_complete() if p != target), None)
         try:
-            return _write_torch_atomically(state, target, hold_s, fail_enospc=self._injected_enospc())
+            return _write_torch_atomically(state, target, hold_s, self._injected_enospc(), best)
         except OSError as exc:
             raise CheckpointError(self._write_failure_message(target, exc, previous)) from exc
         except Exception as exc:  # pickling errors and the like: the state holds something torch.save cannot write
@@ -464,9 +463,9 @@ class CheckpointManager:
 
     def _record_best(self, step: int, target: Path, val_loss: float | None) -> None:
         loss = float(val_loss) if val_loss is not None and math.isfinite(float(val_loss)) else None
-        record = {"step": step, "path": target.name, "val_loss": loss}
+        record = json.dumps({"step": step, "path": target.name, "val_loss": loss}, indent=2) + "\n"
         try:
-            _write_json_atomically(record, self.folder / BEST_FILENAME)
+            write_whole(self.folder / BEST_FILENAME, record.encode("utf-8"), "best_json")
         except OSError as exc:
             raise CheckpointError(
                 f"checkpoint {target.name} was saved, but the best-model pointer "

@@ -23,6 +23,7 @@ from trainer_core.contract.protocol import (
     SampleEvent,
     ValidationEvent,
 )
+from trainer_core.engine.checkpoint import remove_temp_leftovers
 from trainer_core.engine.checkpointing import Checkpointer
 from trainer_core.engine.distributed import reduce_sums
 from trainer_core.engine.events import NO_EVENT, EventHub
@@ -73,6 +74,7 @@ class Evaluator:
         self.validations = 0  # after training started: what free_running_every counts
         self._reference_scores: dict[str, float] | None = None
         self._passed_reference = False
+        self._swept_samples = False  # a killed writer's temp files in samples/: removed once
 
     @property
     def module(self) -> torch.nn.Module:
@@ -221,6 +223,10 @@ class Evaluator:
         """Samples, then pictures; a failure in either is a warning and training goes on (the model is fine)."""
         hold_at("sampling")
         out_dir = self.run_dir / "samples"
+        if not self._swept_samples:
+            self._swept_samples = True
+            for folder in (out_dir, *out_dir.glob("step-*")):
+                remove_temp_leftovers(folder)
         model = self.module
         model.eval()
         try:

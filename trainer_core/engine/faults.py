@@ -1,5 +1,7 @@
 """Fault injection for tests and drills: real exceptions and real delays at chosen steps.
 
+Every switch below acts only when VEGA_FAULTS=1 is set too (`contract.fault_gate`): without it a set switch is
+ignored and the run warns that it was; with it the run warns `fault_injection_on` before its set-up.
 Sources: the profile's [debug] section, or environment variables (comma-separated numbers):
   VEGA_FAULT_OOM_AT_STEPS          raise torch.OutOfMemoryError in the forward pass of these steps
   VEGA_FAULT_OOM_IN_OPTIMIZER_AT_STEPS  raise torch.OutOfMemoryError in the optimizer step of these steps, after
@@ -14,15 +16,26 @@ Sources: the profile's [debug] section, or environment variables (comma-separate
                                    `debug.hold_checkpoint_write_s`; without it every save holds
   VEGA_FAULT_HOLD_AT               "<phase>" or "<phase>:<n>": block the trainer the n-th time (default the first)
                                    it reaches that point, so a drill can SIGKILL it exactly there; phases:
-                                   write (a checkpoint's temp file partly written), rename (fsynced, before
-                                   the rename), prune (removing old checkpoints), step (a plain step's forward
-                                   pass), validation, sampling, preload (the dataset's preload progress)
+                                   write (a checkpoint's temp file partly written), rename
+                                   (fsynced, before the rename), prune (removing old checkpoints),
+                                   step (a plain step's forward pass), validation, sampling (before
+                                   any sample is made), preload (the preload's progress),
+                                   preload_decode (after each item a cold preload decoded),
+                                   cache_write (a feature-cache file half written: the data file,
+                                   then the index), best_write (a new best checkpoint's temp file
+                                   partly written), best_json (best.json half written),
+                                   sample_write (a sample or view file half written)
   VEGA_FAULT_HOLD_MARKER           a file written ("<phase> <pid>") when the trainer is held, before it blocks
   VEGA_FAULT_CHECKPOINT_IN_PLACE   write checkpoints straight into their final name (no temp file, no
                                    rename): the kill drill's negative control, never for real runs
+  VEGA_FAULT_SAMPLE_IN_PLACE       the same for sample and view files,
+  VEGA_FAULT_BEST_IN_PLACE         for best.json,
+  VEGA_FAULT_CACHE_IN_PLACE        and for the feature cache's data and index files
 Each listed step number fires once per occurrence: [5] fails one attempt at step 5 and the retry runs
 clean, [5, 5] fails two attempts in a row (a skipped step is retried under the same number).
-VEGA_FAULT_CHECKPOINT_ENOSPC (a full disk during a save) lives in `engine.checkpoint`.
+VEGA_FAULT_CHECKPOINT_ENOSPC (a full disk during a save) lives in `engine.checkpoint`. The wings
+below the engine reach hold_at and the in-place switches through `trainer_core.fault_points`,
+which importing this module wires.
 """
 
 from __future__ import annotations
@@ -35,6 +48,9 @@ from pathlib import Path
 
 import torch
 
+from trainer_core import fault_points
+from trainer_core.atomic import atomic_write_text
+from trainer_core.contract.fault_gate import env_switches, faults_on, gate_warning
 from trainer_core.contract.profile import DebugSection
 
 OOM_ENV = "VEGA_FAULT_OOM_AT_STEPS"
@@ -47,24 +63,48 @@ GROUP_ENV = "VEGA_FAULT_GROUP"
 HOLD_AT_ENV = "VEGA_FAULT_HOLD_AT"
 HOLD_MARKER_ENV = "VEGA_FAULT_HOLD_MARKER"
 IN_PLACE_ENV = "VEGA_FAULT_CHECKPOINT_IN_PLACE"
-HOLD_PHASES = ("write", "rename", "prune", "step", "validation", "sampling", "preload")
+SAMPLE_IN_PLACE_ENV = "VEGA_FAULT_SAMPLE_IN_PLACE"
+BEST_IN_PLACE_ENV = "VEGA_FAULT_BEST_IN_PLACE"
+CACHE_IN_PLACE_ENV = "VEGA_FAULT_CACHE_IN_PLACE"
+# The drill's in-place switch of each hold phase whose file trainer_core.atomic writes.
+IN_PLACE_SWITCHES = {
+    "sample_write": SAMPLE_IN_PLACE_ENV,
+    "best_json": BEST_IN_PLACE_ENV,
+    "cache_write": CACHE_IN_PLACE_ENV,
+}
+HOLD_PHASES = (
+    "write", "rename", "prune", "step", "validation", "sampling", "preload",
+    "preload_decode", "cache_write", "best_write", "best_json", "sample_write",
+)  # fmt: skip
 HOLD_LIMIT_S = 600.0  # a held trainer nobody kills goes on after this, rather than hang forever
 _arrivals: Counter[str] = Counter()  # arrivals at each hold point in this process
 
 
+def fault_env(name: str) -> str:
+    """A switch's value; "" unless VEGA_FAULTS=1 opens the gate (a real run ignores it)."""
+    return os.environ.get(name, "") if faults_on() else ""
+
+
+def fault_warning(debug: DebugSection) -> tuple[str, str] | None:
+    """(code, message) of the warning for the switches set in the environment and in [debug], or None."""
+    defaults = DebugSection()
+    fields = [f"debug.{k}={v}" for k, v in debug.model_dump().items() if v != getattr(defaults, k)]
+    return gate_warning([*env_switches(), *fields])
+
+
 def _env_numbers(name: str) -> list[int]:
-    raw = os.environ.get(name, "")
+    raw = fault_env(name)
     return [int(part) for part in raw.replace(" ", "").split(",") if part]
 
 
 def _env_seconds(name: str) -> float:
-    raw = os.environ.get(name, "").strip()
+    raw = fault_env(name).strip()
     return max(0.0, float(raw)) if raw else 0.0
 
 
 def hold_target() -> tuple[str, int] | None:
     """(phase, n) named by VEGA_FAULT_HOLD_AT, or None; a phase that does not exist is an error."""
-    raw = os.environ.get(HOLD_AT_ENV, "").strip()
+    raw = fault_env(HOLD_AT_ENV).strip()
     if not raw:
         return None
     phase, _, nth = raw.partition(":")
@@ -84,15 +124,24 @@ def hold_at(phase: str) -> None:
     _arrivals[phase] += 1
     if _arrivals[phase] != target[1]:
         return
-    marker = os.environ.get(HOLD_MARKER_ENV)
-    if marker:
-        Path(marker).write_text(f"{phase} {os.getpid()}\n", encoding="utf-8")
+    marker = fault_env(HOLD_MARKER_ENV)
+    if marker:  # atomically: a drill that sees the marker kills at once, and must find it whole
+        atomic_write_text(Path(marker), f"{phase} {os.getpid()}\n")
     time.sleep(HOLD_LIMIT_S)
 
 
 def writes_in_place() -> bool:
     """The negative control of the kill drill: checkpoints written without the temp file and rename."""
-    return os.environ.get(IN_PLACE_ENV, "") not in ("", "0")
+    return fault_env(IN_PLACE_ENV) not in ("", "0")
+
+
+def phase_in_place(phase: str) -> bool:
+    """The drill's negative control for `phase` (IN_PLACE_SWITCHES): no temp file, no rename."""
+    switch = IN_PLACE_SWITCHES.get(phase)
+    return switch is not None and fault_env(switch) not in ("", "0")
+
+
+fault_points.install(hold_at, phase_in_place)  # the data and model wings' hold points and switches
 
 
 def _take(pending: Counter[int], step: int) -> bool:
@@ -105,6 +154,7 @@ def _take(pending: Counter[int], step: int) -> bool:
 
 class FaultInjector:
     def __init__(self, debug: DebugSection) -> None:
+        debug = debug if faults_on() else DebugSection()  # the gate is closed: [debug] faults are ignored
         self.oom = Counter(debug.oom_at_steps) + Counter(_env_numbers(OOM_ENV))
         self.oom_in_optimizer = Counter(debug.oom_in_optimizer_at_steps) + Counter(_env_numbers(OOM_IN_OPTIMIZER_ENV))
         self.nonfinite = Counter(debug.nonfinite_at_steps) + Counter(_env_numbers(NONFINITE_ENV))
@@ -114,7 +164,7 @@ class FaultInjector:
         self.hold_s = debug.hold_checkpoint_write_s
         held = _env_numbers(HOLD_SAVES_ENV)
         self.held_saves: set[int] | None = set(held) if held else None
-        self.group = os.environ.get(GROUP_ENV) or debug.fault_group
+        self.group = fault_env(GROUP_ENV) or debug.fault_group
 
     def _aimed_at(self, group: str | None) -> bool:
         return self.group is None or group is None or group == self.group

@@ -38,7 +38,7 @@ from trainer_core.engine.distributed import (
     shard_task_data,
 )
 from trainer_core.engine.events import EventHub
-from trainer_core.engine.faults import hold_at
+from trainer_core.engine.faults import fault_warning, hold_at
 from trainer_core.engine.precision import PrecisionPolicy, cuda_bf16_supported
 from trainer_core.engine.task_contract import BUILDING, TaskCall
 from trainer_core.engine.trainer import Trainer
@@ -62,6 +62,9 @@ def seed_everything(seed: int) -> None:
 
 def build_trainer(plan: TrainPlan, hub: EventHub, control: ControlState, run_dir: Path) -> Trainer:
     p = plan.profile
+    faults = fault_warning(p.debug)  # before the preload, the first place a switch can act
+    if faults is not None:
+        hub.warn(faults[1], code=faults[0])
     if p.compute.num_threads:
         torch.set_num_threads(p.compute.num_threads)
     seed_everything(p.run.seed)

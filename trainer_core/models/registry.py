@@ -117,6 +117,7 @@ def _external_factory(spec_text: str) -> TaskFactory:
             f'model.task = "{spec_text}": importing {where} failed at {frame.filename}:{frame.lineno}: '
             f"{type(exc).__name__}: {exc}"
         ) from exc
+    _check_loaded_from(module, source.file, spec_text)
     factory = getattr(module, source.spec.factory, None)
     if not callable(factory):
         names = sorted(name for name in vars(module) if not name.startswith("_") and callable(vars(module)[name]))
@@ -125,6 +126,20 @@ def _external_factory(spec_text: str) -> TaskFactory:
             f"(it defines {', '.join(names) or 'no callables'}); name a function that takes a TaskRequest"
         )
     return factory
+
+
+def _check_loaded_from(module: object, planned: Path | None, spec_text: str) -> None:
+    """The import must have loaded the file the plan resolved: another (a same-named folder that came first on the
+    import path, a module of that name imported earlier from elsewhere) is refused, exit status 2."""
+    loaded = getattr(module, "__file__", None)
+    if planned is not None and loaded is not None and Path(loaded).resolve() == planned.resolve():
+        return
+    raise VegaError(
+        f'model.task = "{spec_text}": the plan resolved {getattr(module, "__name__", "the module")} to {planned}, '
+        f"but importing it loaded {loaded or 'a module without a file'}: a same-named module or folder came "
+        "first on the import path (the working folder, or an earlier import); remove or rename it, or start the "
+        "trainer from another folder"
+    )
 
 
 def _check_is_task(task: object, spec_text: str) -> None:

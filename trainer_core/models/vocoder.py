@@ -11,6 +11,7 @@ Not a neural vocoder, but it makes samples audible with nothing to download.
 
 from __future__ import annotations
 
+import io
 import math
 from functools import lru_cache
 from pathlib import Path
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from trainer_core.atomic import write_whole
 from trainer_core.contract.errors import VegaError
 
 if TYPE_CHECKING:
@@ -123,13 +125,16 @@ def normalise_peak(audio: np.ndarray, level: float = PEAK_LEVEL) -> np.ndarray:
 
 
 def write_wav(path: str | Path, audio: np.ndarray, sample_rate: int) -> Path:
-    """Write mono float audio as 16-bit PCM WAV (peak-normalised); creates the parent folder."""
+    """Mono float audio as 16-bit PCM WAV (peak-normalised), atomically; makes the folder."""
     import soundfile
 
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        soundfile.write(str(path), normalise_peak(np.asarray(audio, dtype=np.float32)), sample_rate, subtype="PCM_16")
+        buffer = io.BytesIO()
+        peaked = normalise_peak(np.asarray(audio, dtype=np.float32))
+        soundfile.write(buffer, peaked, sample_rate, subtype="PCM_16", format="WAV")
+        write_whole(path, buffer.getvalue(), "sample_write")  # a kill never leaves a torn sample
     except (OSError, RuntimeError) as exc:
         raise VegaError(f"could not write {path}: {exc}") from exc
     return path

@@ -13,6 +13,7 @@ matplotlib is imported only when a picture is drawn, and draws with its Agg canv
 
 from __future__ import annotations
 
+import io
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from trainer_core.atomic import write_whole
 from trainer_core.contract.rundir import ALIGNMENT_VIEW, MEL_VIEW
 from trainer_core.models.base import SampleResult, batch_to
 
@@ -145,7 +147,10 @@ def new_figure(size: tuple[float, float]) -> Figure:
 
 
 def save(figure: Figure, path: Path) -> None:
-    figure.savefig(path, dpi=DPI, format="png")
+    """The picture as `path`, atomically (a kill never leaves a torn view)."""
+    buffer = io.BytesIO()
+    figure.savefig(buffer, dpi=DPI, format="png")
+    write_whole(path, buffer.getvalue(), "sample_write")
 
 
 def mel_figure(view: ClipView) -> Figure:

@@ -1,4 +1,5 @@
-"""The run's status line, the crash/failure banner, and the small number formatters the dashboard shares.
+"""The run's status line, the crash/failure and fault-injection banner, and the small number formatters the
+dashboard shares.
 
 Everything here renders from a `vega_tui.store.RunState`; nothing reads files or clocks by itself (the
 caller passes `now`), so a finished run always renders the same way.
@@ -149,7 +150,17 @@ def error_site(state: RunState, short: bool = False) -> str | None:
 
 
 def problem_text(state: RunState) -> Text | None:
-    """What the banner says for a crashed or failed run; None when the run is fine."""
+    """What the banner says for a crashed or failed run, or a run with fault injection on (a test or drill,
+    whose failures may be planted); None when the run is fine."""
+    failure = _failure_text(state)
+    if state.fault_injection is None:
+        return failure
+    text = Text("FAULT INJECTION ON", style="bold reverse yellow")
+    text.append(f" {state.fault_injection.removeprefix('fault injection on ')}", style="yellow")
+    return text if failure is None else text.append("\n").append_text(failure)
+
+
+def _failure_text(state: RunState) -> Text | None:
     if state.status == "crashed":
         text = Text("The trainer died without finishing", style="bold red")
         text.append(" (no 'finished' event). Last lines of trainer.log:\n", style="red")
@@ -170,7 +181,7 @@ def problem_text(state: RunState) -> Text | None:
 
 
 class ProblemBanner(Static):
-    """Shown above the tabs only while the run is crashed or failed."""
+    """Shown above the tabs only while the run is crashed or failed, or has fault injection on."""
 
     DEFAULT_CSS = """
     ProblemBanner { display: none; max-height: 8; padding: 0 1; border-left: thick $error; overflow-y: auto; }
