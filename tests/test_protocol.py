@@ -401,6 +401,8 @@ def test_schema_lists_every_event_type_and_the_commands() -> None:
     lr = defs["StepEvent"]["properties"]["lr"]  # a required float: number, or null for non-finite
     assert {"type": "number"} in lr["anyOf"] and {"type": "null"} in lr["anyOf"]
     assert defs["StepEvent"]["properties"]["step"]["type"] == "integer"
+    # A published field the trainer never sets is a promise nobody keeps (issue 31: memory.expected).
+    assert "expected" not in defs["MemoryEvent"]["properties"]
 
 
 def test_sample_events_validate_against_the_schema() -> None:
