@@ -15,8 +15,6 @@ import datetime as dt
 import json
 import math
 import os
-import platform
-import shlex
 import shutil
 import statistics
 import subprocess
@@ -27,6 +25,14 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from machine import (  # noqa: F401 - re-exported: scripts read them as common.X
+    git_commit,
+    load_average,
+    machine_info,
+    package_version,
+    this_command,
+)
 
 from trainer_core.tiny_profiles import tiny_settings
 
@@ -80,6 +86,7 @@ class Result:
     settings: dict[str, Any] = field(default_factory=dict)
     machine: dict[str, Any] = field(default_factory=dict)
     started: str = ""
+    commit: str = ""  # git HEAD measured, " dirty" when the tree had changes; "" in results from before
     seconds: float = 0.0
     load_before: list[float] = field(default_factory=list)
     load_after: list[float] = field(default_factory=list)
@@ -103,7 +110,7 @@ class Result:
 
 
 def start_result(key: str, title: str, settings: dict[str, Any]) -> Result:
-    """A Result stamped with the command line, the machine, the date and the load average now."""
+    """A Result stamped with the command line, the machine, the commit, the date and the load average now."""
     return Result(
         key=key,
         title=title,
@@ -111,6 +118,7 @@ def start_result(key: str, title: str, settings: dict[str, Any]) -> Result:
         settings=settings,
         machine=machine_info(),
         started=dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+        commit=git_commit(),
         load_before=load_average(),
     )
 
@@ -171,71 +179,6 @@ def load_result(path: Path) -> Result:
 
 # ---------------------------------------------------------------------------------------------------------------
 # Machine and command
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
-def package_version(name: str) -> str | None:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version(name)
-    except PackageNotFoundError:
-        return None
-
-
-def machine_info() -> dict[str, Any]:
-    """CPU model, cores, RAM and the versions that decide the figures (torch read from metadata: no import)."""
-    import psutil
-
-    return {
-        "cpu": cpu_model(),
-        "cores": os.cpu_count(),
-        "ram_gib": round(psutil.virtual_memory().total / 2**30, 1),
-        "torch": package_version("torch"),
-        "lightning": package_version("lightning"),
-        "textual": package_version("textual"),
-        "python": platform.python_version(),
-        "os": f"{platform.system()} {platform.release()}",
-        "gpu": gpu_model(),
-    }
-
-
-def gpu_model() -> str | None:
-    """The NVIDIA GPUs nvidia-smi lists ("name, memory" each), or None where there is none (no torch import)."""
-    if shutil.which("nvidia-smi") is None:
-        return None
-    query = ["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"]
-    try:
-        out = subprocess.run(query, capture_output=True, text=True, timeout=30, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    names = [line.strip() for line in out.stdout.splitlines() if line.strip()]
-    return "; ".join(names) if out.returncode == 0 and names else None
-
-
-def load_average() -> list[float]:
-    try:
-        return [round(x, 2) for x in os.getloadavg()]
-    except OSError:
-        return []
-
-
-def this_command() -> str:
-    """The command that ran this script, relative to the repository (what docs/benchmarks.md prints)."""
-    python = Path(sys.executable)
-    shown_python = os.path.relpath(python, REPO) if python.is_relative_to(REPO) else python.name
-    script = Path(sys.argv[0]).resolve()
-    shown_script = os.path.relpath(script, REPO) if script.is_relative_to(REPO) else str(script)
-    return shlex.join([shown_python, shown_script, *sys.argv[1:]])
 
 
 def base_parser(description: str) -> argparse.ArgumentParser:

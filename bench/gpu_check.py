@@ -95,6 +95,7 @@ def write_gpu_doc(doc: Path, result_path: Path) -> None:
     if result.skipped:
         lines += [f"**{result.skipped}.** Nothing here has run on a GPU yet.", ""]
     lines += run_all.render_section(result)
+    lines += known_bench_bugs(result)
     doc.parent.mkdir(parents=True, exist_ok=True)
     doc.write_text("\n".join(lines).rstrip() + "\n", encoding="utf-8")
 
@@ -288,6 +289,22 @@ def report_lm(result: common.Result, lm: dict[str, dict[str, Any]], cpu: dict[st
         result.add("fp32 with TF32 / without", tf32 / plain, "x", "", None, "train.tf32 on vs off")
 
 
+OOM_FIGURE = "real CUDA OOM: recoveries before the step fit"
+
+
+def known_bench_bugs(result: common.Result) -> list[str]:
+    """Misses that are the check's own fault, said as such until a GPU reruns the fixed check."""
+    oom = next((f for f in result.figures if f.name == OOM_FIGURE), None)
+    if oom is None or oom.met or not any("fewer than one batch" in n for n in result.notes):
+        return []
+    return [  # render_section ended with the notes and a blank line
+        "**Known bench bug, not a trainer result:** the trainer-level OOM row above never reached the GPU. The check",
+        "asks for a batch of 16384 items on a training split of 634, so the trainer refuses the plan before its",
+        "first step and no OOM happens; the row says nothing about OOM recovery until `bench/gpu_check` is rerun",
+        "on a GPU with a split larger than the batch. The in-place retries (forward pass, optimizer step) did run.",
+    ]
+
+
 def check_oom(result: common.Result, scratch: Path) -> None:
     """A batch far beyond the GPU's memory: a real CUDA OOM, recovered by halving the micro-batch."""
     sets = ["data.context_bytes=1024", "train.batch_size=16384", "train.grad_accum=1", 'train.precision="fp32"']
@@ -299,7 +316,7 @@ def check_oom(result: common.Result, scratch: Path) -> None:
         f"micro-batch 16384 -> {last.get('micro_batch')} x accumulation {last.get('grad_accum')} "
         f"after {len(halvings)} OOM(s); first: {halvings[0]['message'][:120] if halvings else 'none'}"
     )
-    result.add("real CUDA OOM: recoveries before the step fit", len(halvings), "", ">= 1, run completes", ok, detail)
+    result.add(OOM_FIGURE, len(halvings), "", ">= 1, run completes", ok, detail)
     if not ok:
         result.notes.append(f"OOM check failed (exit {run['exit']}): {run['stderr']}")
 

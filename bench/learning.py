@@ -8,8 +8,9 @@ log-mel L1 per bin against the recordings. "before" is the model as it was befor
 pinned with --set), "after" the profile as shipped; each ablation row takes one change out of "after" (or adds
 one that was tried and left off), one row lets `model.size = "auto"` choose the size, and when "after" misses
 the target a last row trains it for twice the budget (is time the limit?). References measured in
-the same run: the floor (the recordings re-synthesised through Griffin-Lim), a wrong sentence (another recording
-scored against each reference) and a negative control that must miss the target (the model stopped at step 2).
+the same run: the floor (the recordings re-synthesised through Griffin-Lim), a wrong sentence (another
+recording's mel through the same Griffin-Lim, scored against each reference) and a negative control that must
+miss the target (the model stopped at step 2).
 
 12 (`--sections lm`). lm-small as shipped against `model.size = "auto"` on text that is not the bundled book (the
 docstrings of this Python's standard library), same budget, bits per byte on the held-out text; the negative
@@ -229,9 +230,9 @@ def sized_lines(run: Trained) -> list[str]:
 
 
 def wrong_sentence(result: common.Result, corpus: Path, scored: dict[str, Any]) -> None:
-    """Each held-out recording scored against the next one's: what an unrelated utterance scores."""
+    """Each held-out recording's mel, vocoded as the models' are (Griffin-Lim), scored against the next
+    sentence's recording: what an unrelated utterance scores on the same scale as the floor and the models."""
     from trainer_core.contract.profile import AudioSection
-    from trainer_core.data.audio import load_audio
     from trainer_core.models.free_running import FreeRunning, HeldOutSentence
     from trainer_core.scoring.speech_scores import Scores, score_heard
 
@@ -239,10 +240,11 @@ def wrong_sentence(result: common.Result, corpus: Path, scored: dict[str, Any]) 
     audio = AudioSection()
     free = FreeRunning([HeldOutSentence(i, "", corpus / "wavs" / f"{i}.wav") for i in ids], audio, _tts(), None)
     refs = free.recordings()
-    waves = [load_audio(s.path, audio.sample_rate) for s in free.sentences]
     rate, hop = audio.sample_rate, audio.hop_length
-    scores = Scores([score_heard(r, waves[(k + 1) % len(refs)], free.mel_of, rate, hop) for k, r in enumerate(refs)])
-    result.add("wrong sentence (another recording)", scores.summary().distance, "", detail="no model: the scale's top")
+    heard = [free.vocode(refs[(k + 1) % len(refs)].mel) for k in range(len(refs))]
+    scores = Scores([score_heard(r, wave, free.mel_of, rate, hop) for r, wave in zip(refs, heard, strict=True)])
+    detail = "no model: the scale's top; the other sentence's mel through the same Griffin-Lim as the scores"
+    result.add("wrong sentence (another recording, through Griffin-Lim)", scores.summary().distance, "", detail=detail)
 
 
 def _tts() -> Any:

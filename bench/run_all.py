@@ -9,7 +9,8 @@
 Each benchmark runs as its own process (`python bench/<script>.py ...`), one after the other, the
 ten-minute time-budget run last so that nothing else competes with it. Results are JSON files in --out;
 the document's part between the `bench:results` markers is regenerated from them, and the hand-written
-analysis around it is kept.
+analysis around it is kept. Each section shows the date and commit its result measured; sections kept from
+earlier runs are listed with theirs ("commit not recorded" for results from before commits were recorded).
 """
 
 from __future__ import annotations
@@ -197,8 +198,7 @@ def render(out: Path, run_info: dict, earlier: str = "") -> str:
     rows = [(r.title, row) for r in results for row in summary_rows(r)] + kept_rows
     sections = [(r.title, render_section(r)) for r in results] + list(kept_sections.items())
     lines = render_header(results, run_info)
-    if kept_sections:
-        lines += ["Kept from earlier runs (no result file this time): " + ", ".join(kept_sections) + ".", ""]
+    lines += kept_line(kept_sections)
     lines += [*SUMMARY_HEAD, *(row for _, row in sorted(rows, key=lambda x: title_order(x[0]))), ""]
     for _, section in sorted(sections, key=lambda x: title_order(x[0])):
         # A kept section lost its trailing blank line at the end marker: keep headings apart.
@@ -220,14 +220,45 @@ def render_reliability(out: Path, run_info: dict, earlier: str = "") -> str | No
         "Machine: " + machine_text(next(iter(results.values())).machine) + ".",
         "",
     ]
-    if kept:
-        lines += ["Kept from earlier runs (no result file this time): " + ", ".join(kept) + ".", ""]
+    lines += kept_line(kept)
     order = [line[4:].strip() for line in earlier.splitlines() if line.startswith("### ")]
     order += [title for title in results if title not in order]
     for title in order:
         section = render_section(results[title]) if title in results else kept.get(title, [])
         lines += [*section, ""] if section and section[-1].strip() else section
     return "\n".join(lines) + "\n"
+
+
+NO_COMMIT = "commit not recorded"
+
+
+def measured_line(result: common.Result) -> str:
+    commit = f"at commit {result.commit}" if result.commit else f"({NO_COMMIT})"
+    return (
+        f"Measured {result.started} {commit} in {result.seconds:.0f} s; load average "
+        f"{load_text(result.load_before)} before, {load_text(result.load_after)} after. Command: `{result.command}`"
+    )
+
+
+def stamp_of(section: list[str]) -> str:
+    """A kept section's date and commit, read from its "Measured" line ("date unknown" without one)."""
+    line = next((x for x in section if x.startswith("Measured ")), "")
+    date = line.split()[1][:10] if line else "date unknown"
+    commit = line.partition(" at commit ")[2].partition(" in ")[0] if " at commit " in line else NO_COMMIT
+    return f"measured {date}, {commit}"
+
+
+def kept_line(kept: dict[str, list[str]]) -> list[str]:
+    """The list of sections carried from earlier runs, each with the date and commit it measured."""
+    if not kept:
+        return []
+    for section in kept.values():  # sections rendered before commits were recorded say so
+        for i, line in enumerate(section):
+            if line.startswith("Measured ") and " at commit " not in line and NO_COMMIT not in line:
+                date, _, rest = line[len("Measured ") :].partition(" ")
+                section[i] = f"Measured {date} ({NO_COMMIT}) {rest}"
+    shown = ", ".join(f"{title} ({stamp_of(section)})" for title, section in kept.items())
+    return [f"Kept from earlier runs (no result file this time): {shown}.", ""]
 
 
 def title_order(title: str) -> tuple[int, str]:
@@ -320,10 +351,7 @@ def summary_rows(result: common.Result) -> list[str]:
 
 def render_section(result: common.Result) -> list[str]:
     lines = [f"### {result.title}", ""]
-    lines.append(
-        f"Measured {result.started} in {result.seconds:.0f} s; load average {load_text(result.load_before)} "
-        f"before, {load_text(result.load_after)} after. Command: `{result.command}`"
-    )
+    lines.append(measured_line(result))
     lines.append("")
     if result.skipped:
         return [*lines, f"Skipped: {result.skipped}", ""]

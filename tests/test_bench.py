@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -111,7 +112,7 @@ EXPECTED = {
         'demo, after with model.size = "auto": free-running distance',
         "demo: floor (recordings through Griffin-Lim)",
         "demo, negative control",
-        "wrong sentence (another recording)",
+        "wrong sentence (another recording, through Griffin-Lim)",
     ),
 }
 KEYS = {
@@ -302,6 +303,13 @@ def test_render_rewrites_only_the_generated_part(tmp_path: Path) -> None:
     assert "a / b" in text, "a | inside a cell must not split the table"
 
 
+def test_a_result_records_the_commit_it_measured(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(BENCH))
+    import machine
+
+    assert re.fullmatch(r"[0-9a-f]{40}( dirty)?", machine.git_commit())
+
+
 def test_run_all_rejects_an_unknown_benchmark(tmp_path: Path) -> None:
     argv = [str(BENCH / "run_all"), "--only", "nonsense", "--out", str(tmp_path), "--doc", str(tmp_path / "d.md")]
     done = subprocess.run(argv, cwd=REPO, env=bench_env(tmp_path), capture_output=True, text=True, timeout=60)
@@ -314,7 +322,8 @@ def test_render_keeps_sections_whose_results_are_absent(tmp_path: Path) -> None:
     results = tmp_path / "results"
     results.mkdir()
     (results / "a.json").write_text(json.dumps(sample_result("a", "1. First", 6.0, True)))
-    (results / "b.json").write_text(json.dumps(sample_result("b", "2. Second", 1.5, False)))
+    b = {**sample_result("b", "2. Second", 1.5, False), "commit": "abc1 dirty"}
+    (results / "b.json").write_text(json.dumps(b))
     doc = tmp_path / "benchmarks.md"
     argv = [str(BENCH / "run_all"), "--render-only", "--out", str(results), "--doc", str(doc)]
     env = bench_env(tmp_path)
@@ -328,7 +337,11 @@ def test_render_keeps_sections_whose_results_are_absent(tmp_path: Path) -> None:
     assert "| 1. First | a ratio | 7 x | >= 5x | yes |" in text and "| 1. First | a ratio | 6 x" not in text
     assert "| 2. Second | b ratio | 1.5 x | >= 5x | **no** |" in text, "the absent benchmark's summary row is kept"
     assert "`.venv/bin/python bench/b.py --x 1`" in text, "the absent benchmark's section is kept"
-    assert "Kept from earlier runs (no result file this time): 2. Second." in text
+    # A kept section shows the date and commit it measured; a result without a commit says so.
+    kept = "Kept from earlier runs (no result file this time): 2. Second (measured 2026-01-01, abc1 dirty)."
+    assert kept in text
+    assert "Measured 2026-01-01T00:00:00+00:00 at commit abc1 dirty in 1 s" in text
+    assert "Measured 2026-01-01T00:00:00+00:00 (commit not recorded) in 1 s" in text
     order = [text.index(f"### {title}") for title in ("1. First", "2. Second", "10. Tenth")]
     assert order == sorted(order), "sections sort by their number, 10 after 2"
 
