@@ -64,7 +64,6 @@ def key_presses(term: Terminal, presses: int) -> list[float]:
     return latencies
 
 
-
 # ---------------------------------------------------------------------------------------------------------------
 # In-process costs of a big log
 
@@ -195,4 +194,3 @@ def summarise_profile(raw: str, finished: bool, top: int = 8) -> list[str]:
         f"py-spy, own time in the open of the big log{state}: {own_text}",
         f"py-spy, inclusive time in Vega/pydantic functions: {inc_text}",
     ]
-

@@ -210,7 +210,6 @@ def key_latencies(term: Terminal, presses: int) -> list[float]:
     return latencies
 
 
-
 def follow_stream(term: Terminal, scratch: Path, rate: int, cpu_s: float, presses: int) -> dict[str, object]:
     """vega-tui attached to a log written at `rate` lines/s: its CPU share and key-press latencies."""
     run_dir = scratch / "stream-run"
@@ -274,7 +273,6 @@ def _wait_for_step_event(path: Path, timeout: float) -> bool:
             return True
         time.sleep(0.2)
     return False
-
 
 
 # ---------------------------------------------------------------------------------------------------------------

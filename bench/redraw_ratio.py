@@ -1,11 +1,12 @@
 """Benchmark 5b: a chart redraw costs the same whatever the run's length.
 
 The real `ChartGrid` (every chart on screen, 160x48, headless under Textual's `run_test`) follows two
-stores fed with real `step` events (windows of 1,000 steps, as a fast trainer coalesces them): one holding
-1,000 loss points, one holding 1,000,000 (--tiny: 10,000). Each redraw follows one more step event, as in
-a live run, and times what the dashboard does for it: build every chart's data, draw it with plotext and
-render the picture. The figure is the median redraw time at the long run over the one at the short run
-(target < 1.5): the charts read each series' min/max levels at their width (`Series.envelope`).
+stores fed with 1,000 real `step` events each: one holding 1,000 loss points (a step an event), one
+holding 1,000,000 (--tiny: 10,000; a window of steps an event, as a fast trainer coalesces them), so
+the once-an-event series (throughput, memory, loss parts) are alike. Each redraw follows one more step
+event, as in a live run, and times what the dashboard does for it: build every chart's data, draw it
+with plotext and render the picture. The figure is the median redraw time at the long run over the one
+at the short run (target < 1.5): the charts read each series' min/max levels at their width.
 
 Negative control: the same redraws with the full-history path (every raw point handed to the chart and
 downsampled there, as before the envelope), switched on here only; its ratio must miss the target.
@@ -34,7 +35,7 @@ from vega_tui.widgets import chart_data
 from vega_tui.widgets.chart_data import Line, finite_points
 from vega_tui.widgets.charts import ChartGrid, RunChart
 
-WINDOW = 1000  # steps per step event in the history
+EVENTS = 1000  # step events in either history: the per-event series (throughput, memory, parts) alike
 SHORT = 1000
 SIZE = (160, 48)
 TARGET = 1.5
@@ -56,8 +57,7 @@ def step_event(seq: int, first: int, count: int, rng: random.Random) -> Event:
     """A real `step` event covering `count` steps from `first`: a falling noisy loss with rare spikes."""
     steps = list(range(first, first + count))
     losses = [
-        2.0 + 3.0 / (1.0 + s * 1e-4) + rng.uniform(-0.05, 0.05) + (5.0 if rng.random() < 1e-4 else 0.0)
-        for s in steps
+        2.0 + 3.0 / (1.0 + s * 1e-4) + rng.uniform(-0.05, 0.05) + (5.0 if rng.random() < 1e-4 else 0.0) for s in steps
     ]
     last = steps[-1]
     return parse_event(
@@ -145,7 +145,7 @@ def filled_store(points: int, control: bool, rng: random.Random) -> RunStore:
         store.state.series = {key: RecordingSeries(store.max_points) for key in store.state.series}
     seq, step = 0, 1
     while step <= points:
-        count = min(WINDOW, points - step + 1)
+        count = min(max(1, points // EVENTS), points - step + 1)
         store.apply([step_event(seq, step, count, rng)])
         seq, step = seq + 1, step + count
     return store
@@ -203,7 +203,7 @@ def main() -> int:
     result = common.start_result(
         "redraw_ratio",
         "5b. Chart redraw cost against run length",
-        {"short_points": SHORT, "long_points": long, "repeats": repeats, "size": list(SIZE), "window": WINDOW},
+        {"short_points": SHORT, "long_points": long, "repeats": repeats, "size": list(SIZE), "events": EVENTS},
     )
     times = asyncio.run(measure(long, repeats, control=False))
     report(result, f"redraw time, {long:,} points / {SHORT:,} points", times, long, control=False)

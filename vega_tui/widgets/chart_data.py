@@ -304,8 +304,6 @@ def validation_wanted(state: RunState) -> bool:
     return bool(state.reference) or len(state.groups) > 1 or speaks is False
 
 
-
-
 CHART_BUILDERS: dict[str, Callable[..., ChartData]] = {
     "loss": loss_chart,
     "parts": parts_chart,
