@@ -198,7 +198,7 @@ def main() -> int:
     parser.add_argument("--points", type=int, default=None, help="loss points of the long run (default 1,000,000)")
     args = parser.parse_args()
     long = args.points or (10_000 if args.tiny else 1_000_000)
-    repeats = args.repeats or (3 if args.tiny else 15)
+    repeats = args.repeats or (2 if args.tiny else 15)
     started = time.monotonic()
     result = common.start_result(
         "redraw_ratio",
@@ -213,7 +213,7 @@ def main() -> int:
         "each redraw follows one new step event and covers every chart: data build, plotext draw, render"
     )
     if args.tiny:
-        result.notes.append("--tiny: 10,000 points, 3 repeats: checks the script runs, measures nothing")
+        result.notes.append("--tiny: 10,000 points, 2 repeats: checks the script runs, measures nothing")
     common.finish_result(result, started, args.out)
     return 0
 
