@@ -11,7 +11,8 @@ reads the screen with `capture-pane`, as a person would see it:
   100 ms; the run's hello names another host, so the dashboard treats it as a remote live run): CPU of
   vega-tui, and key-press latency, pressing 2 (Logs tab: the heartbeat log line appears) and 1 (Charts:
   it disappears) and timing each until the screen shows it (target < 100 ms);
-- live run: CPU of vega-tui attached to a real `trainer-core train` run (target < 10 % of one core);
+- live run: CPU of vega-tui attached to a real `trainer-core train` run over 10 minutes (--live-seconds;
+  target < 10 % of one core: a cost that grew with the history would show over that time);
 - history: key-press latency while the exact history of the big log is read after its preview (2: Logs
   tab, 1: Charts tab, as soon as the preview shows), and how long the app takes to swap in the exact
   history; side by side with the history read in a child process (the default) and in the follower
@@ -33,17 +34,15 @@ import sys
 import threading
 import time
 import traceback
-from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
 import common
+from dashboard_costs import history_costs, ingest_costs, keys_during_history, profile_open
 from terminal import SIZE, VEGA_TUI, Terminal, app_env, cpu_seconds, wait_screen
 
 HEARTBEAT = "bench heartbeat"
 OTHER_HOST = "bench-remote-writer"
-LOGS_TAB = "level ≥"  # the log pane's header: on screen only while the Logs tab shows
-CHARTS_TAB = "learning rate"  # a chart title: on screen only while the Charts tab shows
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -211,50 +210,6 @@ def key_latencies(term: Terminal, presses: int) -> list[float]:
     return latencies
 
 
-def keys_during_history(
-    term: Terminal, run_dir: Path, final_step: int, presses: int, in_thread: bool, timeout: float
-) -> dict[str, object]:
-    """Open the big log; as soon as its preview shows, press 2 and 1 in turn (each timed until the screen shows
-    the other tab), then wait for the exact history: latencies (s) of presses sent while the status line still
-    said "history", and the seconds from spawn until the exact history replaced the preview."""
-    env = ["env", "VEGA_HISTORY_WORKER=0"] if in_thread else []
-    shown = re.compile(rf"\bstep {final_step}\b")
-    t0 = term.open([*env, *VEGA_TUI, "attach", str(run_dir)], run_dir.parent)
-    try:
-        seen, screen = wait_screen(term, lambda s: bool(shown.search(s)), timeout)
-        if seen is None:
-            raise RuntimeError(f"the big log's final step never showed; screen:\n{screen}")
-        latencies: list[float] = []
-        for number in range(presses if "history" in screen.splitlines()[0] else 0):
-            to_logs = number % 2 == 0
-            sent = term.press("2" if to_logs else "1")
-            marker = LOGS_TAB if to_logs else CHARTS_TAB
-            answered, screen = wait_screen(term, lambda s, m=marker: m in s, 10)
-            if "history" not in screen.splitlines()[0]:
-                break  # the exact history arrived: later presses would not be measured under its load
-            latencies.append(float("inf") if answered is None else answered - sent)
-            time.sleep(0.05)
-        done, _ = wait_screen(
-            term, lambda s: "history" not in s.split("\n", 1)[0] and f"step {final_step}" in s, timeout
-        )
-        after = key_presses(term, presses // 2) if done is not None else []
-    finally:
-        term.close()
-    return {"latencies": latencies, "history_s": None if done is None else done - t0, "after": after}
-
-
-def key_presses(term: Terminal, presses: int) -> list[float]:
-    """Seconds from each press of 2 and 1 in turn until the screen shows the Logs or Charts tab."""
-    latencies = []
-    for number in range(presses):
-        marker = LOGS_TAB if number % 2 == 0 else CHARTS_TAB
-        sent = term.press("2" if number % 2 == 0 else "1")
-        answered, _ = wait_screen(term, lambda s, m=marker: m in s, 10)
-        latencies.append(float("inf") if answered is None else answered - sent)
-        time.sleep(0.05)
-    return latencies
-
-
 def follow_stream(term: Terminal, scratch: Path, rate: int, cpu_s: float, presses: int) -> dict[str, object]:
     """vega-tui attached to a log written at `rate` lines/s: its CPU share and key-press latencies."""
     run_dir = scratch / "stream-run"
@@ -320,134 +275,6 @@ def _wait_for_step_event(path: Path, timeout: float) -> bool:
     return False
 
 
-def ingest_costs(run_dir: Path, sample: int) -> dict[str, float]:
-    """In-process costs behind opening a big log: one liveness check, and per line parse and store costs."""
-    import json
-
-    from trainer_core.contract.event_lines import parse_event
-    from vega_tui import runner
-    from vega_tui.store import RunStore
-
-    t0 = time.perf_counter()
-    runner.is_alive(run_dir)
-    liveness = time.perf_counter() - t0
-    with open(run_dir / "events.jsonl", "rb") as handle:
-        lines = [handle.readline() for _ in range(sample)]
-    t0 = time.perf_counter()
-    events = [parse_event(line) for line in lines]
-    parse = (time.perf_counter() - t0) / sample
-    t0 = time.perf_counter()
-    for line in lines:
-        json.loads(line)
-    plain = (time.perf_counter() - t0) / sample
-    store = RunStore(run_dir=run_dir)
-    t0 = time.perf_counter()
-    for first in range(0, sample, 5000):
-        store.apply(events[first : first + 5000])
-    apply = (time.perf_counter() - t0) / sample
-    return {"liveness_s": liveness, "parse_us": parse * 1e6, "json_us": plain * 1e6, "apply_us": apply * 1e6}
-
-
-def history_costs(run_dir: Path) -> dict[str, float]:
-    """What the run screen's follower does with a big log, timed in-process (no UI sharing the core): seconds
-    to its preview store (head, sampled middle, tail) and to the store of the exact history."""
-    from vega_tui.follow import EventFollower
-    from vega_tui.store import RunStore
-
-    t0 = time.perf_counter()
-    handed: dict[bool, float] = {}
-    follower = EventFollower(
-        run_dir / "events.jsonl",
-        lambda *batch: None,
-        on_store=lambda store, exact: handed.setdefault(exact, time.perf_counter() - t0),
-        make_store=lambda: RunStore(run_dir=run_dir),
-        max_batch=1000,
-    )
-    try:
-        follower.wait_history(600)
-    finally:
-        follower.close()
-    return {"preview_s": handed.get(False, float("nan")), "exact_s": handed.get(True, float("nan"))}
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Profiling the open with py-spy
-
-
-def profile_open(term: Terminal, run_dir: Path, final_step: int, timeout: float) -> list[str]:
-    """Run the open once under py-spy; the hottest functions (own and inclusive time) as note lines."""
-    spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
-    if not Path(spy).is_file():
-        return ["py-spy is not installed (pip install py-spy): the open was not profiled"]
-    raw = run_dir.parent / "open-profile.txt"
-    raw.unlink(missing_ok=True)
-    argv = [spy, "record", "--rate", "100", "--format", "raw", "-o", str(raw), "--", *VEGA_TUI, "attach", str(run_dir)]
-    term.open(argv, run_dir.parent)
-    shown = re.compile(rf"\bstep {final_step}\b")
-    seen, _ = wait_screen(term, lambda s: bool(shown.search(s)), timeout)
-    term.press("q")
-    for _ in range(100):
-        if raw.is_file():
-            break
-        time.sleep(0.1)
-    term.close()
-    if not raw.is_file():
-        return ["py-spy wrote no profile (ptrace not permitted here?)"]
-    text = raw.read_text(encoding="utf-8", errors="replace")
-    raw.unlink()
-    return summarise_profile(text, seen is not None)
-
-
-def short_frame(frame: str) -> str:
-    """`function (folder/file.py:line)` from py-spy's `function (/long/path/folder/file.py:line)`."""
-    name, _, where = frame.partition(" (")
-    return f"{name} ({'/'.join(where.split('/')[-2:])}" if where else frame
-
-
-def summarise_profile(raw: str, finished: bool, top: int = 8) -> list[str]:
-    """Own-time and inclusive-time leaders from py-spy's raw (collapsed stack) output."""
-    own: Counter[str] = Counter()
-    inclusive: Counter[str] = Counter()
-    total = 0
-    for line in raw.splitlines():
-        stack, _, count = line.rpartition(" ")
-        if not stack or not count.isdigit():
-            continue
-        frames = [short_frame(f) for f in stack.split(";")]
-        total += int(count)
-        own[frames[-1]] += int(count)
-        for frame in set(frames):
-            inclusive[frame] += int(count)
-    if not total:
-        return ["py-spy recorded no samples"]
-    own_text = "; ".join(f"{name} {100 * n / total:.0f} %" for name, n in own.most_common(top))
-    ours = [
-        (n, c)
-        for n, c in inclusive.most_common()
-        if any(
-            k in n
-            for k in (
-                "vega_tui",
-                "eventlog",
-                "protocol",
-                "store",
-                "follow",
-                "runner",
-                "pydantic",
-                "run.py",
-                "charts",
-                "logs.py",
-            )
-        )
-    ][:top]
-    inc_text = "; ".join(f"{name} {100 * c / total:.0f} %" for name, c in ours)
-    state = "" if finished else " (the final step was not shown before the timeout)"
-    return [
-        f"py-spy, own time in the open of the big log{state}: {own_text}",
-        f"py-spy, inclusive time in Vega/pydantic functions: {inc_text}",
-    ]
-
-
 # ---------------------------------------------------------------------------------------------------------------
 # The script
 
@@ -464,6 +291,9 @@ def main() -> int:
         help="comma-separated measurements to take: first, open, follow, live, history",
     )
     parser.add_argument("--history-presses", type=int, default=None, help="key presses while the history is read")
+    parser.add_argument(
+        "--live-seconds", type=float, default=None, help="seconds of CPU sampling on the live run (default 600)"
+    )
     args = parser.parse_args()
     tiny = args.tiny
     lines = args.lines or (20_000 if tiny else 1_000_000)
@@ -492,6 +322,7 @@ def measure_all(
 ) -> None:
     """Each measurement on its own: one that fails is reported in the notes and the others still run."""
     tiny = args.tiny
+    live_s = args.live_seconds or (5.0 if tiny else 600.0)
     steps: list[tuple[str, Callable[[], None]]] = [
         ("first frame", lambda: report_first_frame(result, term, scratch, repeats)),
         (
@@ -499,7 +330,7 @@ def measure_all(
             lambda: report_open(result, term, lines, args.open_repeats or (1 if tiny else 2), 60 if tiny else 180),
         ),
         ("follow", lambda: report_follow(result, term, scratch, args.rate, tiny)),
-        ("live run", lambda: report_live(result, term, scratch, env, tiny)),
+        ("live run", lambda: report_live(result, term, scratch, env, tiny, live_s)),
         (
             "history",
             lambda: report_history(
@@ -576,9 +407,18 @@ def ms_list(seconds: list[float]) -> str:
     return "[" + ", ".join(f"{1e3 * x:.0f}" for x in seconds) + "] ms"
 
 
-def report_live(result: common.Result, term: Terminal, scratch: Path, env: dict[str, str], tiny: bool) -> None:
-    live = live_run_cpu(term, scratch, env, 5.0 if tiny else 30.0, tiny)
-    result.add("vega-tui CPU while following a live lm-small run", 100 * live, "% of one core", "< 10 %", live < 0.10)
+def report_live(
+    result: common.Result, term: Terminal, scratch: Path, env: dict[str, str], tiny: bool, seconds: float
+) -> None:
+    live = live_run_cpu(term, scratch, env, seconds, tiny)
+    result.add(
+        "vega-tui CPU while following a live lm-small run",
+        100 * live,
+        "% of one core",
+        "< 10 %",
+        live < 0.10,
+        f"measured over {seconds:.0f} s, after the first step showed",
+    )
 
 
 def report_open(result: common.Result, term: Terminal, lines: int, repeats: int, timeout: float) -> None:

@@ -71,6 +71,7 @@ BENCHES = (
         "dashboard_speed.py",
         ("--lines", "1000000", "--repeats", "3", "--open-repeats", "2", "--profile-open"),
     ),
+    Bench("redraw_ratio", "redraw_ratio.py", ("--points", "1000000", "--repeats", "15")),
     Bench("scale", "scale.py", ("--hours", "24", "--steps", "100", "--eval-every", "50")),
     Bench("synth", "synth_speed.py", ("--sentences", "40", "--train-steps", "20", "--repeats", "5")),
     Bench("bad_inputs", "bad_inputs.py", ()),

@@ -137,9 +137,11 @@ async def wait_until(pilot: Pilot, predicate: Callable[[], bool], what: str, tim
 
 
 def current_chart_data(screen: RunScreen, chart: RunChart) -> ChartData:
-    """What `chart` shows once it caught up with the store."""
-    builder, grid = CHART_BUILDERS[chart.build_name], screen.query_one(ChartGrid)
-    return builder(screen.state, grid.log_y) if chart.build_name == "loss" else builder(screen.state)
+    """What `chart` shows once it caught up with the store (read at its width, as the grid reads it)."""
+    builder, grid, columns = CHART_BUILDERS[chart.build_name], screen.query_one(ChartGrid), chart.size.width
+    if chart.build_name == "loss":
+        return builder(screen.state, grid.log_y, columns)
+    return builder(screen.state, columns=columns)
 
 
 async def settled(pilot: Pilot) -> RunScreen:
@@ -285,7 +287,8 @@ async def test_charts_redraw_only_when_the_store_changes(tmp_path: Path) -> None
         grid = screen.query_one(ChartGrid)
         chart = grid.chart("loss")
         # Wait for the chart to show the whole store (the last batches may land after the first draw).
-        await wait_until(pilot, lambda: chart.data == loss_chart(screen.state, grid.log_y), "the whole log drawn")
+        whole = lambda: chart.data == loss_chart(screen.state, grid.log_y, chart.size.width)  # noqa: E731
+        await wait_until(pilot, whole, "the whole log drawn")
         draws = chart.draws
         await pilot.pause(1.2)  # several timer ticks with nothing new
         assert chart.draws == draws

@@ -47,6 +47,11 @@ EXPECTED = {
         "key-press latency while following",
         "vega-tui CPU while following a live",
     ),
+    "redraw_ratio.py": (
+        "redraw time, 10,000 points / 1,000 points",
+        "redraw at 10,000 points",
+        "negative control (full-history downsampling)",
+    ),
     "vocoder_quality.py": ("Griffin-Lim: mel L1 (the reference)", "vocoder-small, end of the budget: mel L1"),
     "time_budget.py": ("whole job (spawn to exit) against the target", "trainer's own run time"),
     "demo_run.py": (
@@ -121,6 +126,7 @@ KEYS = {
     "preload_speed.py": "preload",
     "event_cost.py": "event_cost",
     "dashboard_speed.py": "dashboard",
+    "redraw_ratio.py": "redraw_ratio",
     "time_budget.py": "budget",
     "scale.py": "scale",
     "synth_speed.py": "synth",

@@ -47,17 +47,37 @@ class Series:
     every bucket holds one point. When the buckets fill up, neighbouring pairs merge (halving their number and
     doubling how many raw points a bucket spans), and new points gather into a bucket of the current span
     before it is sealed. The global min and max of y therefore always remain in `ys`. Non-finite y is skipped.
+
+    Coarser levels (pairs of buckets, pairs of pairs, ...) are kept up to date as buckets seal (amortised
+    O(1) a point), so `envelope(columns)` reads at most about 2 * `columns` buckets: a chart's cost follows its
+    width, not the length of the run.
     """
 
-    __slots__ = ("max_points", "span", "_buckets", "_cap", "_open", "_n", "_last_x", "_last_y", "_min", "_max")
+    __slots__ = (
+        "max_points",
+        "span",
+        "version",
+        "_buckets",
+        "_upper",
+        "_cap",
+        "_open",
+        "_n",
+        "_last_x",
+        "_last_y",
+        "_min",
+        "_max",
+    )
 
     def __init__(self, max_points: int = 2000) -> None:
         if max_points < 4:
             raise ValueError(f"Series max_points must be at least 4, got {max_points}")
         self.max_points = max_points
         self.span = 1  # raw points per bucket
+        self.version = 0  # points stored so far (a cheap "did it move" for readers)
         # Sealed buckets: [x_of_min, min_y, x_of_max, max_y]; the open bucket adds up to 2 points.
         self._buckets: list[list[float]] = []
+        # _upper[j]: buckets of 2**(j+1) sealed buckets each, merged pairwise from the level below.
+        self._upper: list[list[list[float]]] = []
         self._cap = max_points // 2 - 1
         self._open: list[float] | None = None
         self._n = 0  # raw points in the open bucket
@@ -70,6 +90,7 @@ class Series:
         """Add one point; False (and nothing stored) when y is None, NaN or infinite."""
         if y is None or not math.isfinite(y):
             return False
+        self.version += 1
         self._last_x, self._last_y = x, y
         if y < self._min:
             self._min = y
@@ -91,36 +112,57 @@ class Series:
     def _seal(self) -> None:
         self._buckets.append(self._open)  # type: ignore[arg-type]
         self._open, self._n = None, 0
+        self._lift(self._buckets, 0)
         if len(self._buckets) > self._cap:
             self._merge_pairs()
 
+    def _lift(self, below: list[list[float]], level: int) -> None:
+        """A level that just got an even count passes its last pair up, and so on (a binary counter)."""
+        upper = self._upper
+        while len(below) % 2 == 0:
+            if level == len(upper):
+                upper.append([])
+            above = upper[level]
+            above.append(_merge_two(below[-2], below[-1]))
+            below, level = above, level + 1
+
     def _merge_pairs(self) -> None:
         """Halve the bucket count: each pair keeps the lower min and the higher max of the two."""
-        old, merged = self._buckets, []
-        for i in range(0, len(old) - 1, 2):
-            a, b = old[i], old[i + 1]
-            low = a if a[1] <= b[1] else b
-            high = a if a[3] >= b[3] else b
-            merged.append([low[0], low[1], high[2], high[3]])
+        old = self._buckets
+        merged = [_merge_two(old[i], old[i + 1]) for i in range(0, len(old) - 1, 2)]
         if len(old) % 2:
             merged.append(old[-1])
         self._buckets = merged
         self.span *= 2
+        if len(old) % 2 == 0:
+            self._upper = self._upper[1:]  # the pairs level is the new bottom; the others shift down
+        else:  # a leftover bucket of the old span breaks the pairing: rebuild (once per doubling)
+            self._upper, below = [], merged
+            while len(below) >= 2:
+                below = [_merge_two(below[i], below[i + 1]) for i in range(0, len(below) - 1, 2)]
+                self._upper.append(below)
+
+    def envelope(self, columns: int) -> tuple[list[float], list[float]]:
+        """The series for a chart `columns` wide: each bucket's lowest and highest point, read from the finest
+        level with at most 2 * `columns` buckets (plus the few not yet paired): O(columns), however long
+        the run. A bucket covers consecutive points, so the min/max envelope of the full history is kept."""
+        levels = [self._buckets, *self._upper]
+        level = 0
+        while level + 1 < len(levels) and len(levels[level]) + level > max(1, 2 * columns):
+            level += 1
+        buckets = list(levels[level])
+        for j in range(level - 1, -1, -1):  # the finer buckets not yet paired up, in step order
+            if len(levels[j]) % 2:
+                buckets.append(levels[j][-1])
+        if self._open is not None:
+            buckets.append(self._open)
+        return _bucket_points(buckets)
 
     def points(self) -> list[tuple[float, float]]:
         """Every stored point in arrival order (a bucket's min and max ordered by x)."""
-        out: list[tuple[float, float]] = []
         buckets = self._buckets if self._open is None else [*self._buckets, self._open]
-        for x_lo, y_lo, x_hi, y_hi in buckets:
-            if x_lo == x_hi and y_lo == y_hi:
-                out.append((x_lo, y_lo))
-            elif x_lo <= x_hi:
-                out.append((x_lo, y_lo))
-                out.append((x_hi, y_hi))
-            else:
-                out.append((x_hi, y_hi))
-                out.append((x_lo, y_lo))
-        return out
+        xs, ys = _bucket_points(buckets)
+        return list(zip(xs, ys, strict=True))
 
     @property
     def xs(self) -> list[float]:
@@ -156,6 +198,30 @@ class Series:
 
     def __repr__(self) -> str:
         return f"Series({len(self)} points, span {self.span}, last {self._last_y!r})"
+
+
+def _merge_two(a: list[float], b: list[float]) -> list[float]:
+    """One bucket for two neighbours: the lower min and the higher max (the earlier one on a tie)."""
+    low = a if a[1] <= b[1] else b
+    high = a if a[3] >= b[3] else b
+    return [low[0], low[1], high[2], high[3]]
+
+
+def _bucket_points(buckets: list[list[float]]) -> tuple[list[float], list[float]]:
+    """Each bucket's min and max point in x order (one point when they are the same)."""
+    xs: list[float] = []
+    ys: list[float] = []
+    for x_lo, y_lo, x_hi, y_hi in buckets:
+        if x_lo == x_hi and y_lo == y_hi:
+            xs.append(x_lo)
+            ys.append(y_lo)
+        elif x_lo <= x_hi:
+            xs += (x_lo, x_hi)
+            ys += (y_lo, y_hi)
+        else:
+            xs += (x_hi, x_lo)
+            ys += (y_hi, y_lo)
+    return xs, ys
 
 
 class Ema:

@@ -6,20 +6,21 @@ one learning-rate line per group, the other groups' losses on the loss chart's r
 generator's parts (mel, adversarial, feature; kl and duration for vits) and the validation chart
 in the speech chart's place.
 
-What to draw is worked out by pure functions (`loss_chart`, `lr_chart`, ...) that turn a `RunState` into a
-`ChartData`; `RunChart` only hands a `ChartData` to plotext. Keeping the two apart lets tests check what a
-chart holds without parsing terminal art, and keeps plotting cheap: the screen calls `ChartGrid.redraw` on a
-timer, only when the store changed; only charts that are on screen and whose data changed are rebuilt, one
-per frame, never while a key press waits; each series is cut down to two points per column of the chart
-(the lowest and highest, so spikes survive) before plotext sees it; a repaint reuses the last picture.
+What to draw is worked out by pure functions (`loss_chart`, `lr_chart`, ... in `chart_data`) that turn a
+`RunState` into a `ChartData`; `RunChart` only hands a `ChartData` to plotext. Keeping the two apart lets
+tests check what a chart holds without parsing terminal art, and keeps plotting cheap: the screen calls
+`ChartGrid.redraw` on a timer, only when the store changed; only charts that are on screen and whose store
+moved are rebuilt, one per frame, never while a key press waits; each series is read at the chart's width
+from the store's min/max levels (`Series.envelope`: O(width), however long the run), then cut down to two
+points per column (the lowest and highest, so spikes survive) before plotext sees it; a repaint reuses the
+last picture.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from rich.text import Text
@@ -27,293 +28,70 @@ from textual.containers import Container
 from textual.widget import Widget
 from textual_plotext import PlotextPlot
 
-from trainer_core.contract.units import GIB, format_number
+from vega_tui.widgets.chart_data import (
+    CHART_BUILDERS,
+    FAULT_KINDS,
+    GROUP_COLORS,
+    MARKER_STYLES,
+    METRIC_COLOR,
+    PART_COLORS,
+    ChartData,
+    Line,
+    downsample_minmax,
+    finite_points,
+    flat_line,
+    group_color,
+    group_loss_chart,
+    group_parts_chart,
+    loss_chart,
+    lr_chart,
+    marker_steps,
+    memory_chart,
+    parts_chart,
+    series_line,
+    speech_chart,
+    throughput_chart,
+    validation_chart,
+    validation_wanted,
+)
 from vega_tui.widgets.chart_ticks import log_ticks, step_ticks, value_ticks
 
 if TYPE_CHECKING:
     from textual.app import App, ComposeResult
     from textual.timer import Timer
 
-    from vega_tui.run_state import RunState, Series
+    from vega_tui.run_state import RunState
 
-
-# Marker kind -> (plotext marker character, colour, legend label). Faults also get a vertical line.
-MARKER_STYLES: dict[str, tuple[str, str, str]] = {
-    "checkpoint": ("c", "blue", "ckpt"),
-    "best": ("*", "green", "best"),
-    "oom": ("X", "red", "OOM"),
-    "nonfinite": ("!", "magenta", "non-finite"),
-    "passed": ("^", "green", "beats ref"),
-    "early_stop": ("E", "yellow", "early stop"),
-    "memory": ("M", "yellow", "memory"),
-}
-FAULT_KINDS = ("oom", "nonfinite")
-
-
-@dataclass
-class Line:
-    """One plotted series; `scatter` draws points only (validation losses are sparse); `right` plots it
-    against a y axis of its own on the right (a loss on another scale)."""
-
-    label: str
-    xs: list[float]
-    ys: list[float]
-    color: str
-    scatter: bool = False
-    right: bool = False
-
-
-@dataclass
-class ChartData:
-    """Everything one chart shows. `markers` maps a marker kind to the steps where it happened."""
-
-    title: str
-    lines: list[Line] = field(default_factory=list)
-    markers: dict[str, list[int]] = field(default_factory=dict)
-    log_y: bool = False
-
-    @property
-    def points(self) -> int:
-        return sum(len(line.xs) for line in self.lines)
-
-
-def finite_points(xs: Sequence[float], ys: Sequence[float], positive: bool = False) -> tuple[list[float], list[float]]:
-    """Drop NaN/inf values (a skipped step), and values <= 0 on a log axis, which plotext cannot place."""
-    keep_x, keep_y = [], []
-    for x, y in zip(xs, ys, strict=False):
-        if y is None or not math.isfinite(y) or (positive and y <= 0):
-            continue
-        keep_x.append(x)
-        keep_y.append(y)
-    return keep_x, keep_y
-
-
-def downsample_minmax(xs: Sequence[float], ys: Sequence[float], columns: int) -> tuple[list[float], list[float]]:
-    """At most two points per column: the lowest and the highest y of the x range that column covers, in x
-    order. A plot one cell wide cannot show more, and a lone spike (a loss blow-up) is kept, not averaged."""
-    if columns < 1 or len(xs) <= 2 * columns:
-        return list(xs), list(ys)
-    first, last = xs[0], xs[-1]
-    scale = columns / ((last - first) or 1.0)
-    out_x: list[float] = []
-    out_y: list[float] = []
-    column, low_i, high_i = None, 0, 0
-    for i, x in enumerate(xs):
-        c = min(columns - 1, int((x - first) * scale))
-        if c != column:
-            if column is not None:
-                _emit_extremes(xs, ys, low_i, high_i, out_x, out_y)
-            column, low_i, high_i = c, i, i
-        elif ys[i] < ys[low_i]:
-            low_i = i
-        elif ys[i] > ys[high_i]:
-            high_i = i
-    _emit_extremes(xs, ys, low_i, high_i, out_x, out_y)
-    return out_x, out_y
-
-
-def _emit_extremes(
-    xs: Sequence[float], ys: Sequence[float], low_i: int, high_i: int, out_x: list[float], out_y: list[float]
-) -> None:
-    for i in sorted({low_i, high_i}):
-        out_x.append(xs[i])
-        out_y.append(ys[i])
-
-
-def series_line(
-    state: RunState,
-    key: str,
-    label: str,
-    color: str,
-    *,
-    scale: float = 1.0,
-    positive: bool = False,
-    scatter: bool = False,
-    right: bool = False,
-) -> Line | None:
-    """A `Line` from one store series (None when the series is missing or has no finite point)."""
-    series: Series | None = state.series.get(key)
-    if series is None or len(series) == 0:
-        return None
-    ys = series.ys if scale == 1.0 else [y / scale if y is not None else y for y in series.ys]
-    xs, ys = finite_points(series.xs, ys, positive)
-    return Line(label, xs, ys, color, scatter, right) if xs else None
-
-
-def flat_line(label: str, xs: Sequence[float], y: float, color: str) -> Line:
-    """A horizontal line at `y` across the steps of `xs` (at least one step wide): a floor or a reference."""
-    return Line(label, [xs[0], max(xs[-1], xs[0] + 1)], [y] * 2, color)
-
-
-def _present(lines: Iterable[Line | None]) -> list[Line]:
-    return [line for line in lines if line is not None]
-
-
-def marker_steps(state: RunState) -> dict[str, list[int]]:
-    """Steps of every OOM, non-finite, checkpoint and best-model event, by kind."""
-    steps: dict[str, list[int]] = {}
-    for marker in state.markers:
-        if marker.kind in MARKER_STYLES:
-            steps.setdefault(marker.kind, []).append(marker.step)
-    return steps
-
-
-def loss_chart(state: RunState, log_y: bool = False) -> ChartData:
-    """Training loss (raw and smoothed) and validation loss, with markers on the step axis."""
-    if len(state.groups) > 1:
-        return group_loss_chart(state, log_y)
-    lines = _present(
-        (
-            series_line(state, "loss", "loss", "gray", positive=log_y),
-            series_line(state, "loss_smooth", "smoothed", "cyan", positive=log_y),
-            series_line(state, "val_loss", "validation", "orange", positive=log_y, scatter=True),
-        )
-    )
-    title = "loss (log scale)" if log_y else "loss"
-    return ChartData(title, lines, marker_steps(state), log_y=log_y)
-
-
-# Optimizer group colours, by the group's place in the update order (the same group, the same colour on
-# every chart).
-GROUP_COLORS = ("magenta", "green", "blue", "orange", "red")
-
-
-def group_color(state: RunState, group: str) -> str:
-    return GROUP_COLORS[state.groups.index(group) % len(GROUP_COLORS)]
-
-
-def group_loss_chart(state: RunState, log_y: bool = False) -> ChartData:
-    """Several optimizers (a GAN vocoder): the primary group's loss (`loss`, every step) raw and smoothed on the
-    left axis, each other group's total on a right axis of its own (a discriminator's ~1 would lie flat under a
-    generator's ~100). The validation loss measures something else there: it has the validation chart."""
-    primary = state.primary_group
-    lines = [
-        series_line(state, "loss", primary or "loss", "gray", positive=log_y),
-        series_line(state, "loss_smooth", "smoothed", "cyan", positive=log_y),
-    ]
-    for group in state.groups:
-        if group != primary:
-            color = group_color(state, group)
-            lines.append(series_line(state, f"part:{group}.total", group, color, positive=log_y, right=True))
-    title = "loss (log scale)" if log_y else "loss"
-    return ChartData(title, _present(lines), marker_steps(state), log_y=log_y)
-
-
-PART_COLORS = ("cyan", "orange", "green", "magenta", "blue", "red", "gray")
-METRIC_COLOR = "orange"  # the validation chart's metric
-
-
-def parts_chart(state: RunState) -> ChartData:
-    """Each named part of the loss (`part:<name>` series: mel, duration, ... for TTS)."""
-    keys = sorted(key for key in state.series if key.startswith("part:"))
-    if len(state.groups) > 1:
-        return group_parts_chart(state, keys)
-    lines = _present(
-        series_line(state, key, key.removeprefix("part:"), PART_COLORS[i % len(PART_COLORS)])
-        for i, key in enumerate(keys)
-    )
-    return ChartData("loss parts", lines)
-
-
-def group_parts_chart(state: RunState, keys: list[str]) -> ChartData:
-    """Several optimizers: the parts without the groups' totals (the loss chart has those), named without
-    their group when only one group has parts (a GAN's generator: mel, adversarial, feature)."""
-    totals = {f"part:{group}.total" for group in state.groups}
-    names = [key.removeprefix("part:") for key in keys if key not in totals]
-    owners = {name.partition(".")[0] for name in names}
-    owner = owners.pop() if len(owners) == 1 and all("." in name for name in names) else None
-    lines = _present(
-        series_line(state, f"part:{name}", name.removeprefix(f"{owner}."), PART_COLORS[i % len(PART_COLORS)])
-        for i, name in enumerate(names)
-    )
-    return ChartData(f"loss parts ({owner})" if owner else "loss parts", lines)
-
-
-def lr_chart(state: RunState) -> ChartData:
-    """The learning rate; with several optimizers, one line per group, labelled by its name."""
-    groups = _present(series_line(state, f"lr:{group}", group, group_color(state, group)) for group in state.groups)
-    if groups:
-        return ChartData("learning rate", groups)
-    return ChartData("learning rate", _present([series_line(state, "lr", "lr", "green")]))
-
-
-def throughput_chart(state: RunState) -> ChartData:
-    faults = {kind: steps for kind, steps in marker_steps(state).items() if kind in FAULT_KINDS}
-    return ChartData("samples/s", _present([series_line(state, "samples_per_s", "samples/s", "orange+")]), faults)
-
-
-def memory_chart(state: RunState) -> ChartData:
-    """Device and host memory in GiB, with OOM and memory-manager markers (both can halve the batch)."""
-    lines = _present(
-        (
-            series_line(state, "mem_device", "device", "magenta", scale=GIB),
-            series_line(state, "mem_host", "host", "blue", scale=GIB),
-        )
-    )
-    faults = {kind: steps for kind, steps in marker_steps(state).items() if kind in ("oom", "memory")}
-    return ChartData("memory (GiB)", lines, faults)
-
-
-def speech_chart(state: RunState) -> ChartData:
-    """Free-running distance of held-out sentences (voice runs), with the vocoder's floor as a flat line."""
-    distance = series_line(state, "free_running", "free-running", "cyan")
-    acoustic = series_line(state, "free_running_acoustic", "before vocoder", "gray")
-    floor = state.free_running_floor
-    reference = None
-    if distance is not None and floor is not None:
-        reference = flat_line("floor (vocoder)", distance.xs, floor, "green")
-    return ChartData("free-running distance (voice)", _present((distance, acoustic, reference)), _best_only(state))
-
-
-def _best_only(state: RunState, also: tuple[str, ...] = ()) -> dict[str, list[int]]:
-    return {kind: steps for kind, steps in marker_steps(state).items() if kind == "best" or kind in also}
-
-
-def validation_chart(state: RunState) -> ChartData:
-    """The validation metric (a vocoder's mel_l1; the validation loss when there is none) and, when the trainer
-    measured one, the reference it should beat (Griffin-Lim copy synthesis) as a flat line labelled with its
-    name, with best-model markers, one where the metric first beat the reference and one where early stopping
-    ended the run."""
-    name = state.metric_name
-    metric = series_line(state, f"val_metric:{name}", name, METRIC_COLOR) if name else None
-    if metric is None:
-        name, metric = None, series_line(state, "val_loss", "validation loss", METRIC_COLOR)
-    reference = state.reference.get(name) if name else None
-    label = state.reference_name or "reference"
-    line = flat_line(label, metric.xs, reference, "green") if metric is not None and reference is not None else None
-    title = _validation_title(state, name, reference)
-    others = [] if reference is not None else _other_metrics(state, name)
-    return ChartData(title, _present((metric, line, *others)), _best_only(state, ("passed", "early_stop")))
-
-
-def _other_metrics(state: RunState, shown: str | None) -> list[Line | None]:
-    """A task's further validation metrics (its val_metrics beyond the first), on the right axis: each scale its own."""
-    keys = sorted(key for key in state.series if key.startswith("val_metric:") and key != f"val_metric:{shown}")
-    colors = [color for color in PART_COLORS if color != METRIC_COLOR]  # not the metric's colour
-    return [
-        series_line(state, key, key.removeprefix("val_metric:"), colors[i % len(colors)], right=True)
-        for i, key in enumerate(keys)
-    ]
-
-
-def _validation_title(state: RunState, name: str | None, reference: float | None) -> str:
-    """`mel_l1 2.83 · griffin_lim 0.215`: the latest value and the line to beat (short: a compact chart)."""
-    if name is None:
-        return "validation loss"
-    series = state.series.get(f"val_metric:{name}")
-    last = series.last if series is not None else None
-    title = f"{name} {format_number(last, 3)}" if last is not None else f"validation {name}"
-    label = state.reference_name or "reference"
-    return title + (f" · {label} {format_number(reference, 3)}" if reference is not None else "")
-
-
-def validation_wanted(state: RunState) -> bool:
-    """Whether the validation chart takes the speech chart's place: the run is scored against a
-    reference, or trains several optimizers (a GAN vocoder or a vits voice: its loss is not what
-    validation measures), or its task says it does not speak (a model of one's own, an LM: its
-    metrics are charted there)."""
-    speaks = state.task.get("speaks") if state.task is not None else None
-    return bool(state.reference) or len(state.groups) > 1 or speaks is False
+# Re-exported: the chart data builders lived here before `chart_data` (tests and screens import them here).
+__all__ = [
+    "CHART_BUILDERS",
+    "FAULT_KINDS",
+    "GROUP_COLORS",
+    "MARKER_STYLES",
+    "METRIC_COLOR",
+    "PART_COLORS",
+    "ChartData",
+    "ChartGrid",
+    "Line",
+    "RunChart",
+    "downsample_minmax",
+    "finite_points",
+    "flat_line",
+    "group_color",
+    "group_loss_chart",
+    "group_parts_chart",
+    "loss_chart",
+    "lr_chart",
+    "marker_bands",
+    "marker_steps",
+    "memory_chart",
+    "parts_chart",
+    "series_line",
+    "speech_chart",
+    "throughput_chart",
+    "validation_chart",
+    "validation_wanted",
+]
 
 
 # Rows of a chart that are not plot: title, top and bottom frame, step labels.
@@ -363,6 +141,8 @@ class RunChart(PlotextPlot):
         self.drawn_at = -math.inf  # time.monotonic() of the last draw
         self.draws = 0  # figures built so far (tests check that unchanged data is not drawn again)
         self.renders = 0  # pictures built by plotext so far
+        self.builds = 0  # ChartData built for it so far (tests check a hidden or unchanged chart is not built)
+        self.built_for: tuple[object, ...] | None = None  # (state, version, log scale, size) last built
         self._columns = 0  # the width the figure was downsampled for
         self._rows = 0  # the height its value ticks were chosen for
         self._picture: tuple[tuple, Text] | None = None  # (what it shows, the picture): repaints reuse it
@@ -441,15 +221,6 @@ class RunChart(PlotextPlot):
             return Text(f"{self.data.title if self.data else 'chart'}: cannot draw ({exc!r})", style="red")
 
 
-CHART_BUILDERS: dict[str, Callable[[RunState], ChartData]] = {
-    "loss": loss_chart,
-    "parts": parts_chart,
-    "lr": lr_chart,
-    "throughput": throughput_chart,
-    "memory": memory_chart,
-    "speech": speech_chart,
-    "validation": validation_chart,
-}
 # The secondary charts, in the order `c` cycles them on a small terminal. "validation" takes the place of
 # "speech" for the runs that want it (see `validation_wanted`); only one of them is shown.
 SECONDARY = ("lr", "throughput", "memory", "parts", "speech", "validation")
@@ -498,8 +269,16 @@ class ChartGrid(Container):
             if wait > 0:
                 self._catch_up_in(wait)  # so the last change is drawn even if the run then goes quiet
                 continue
-            builder = CHART_BUILDERS[chart.build_name]
-            data = loss_chart(state, self.log_y) if chart.build_name == "loss" else builder(state)
+            # Nothing moved since this chart's last build (same state, scale and size): skip the build too.
+            built_for = (id(state), state.version, self.log_y, chart.size)
+            if chart.built_for == built_for:
+                continue
+            chart.built_for, chart.builds = built_for, chart.builds + 1
+            builder, columns = CHART_BUILDERS[chart.build_name], chart.size.width
+            if chart.build_name == "loss":
+                data = loss_chart(state, self.log_y, columns)
+            else:
+                data = builder(state, columns=columns)
             if chart.needs_draw(data):
                 self._pending[chart.build_name] = (chart, data)
         if self._pending and not self._draw_scheduled:
