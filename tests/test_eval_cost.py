@@ -26,7 +26,7 @@ from trainer_core.models.vocoder import mel_to_audio
 from trainer_core.scoring.speech_scores import Scores, score_heard
 
 TEST_VOICE = Path(__file__).resolve().parent / "fixtures" / "voice"
-NAMES = ["demo_003", "demo_017", "demo_008"]  # three lengths, so the batch is padded
+NAMES = ["demo_003", "demo_008"]  # two lengths, so the batch is padded
 TTS = TtsSection(griffin_lim_iters=8)
 AUDIO = AudioSection()
 
@@ -56,7 +56,7 @@ def alone(mel: np.ndarray, iterations: int = TTS.griffin_lim_iters) -> np.ndarra
 def test_griffin_lim_in_a_batch_gives_each_sentence_what_it_gets_alone() -> None:
     free = FreeRunning(sentences(), AUDIO, TTS, vocoder=None)
     mels = [r.mel for r in free.recordings()]
-    assert len({m.shape[1] for m in mels}) == 3
+    assert len({m.shape[1] for m in mels}) == 2
     batched = mels_to_audio(mels, AUDIO, TTS.griffin_lim_iters)
     for mel, wave in zip(mels, batched, strict=True):
         single = alone(mel)
@@ -92,7 +92,7 @@ def test_a_fixed_checkpoint_scores_as_the_old_path_did_and_the_floor_is_kept(
     new.progress = lambda done, total: progress.append((done, total))
     assert_same(new.score(model, encoder), old_scores)
     assert model.training  # put back as it was
-    assert progress == [(0, 3), (1, 3), (2, 3), (3, 3)]
+    assert progress == [(0, 2), (1, 2), (2, 2)]
     assert_same(new.floor(), old_floor)
     (entry,) = (tmp_path / "evaluation").glob("*.json")
     # The next evaluation reads the floor instead of vocoding: an edited entry is what it gets.
@@ -122,8 +122,9 @@ def test_the_vocoder_reference_is_as_before_and_computed_once(tmp_path: Path) ->
             totals[name] += float(value) / len(clips)
     cache = EvalCache(tmp_path)
     got = reference_scores(clips, AUDIO, resolutions, TTS.griffin_lim_iters, cache)
+    # Within 1e-4 of each figure (the log-magnitude STFT distance is about 3.7: relative).
     assert got["mel_l1"] == pytest.approx(totals["mel"], abs=1e-4)
-    assert got["stft_distance"] == pytest.approx(totals["stft"], abs=1e-4)
+    assert got["stft_distance"] == pytest.approx(totals["stft"], rel=1e-4)
     (entry,) = tmp_path.glob("*.json")
     entry.write_text(json.dumps({"mel_l1": 9.0, "stft_distance": 9.0}))
     iterations = TTS.griffin_lim_iters

@@ -70,7 +70,7 @@ def _envelope(frames: int, window: torch.Tensor, a: AudioSection, length: int) -
     return torch.nn.functional.pad(trimmed, (0, max(0, length - trimmed.shape[0])))[:length]
 
 
-def _rescale(magnitudes: Sequence[torch.Tensor], a: AudioSection, window: torch.Tensor):
+def _rescale(magnitudes: Sequence[torch.Tensor], a: AudioSection, window: torch.Tensor) -> torch.Tensor:
     """Per sentence: the batch's window sum over its own, zero past its own end."""
     import torch
 
@@ -94,16 +94,19 @@ def griffin_lim_many(magnitudes: Sequence[torch.Tensor], a: AudioSection, n_iter
     device, longest = magnitudes[0].device, max(m.shape[-1] for m in magnitudes)
     window = torch.hann_window(a.win_length, periodic=True, device=device)
     rescale = _rescale(magnitudes, a, window).to(device)
-    shape = {"n_fft": a.n_fft, "hop_length": a.hop_length, "win_length": a.win_length}
 
     def pad(x: torch.Tensor) -> torch.Tensor:
         return torch.nn.functional.pad(x, (0, longest - x.shape[-1]))
 
     def istft(spec: torch.Tensor) -> torch.Tensor:
-        return torch.istft(spec, **shape, window=window, center=True) * rescale
+        wave = torch.istft(spec, a.n_fft, a.hop_length, a.win_length, window=window, center=True)
+        return wave * rescale
 
     def stft(wave: torch.Tensor) -> torch.Tensor:
-        return torch.stft(wave, **shape, window=window, center=True, pad_mode="constant", return_complex=True)
+        return torch.stft(
+            wave, a.n_fft, a.hop_length, a.win_length, window=window, center=True, pad_mode="constant",
+            return_complex=True,
+        )  # fmt: skip
 
     magnitude = torch.stack([pad(m) for m in magnitudes])
     # The same start as alone: a fresh generator seeded 0 for each sentence, in its own shape.
