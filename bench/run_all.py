@@ -89,7 +89,7 @@ BENCHES = (
         ("--steps", "24", "--warmup", "2", "--repeats", "2", "--batch", "2"),
     ),
     Bench("kill", "kill_loop.py", ("--kills", "36")),
-    Bench("budget", "time_budget.py", ("--hours", "0.1667")),
+    Bench("budget", "time_budget.py", ("--busy",)),
     Bench("vocoder", "vocoder_quality.py", ("--minutes", "30")),
     Bench("sizing", "learning.py", ("--lm-minutes", "4"), ("--sections", "lm")),
     Bench("learning", "learning.py", ("--minutes", "12"), ("--sections", "voice")),

@@ -42,6 +42,7 @@ SWITCHES = {
     "VEGA_FAULT_SAMPLE_IN_PLACE": "1",
     "VEGA_FAULT_BEST_IN_PLACE": "1",
     "VEGA_FAULT_CACHE_IN_PLACE": "1",
+    "VEGA_FAULT_EVAL_UNBUDGETED": "1",
 }
 DEBUG = DebugSection(nonfinite_at_steps=[1], hold_checkpoint_write_s=5.0)
 
@@ -77,6 +78,7 @@ def effects(tmp_path: Path) -> dict[str, object]:
         "in_place": faults.writes_in_place(),
         "files_in_place": [fault_points.in_place(phase) for phase in faults.IN_PLACE_SWITCHES],
         "save": saved,
+        "eval_unbudgeted": faults.eval_unbudgeted(),
     }
 
 
@@ -92,6 +94,7 @@ def test_each_switch_acts_only_with_the_gate_open(tmp_path: Path, clean_env: pyt
         "in_place": False,
         "files_in_place": [False] * 3,
         "save": "saved",
+        "eval_unbudgeted": False,
     }
     code, message = faults.fault_warning(DEBUG) or ("", "")
     assert code == IGNORED_CODE and f"they act only with {GATE_ENV}=1" in message
@@ -109,6 +112,7 @@ def test_each_switch_acts_only_with_the_gate_open(tmp_path: Path, clean_env: pyt
         "in_place": True,
         "files_in_place": [True] * 3,
         "save": "disk is full",
+        "eval_unbudgeted": True,
     }
     code, message = faults.fault_warning(DEBUG) or ("", "")
     assert code == ON_CODE and message.startswith(f"fault injection on ({GATE_ENV}=1): VEGA_FAULT_")

@@ -16,6 +16,7 @@ from trainer_core.contract.event_lines import parse_event
 from trainer_core.contract.profile import TrainSection
 from vega_tui.store import RunStore
 from vega_tui.widgets.charts import speech_chart
+from vega_tui.widgets.status import status_first_line
 
 REPO = Path(__file__).resolve().parents[1]
 TEST_VOICE = REPO / "tests" / "fixtures" / "voice"
@@ -115,3 +116,20 @@ def test_the_dashboard_charts_the_distance_against_the_floor(voice_run) -> None:
     assert set(lines["floor (vocoder)"].ys) == {floor}
     assert chart.markers["best"] == [e.step for e in events(run_dir, "best_model")]
     assert any("free-running at step 12" in line.message for line in store.state.logs)
+
+
+def test_the_status_line_says_what_the_trainer_does_between_steps(voice_run) -> None:
+    run_dir, _ = voice_run
+    phases = [(e.step, e.phase, e.done, e.total) for e in events(run_dir, "phase")]
+    assert (8, "free_running", 2, 3) in phases and (8, "sampling", None, None) in phases
+    assert phases[-1] == (12, "finishing", None, None) and (4, "training", None, None) in phases
+    store, seen = RunStore(), []
+    for line in (run_dir / "events.jsonl").read_text().splitlines():
+        store.apply([event := parse_event(line)])
+        if event.type in ("phase", "step") and store.state.status == "training":
+            seen.append(status_first_line(store.state, None).plain.split(" · ")[-1])
+    assert "free-running 2/3" in seen and "validating" in seen and "sampling" in seen
+    assert seen[-1].startswith("ETA") or seen[-1] == "finishing"
+    # Steps after a pass: the ETA is back.
+    after = seen.index("free-running 3/3")
+    assert any(text.startswith("ETA") for text in seen[after:])

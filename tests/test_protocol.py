@@ -144,6 +144,7 @@ SAMPLE_FIELDS: dict[str, dict] = {
     "command_ack": dict(cmd="pause", id="c1", ok=True, detail="paused at step 1201"),
     "paused": dict(step=1201, reason="memory at 99% of its 10.0 GiB budget"),
     "resumed": dict(step=1201),
+    "phase": dict(step=1200, phase="free_running", done=3, total=8),
     "warning": dict(message="no GPU, training on CPU", code="cpu_fallback"),
     "error": dict(
         message="compute_losses raised ValueError: boom (x.py:2 in MyTask.compute_losses)",
@@ -164,7 +165,7 @@ def sample_event(kind: str, **envelope: object) -> Event:
 
 def test_samples_cover_every_event_type() -> None:
     assert set(SAMPLE_FIELDS) == set(EVENT_TYPES)
-    assert len(EVENT_TYPES) == len(EVENT_MODELS) == 28
+    assert len(EVENT_TYPES) == len(EVENT_MODELS) == 29
 
 
 @pytest.mark.parametrize("kind", sorted(SAMPLE_FIELDS))

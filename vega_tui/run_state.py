@@ -364,6 +364,8 @@ class RunState:
     last_checkpoint_t: float = 0.0
     last_checkpoint_path: str = ""
     best_step: int | None = None
+    # What the trainer does between steps (step, phase, done, total), from `phase` events; None while stepping.
+    phase: tuple[int, str, int | None, int | None] | None = None
     # The step where train.early_stopping_patience ended the run (the finished event's summary), else None.
     early_stopped_step: int | None = None
     # The latest free-running evaluation (voice runs): its summary, and the vocoder's floor distance.

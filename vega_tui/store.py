@@ -38,6 +38,7 @@ from trainer_core.contract.protocol import (
     NonfiniteEvent,
     OomRecoveredEvent,
     PausedEvent,
+    PhaseEvent,
     PreloadDoneEvent,
     PreloadProgressEvent,
     ProfileBreakdownEvent,
@@ -120,6 +121,7 @@ class RunStore:
             BestModelEvent: self._on_best_model,
             FreeRunningEvent: self._on_free_running,
             SampleEvent: self._on_sample,
+            PhaseEvent: self._on_phase,
             LogEvent: self._on_log,
             WarningEvent: self._on_warning,
             ErrorEvent: self._on_error,
@@ -304,6 +306,8 @@ class RunStore:
         state.samples_per_s, state.data_wait_frac = e.samples_per_s, e.data_wait_frac
         state.rank_samples_per_s, state.rank_data_wait_frac = list(e.rank_samples_per_s), list(e.rank_data_wait_frac)
         state.micro_batch, state.grad_accum, state.eta_s = e.micro_batch, e.grad_accum, e.eta_s
+        if state.phase is not None and e.step > state.phase[0]:
+            state.phase = None  # steps go on: whatever the trainer was doing between them is over
         if self._train_start_t is None:
             self._train_start_t = e.t
         if e.lrs:
@@ -533,6 +537,9 @@ class RunStore:
             + (f", pitch off {format_number(e.f0_error_cents)} cents" if e.f0_error_cents is not None else "")
         )
         self._log("info", "free_running", text, e.t)
+
+    def _on_phase(self, e: PhaseEvent) -> None:
+        self.state.phase = None if e.phase == "training" else (e.step, e.phase, e.done, e.total)
 
     def _on_sample(self, e: SampleEvent) -> None:
         samples = self.state.samples

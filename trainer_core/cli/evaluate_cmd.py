@@ -108,8 +108,10 @@ def choose_sentences(
 def run(args: argparse.Namespace) -> int:
     from trainer_core.cli.synth_cmd import _check_device
     from trainer_core.cli.vits_voice import VitsVoice
+    from trainer_core.data.cache_location import cache_folder
     from trainer_core.data.scan import scan_data
     from trainer_core.data.scan_report import VoiceItem
+    from trainer_core.models.eval_cache import EvalCache
     from trainer_core.models.free_running import FreeRunning, evaluate_free_running
     from trainer_core.models.mel_vocoders import load_vocoder
 
@@ -126,7 +128,9 @@ def run(args: argparse.Namespace) -> int:
         result = synth.free_running(sentences)
     else:
         vocoder = load_vocoder(args.vocoder, synth.audio, synth.model_device, synth.tts.griffin_lim_iters)
-        free = FreeRunning(sentences, synth.audio, synth.tts, vocoder=vocoder if vocoder.trained else None)
+        cache = EvalCache(cache_folder(None) / "evaluation")  # the floor, kept beside the feature cache
+        trained = vocoder if vocoder.trained else None
+        free = FreeRunning(sentences, synth.audio, synth.tts, vocoder=trained, cache=cache)
         result = evaluate_free_running(free, synth.model, synth.encoder)
     out = {
         "source": str(path),

@@ -402,6 +402,20 @@ class SampleEvent(Event):
 # Messages, control and the end of a run
 
 
+# What the trainer does between steps (a `phase` event).
+Phase = Literal["training", "validating", "sampling", "free_running", "finishing"]
+
+
+class PhaseEvent(Event):
+    """What the trainer is doing between steps, so a viewer need not show an ETA of 0 s while it evaluates."""
+
+    type: Literal["phase"] = "phase"
+    step: Count
+    phase: Phase
+    done: Count | None = Field(default=None, description="free_running: sentences scored so far")
+    total: Count | None = Field(default=None, description="free_running: sentences in the pass")
+
+
 class LogEvent(Event):
     type: Literal["log"] = "log"
     level: Literal["debug", "info", "warning", "error", "critical"] = "info"
@@ -494,6 +508,7 @@ EVENT_MODELS: tuple[type[Event], ...] = (
     CheckpointSavedEvent,
     BestModelEvent,
     SampleEvent,
+    PhaseEvent,
     LogEvent,
     CommandAckEvent,
     PausedEvent,

@@ -20,6 +20,8 @@ from trainer_core.contract.protocol import (
     BestModelEvent,
     FreeRunningEvent,
     FreeRunningItem,
+    Phase,
+    PhaseEvent,
     SampleEvent,
     ValidationEvent,
 )
@@ -27,7 +29,7 @@ from trainer_core.engine.checkpoint import remove_temp_leftovers
 from trainer_core.engine.checkpointing import Checkpointer
 from trainer_core.engine.distributed import reduce_sums
 from trainer_core.engine.events import NO_EVENT, EventHub
-from trainer_core.engine.faults import hold_at
+from trainer_core.engine.faults import eval_unbudgeted, hold_at
 from trainer_core.engine.loop_state import LoopState
 from trainer_core.engine.run_length import RunLength
 from trainer_core.engine.step import StepRunner
@@ -75,6 +77,9 @@ class Evaluator:
         self._reference_scores: dict[str, float] | None = None
         self._passed_reference = False
         self._swept_samples = False  # a killed writer's temp files in samples/: removed once
+        # Seconds of this validation's one-off work (the reference, the floor) and free-running pass.
+        self._once_s = self._free_s = 0.0
+        self._free_cost_known = False
 
     @property
     def module(self) -> torch.nn.Module:
@@ -84,10 +89,18 @@ class Evaluator:
         """Mean validation losses, metrics, samples, the free-running score when due (always when `final`);
         saves a best checkpoint on improvement."""
         started = time.perf_counter()
+        self._once_s = self._free_s = 0.0
         try:
             return self._validate(final)
         finally:
-            self.run_length.note_end_cost("validate", time.perf_counter() - started)
+            # The budget keeps room for the last validation and free-running pass, as last measured;
+            # one-off work (the reference, the floor) is not what the next one costs.
+            spent = time.perf_counter() - started - self._once_s
+            if not eval_unbudgeted():
+                self.run_length.note_end_cost("validate", spent - self._free_s)
+            if self._free_s and not eval_unbudgeted():
+                self.run_length.note_end_cost("free_running", self._free_s)
+            self._phase("finishing" if final else "training")
 
     def finish(self) -> None:
         """At the end of a run whose last validation was at this step: its free-running score, if it had none."""
@@ -95,6 +108,8 @@ class Evaluator:
             distance = self._free_running()
             if distance is not None and self.profile.train.select_best_by == "free_running":
                 self._track_best(distance, self.checkpointer.val_loss)
+        if self.state.step > 0:
+            self._phase("finishing")
 
     @torch.no_grad()
     def _validate(self, final: bool) -> float | None:
@@ -103,8 +118,11 @@ class Evaluator:
         if self.state.step > 0:
             self.validations += 1
         hold_at("validation")
+        self._phase("validating")
+        self._estimate_free_running()
         means = self._mean_val_losses()
         if self.world.is_main:
+            self._phase("sampling")
             self.make_samples()
         distance = self._free_running() if self._free_running_due(final) else None
         if means is None:
@@ -147,7 +165,9 @@ class Evaluator:
     def _reference(self) -> dict[str, float]:
         """The task's reference scores (rank 0 computes them once), logged the first time."""
         if self._reference_scores is None:
+            started = time.perf_counter()
             self._reference_scores = (self.task.reference_scores() if self.world.is_main else None) or {}
+            self._once_s += time.perf_counter() - started
             if self._reference_scores:
                 figures = ", ".join(f"{name} {value:.4g}" for name, value in self._reference_scores.items())
                 log.info("%s on the held-out clips (the line to beat): %s", self.task.reference_name(), figures)
@@ -161,11 +181,31 @@ class Evaluator:
         due = final or (self.validations > 0 and self.validations % max(every, 1) == 0)
         return self.state.step > 0 and due and self._free_running_on()
 
+    def _phase(self, phase: Phase, done: int | None = None, total: int | None = None) -> None:
+        """Tell viewers what happens between steps (the status line shows it instead of an ETA)."""
+        if self.world.is_main:
+            self.events.emit(PhaseEvent(step=self.state.step, phase=phase, done=done, total=total))
+
+    def _estimate_free_running(self) -> None:
+        """Before the first pass: what one will cost (the floor's time), for the budget's reserve."""
+        if self._free_cost_known or not self._free_running_on() or not self.world.is_main:
+            return
+        self._free_cost_known = True
+        started = time.perf_counter()
+        estimate = self.task.free_running_estimate()
+        self._once_s += time.perf_counter() - started
+        if estimate is not None and not eval_unbudgeted():
+            self.run_length.note_end_cost("free_running", estimate)
+
     def _free_running(self) -> float | None:
         """Score the held-out sentences on rank 0 and share the distance, so every rank picks the same best."""
         self.last_free_step = self.state.step
+        self.task.report_progress = lambda done, total: self._phase("free_running", done, total)
         result = self.task.free_running(self.module) if self.world.is_main else None
         if result is not None:
+            self._free_cost_known = True
+            self._free_s += result.seconds - result.floor_seconds
+            self._once_s += result.floor_seconds
             self.events.emit(free_running_event(self.state.step, result))
         mine = {"distance": result.scores.summary().distance} if result is not None else {}
         shared, count = reduce_sums(self.world, mine, 1 if result is not None else 0)

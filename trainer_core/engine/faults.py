@@ -31,6 +31,8 @@ Sources: the profile's [debug] section, or environment variables (comma-separate
   VEGA_FAULT_SAMPLE_IN_PLACE       the same for sample and view files,
   VEGA_FAULT_BEST_IN_PLACE         for best.json,
   VEGA_FAULT_CACHE_IN_PLACE        and for the feature cache's data and index files
+  VEGA_FAULT_EVAL_UNBUDGETED       "1": the time budget keeps no room for the last validation and free-running
+                                   pass: the negative control of the busy time-budget benchmark
 Each listed step number fires once per occurrence: [5] fails one attempt at step 5 and the retry runs
 clean, [5, 5] fails two attempts in a row (a skipped step is retried under the same number).
 VEGA_FAULT_CHECKPOINT_ENOSPC (a full disk during a save) lives in `engine.checkpoint`. The wings
@@ -66,6 +68,7 @@ IN_PLACE_ENV = "VEGA_FAULT_CHECKPOINT_IN_PLACE"
 SAMPLE_IN_PLACE_ENV = "VEGA_FAULT_SAMPLE_IN_PLACE"
 BEST_IN_PLACE_ENV = "VEGA_FAULT_BEST_IN_PLACE"
 CACHE_IN_PLACE_ENV = "VEGA_FAULT_CACHE_IN_PLACE"
+EVAL_UNBUDGETED_ENV = "VEGA_FAULT_EVAL_UNBUDGETED"
 # The drill's in-place switch of each hold phase whose file trainer_core.atomic writes.
 IN_PLACE_SWITCHES = {
     "sample_write": SAMPLE_IN_PLACE_ENV,
@@ -90,6 +93,11 @@ def fault_warning(debug: DebugSection) -> tuple[str, str] | None:
     defaults = DebugSection()
     fields = [f"debug.{k}={v}" for k, v in debug.model_dump().items() if v != getattr(defaults, k)]
     return gate_warning([*env_switches(), *fields])
+
+
+def eval_unbudgeted() -> bool:
+    """The negative control's switch: evaluation costs are left out of the time budget's end reserve."""
+    return fault_env(EVAL_UNBUDGETED_ENV).strip() == "1"
 
 
 def _env_numbers(name: str) -> list[int]:

@@ -14,7 +14,7 @@ repeating nothing: the engine simply calls `train_batches` again with the items 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -98,6 +98,13 @@ class Task(ABC):
     def free_running(self, model: nn.Module) -> FreeRunningResult | None:
         """Held-out sentences spoken without teacher forcing and scored against their recordings; None when
         the task cannot (no held-out items, or not a speech task)."""
+        return None
+
+    # Set by the engine before a free-running pass: called with (sentences scored, sentences in the pass).
+    report_progress: Callable[[int, int], None] | None = None
+
+    def free_running_estimate(self) -> float | None:
+        """Seconds a free-running pass is expected to take, known before the first (None: not known yet)."""
         return None
 
     def optimizer_groups(self) -> list[GroupSpec]:

@@ -14,9 +14,12 @@ import torch
 
 from trainer_core.contract.profile import AudioSection
 from trainer_core.data.mel import MelExtractor
+from trainer_core.models.eval_cache import EvalCache, digest
 from trainer_core.models.gan_vocoder import multi_resolution_stft_distance
 
 Resolutions = Sequence[tuple[int, int, int]]
+# The reference's scores, as events and the dashboard name them.
+REFERENCE_NAMES = ("mel_l1", "stft_distance")
 WaveFromMel = Callable[[torch.Tensor], torch.Tensor]  # (n_mels, T) log-mel -> (samples,) wave
 
 
@@ -39,17 +42,32 @@ def clip_scores(
 
 @torch.no_grad()
 def reference_scores(
-    recordings: Sequence[torch.Tensor], audio: AudioSection, resolutions: Resolutions, griffin_lim_iters: int
+    recordings: Sequence[torch.Tensor],
+    audio: AudioSection,
+    resolutions: Resolutions,
+    griffin_lim_iters: int,
+    cache: EvalCache | None = None,
 ) -> dict[str, float]:
-    """Griffin-Lim's mean copy-synthesis scores over `recordings` ((samples,) CPU waves): the line to beat."""
-    from trainer_core.models.vocoder import mel_to_audio
+    """Griffin-Lim's mean copy-synthesis scores over `recordings` ((samples,) CPU waves): the line
+    to beat. Vocoded in batches, and kept in `cache` by a digest of the recordings and settings."""
+    from trainer_core.models.griffin_lim_batch import evaluation_threads, mels_to_audio
 
+    cache = cache or EvalCache(None)
+    kind = f"griffin_lim_reference {[list(r) for r in resolutions]}"
+    key = digest(kind, audio, griffin_lim_iters, [r.detach().cpu().numpy() for r in recordings])
+    kept = cache.get(key)
+    if isinstance(kept, dict) and set(kept) == set(REFERENCE_NAMES):
+        return {name: float(kept[name]) for name in REFERENCE_NAMES}
     extractor = MelExtractor(audio)
     totals = {"mel": 0.0, "stft": 0.0}
-    for recording in recordings:
-        mel = extractor.batch(recording[None])[0]
-        heard = torch.from_numpy(mel_to_audio(mel, audio, griffin_lim_iters))[None]
-        for name, value in clip_scores(heard, recording[None], extractor, resolutions).items():
-            totals[name] += float(value)
+    with evaluation_threads():
+        mels = [extractor.batch(recording[None])[0] for recording in recordings]
+        heard = mels_to_audio(mels, audio, griffin_lim_iters)
+        for recording, wave in zip(recordings, heard, strict=True):
+            scores = clip_scores(torch.from_numpy(wave)[None], recording[None], extractor, resolutions)
+            for name, value in scores.items():
+                totals[name] += float(value)
     count = max(1, len(recordings))
-    return {"mel_l1": totals["mel"] / count, "stft_distance": totals["stft"] / count}
+    result = {"mel_l1": totals["mel"] / count, "stft_distance": totals["stft"] / count}
+    cache.put(key, result)
+    return result

@@ -17,8 +17,10 @@ import numpy as np
 
 from trainer_core.data.audio import load_audio
 from trainer_core.data.mel import MelExtractor
+from trainer_core.models.eval_cache import EvalCache, digest
+from trainer_core.models.griffin_lim_batch import evaluation_threads, mels_to_audio
 from trainer_core.models.vocoder import mel_to_audio
-from trainer_core.scoring.speech_scores import Recording, Scores, recording, score_heard
+from trainer_core.scoring.speech_scores import ItemScore, Recording, Scores, recording, score_heard
 
 if TYPE_CHECKING:
     from trainer_core.contract.profile import AudioSection, TtsSection
@@ -64,15 +66,21 @@ class FreeRunning:
         tts: TtsSection,
         vocoder: Vocoder | None,
         vocoder_name: str | None = None,
+        cache: EvalCache | None = None,
     ) -> None:
         self.sentences = list(sentences)
         self.audio, self.tts = audio, tts
         named = "griffin-lim" if vocoder is None else str(getattr(vocoder, "name", "custom"))
         self.vocoder_name = vocoder_name or named
         self.vocode: Vocoder = vocoder or (lambda mel: mel_to_audio(mel, audio, tts.griffin_lim_iters))
+        # Griffin-Lim: sentences vocoded in batches and the floor cached (not for a model that speaks audio).
+        self._griffin_lim = vocoder is None and self.vocoder_name == "griffin-lim"
+        self.cache = cache or EvalCache(None)
         self._extractor = MelExtractor(audio)
         self._recordings: list[Recording] | None = None
         self._floor: Scores | None = None
+        self.progress: Callable[[int, int], None] | None = None  # (sentences scored, sentences in the pass)
+        self.floor_seconds: float | None = None  # what computing the floor took (here, or when it was cached)
 
     def mel_of(self, wave: np.ndarray) -> np.ndarray:
         return self._extractor([np.asarray(wave, dtype=np.float32)])[0].numpy()
@@ -94,31 +102,69 @@ class FreeRunning:
         return self._recordings
 
     def floor(self) -> Scores:
-        """The recordings re-synthesised from their own mels through the vocoder (computed once)."""
+        """The recordings re-synthesised from their own mels through the vocoder (computed once,
+        and with Griffin-Lim kept in the cache for the next run)."""
         if self._floor is None:
-            a = self.audio
+            a, recordings = self.audio, self.recordings()
+            key = digest("floor", a, self.tts.griffin_lim_iters, [r.mel for r in recordings])
+            if self._griffin_lim and self._kept_floor(self.cache.get(key)):
+                return self._floor  # type: ignore[return-value]  # set by _kept_floor
+            started = time.perf_counter()
+            heard = self.vocode_many([r.mel for r in recordings])
             self._floor = Scores(
                 [
-                    score_heard(r, self.vocode(r.mel), self.mel_of, a.sample_rate, a.hop_length)
-                    for r in self.recordings()
+                    score_heard(r, wave, self.mel_of, a.sample_rate, a.hop_length)
+                    for r, wave in zip(recordings, heard, strict=True)
                 ]
             )
+            self.floor_seconds = time.perf_counter() - started
+            if self._griffin_lim:
+                items = [vars(item) for item in self._floor.items]
+                self.cache.put(key, {"seconds": self.floor_seconds, "items": items})
         return self._floor
 
+    def _kept_floor(self, kept: object) -> bool:
+        """Take the floor from a cache entry; False (a miss) when it is not one this code wrote."""
+        if not isinstance(kept, dict):
+            return False
+        try:
+            floor = Scores([ItemScore(**item) for item in kept["items"]])
+            seconds = float(kept["seconds"])
+        except (KeyError, TypeError, ValueError):
+            return False
+        if len(floor.items) != len(self.sentences):
+            return False
+        self._floor, self.floor_seconds = floor, seconds
+        return True
+
+    def vocode_many(self, mels: list[np.ndarray]) -> list[np.ndarray]:
+        """Each mel heard through the vocoder; Griffin-Lim takes them in batches."""
+        if self._griffin_lim:
+            return mels_to_audio(mels, self.audio, self.tts.griffin_lim_iters)
+        return [self.vocode(mel) for mel in mels]
+
     def score(self, model: AcousticModel, encoder: TextEncoder) -> Scores:
-        """Every sentence spoken by `model` (in eval mode, no gradient) and scored against its recording."""
-
-        def speak(sentence: HeldOutSentence) -> tuple[np.ndarray, np.ndarray | None]:
-            ids = encoder.encode(sentence.text)
-            mel = model.synthesise(ids, self.tts.length_scale, sentence.speaker).float().cpu().numpy()
-            return self.vocode(mel), mel
-
+        """Every sentence spoken by `model` (in eval mode, no gradient), vocoded together, and scored."""
+        self._report(0)
         was_training = model.training
         model.eval()
         try:
-            return self.score_speech(speak)
+            mels = [
+                model.synthesise(encoder.encode(s.text), self.tts.length_scale, s.speaker).float().cpu().numpy()
+                for s in self.sentences
+            ]
         finally:
             model.train(was_training)
+        heard, a = self.vocode_many(mels), self.audio
+        items = []
+        for r, wave, mel in zip(self.recordings(), heard, mels, strict=True):
+            items.append(score_heard(r, wave, self.mel_of, a.sample_rate, a.hop_length, predicted_mel=mel))
+            self._report(len(items))
+        return Scores(items)
+
+    def _report(self, done: int) -> None:
+        if self.progress is not None:
+            self.progress(done, len(self.sentences))
 
     def score_speech(self, speak: Speak) -> Scores:
         """Every sentence as `speak` says it, scored against its recording."""
@@ -148,10 +194,13 @@ class FreeRunningResult:
     floor: Scores
     vocoder: str
     seconds: float
+    floor_seconds: float = 0.0  # of `seconds`, what computing the floor took (once per run, or never if cached)
 
 
 def evaluate_free_running(free: FreeRunning, model: AcousticModel, encoder: TextEncoder) -> FreeRunningResult:
     started = time.perf_counter()
-    floor = free.floor()
-    scores = free.score(model, encoder)
-    return FreeRunningResult(scores, floor, free.vocoder_name, time.perf_counter() - started)
+    with evaluation_threads():
+        floor = free.floor()
+        floor_seconds = time.perf_counter() - started
+        scores = free.score(model, encoder)
+    return FreeRunningResult(scores, floor, free.vocoder_name, time.perf_counter() - started, floor_seconds)

@@ -45,6 +45,12 @@ def mel_power(log_mel: np.ndarray, log_floor: float) -> np.ndarray:
 
 def mel_to_audio(log_mel, audio_cfg: AudioSection, n_iter: int = 32) -> np.ndarray:
     """(n_mels, T) log-mel (numpy or tensor, on any device) -> float32 mono audio at `audio_cfg.sample_rate`."""
+    magnitude = log_mel_to_magnitude(log_mel, audio_cfg)
+    return griffin_lim(magnitude, audio_cfg, n_iter).cpu().numpy().astype(np.float32)
+
+
+def log_mel_to_magnitude(log_mel, audio_cfg: AudioSection) -> torch.Tensor:
+    """(n_mels, T) log-mel (numpy or tensor) -> (1 + n_fft // 2, T) linear magnitude for Griffin-Lim."""
     import torch
 
     mel = log_mel.detach().float() if isinstance(log_mel, torch.Tensor) else torch.from_numpy(np.asarray(log_mel))
@@ -54,8 +60,7 @@ def mel_to_audio(log_mel, audio_cfg: AudioSection, n_iter: int = 32) -> np.ndarr
     # Judged in the log domain: exp(log(floor)) in float32 lands a hair above the floor.
     at_floor = mel <= math.log(audio_cfg.log_floor) + FLOOR_TOLERANCE
     power = torch.where(at_floor, torch.zeros_like(mel), torch.exp(mel))
-    magnitude = mel_power_to_magnitude(power, audio_cfg)
-    return griffin_lim(magnitude, audio_cfg, n_iter).cpu().numpy().astype(np.float32)
+    return mel_power_to_magnitude(power, audio_cfg)
 
 
 @lru_cache(maxsize=8)

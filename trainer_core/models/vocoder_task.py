@@ -25,11 +25,13 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from trainer_core.data.cache_location import cache_folder
 from trainer_core.data.mel import MelExtractor
 from trainer_core.data.segment_dataset import SegmentDataset
 from trainer_core.data.wave_preload import Waves, preload_waves
 from trainer_core.models.base import Batch, Carry, GroupSpec, SampleResult, Task, count_parameters, unwrap_model
 from trainer_core.models.copy_synthesis import clip_scores, fit_length, reference_scores
+from trainer_core.models.eval_cache import EvalCache
 from trainer_core.models.gan_vocoder import (
     GanVocoder,
     adversarial_loss,
@@ -152,8 +154,9 @@ class VocoderTask(Task):
         if self._reference is None and self.dataset.val_ids:
             clips = [self.waves.get(i) for i in self.dataset.val_ids]
             tts = self.profile.tts
+            cache = EvalCache(cache_folder(self.profile.data.cache_dir) / "evaluation")
             self._reference = reference_scores(
-                clips, self.profile.audio, self.config.resolutions, tts.griffin_lim_iters
+                clips, self.profile.audio, self.config.resolutions, tts.griffin_lim_iters, cache
             )
         return self._reference
 

@@ -28,10 +28,12 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from trainer_core.data.cache_location import cache_folder
 from trainer_core.data.preload import PreloadWhere, VoiceFeatures, preload_voice
 from trainer_core.data.speakers import speaker_names
 from trainer_core.data.voice_dataset import VoiceDataset
 from trainer_core.models.base import Batch, SampleResult, Task, count_parameters, unwrap_model
+from trainer_core.models.eval_cache import EvalCache
 from trainer_core.models.free_running import (
     FreeRunning,
     FreeRunningResult,
@@ -39,6 +41,7 @@ from trainer_core.models.free_running import (
     evaluate_free_running,
     pick_sentences,
 )
+from trainer_core.models.griffin_lim_batch import evaluation_threads
 from trainer_core.models.mel_vocoders import load_vocoder
 from trainer_core.models.registry import TaskRequest, register_task
 from trainer_core.models.text_frontend import TextEncoder
@@ -249,7 +252,18 @@ class VoiceTask(Task):
             self._free_running = self._held_out_sentences()
         if not self._free_running.sentences:
             return None
+        self._free_running.progress = self.report_progress
         return evaluate_free_running(self._free_running, inner, self.encoder)
+
+    def free_running_estimate(self) -> float | None:
+        """Before the first pass: the floor's cost (the same sentences vocoded and scored), computed or cached."""
+        if self._free_running is None:
+            self._free_running = self._held_out_sentences()
+        if not self._free_running.sentences:
+            return None
+        with evaluation_threads():  # as the pass itself runs
+            self._free_running.floor()
+        return self._free_running.floor_seconds
 
     def _held_out_sentences(self) -> FreeRunning:
         """The fixed set: validation items with something to say, spread over their lengths."""
@@ -262,7 +276,8 @@ class VoiceTask(Task):
         ]
         picked = pick_sentences(candidates, seconds, self.profile.train.free_running_items)
         vocoder = self.vocoder if self.vocoder.trained else None
-        return FreeRunning([candidates[k] for k in picked], a, self.profile.tts, vocoder=vocoder)
+        cache = EvalCache(cache_folder(self.profile.data.cache_dir) / "evaluation")
+        return FreeRunning([candidates[k] for k in picked], a, self.profile.tts, vocoder=vocoder, cache=cache)
 
     # ------------------------------------------------------------------ descriptions
 

@@ -68,6 +68,19 @@ def _preload_text(state: RunState) -> str:
     return f" {done}/{total}"
 
 
+PHASE_WORDS = {"validating": "validating", "sampling": "sampling", "free_running": "free-running",
+               "finishing": "finishing"}  # fmt: skip
+
+
+def phase_text(state: RunState) -> str:
+    """`free-running 3/8`, `validating`, `sampling`: what the trainer does between steps, else ""."""
+    if state.phase is None or state.status in ENDED_STATES:
+        return ""
+    _, phase, done, total = state.phase
+    counted = f" {done}/{total}" if done is not None and total else ""
+    return f"{PHASE_WORDS.get(phase, phase)}{counted}"
+
+
 def status_first_line(state: RunState, now: float | None) -> Text:
     """`name · STATE · step 120/600 · epoch 1/5 · 3m05s · ETA 12m00s`."""
     line = Text(no_wrap=True, overflow="ellipsis")
@@ -83,7 +96,8 @@ def status_first_line(state: RunState, now: float | None) -> Text:
         line.append(f" (early stop{best})", style="yellow")
     eta = "—" if state.status in ENDED_STATES else format_duration(state.eta_s)
     parts = [_step_text(state), _epoch_text(state), f"elapsed {format_duration(elapsed_seconds(state, now))}"]
-    parts.append(f"ETA {eta}")
+    doing = phase_text(state)
+    parts.append(doing if doing else f"ETA {eta}")
     if state.history_progress is not None:
         parts.append(f"history {state.history_progress * 100:.0f} %")  # a preview: the exact history is still loading
     line.append("  " + " · ".join(parts))
