@@ -377,7 +377,8 @@ def check_resume_request(resume: str | None, run_dir: Path | None, world: World 
     if resume == "auto" and run_dir is None:
         raise VegaError("--resume auto continues a run folder: pass it with --run-dir RUN_DIR")
     # Machines other than node 0 receive the checkpoint from rank 0: they need no copy of the file.
-    if resume not in (None, "auto") and world.node_rank == 0 and not Path(resume).expanduser().is_file():
+    missing = resume not in (None, "auto") and not Path(str(resume)).expanduser().is_file()
+    if missing and world.node_rank == 0:
         raise VegaError(
             f"--resume {resume}: no such checkpoint file; pass a .pt file from a run's checkpoints/ folder, "
             "or --resume auto with --run-dir"

@@ -1,5 +1,5 @@
-"""Who this process is among the training processes, and how `--nproc-per-node N` (and `--nnodes`) relaunch
-under torchrun.
+"""Who this process is among the training processes, and how `--nproc-per-node N` (and `--nnodes`)
+relaunch under torchrun.
 
 Torch-free on purpose: the plan (`trainer_core.plan`) and the launcher need `World` before any torch import;
 the process group, DDP and rank agreement live in `engine.distributed`.
@@ -93,12 +93,12 @@ SINGLE = World()
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Launching: trainer-core train --nproc-per-node N [--nnodes N --node-rank R --master-addr A --master-port P]
+# Launching: trainer-core train --nproc-per-node N [--nnodes N --node-rank R --master-addr A ...]
 
 
 @dataclass(frozen=True)
 class Nodes:
-    """Several machines: torchrun's static rendezvous at `master_addr:master_port` (node 0 listens there)."""
+    """Several machines: torchrun's static rendezvous at `master_addr:master_port` (node 0 listens)"""
 
     nnodes: int
     node_rank: int
@@ -119,8 +119,9 @@ class Nodes:
 
 
 def check_nodes(nnodes: int | None, node_rank: int | None, addr: str | None, port: int | None) -> Nodes | None:
-    """The --nnodes family checked together; None for one machine (no --nnodes, or --nnodes 1 alone)."""
-    given = [f for f, v in zip(LAUNCH_FLAGS[2:], (node_rank, addr, port), strict=True) if v is not None]
+    """The --nnodes family checked together; None for one machine (no --nnodes, or --nnodes 1)."""
+    values = (node_rank, addr, port)
+    given = [f for f, v in zip(LAUNCH_FLAGS[2:], values, strict=True) if v is not None]
     if nnodes is None or nnodes == 1:
         if given and nnodes is None:
             raise DistributedError(f"{', '.join(given)} without --nnodes: add --nnodes N (the number of machines)")
@@ -137,8 +138,8 @@ def check_nodes(nnodes: int | None, node_rank: int | None, addr: str | None, por
         )
     if not addr:
         raise DistributedError(
-            f"--nnodes {nnodes} needs --master-addr ADDRESS: the address of the machine started with --node-rank 0, "
-            "the same on every machine"
+            f"--nnodes {nnodes} needs --master-addr ADDRESS: the address of the machine started "
+            "with --node-rank 0, the same on every machine"
         )
     port = DEFAULT_MASTER_PORT if port is None else port
     if not 1 <= port <= 65535:
@@ -147,7 +148,7 @@ def check_nodes(nnodes: int | None, node_rank: int | None, addr: str | None, por
 
 
 def _launch_flag(token: str) -> str | None:
-    """The launch flag `token` spells (`--nnodes`, `--nproc=2`, a prefix argparse accepts), or None."""
+    """The launch flag `token` spells (`--nnodes`, `--nproc=2`, or a prefix), or None."""
     name = token.split("=", 1)[0]
     if len(name) < 4 or not name.startswith("--"):
         return None
@@ -156,7 +157,7 @@ def _launch_flag(token: str) -> str | None:
 
 
 def without_nproc(cli_args: Sequence[str]) -> list[str]:
-    """The command-line arguments without the launch flags (`--nproc-per-node N`, `--nnodes N`, ...)."""
+    """The command-line arguments without the launch flags (`--nproc-per-node N`, `--nnodes N`)."""
     out: list[str] = []
     skip_value = False
     for token in cli_args:
@@ -174,8 +175,8 @@ def without_nproc(cli_args: Sequence[str]) -> list[str]:
 def launch_argv(
     nproc: int, cli_args: Sequence[str], python: str | None = None, nodes: Nodes | None = None
 ) -> list[str]:
-    """The torchrun command line (an argument list) that runs `trainer_core <cli_args>` on `nproc` local ranks:
-    standalone on one machine, the static rendezvous of `nodes` across several."""
+    """The torchrun command line (an argument list) that runs `trainer_core <cli_args>` on `nproc`
+    local ranks: standalone on one machine, the static rendezvous of `nodes` across several."""
     where = nodes.torchrun_args() if nodes is not None else ["--standalone"]
     return [
         python or sys.executable,

@@ -3,8 +3,8 @@
 Data-parallel: `--nproc-per-node N` plans the processes for the compute mode, then re-executes this command
 under `python -m torch.distributed.run --standalone` (same arguments, the run folder fixed); `torchrun -m
 trainer_core train ...` (multi-node too) lands here directly, and each rank joins the process group before
-it agrees with rank 0 on the run folder. `--nnodes N --node-rank R --master-addr A` runs the same command on
-N machines, joined by torchrun's static rendezvous at A (docs/architecture.md, "Several machines").
+it agrees with rank 0 on the run folder. `--nnodes N --node-rank R --master-addr A` runs the same
+command on N machines, joined by torchrun's static rendezvous at A (docs/architecture.md).
 """
 
 from __future__ import annotations
@@ -71,14 +71,22 @@ def register(sub) -> None:
         "started through torchrun",
     )
     p.add_argument(
-        "--nnodes", type=int, metavar="N", help="machines taking part: run this command on each, with its --node-rank"
+        "--nnodes",
+        type=int,
+        metavar="N",
+        help="machines taking part: run this command on each, with its --node-rank",
     )
     p.add_argument("--node-rank", type=int, metavar="R", help="with --nnodes: this machine's number, 0 to N-1")
     p.add_argument(
-        "--master-addr", metavar="ADDRESS", help="with --nnodes: the address of node 0, the same on every machine"
+        "--master-addr",
+        metavar="ADDRESS",
+        help="with --nnodes: the address of node 0, the same on every machine",
     )
     p.add_argument(
-        "--master-port", type=int, metavar="PORT", help="with --nnodes: node 0's rendezvous port (default 29500)"
+        "--master-port",
+        type=int,
+        metavar="PORT",
+        help="with --nnodes: node 0's rendezvous port (default 29500)",
     )
     add_set_option(p)
     p.set_defaults(handler=run)

@@ -1,5 +1,5 @@
-"""Resuming on several machines: rank 0 reads the checkpoint and sends it to every other rank over the
-process group, so only node 0 needs the run folder's checkpoints/ (other nodes keep just their rank logs)."""
+"""Resuming on several machines: rank 0 reads the checkpoint and sends it to every other rank over
+the process group, so only node 0 needs the run folder's checkpoints/ (others: rank logs only)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ _SENT, _NONE, _FAILED = 1, 0, -1
 
 
 def read_resume(resume: str, run_dir: Path) -> Found | None:
-    """The checkpoint --resume names, read here: (path, state, warnings); None for `auto` with none yet."""
+    """The checkpoint --resume names, read here: (path, state, warnings); None: `auto`, none yet."""
     if resume == "auto":
         return find_resume(run_dir)
     path = Path(resume).expanduser()
@@ -26,7 +26,7 @@ def read_resume(resume: str, run_dir: Path) -> Found | None:
 
 
 def shared_resume(resume: str, run_dir: Path, world: World) -> Found | None:
-    """`read_resume` on rank 0, and what it read on every other rank (the same state, no file needed)."""
+    """`read_resume` on rank 0, and what it read on every other rank (the same state, no file)."""
     if not world.active or world.world_size == 1:
         return read_resume(resume, run_dir)
     if world.is_main:

@@ -101,8 +101,8 @@ def broadcast_text(world: World, text: str) -> str:
 
 
 def agreed_run_dir(world: World, mine: Path) -> Path:
-    """Rank 0's run folder on node 0; on other machines a secondary folder of the same name beside this node's
-    own choice (it holds only trainer-rank<N>.log): each node keeps its files under its own runs root."""
+    """Rank 0's run folder on node 0; on other machines a secondary folder of the same name beside
+    this node's own choice (only trainer-rank<N>.log): each node keeps its files in its runs root."""
     # Without --run-dir each rank would propose its own time-stamped folder: rank 0's name wins.
     chosen = Path(broadcast_text(world, str(mine)))
     return chosen if world.node_rank == 0 else mine.parent / chosen.name
