@@ -11,6 +11,7 @@ or to CPU ranks, with a warning). Under torchrun each rank's plan carries its `W
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,7 @@ from trainer_core.data.scan import DataReport, estimate_preload_bytes
 from trainer_core.data.validation_split import ValidationPlan, capped_away, held_out_count, plan_validation
 from trainer_core.torch_check import TORCH
 from trainer_core.warmup import fitted_warmup, warmup_note
-from trainer_core.world import SINGLE, World, launch_notes
+from trainer_core.world import SINGLE, Nodes, World, launch_notes
 
 # Preload into RAM only when the estimate leaves this share of available memory free.
 RAM_MARGIN = 0.5
@@ -130,11 +131,14 @@ class TrainPlan:
 
     def _distributed_dict(self) -> dict[str, Any] | None:
         if self.launch is not None:
-            return {
+            launch: dict[str, Any] = {
                 "nproc_per_node": self.launch.nproc,
                 "device_kind": self.launch.device_kind,
                 "requested": self.launch.requested,
             }
+            if self.launch.nodes is not None:
+                launch["nodes"] = dataclasses.asdict(self.launch.nodes)
+            return launch
         if self.world.active:
             return {
                 "rank": self.world.rank,
@@ -286,6 +290,8 @@ class LaunchPlan:
     nproc: int
     device_kind: str
     notes: tuple[str, ...] = ()
+    nodes: Nodes | None = None
+    """--nnodes and its rendezvous; None on one machine."""
 
 
 def _cuda_gpus(resources: MachineResources) -> list[GpuInfo]:
@@ -307,8 +313,15 @@ def _refuse_single_device(profile: Profile) -> None:
         )
 
 
-def plan_launch(profile: Profile, requested: int, resources: MachineResources) -> LaunchPlan:
-    """Processes per node for `--nproc-per-node requested`, following the compute mode (see the module docstring)."""
+def plan_launch(
+    profile: Profile, requested: int, resources: MachineResources, nodes: Nodes | None = None
+) -> LaunchPlan:
+    """Processes per node for `--nproc-per-node requested`, following the compute mode (see the module
+    docstring), on this machine of `nodes`."""
+    return dataclasses.replace(_plan_processes(profile, requested, resources), nodes=nodes)
+
+
+def _plan_processes(profile: Profile, requested: int, resources: MachineResources) -> LaunchPlan:
     if requested < 1:
         raise VegaError(f"--nproc-per-node must be at least 1, got {requested}")
     _refuse_single_device(profile)
@@ -359,11 +372,13 @@ def select_rank_device(profile: Profile, world: World, resources: MachineResourc
     return DeviceChoice(mode=mode, device="cpu", kind="cpu", reason=reason, fallback=True, warnings=[reason])
 
 
-def check_resume_request(resume: str | None, run_dir: Path | None) -> None:
+def check_resume_request(resume: str | None, run_dir: Path | None, world: World = SINGLE) -> None:
     """Fail early on a resume that cannot work, before any data is scanned or torch is loaded."""
     if resume == "auto" and run_dir is None:
         raise VegaError("--resume auto continues a run folder: pass it with --run-dir RUN_DIR")
-    if resume not in (None, "auto") and not Path(resume).expanduser().is_file():
+    # Machines other than node 0 receive the checkpoint from rank 0: they need no copy of the file.
+    missing = resume not in (None, "auto") and not Path(str(resume)).expanduser().is_file()
+    if missing and world.node_rank == 0:
         raise VegaError(
             f"--resume {resume}: no such checkpoint file; pass a .pt file from a run's checkpoints/ folder, "
             "or --resume auto with --run-dir"
@@ -379,7 +394,7 @@ def make_plan(
     world: World = SINGLE,
 ) -> TrainPlan:
     """The plan; `world` is this process's place under torchrun (its device is then cuda:LOCAL_RANK or the CPU)."""
-    check_resume_request(resume, run_dir)
+    check_resume_request(resume, run_dir, world)
     path = find_profile(profile_ref)
     profile = load_profile(path, overrides, machine_file="default" if use_machine_file else None)
     # Before anything else: a module this machine does not allow stops the plan here, having run none of its code.

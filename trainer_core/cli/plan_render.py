@@ -95,6 +95,9 @@ def render_plan(plan: TrainPlan) -> None:
     if plan.launch is not None:
         launch = plan.launch
         table.add_row("processes", f"{launch.nproc} per node on {launch.device_kind} (asked for {launch.requested})")
+        if (nodes := launch.nodes) is not None:
+            where = f"{nodes.master_addr}:{nodes.master_port}"
+            table.add_row("nodes", f"node {nodes.node_rank} of {nodes.nnodes}, rendezvous at {where}")
         for note in launch.notes:
             table.add_row("note", note)
     for note in plan.notes:

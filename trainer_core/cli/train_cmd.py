@@ -3,7 +3,8 @@
 Data-parallel: `--nproc-per-node N` plans the processes for the compute mode, then re-executes this command
 under `python -m torch.distributed.run --standalone` (same arguments, the run folder fixed); `torchrun -m
 trainer_core train ...` (multi-node too) lands here directly, and each rank joins the process group before
-it agrees with rank 0 on the run folder.
+it agrees with rank 0 on the run folder. `--nnodes N --node-rank R --master-addr A` runs the same
+command on N machines, joined by torchrun's static rendezvous at A (docs/architecture.md).
 """
 
 from __future__ import annotations
@@ -69,6 +70,24 @@ def register(sub) -> None:
         help="data-parallel training with N processes on this machine (one per GPU, or CPU processes), "
         "started through torchrun",
     )
+    p.add_argument(
+        "--nnodes",
+        type=int,
+        metavar="N",
+        help="machines taking part: run this command on each, with its --node-rank",
+    )
+    p.add_argument("--node-rank", type=int, metavar="R", help="with --nnodes: this machine's number, 0 to N-1")
+    p.add_argument(
+        "--master-addr",
+        metavar="ADDRESS",
+        help="with --nnodes: the address of node 0, the same on every machine",
+    )
+    p.add_argument(
+        "--master-port",
+        type=int,
+        metavar="PORT",
+        help="with --nnodes: node 0's rendezvous port (default 29500)",
+    )
     add_set_option(p)
     p.set_defaults(handler=run)
 
@@ -123,9 +142,10 @@ def check_start_flags(args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace) -> int:
     from trainer_core.cli.plan_render import render_plan
     from trainer_core.plan import make_plan, plan_launch
-    from trainer_core.world import World
+    from trainer_core.world import World, check_nodes
 
     check_start_flags(args)
+    nodes = check_nodes(args.nnodes, args.node_rank, args.master_addr, args.master_port)
     world = World.from_env()
     overrides = [*args.overrides, *flag_overrides(args)]
     plan = make_plan(
@@ -136,9 +156,10 @@ def run(args: argparse.Namespace) -> int:
         use_machine_file=not args.no_machine_file,
         world=world,
     )
-    if args.nproc_per_node is not None and not world.active:
-        plan.launch = plan_launch(plan.profile, args.nproc_per_node, plan.resources)
-    elif args.nproc_per_node is not None and world.is_main:
+    launching = args.nproc_per_node is not None or nodes is not None
+    if launching and not world.active:
+        plan.launch = plan_launch(plan.profile, args.nproc_per_node or 1, plan.resources, nodes)
+    elif launching and world.is_main:
         plan.notes.append(f"--nproc-per-node is ignored under torchrun, which started {world.world_size} process(es)")
     if args.dry_run:
         if args.json:
@@ -162,18 +183,17 @@ def _relaunch_under_torchrun(args: argparse.Namespace, plan) -> None:
     cli_args = sys.argv[1:]
     if args.run_dir is None:
         cli_args = [*cli_args, "--run-dir", str(plan.run_dir.absolute())]
-    relaunch(plan.launch.nproc, cli_args, plan.launch.notes)
+    relaunch(plan.launch.nproc, cli_args, plan.launch.notes, plan.launch.nodes)
 
 
 def _run_rank(plan, events_to_stdout: bool) -> int:
     """One torchrun rank: join the process group, agree on the run folder, train, leave the group."""
-    from trainer_core.engine.distributed import broadcast_text, connect, disconnect, finish_together
+    from trainer_core.engine.distributed import agreed_run_dir, connect, disconnect, finish_together
     from trainer_core.engine.run import run_training
 
     plan.backend = connect(plan.world, plan.device.kind)
     try:
-        # Without --run-dir each rank would propose its own time-stamped folder: rank 0's wins.
-        plan.run_dir = Path(broadcast_text(plan.world, str(plan.run_dir.absolute())))
+        plan.run_dir = agreed_run_dir(plan.world, plan.run_dir.absolute())
         status = run_training(plan, events_to_stdout=events_to_stdout and plan.world.is_main)
         # Leave together: a rank tearing gloo down while rank 0 still exports could abort at exit.
         finish_together(plan.world)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trainer_core.world import DistributedError, World
@@ -97,6 +98,14 @@ def broadcast_text(world: World, text: str) -> str:
         buffer = torch.frombuffer(bytearray(data), dtype=torch.uint8) if data else buffer
     dist.broadcast(buffer, src=0)
     return bytes(buffer.tolist()).decode("utf-8")
+
+
+def agreed_run_dir(world: World, mine: Path) -> Path:
+    """Rank 0's run folder on node 0; on other machines a secondary folder of the same name beside
+    this node's own choice (only trainer-rank<N>.log): each node keeps its files in its runs root."""
+    # Without --run-dir each rank would propose its own time-stamped folder: rank 0's name wins.
+    chosen = Path(broadcast_text(world, str(mine)))
+    return chosen if world.node_rank == 0 else mine.parent / chosen.name
 
 
 def gather_ints(world: World, values: Sequence[int]) -> list[list[int]]:

@@ -28,7 +28,7 @@ from trainer_core.contract.protocol import (
     WarningEvent,
 )
 from trainer_core.engine.best_repair import repair_best
-from trainer_core.engine.checkpoint import find_resume, load_checkpoint
+from trainer_core.engine.checkpoint_share import shared_resume
 from trainer_core.engine.control_state import ControlState
 from trainer_core.engine.distributed import (
     gather_digests,
@@ -218,17 +218,13 @@ def resume_into(trainer: Trainer, plan: TrainPlan, hub: EventHub) -> bool:
     (no --resume, or --resume auto with no checkpoint yet)."""
     if plan.resume is None:
         return False
-    if plan.resume == "auto":
-        found = find_resume(trainer.run_dir)
-        if found is None:
-            log.warning("--resume auto: no complete checkpoint in %s; starting from step 0", trainer.run_dir)
-            return False
-        path, state, warnings = found
-        for warning in warnings:
-            hub.warn(warning, code="checkpoint_skipped")
-    else:
-        path = Path(plan.resume).expanduser()
-        state = load_checkpoint(path)
+    found = shared_resume(plan.resume, trainer.run_dir, trainer.world)
+    if found is None:
+        log.warning("--resume auto: no complete checkpoint in %s; starting from step 0", trainer.run_dir)
+        return False
+    path, state, warnings = found
+    for warning in warnings:
+        hub.warn(warning, code="checkpoint_skipped")
     restored = trainer.restore(state)
     _check_ranks_resumed_alike(trainer, path)
     scale = restored["loss_scale"]
@@ -249,13 +245,13 @@ def resume_into(trainer: Trainer, plan: TrainPlan, hub: EventHub) -> bool:
 
 
 def _check_ranks_resumed_alike(trainer: Trainer, path: Path) -> None:
-    """Under DDP every rank must have read the same checkpoint (the run folder must be on shared storage)."""
+    """Under DDP every rank must have restored the same checkpoint (rank 0 sends it to the others)."""
     s = trainer.state
     rows = gather_ints(trainer.world, [s.step, s.epoch, s.item])
     if any(row != rows[0] for row in rows):
         raise DistributedError(
             f"the ranks resumed from different places (step, epoch, item per rank: {rows}); every rank reads "
-            f"{path}: put the run folder on storage all nodes share, or resume on one node"
+            f"{path} as rank 0 sent it: start every node with the same Vega and profile"
         )
 
 
