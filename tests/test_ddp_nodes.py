@@ -55,9 +55,7 @@ def test_node_flags_are_checked_together_and_reach_torchrun() -> None:
     ]
     assert argv[-1] == "train" and "--standalone" not in argv
     assert check_nodes(None, None, None, None) is None and check_nodes(1, 0, None, None) is None
-    with pytest.raises(
-        DistributedError, match="--node-rank 2 with --nnodes 2: node ranks are 0 to 1"
-    ):
+    with pytest.raises(DistributedError, match="--node-rank 2 with --nnodes 2: node ranks are 0 to 1"):
         check_nodes(2, 2, "h", None)
     with pytest.raises(DistributedError, match="--nnodes 2 needs --master-addr ADDRESS"):
         check_nodes(2, 0, None, None)
@@ -161,8 +159,7 @@ def node_run_dir(trainers: TrainerLauncher, rank: int, timeout: float = 60.0) ->
 
 def node_output(trainers: TrainerLauncher, rank: int) -> str:
     return "\n".join(
-        p.read_text(errors="replace")[-2000:]
-        for p in sorted((trainers.root / f"node{rank}").glob("*.out"))
+        p.read_text(errors="replace")[-2000:] for p in sorted((trainers.root / f"node{rank}").glob("*.out"))
     )
 
 
