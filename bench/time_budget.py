@@ -7,6 +7,8 @@ calibration, training, the final validation, free-running pass, checkpoint, expo
 count, because that is the time a user budgets. Each profile (default demo, tts-small and
 vocoder-small) runs at each budget (default 3 and 15 minutes) on a quiet machine; with --busy
 again beside one CPU-bound process (a spinning interpreter whose CPU share is the load control).
+`bench/run_all` runs the 3-minute budgets as section 6 and the 15-minute ones as section 6b
+(`--key budget_long --no-controls`).
 The busy case's negative controls, run once with the first profile and budget: the process beside
 it idle (its load control must miss), and the busy run with evaluation left out of the budget's
 end reserve (VEGA_FAULT_EVAL_UNBUDGETED; the budget must miss). The runs' `finished` and
@@ -116,6 +118,10 @@ def main() -> int:
     parser.add_argument("--minutes", default="3,15", help="comma-separated budgets in minutes")
     parser.add_argument("--hours", type=float, default=None, help="one budget in hours instead")
     parser.add_argument("--busy", action="store_true", help="also beside a CPU-bound process")
+    parser.add_argument("--no-controls", action="store_true", help="leave out the negative controls")
+    parser.add_argument(
+        "--key", default="budget", help="result name: budget (section 6) or budget_long (6b, long budgets)"
+    )
     args = parser.parse_args()
     profiles = [p for p in args.profiles.split(",") if p][: 1 if args.tiny else None]
     if args.hours:
@@ -125,12 +131,13 @@ def main() -> int:
         budgets = [TINY_HOURS] if args.tiny else [m / 60 for m in minutes]
     started = time.monotonic()
     settings = {"budgets_h": budgets, "profiles": profiles, "busy": args.busy}
-    result = common.start_result("budget", "6. Time budget accuracy", settings)
+    title = "6. Time budget accuracy" if args.key == "budget" else "6b. Time budget accuracy, long budgets"
+    result = common.start_result(args.key, title, settings)
     for p, profile in enumerate(profiles):
         sets = profile_settings(profile, args.tiny, result.notes)
         for b, hours in enumerate(budgets):
             # The negative controls once, with the first profile and budget.
-            controls = list(CONTROLS) if args.busy and p == b == 0 else []
+            controls = list(CONTROLS) if args.busy and not args.no_controls and p == b == 0 else []
             measure(result, profile, hours, sets, [QUIET, *[BUSY] * args.busy, *controls])
     if args.tiny:
         result.notes.append("--tiny: the first profile, a tiny model, a 14 s budget (smoke test)")

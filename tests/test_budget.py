@@ -13,9 +13,9 @@ class FakeClock:
         return self.now
 
 
-def first_plan(budget: TimeBudget, clock: FakeClock, seconds_per_step: float, steps: int = 60):
+def first_plan(budget: TimeBudget, clock: FakeClock, seconds_per_step: float, first_step: int = 1):
     """Step until the budget makes its first plan; returns (plan, step, time) at that moment."""
-    for step in range(1, steps):
+    for step in range(first_step, first_step + 60):
         clock.now += seconds_per_step
         plan = budget.observe(step, items=8)
         if plan is not None:
@@ -44,3 +44,25 @@ def test_final_costs_move_the_stop_earlier() -> None:
     assert budget.out_of_time()  # 30 s + 6.5 s reserve passes the 36 s target
     budget.note_end_cost("validate", 1.0)  # the latest measurement replaces the older one
     assert budget.reserve_s == END_MARGIN_S + 2.5
+
+
+def test_evaluations_between_steps_are_planned_for_and_not_counted_as_step_time() -> None:
+    clock = FakeClock()
+    budget = TimeBudget(target_hours=0.1, steps_per_epoch=50, clock=clock)  # 360 s
+    budget.note_recurring("validate", 2.0, every_steps=10)  # 0.2 s a step
+    budget.note_recurring("free_running", 4.0, every_steps=40)  # 0.1 s a step
+    for step in range(1, 5):
+        clock.now += 0.5
+        budget.observe(step, items=8)
+    clock.now += 2.0  # a validation inside the measurement window
+    budget.exclude(2.0)
+    plan, step, now = first_plan(budget, clock, 0.5, first_step=5)
+    assert plan.steps_per_s == 2.0  # the validation's 2 s are not step time
+    assert plan.seconds_per_step == 0.5 + 0.3
+    assert plan.total_steps == step + int((360 - now - END_MARGIN_S) / 0.8)
+    assert budget.eta_s(step) == (plan.total_steps - step) * 0.8
+    # Negative control: the same run planned without the recurring work overruns by 60 %.
+    bare_clock = FakeClock()
+    bare = TimeBudget(target_hours=0.1, steps_per_epoch=50, clock=bare_clock)
+    bare_plan, bare_step, bare_now = first_plan(bare, bare_clock, 0.5)
+    assert (bare_plan.total_steps - bare_step) * 0.8 > 1.5 * (360 - bare_now)

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trainer_core.contract.units import format_number
+
 STATUSES = ("starting", "preloading", "training", "paused", "evaluating", "finished", "stopped", "failed", "crashed")
 # finished-event status -> dashboard status
 FINISHED_STATUS = {"completed": "finished", "stopped": "stopped", "failed": "failed"}
@@ -413,3 +415,20 @@ def finite_or_none(value: Any) -> float | None:
         return None
     value = float(value)
     return value if math.isfinite(value) else None
+
+
+def group_losses_text(state: RunState) -> str:
+    """`training losses at step 12: discriminator 0.811 · generator 146 (mel 3.24, adversarial 0.786, ...)`:
+    each optimizer group's total and its named parts, from the latest step event."""
+    groups = []
+    for group in state.groups:
+        prefix = f"{group}."
+        total = state.losses.get(f"{group}.total")
+        parts = [
+            f"{name.removeprefix(prefix)} {format_number(value, 3)}"
+            for name, value in state.losses.items()
+            if name.startswith(prefix) and name != f"{group}.total"
+        ]
+        detail = f" ({', '.join(parts)})" if parts else ""
+        groups.append(f"{group} {format_number(total, 3)}{detail}")
+    return f"training losses at step {state.step}: " + " · ".join(groups)

@@ -12,7 +12,6 @@ whether anything changed since their last redraw.
 from __future__ import annotations
 
 import re
-from collections import deque
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -53,22 +52,12 @@ from trainer_core.contract.protocol import (
 from trainer_core.contract.units import format_bytes, format_number
 from vega_tui.init_from_view import init_from_lines
 from vega_tui.run_state import (
-    ENDED,
-    FINISHED_STATUS,
-    MAX_CHECKPOINTS,
-    MAX_LOG_MESSAGE,
-    MAX_MARKERS,
     MAX_SAMPLES,
-    CheckpointRow,
-    Ema,
-    LogLine,
-    Marker,
-    RunState,
     SampleRow,
-    Series,
     finite_or_none,
-    new_series,
+    group_losses_text,
 )
+from vega_tui.store_lifecycle import RunLifecycleHandlers
 
 # The trainer's own log line when the validation metric first beats the reference ("step 24: mel_l1 0.2 passes
 # griffin_lim's 0.21"); it comes just before that validation event.
@@ -78,26 +67,11 @@ TRAINER_PASSES = re.compile(r"^step (\d+): \S+ \S+ passes ")
 # The store
 
 
-class RunStore:
+class RunStore(RunLifecycleHandlers):
     """Folds events into `state`. One store per run; call `apply` from one thread (the app thread)."""
 
     def __init__(self, max_points: int = 2000, max_logs: int = 5000, *, run_dir: Path | str | None = None) -> None:
-        self.max_points = max_points
-        self.max_logs = max_logs
-        folder = Path(run_dir) if run_dir is not None else None
-        self.state = RunState(
-            run_dir=folder,
-            name=folder.name if folder is not None else "",
-            series=new_series(max_points),
-            logs=deque(maxlen=max_logs),
-        )
-        self._ema = Ema()
-        self._paused_at: float | None = None
-        self._paused_step = 0
-        self._train_start_t: float | None = None
-        self._status_before_eval = "training"
-        self._steps_while_evaluating = 0
-        self._trainer_passed_step: int | None = None  # the step of the trainer's "passes the reference" line
+        super().__init__(max_points, max_logs, run_dir=run_dir)
         # Event class -> handler; each handler's parameter is typed, so a field renamed in the protocol fails mypy.
         self._handlers: dict[type[Event], Callable[[Any], None]] = {
             HelloEvent: self._on_hello,
@@ -185,36 +159,6 @@ class RunStore:
         for line in log_tail:
             self._log("error", "trainer.log", line)
         state.version += 1
-
-    # -- helpers ----------------------------------------------------------------------------------------------
-
-    def _bad_event(self, event: Event, exc: Exception) -> None:
-        self.state.bad_events += 1
-        if self.state.bad_events <= 10:
-            self._log("warning", "reader", f"could not use a {event.type!r} event (seq {event.seq}): {exc}", event.t)
-
-    def _log(self, level: str, kind: str, message: str, t: float | None = None) -> None:
-        if len(message) > MAX_LOG_MESSAGE:
-            message = message[:MAX_LOG_MESSAGE] + "…"
-        when = t if t is not None else (self.state.last_t or 0.0)
-        self.state.logs.append(LogLine(when, level, kind, message))
-
-    def _mark(self, kind: str, step: int, t: float, text: str) -> None:
-        markers = self.state.markers
-        markers.append(Marker(kind, step, t, text))
-        if len(markers) > MAX_MARKERS + MAX_MARKERS // 4:
-            del markers[: len(markers) - MAX_MARKERS]  # trim in chunks: amortised O(1)
-
-    def _set_status(self, status: str) -> None:
-        if self.state.status not in ENDED or status == "starting":
-            self.state.status = status
-
-    def _update_elapsed(self) -> None:
-        state = self.state
-        if state.finished is not None:
-            state.elapsed_s = float(state.finished.get("seconds") or 0.0)
-        elif state.started_t is not None and state.last_t is not None:
-            state.elapsed_s = max(0.0, state.last_t - state.started_t)
 
     # -- start-up events ----------------------------------------------------------------------------------------
 
@@ -370,13 +314,6 @@ class RunStore:
         if series["loss"].append(step, loss):
             series["loss_smooth"].append(step, self._ema.update(loss))  # type: ignore[arg-type]
 
-    def _part(self, name: str, prefix: str = "part:") -> Series:
-        key = f"{prefix}{name}"
-        series = self.state.series.get(key)
-        if series is None:
-            series = self.state.series[key] = Series(self.max_points)
-        return series
-
     def _step_status(self) -> None:
         status = self.state.status
         if status == "evaluating":
@@ -483,46 +420,6 @@ class RunStore:
         if self.state.status == "evaluating":
             self._set_status(self._status_before_eval)
 
-    def _on_checkpoint_saved(self, e: CheckpointSavedEvent) -> None:
-        if e.t >= self.state.last_checkpoint_t:
-            self.state.last_checkpoint_t, self.state.last_checkpoint_path = e.t, e.path
-        rows = self.state.checkpoints
-        row = rows.get(e.step)
-        if row is None:
-            rows[e.step] = CheckpointRow(e.step, e.path, e.bytes, finite_or_none(e.val_loss), e.t, epoch=e.epoch)
-            self._mark("checkpoint", e.step, e.t, f"checkpoint at step {e.step}")
-            self._trim_checkpoints()
-        else:  # the same step saved again (e.g. as best): refresh, no second marker
-            row.path, row.bytes, row.t, row.epoch = e.path, e.bytes, e.t, e.epoch
-            row.val_loss = finite_or_none(e.val_loss) if e.val_loss is not None else row.val_loss
-        self._log(
-            "info", "checkpoint_saved", f"checkpoint saved at step {e.step}: {e.path} ({format_bytes(e.bytes)})", e.t
-        )
-
-    def _trim_checkpoints(self) -> None:
-        rows = self.state.checkpoints
-        if len(rows) <= MAX_CHECKPOINTS:
-            return
-        oldest = next(step for step, row in rows.items() if not row.best)
-        del rows[oldest]
-
-    def _on_best_model(self, e: BestModelEvent) -> None:
-        state = self.state
-        for other in state.checkpoints.values():
-            other.best = False
-        row = state.checkpoints.get(e.step)
-        if row is None:
-            row = state.checkpoints[e.step] = CheckpointRow(e.step, e.path, None, finite_or_none(e.val_loss), e.t)
-        row.best, row.path = True, e.path
-        state.best_val_loss, state.best_step = finite_or_none(e.val_loss), e.step
-        why = (
-            f"free-running distance {format_number(e.score)}"
-            if e.selected_by == "free_running"
-            else f"val loss {format_number(e.val_loss)}"
-        )
-        self._mark("best", e.step, e.t, f"best model at step {e.step}: {why}")
-        self._log("info", "best_model", f"new best model at step {e.step}: {why}", e.t)
-
     def _on_free_running(self, e: FreeRunningEvent) -> None:
         state = self.state
         state.series["free_running"].append(e.step, e.distance)
@@ -568,94 +465,3 @@ class RunStore:
         where = f"{e.file}:{e.line}" if e.file and e.line is not None else None
         # A task's failure names its line in the message already; other failures get it added here.
         self._log("error", "error", e.message if not where or where in e.message else f"{e.message} (at {where})", e.t)
-
-    def _on_command_ack(self, e: CommandAckEvent) -> None:
-        state = self.state
-        state.last_ack = {"cmd": e.cmd, "id": e.id, "ok": e.ok, "detail": e.detail, "t": e.t}
-        outcome = "accepted" if e.ok else "refused"
-        detail = f" ({e.detail})" if e.detail else ""
-        self._log("info" if e.ok else "warning", "command_ack", f"command {e.cmd} {outcome}{detail}", e.t)
-        if e.cmd == "evaluate" and e.ok and state.status in ("training", "paused"):
-            self._status_before_eval, self._steps_while_evaluating = state.status, 0
-            self._set_status("evaluating")
-
-    def _on_paused(self, e: PausedEvent) -> None:
-        state = self.state
-        if self._paused_at is None:
-            self._paused_at = e.t
-        self._paused_step = e.step
-        if state.status == "evaluating":
-            self._status_before_eval = "paused"
-        else:
-            self._set_status("paused")
-        state.pause_reason = e.reason
-        if e.reason:
-            self._log("warning", "paused", f"the trainer paused itself at step {e.step}: {e.reason}", e.t)
-        else:
-            self._log("info", "paused", f"paused at step {e.step}", e.t)
-
-    def _on_resumed(self, e: ResumedEvent) -> None:
-        state = self.state
-        if self._paused_at is not None:
-            state.paused_s += max(0.0, e.t - self._paused_at)
-            self._paused_at = None
-        state.pause_reason = None
-        if state.status == "evaluating":
-            self._status_before_eval = "training"
-        else:
-            self._set_status("training")
-        self._log("info", "resumed", f"resumed at step {e.step}", e.t)
-
-    def _on_finished(self, e: FinishedEvent) -> None:
-        state = self.state
-        state.finished = {"status": e.status, "summary": dict(e.summary), "step": e.step, "seconds": e.seconds}
-        state.status = FINISHED_STATUS.get(e.status, "failed")
-        state.step, state.eta_s = max(state.step, e.step), None
-        if e.status == "completed":
-            state.total_steps = e.step
-        best = e.summary.get("best_val_loss")
-        if isinstance(best, (int, float)) and state.best_val_loss is None:
-            state.best_val_loss = float(best)
-        self._note_best_from_summary(e.summary.get("best_step"))
-        level = {"completed": "info", "stopped": "warning"}.get(e.status, "error")
-        self._log(level, "finished", f"run {e.status} at step {e.step} after {e.seconds:.1f} s", e.t)
-        if e.summary.get("early_stopped") is True:
-            self._note_early_stop(e)
-
-    def _note_best_from_summary(self, step: Any) -> None:
-        """The summary's best step marks its checkpoint row when no best_model event did (e.g. a lost line)."""
-        state = self.state
-        if not isinstance(step, int) or any(row.best for row in state.checkpoints.values()):
-            return
-        row = state.checkpoints.get(step)
-        if row is not None:
-            row.best = True
-            state.best_step = step
-
-    def _note_early_stop(self, e: FinishedEvent) -> None:
-        """Early stopping ended the run: a chart marker at the last step and a log line naming the best step."""
-        state = self.state
-        state.early_stopped_step = e.step
-        best = e.summary.get("best_step")
-        best_text = f"; the best checkpoint is step {best}" if isinstance(best, int) else ""
-        why = "validation stopped improving (train.early_stopping_patience)"
-        text = f"stopped early at step {e.step}: {why}{best_text}"
-        self._mark("early_stop", e.step, e.t, text)
-        self._log("info", "finished", text, e.t)
-
-
-def group_losses_text(state: RunState) -> str:
-    """`training losses at step 12: discriminator 0.811 · generator 146 (mel 3.24, adversarial 0.786, ...)`:
-    each optimizer group's total and its named parts, from the latest step event."""
-    groups = []
-    for group in state.groups:
-        prefix = f"{group}."
-        total = state.losses.get(f"{group}.total")
-        parts = [
-            f"{name.removeprefix(prefix)} {format_number(value, 3)}"
-            for name, value in state.losses.items()
-            if name.startswith(prefix) and name != f"{group}.total"
-        ]
-        detail = f" ({', '.join(parts)})" if parts else ""
-        groups.append(f"{group} {format_number(total, 3)}{detail}")
-    return f"training losses at step {state.step}: " + " · ".join(groups)

@@ -27,6 +27,8 @@ class BudgetPlan:
     samples_per_s: float
     total_steps: int
     planned_epochs: int
+    # A step's wall time with the evaluations and checkpoints between steps spread over it.
+    seconds_per_step: float = 0.0
 
 
 class TimeBudget:
@@ -46,6 +48,7 @@ class TimeBudget:
         self.started = clock() - elapsed_s
         self.reserve_s = END_MARGIN_S
         self._end_costs: dict[str, float] = {}
+        self._recurring: dict[str, float] = {}  # seconds a step of work that recurs between steps
         self.plan: BudgetPlan | None = None
         self._mark: tuple[int, float, int] | None = None  # (step, time, items) where measuring began
         self._items = 0
@@ -54,6 +57,16 @@ class TimeBudget:
         """Remember what the final validation or checkpoint costs, so the run stops early enough for it."""
         self._end_costs[name] = seconds
         self.reserve_s = END_MARGIN_S + sum(self._end_costs.values())
+
+    def note_recurring(self, name: str, seconds: float, every_steps: int) -> None:
+        """Work that comes back every `every_steps` steps (validation, a free-running pass): planned for."""
+        self._recurring[name] = seconds / max(1, every_steps)
+
+    def exclude(self, seconds: float) -> None:
+        """Time spent between steps: kept out of the step-rate measurement (it is planned separately)."""
+        if self._mark is not None:
+            m_step, m_time, m_items = self._mark
+            self._mark = (m_step, m_time + seconds, m_items)
 
     def elapsed(self) -> float:
         return self.clock() - self.started
@@ -80,8 +93,10 @@ class TimeBudget:
 
     def _replan(self, step: int, steps_per_s: float, samples_per_s: float) -> BudgetPlan:
         remaining = max(0.0, self.target_s - self.elapsed() - self.reserve_s)
-        total = step + max(1, int(remaining * steps_per_s))
-        self.plan = BudgetPlan(steps_per_s, samples_per_s, total, math.ceil(total / self.steps_per_epoch))
+        per_step = 1.0 / steps_per_s + sum(self._recurring.values())
+        total = step + max(1, int(remaining / per_step))
+        epochs = math.ceil(total / self.steps_per_epoch)
+        self.plan = BudgetPlan(steps_per_s, samples_per_s, total, epochs, per_step)
         self._mark = None
         return self.plan
 
@@ -91,4 +106,4 @@ class TimeBudget:
     def eta_s(self, step: int) -> float | None:
         if self.plan is None:
             return None
-        return max(0.0, (self.plan.total_steps - step) / self.plan.steps_per_s)
+        return max(0.0, (self.plan.total_steps - step) * self.plan.seconds_per_step)

@@ -96,11 +96,18 @@ class Evaluator:
             # The budget keeps room for the last validation and free-running pass, as last measured;
             # one-off work (the reference, the floor) is not what the next one costs.
             spent = time.perf_counter() - started - self._once_s
+            self.run_length.exclude(spent + self._once_s)
             if not eval_unbudgeted():
-                self.run_length.note_end_cost("validate", spent - self._free_s)
-            if self._free_s and not eval_unbudgeted():
-                self.run_length.note_end_cost("free_running", self._free_s)
+                self._budget_for(spent - self._free_s, self._free_s)
             self._phase("finishing" if final else "training")
+
+    def _budget_for(self, validate_s: float, free_s: float) -> None:
+        """Keep room for the last validation and pass, and plan the ones to come between steps."""
+        self.run_length.note_end_cost("validate", validate_s)
+        self.run_length.note_recurring("validate", validate_s)
+        if free_s:
+            self.run_length.note_end_cost("free_running", free_s)
+            self.run_length.note_recurring("free_running", free_s, self.profile.train.free_running_every)
 
     def finish(self) -> None:
         """At the end of a run whose last validation was at this step: its free-running score, if it had none."""
@@ -196,6 +203,8 @@ class Evaluator:
         self._once_s += time.perf_counter() - started
         if estimate is not None and not eval_unbudgeted():
             self.run_length.note_end_cost("free_running", estimate)
+            every = self.profile.train.free_running_every
+            self.run_length.note_recurring("free_running", estimate, every)
 
     def _free_running(self) -> float | None:
         """Score the held-out sentences on rank 0 and share the distance, so every rank picks the same best."""

@@ -125,6 +125,19 @@ class RunLength:
         if self.budget is not None:
             self.budget.note_end_cost(name, seconds)
 
+    def note_recurring(self, name: str, seconds: float, evaluations: int = 1) -> None:
+        """What a validation (or a pass every `evaluations` validations) costs, spread over the steps
+        between them; the time it took is kept out of the step-rate measurement."""
+        if self.budget is None:
+            return
+        every = self.profile.train.eval_every_steps or self.budget.steps_per_epoch
+        self.budget.note_recurring(name, seconds, every * max(1, evaluations))
+
+    def exclude(self, seconds: float) -> None:
+        """Seconds spent between steps (validation): not step time."""
+        if self.budget is not None:
+            self.budget.exclude(seconds)
+
     def remeasure(self) -> None:
         """The micro-batch changed (OOM recovery): throughput must be measured again."""
         if self.budget is not None:
