@@ -1,21 +1,17 @@
-"""The run dashboard (vega_tui/screens/run.py) driven with Textual's pilot.
+"""The run dashboard (vega_tui/screens/run.py) driven with Textual's pilot, on recorded runs.
 
 Recorded runs (tests/fixtures/events/*, real trainer logs copied to tmp_path) check what the dashboard shows:
 status, charts, fault markers, checkpoints, samples, the log pane, crashed and failed runs, damaged logs.
-A live tiny trainer started with `vega_tui.runner.TrainerProcess.spawn` checks the controls end to end:
-pause, resume, save, evaluate, quit-cancel, stop, resume from a checkpoint, detach and reattach, and a
-trainer killed under the dashboard. Snapshot tests pin the layout at 80x24 and 120x40 (regenerate them with
+Snapshot tests pin the layout at 80x24 and 120x40 (regenerate them with
 `pytest tests/test_app_run.py --snapshot-update` after an intended change, or when the fixtures are
-re-recorded).
+re-recorded). Live trainers under the dashboard: tests/test_app_live.py.
 """
 
 from __future__ import annotations
 
 import getpass
 import json
-import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -26,172 +22,40 @@ from typing import Any
 
 import psutil
 import pytest
+from dash_pilot import (
+    GIB,
+    STATUS_OF_FINISHED,
+    DashApp,
+    copy_fixture,
+    events_of,
+    log_view_text,
+    plain,
+    run_screen,
+    settled,
+    status_text,
+    wait_until,
+)
 from textual.pilot import Pilot
 from textual.widgets import Input
 
 from trainer_core.contract.eventlog import read_all
-from trainer_core.contract.nvml import GpuInfo
-from trainer_core.contract.protocol import Event
 from trainer_core.contract.resources import MachineResources
-from trainer_core.tiny_profiles import tiny_profile
-from vega_tui import app as vega_app
 from vega_tui import runner
-from vega_tui.app import VegaApp
 from vega_tui.screens.run import RunScreen
 from vega_tui.widgets.breakdown import BreakdownBar
-from vega_tui.widgets.charts import CHART_BUILDERS, ChartData, ChartGrid, RunChart, loss_chart
+from vega_tui.widgets.charts import ChartGrid, RunChart, loss_chart
 from vega_tui.widgets.checkpoints import CheckpointPanel
 from vega_tui.widgets.logs import LogPane
 from vega_tui.widgets.resources import ResourceLine, ResourcesPanel
 from vega_tui.widgets.samples import SamplesPanel
-from vega_tui.widgets.status import ProblemBanner, StatusLine
+from vega_tui.widgets.status import ProblemBanner
 
 pytestmark = pytest.mark.anyio
-
-FIXTURES = Path(__file__).parent / "fixtures" / "events"
-# Generous: trainers and other tests share two cores. Never a timed assertion, only an upper bound.
-WAIT_S = 60.0
-GIB = 1024**3
-STATUS_OF_FINISHED = {"completed": "FINISHED", "stopped": "STOPPED", "failed": "FAILED"}
 
 
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
-
-
-def fixed_resources() -> MachineResources:
-    """A fixed machine for layouts that must render the same everywhere (one GPU, 16 threads, 64 GiB)."""
-    gpu = GpuInfo(
-        index=0,
-        name="NVIDIA H100 80GB HBM3",
-        memory_total_bytes=80 * GIB,
-        memory_free_bytes=60 * GIB,
-        memory_used_bytes=20 * GIB,
-        utilization_pct=87.0,
-        temperature_c=64.0,
-    )
-    return MachineResources(
-        cpu_logical=16,
-        cpu_physical=8,
-        cpu_percent=37.0,
-        ram_total_bytes=64 * GIB,
-        ram_available_bytes=40 * GIB,
-        gpus=[gpu],
-        mps_available=False,
-        accelerator_note="1 NVIDIA GPU",
-    )
-
-
-class DashApp(VegaApp):
-    """The real app shell attached to one run; it records notifications so tests can read them."""
-
-    CSS_PATH = str(Path(vega_app.__file__).with_name("app.tcss"))  # relative paths resolve from the subclass
-
-    def __init__(
-        self,
-        run_dir: Path,
-        process: runner.TrainerProcess | None = None,
-        probe: Callable[[], MachineResources] | None = fixed_resources,
-    ) -> None:
-        super().__init__(start="attach", run_dir=run_dir)
-        self.process, self.probe = process, probe
-        self.messages: list[str] = []
-
-    def open_run(self, run_dir: Path, process: runner.TrainerProcess | None = None) -> None:
-        self.push_screen(RunScreen(run_dir, process or self.process, read_resources=self.probe))
-
-    def notify(self, message: str, **kwargs: Any) -> None:
-        self.messages.append(str(message))
-        super().notify(message, **kwargs)
-
-
-def copy_fixture(name: str, tmp_path: Path) -> Path:
-    target = tmp_path / name
-    shutil.copytree(FIXTURES / name, target)
-    return target
-
-
-def run_screen(pilot: Pilot) -> RunScreen:
-    screen = pilot.app.screen
-    assert isinstance(screen, RunScreen), f"expected the run dashboard, got {screen!r}"
-    return screen
-
-
-async def wait_until(pilot: Pilot, predicate: Callable[[], bool], what: str, timeout: float = WAIT_S) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        await pilot.pause(0.05)
-    detail = ""
-    if isinstance(pilot.app.screen, RunScreen):
-        state = pilot.app.screen.state
-        screen = pilot.app.screen
-        files = screen.query_one(CheckpointPanel).files is not None
-        detail = (
-            f"; status {state.status}, step {state.step}, trainer alive {screen.trainer_alive}, files scanned "
-            f"{files}, last logs {[line.message for line in list(state.logs)[-3:]]}"
-        )
-    pytest.fail(f"timed out after {timeout:g} s waiting for {what}{detail}")
-
-
-def current_chart_data(screen: RunScreen, chart: RunChart) -> ChartData:
-    """What `chart` shows once it caught up with the store (read at its width, as the grid reads it)."""
-    builder, grid, columns = CHART_BUILDERS[chart.build_name], screen.query_one(ChartGrid), chart.size.width
-    if chart.build_name == "loss":
-        return builder(screen.state, grid.log_y, columns)
-    return builder(screen.state, columns=columns)
-
-
-async def settled(pilot: Pilot) -> RunScreen:
-    """The whole log applied, the trainer checked, files scanned and the visible charts drawn."""
-    screen = run_screen(pilot)
-    panel = screen.query_one(CheckpointPanel)
-    await wait_until(
-        pilot,
-        lambda: screen.follower is not None and screen.follower.wait_caught_up(0) and screen.state.version > 0,
-        "the event log to be read",
-    )
-    await wait_until(
-        pilot,
-        lambda: (
-            screen.trainer_alive is False
-            and panel.files is not None
-            and screen.state.status in ("finished", "stopped", "failed", "crashed")
-        ),
-        "a settled run",
-    )
-    loss = screen.query_one(ChartGrid).chart("loss")
-
-    def charts() -> list[RunChart]:  # asked again each time: a vocoder run swaps the validation chart in
-        return [chart for chart in screen.query(RunChart) if chart.region.area > 0]
-
-    await wait_until(pilot, lambda: all(c.data is not None for c in charts()) and loss.data.points > 0, "charts")
-    # Secondary charts redraw at most once a second: wait until every visible chart shows the whole store.
-    await wait_until(pilot, lambda: all(c.data == current_chart_data(screen, c) for c in charts()), "charts up to date")
-    await pilot.pause(0.3)
-    return screen
-
-
-def events_of(run_dir: Path, kind: str) -> list[Event]:
-    return [event for event in read_all(run_dir / "events.jsonl") if event.type == kind]
-
-
-def status_text(screen: RunScreen) -> str:
-    return screen.query_one(StatusLine).content.plain
-
-
-def plain(widget: Any) -> str:
-    content = widget.content
-    return content.plain if hasattr(content, "plain") else str(content)
-
-
-def log_view_text(screen: RunScreen) -> str:
-    return screen.query_one(LogPane).view.plain_text()
-
-
-# ------------------------------------------------------------------------------------------------ recorded runs
 
 
 @pytest.mark.parametrize("name", ["lm_completed", "lm_stopped", "lm_faults", "lm_failed", "lm_killed"])
@@ -613,253 +477,6 @@ def test_dashboard_imports_no_heavy_modules() -> None:
 
 
 # ------------------------------------------------------------------------------------------------ a live trainer
-
-
-TINY_PROFILE = tiny_profile(
-    "lm",
-    run={"name": "live", "seed": None},
-    model={"dropout": None},
-    train={"max_steps": 100000, "eval_every_steps": 100000, "checkpoint_every_epochs": 100000, "lr": None},
-    sample={"max_new_bytes": 8},
-    logging={"step_interval_s": 0.1},
-)
-
-
-@pytest.fixture
-def live_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A tiny profile and corpus; no machine file, no inherited fault injection, one thread per trainer."""
-    for key in [key for key in os.environ if key.startswith("VEGA_")]:
-        monkeypatch.delenv(key)
-    monkeypatch.setenv("VEGA_CONFIG_DIR", str(tmp_path / "config"))
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    corpus = tmp_path / "corpus"
-    corpus.mkdir()
-    words = ["a", "quiet", "fox", "reads", "the", "old", "book", "by", "the", "river", "while", "small", "dogs", "walk"]
-    for n in range(4):
-        rows = [" ".join(words[(n + i + j) % len(words)] for j in range(8)) + "." for i in range(60)]
-        (corpus / f"story-{n}.txt").write_text("\n".join(rows) + "\n", encoding="utf-8")
-    profile = tmp_path / "tiny.toml"
-    profile.write_text(TINY_PROFILE, encoding="utf-8")
-    (tmp_path / "config").mkdir()
-    return tmp_path
-
-
-def spawn_trainer(root: Path) -> runner.TrainerProcess:
-    argv = runner.train_argv(root / "tiny.toml", run_dir=root / "run", data=root / "corpus")
-    return runner.TrainerProcess.spawn(argv, root / "run")
-
-
-def acked(screen: RunScreen, cmd: str) -> bool:
-    return any(line.kind == "command_ack" and f"command {cmd} accepted" in line.message for line in screen.state.logs)
-
-
-def kinds_after(screen: RunScreen, marker: str, kind: str) -> list[str]:
-    """Messages of `kind` log lines that come after the first line containing `marker`."""
-    lines = list(screen.state.logs)
-    start = next((i for i, line in enumerate(lines) if marker in line.message), len(lines))
-    return [line.message for line in lines[start:] if line.kind == kind]
-
-
-async def test_controls_against_a_live_trainer(live_run: Path) -> None:
-    process = spawn_trainer(live_run)
-    run_dir = live_run / "run"
-    started = [process]
-    try:
-        app = DashApp(run_dir, process)
-        async with app.run_test(size=(80, 24)) as pilot:
-            screen = run_screen(pilot)
-            await wait_until(
-                pilot,
-                lambda: screen.state.status == "training" and screen.state.step >= 3 and runner.socket_ready(run_dir),
-                "training to start",
-            )
-            palette = {command.title for command in app.get_system_commands(screen)}
-            assert {"Pause", "Save", "Eval", "Stop", "Detach", "Quit"} <= palette
-
-            await pilot.press("p")
-            await wait_until(pilot, lambda: "  PAUSED  " in status_text(screen), "the paused state on screen")
-            assert "pause: sent; the trainer acknowledged it" in app.messages
-            await pilot.press("p")  # the same key resumes
-            await wait_until(pilot, lambda: screen.state.status == "training", "training again")
-
-            await pilot.press("s")
-            await wait_until(
-                pilot,
-                lambda: kinds_after(screen, "command save accepted", "checkpoint_saved"),
-                "the requested checkpoint",
-            )
-            saved_step = max(screen.state.checkpoints)
-            written = f"save: checkpoint written: {screen.state.checkpoints[saved_step].path}"
-            await wait_until(pilot, lambda: written in app.messages, "the dashboard saying the save is done")
-            assert "saving…" not in status_text(screen)
-            await pilot.press("3")
-            table = screen.query_one(CheckpointPanel).table
-            await wait_until(pilot, lambda: str(saved_step) in {key.value for key in table.rows}, "its table row")
-            await pilot.press("1")
-
-            await pilot.press("e")
-            await wait_until(
-                pilot, lambda: kinds_after(screen, "command evaluate accepted", "validation"), "a validation"
-            )
-            assert len(screen.state.series["val_loss"]) >= 1
-            await wait_until(
-                pilot,
-                lambda: any(m.startswith("evaluate: validation loss") for m in app.messages),
-                "the dashboard saying the evaluation is done",
-            )
-
-            await pilot.press("q")  # a live run: asks; Cancel keeps everything as it was
-            await wait_until(pilot, lambda: not isinstance(app.screen, RunScreen), "the quit question")
-            await pilot.press("c")
-            await wait_until(pilot, lambda: app.screen is screen, "back on the dashboard")
-            assert process.alive()
-
-            await pilot.press("x")
-            await wait_until(pilot, lambda: not isinstance(app.screen, RunScreen), "the stop question")
-            await pilot.press("y")
-            await wait_until(pilot, lambda: screen.state.status == "stopped", "the stopped state")
-            assert process.wait(WAIT_S) == 0
-            await wait_until(pilot, lambda: screen.trainer_alive is False, "the trainer to be seen gone")
-
-            await resume_from_checkpoint(pilot, screen, saved_step)
-            resumed = screen.process
-            assert resumed is not None and resumed.pid != process.pid
-            started.append(resumed)
-
-            await pilot.press("d")  # detach: the app closes, the trainer goes on
-            await wait_until(pilot, lambda: not app.is_running, "the app to exit")
-        assert resumed.alive()
-        await reattach_and_watch_it_crash(run_dir, resumed)
-    finally:
-        for proc in started:
-            if proc.alive():
-                proc.popen.kill()
-                proc.wait(10)
-
-
-async def resume_from_checkpoint(pilot: Pilot, screen: RunScreen, step: int) -> None:
-    """Select the checkpoint of `step` in the table and press r: a new trainer resumes in the same folder."""
-    await pilot.press("3")
-    panel = screen.query_one(CheckpointPanel)
-    await wait_until(
-        pilot,
-        lambda: panel.files is not None and step in panel.files.checkpoints and panel.files.checkpoints[step].exists,
-        "the checkpoint files to be scanned",
-    )
-    panel.table.move_cursor(row=panel.table.get_row_index(str(step)))
-    assert panel.selected_step() == step
-    await pilot.press("r")
-    await wait_until(pilot, lambda: screen.state.resumed and screen.state.status == "training", "the resumed run")
-    hello = events_of(screen.run_dir, "hello")[-1]
-    assert hello.resumed and hello.pid == screen.process.pid
-    resume_at = hello.argv.index("--resume")
-    assert Path(hello.argv[resume_at + 1]).name == f"step-{step:08d}.pt"
-
-
-async def reattach_and_watch_it_crash(run_dir: Path, trainer: runner.TrainerProcess) -> None:
-    """Reattach without a process handle: the whole history shows; killing the trainer shows a crash."""
-    app = DashApp(run_dir)
-    async with app.run_test(size=(80, 24)) as pilot:
-        screen = run_screen(pilot)
-        await wait_until(
-            pilot, lambda: screen.trainer_alive is True and screen.state.status == "training", "the reattached live run"
-        )
-        loss = screen.state.series["loss"]
-        assert loss.xs[0] <= 2  # history from the start, not just from the reattach
-        trainer.popen.send_signal(signal.SIGKILL)
-        trainer.wait(WAIT_S)
-        banner = screen.query_one(ProblemBanner)
-        await wait_until(pilot, lambda: "died without finishing" in plain(banner), "the crash to be shown")
-        assert screen.state.status == "crashed" and "  CRASHED  " in status_text(screen)
-
-
-# ------------------------------------------------------------------------------------------------ vocoder runs
-# A recorded GAN vocoder run (two optimizer groups; tests/test_vocoder_dashboard.py checks the numbers).
-
-
-async def test_vocoder_run_on_a_small_terminal(tmp_path: Path) -> None:
-    run_dir = copy_fixture("vocoder_completed", tmp_path)
-    async with DashApp(run_dir).run_test(size=(80, 24)) as pilot:
-        screen = await settled(pilot)
-        grid = screen.query_one(ChartGrid)
-        loss = grid.chart("loss")
-        assert [(line.label, line.right) for line in loss.data.lines] == [
-            ("generator", False),
-            ("smoothed", False),
-            ("discriminator", True),
-        ]
-        assert "discriminator" in loss.render().plain
-        lr = grid.chart("lr")
-        assert grid.current == "lr" and [line.label for line in lr.data.lines] == ["discriminator", "generator"]
-        assert "discriminator" in lr.render().plain and "generator" in lr.render().plain
-
-        # The validation chart takes the speech chart's place: `c` cycles through it, never through speech.
-        assert grid.shown_secondary() == ["lr", "throughput", "memory", "parts", "validation"]
-        validation = grid.chart("validation")
-        for _ in range(4):
-            await pilot.press("c")
-        assert grid.current == "validation"
-        await wait_until(
-            pilot, lambda: validation.data == current_chart_data(screen, validation), "the validation chart"
-        )
-        assert validation.region.area > 0 and grid.chart("speech").region.area == 0
-        assert [line.label for line in validation.data.lines] == ["mel_l1", "griffin_lim"]
-        assert "griffin_lim" in validation.render().plain
-        await pilot.press("c")
-        assert grid.current == "lr"
-
-        bar = screen.query_one(BreakdownBar)
-        assert bar.region.height == 2
-        first, second = bar.render().plain.splitlines()
-        assert first.startswith("profiler ") and second.startswith("per group fwd/bwd/opt ms: discriminator ")
-        regions = [screen.query_one(selector).region for selector in ("#status", "#tabs", "#breakdown", "Footer")]
-        for upper, lower in pairwise(regions):
-            assert upper.bottom <= lower.y, (upper, lower)
-        assert regions[-1].bottom <= 24
-
-        await pilot.press("2")
-        await pilot.pause(0.1)
-        logs = log_view_text(screen)
-        assert "training losses at step 30: discriminator" in logs and "(griffin_lim 0.2145)" in logs
-
-
-def beat_the_reference(run_dir: Path, mel_l1: float, step: int) -> None:
-    """Rewrite the recorded log so that Griffin-Lim's mel_l1 is `mel_l1`, with the trainer's own 'passes' line
-    before the validation at `step` (the first below it), seq numbers kept contiguous."""
-    path = run_dir / "events.jsonl"
-    events: list[dict[str, Any]] = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        event = json.loads(line)
-        if event["type"] == "validation":
-            event["reference"]["mel_l1"] = mel_l1
-            if event["step"] == step:
-                said = f"step {step}: mel_l1 {event['metric_value']:.4g} passes griffin_lim's {mel_l1:.4g}"
-                events.append({**event, "type": "log", "level": "info", "message": said})
-        events.append(event)
-    lines = [json.dumps({**event, "seq": seq}) for seq, event in enumerate(events)]
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-
-
-async def test_vocoder_run_that_beats_its_reference_on_a_roomy_terminal(tmp_path: Path) -> None:
-    run_dir = copy_fixture("vocoder_completed", tmp_path)
-    beat_the_reference(run_dir, 3.0, 18)  # recorded mel_l1 at 12, 18: 3.18, 2.96
-    async with DashApp(run_dir).run_test(size=(120, 40)) as pilot:
-        screen = await settled(pilot)
-        grid = screen.query_one(ChartGrid)
-        visible = [chart.build_name for chart in grid.charts() if chart.region.area > 0]
-        assert visible == ["loss", "lr", "throughput", "memory", "parts", "validation"]
-        validation = grid.chart("validation")
-        assert validation.region.width == grid.chart("loss").region.width  # the speech chart's whole row
-        assert validation.data.markers["passed"] == [18]
-        assert validation.data.lines[1].ys == [3.0, 3.0]
-        drawn = validation.render().plain
-        assert "griffin_lim" in drawn and "beats ref" in drawn
-        assert screen.state.reference_passed_step == 18
-        said = [line for line in screen.state.logs if "passes griffin_lim" in line.message]
-        assert [line.kind for line in said] == ["log"]  # the trainer said it: the dashboard does not repeat it
-
-
-# ------------------------------------------------------------------------------------------------ snapshots
 
 
 async def _settled_snapshot(pilot: Pilot) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_app_run import DashApp, copy_fixture, settled, wait_until
+from dash_pilot import DashApp, copy_fixture, settled, wait_until
 from textual.app import App, ComposeResult
 
 from trainer_core.contract.event_lines import parse_event

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import of_type, write_corpus
-from test_app_run import DashApp, plain, run_screen, wait_until
+from dash_pilot import DashApp, plain, run_screen, wait_until
 
 from trainer_core import fault_points
 from trainer_core.contract.eventlog import read_all

@@ -129,8 +129,8 @@ def piper_key(app: Any) -> Any:
 def exported(fine_tuned: Path) -> DashboardExport:
     """The run's Piper voice, written by the dashboard: the checkpoints tab's "Export for Piper"
     runs `trainer-core export --piper RUN` in a subprocess (the module's one export of the run)."""
+    from dash_pilot import DashApp
     from test_app_launch import wait_until
-    from test_app_run import DashApp
 
     from vega_tui.screens.run import RunScreen
 
@@ -353,8 +353,8 @@ def anyio_backend() -> str:
 
 @pytest.mark.anyio
 async def test_the_dashboard_offers_no_piper_export_for_other_runs(tmp_path: Path) -> None:
+    from dash_pilot import DashApp, copy_fixture
     from test_app_launch import wait_until
-    from test_app_run import DashApp, copy_fixture
 
     from vega_tui.screens.run import RunScreen
 

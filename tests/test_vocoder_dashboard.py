@@ -5,7 +5,7 @@ validation every 6 steps from step 0, the discriminator at a quarter of the gene
 into a `RunStore`: one learning-rate line per group, the discriminator's loss beside the generator's, the generator's
 parts, the Griffin-Lim reference line on the validation chart, the per-group profiler times, and the one moment the
 validation metric first beats the reference. A one-optimizer run (lm_completed) must show what it showed before.
-The Textual app on the same run is in tests/test_app_run.py.
+The Textual app on the same run is in tests/test_app_live.py.
 """
 
 from __future__ import annotations

@@ -21,9 +21,9 @@ import numpy as np
 import pytest
 import torch
 from conftest import TEST_VOICE, of_type, tiny_voice_profile
+from dash_pilot import DashApp, plain, settled, wait_until
 from PIL import Image
 from rich.console import Console
-from test_app_run import DashApp, plain, settled, wait_until
 
 from trainer_core.contract.eventlog import read_all
 from trainer_core.contract.profile import Profile
