@@ -28,7 +28,7 @@ from textual.app import App, ComposeResult
 
 from trainer_core.contract.event_lines import parse_event
 from trainer_core.contract.protocol import Event
-from vega_tui import store as store_module
+from vega_tui import store_base as store_module  # where the store makes new series
 from vega_tui.run_state import Series
 from vega_tui.store import RunStore
 from vega_tui.widgets import chart_data
