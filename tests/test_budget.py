@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from trainer_core.engine.budget import END_MARGIN_S, TimeBudget
+from trainer_core.engine.budget import END_MARGIN_S, PASS_SHARE, PassAllowance, TimeBudget
 
 
 class FakeClock:
@@ -66,3 +66,16 @@ def test_evaluations_between_steps_are_planned_for_and_not_counted_as_step_time(
     bare = TimeBudget(target_hours=0.1, steps_per_epoch=50, clock=bare_clock)
     bare_plan, bare_step, bare_now = first_plan(bare, bare_clock, 0.5)
     assert (bare_plan.total_steps - bare_step) * 0.8 > 1.5 * (360 - bare_now)
+
+
+def test_free_running_passes_before_the_last_stay_within_their_share_of_the_budget() -> None:
+    allowance = PassAllowance(target_s=180.0)
+    assert allowance.limit_s == PASS_SHARE * 180.0 == 7.2
+    allowance.note_estimate(2.0)  # the floor's time, before any pass
+    assert allowance.room()  # this pass and the last: 2 x 2.0 <= 7.2
+    allowance.note_pass(2.0)
+    allowance.note_estimate(0.1)  # an estimate no longer replaces a measured pass
+    assert allowance.room()  # 2.0 spent + 2 x 2.0 = 6.0
+    allowance.note_pass(2.0)
+    assert not allowance.room()  # 4.0 + 2 x 2.0 = 8.0: only the last pass is left room for
+    assert PassAllowance(target_s=None).room()  # no budget: every pass

@@ -16,11 +16,20 @@ GATE_ENV = "VEGA_FAULTS"
 SWITCH_PREFIX = "VEGA_FAULT_"
 ON_CODE = "fault_injection_on"
 IGNORED_CODE = "fault_switches_ignored"
+# The time budget bench's negative control: evaluation left out of the budget and run as it was before it
+# was made cheap (every torch thread, one sentence at a time). Here, not in engine.faults: models read it too.
+EVAL_UNBUDGETED_ENV = "VEGA_FAULT_EVAL_UNBUDGETED"
 
 
 def faults_on(environ: Mapping[str, str] | None = None) -> bool:
     """True when VEGA_FAULTS=1: the switches may act (tests and drills set it)."""
     return (os.environ if environ is None else environ).get(GATE_ENV, "") == "1"
+
+
+def switch_on(name: str, environ: Mapping[str, str] | None = None) -> bool:
+    """A `VEGA_FAULT_*` switch set to 1 with the gate open."""
+    env = os.environ if environ is None else environ
+    return faults_on(env) and env.get(name, "").strip() == "1"
 
 
 def env_switches(environ: Mapping[str, str] | None = None) -> list[str]:

@@ -19,6 +19,8 @@ MIN_STEPS, MIN_SECONDS, MAX_BUDGET_SHARE = 5, 3.0, 0.05
 END_MARGIN_S = 2.0
 # After the first plan, re-measure over windows of this share of the budget to follow drift.
 REPLAN_SHARE = 0.1
+# Free-running passes before the last take at most this share of a budget (the bench's target is 5 %).
+PASS_SHARE = 0.04
 
 
 @dataclass
@@ -107,3 +109,24 @@ class TimeBudget:
         if self.plan is None:
             return None
         return max(0.0, (self.plan.total_steps - step) * self.plan.seconds_per_step)
+
+
+class PassAllowance:
+    """How much of a time budget the free-running passes before the last may take: a pass starts only
+    when it and the last one still fit in PASS_SHARE of it (no budget: every pass)."""
+
+    def __init__(self, target_s: float | None, share: float = PASS_SHARE) -> None:
+        self.limit_s = None if target_s is None else share * target_s
+        self.spent_s = 0.0
+        self.last_s: float | None = None  # the last pass, or the floor's estimate before the first
+
+    def note_estimate(self, seconds: float) -> None:
+        if self.last_s is None:
+            self.last_s = seconds
+
+    def note_pass(self, seconds: float) -> None:
+        self.spent_s += seconds
+        self.last_s = seconds
+
+    def room(self) -> bool:
+        return self.limit_s is None or self.spent_s + 2 * (self.last_s or 0.0) <= self.limit_s

@@ -25,6 +25,7 @@ from trainer_core.contract.protocol import (
     SampleEvent,
     ValidationEvent,
 )
+from trainer_core.engine.budget import PASS_SHARE, PassAllowance
 from trainer_core.engine.checkpoint import remove_temp_leftovers
 from trainer_core.engine.checkpointing import Checkpointer
 from trainer_core.engine.distributed import reduce_sums
@@ -80,6 +81,9 @@ class Evaluator:
         # Seconds of this validation's one-off work (the reference, the floor) and free-running pass.
         self._once_s = self._free_s = 0.0
         self._free_cost_known = False
+        budget = run_length.budget
+        self._allowance = PassAllowance(budget.target_s if budget is not None else None)
+        self._share_said = False
 
     @property
     def module(self) -> torch.nn.Module:
@@ -186,7 +190,23 @@ class Evaluator:
     def _free_running_due(self, final: bool) -> bool:
         every = self.profile.train.free_running_every
         due = final or (self.validations > 0 and self.validations % max(every, 1) == 0)
-        return self.state.step > 0 and due and self._free_running_on()
+        if not (self.state.step > 0 and due and self._free_running_on()):
+            return False
+        return final or self._within_share()
+
+    def _within_share(self) -> bool:
+        """With a time budget, passes before the last stay within their share of it (rank 0 decides)."""
+        room = self._allowance.room()
+        shared, _ = reduce_sums(self.world, {"skip": float(not room)} if self.world.is_main else {}, 0)
+        if not shared.get("skip"):
+            return True
+        if not self._share_said and self.world.is_main:
+            self._share_said = True
+            log.info(
+                "step %d: free-running passes before the last are kept within %g %% of the time budget "
+                "(train.target_hours); the last pass still runs", self.state.step, PASS_SHARE * 100,
+            )  # fmt: skip
+        return False
 
     def _phase(self, phase: Phase, done: int | None = None, total: int | None = None) -> None:
         """Tell viewers what happens between steps (the status line shows it instead of an ETA)."""
@@ -201,6 +221,8 @@ class Evaluator:
         started = time.perf_counter()
         estimate = self.task.free_running_estimate()
         self._once_s += time.perf_counter() - started
+        if estimate is not None:
+            self._allowance.note_estimate(estimate)
         if estimate is not None and not eval_unbudgeted():
             self.run_length.note_end_cost("free_running", estimate)
             every = self.profile.train.free_running_every
@@ -214,6 +236,7 @@ class Evaluator:
         if result is not None:
             self._free_cost_known = True
             self._free_s += result.seconds - result.floor_seconds
+            self._allowance.note_pass(result.seconds - result.floor_seconds)
             self._once_s += result.floor_seconds
             self.events.emit(free_running_event(self.state.step, result))
         mine = {"distance": result.scores.summary().distance} if result is not None else {}

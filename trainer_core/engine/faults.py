@@ -52,7 +52,13 @@ import torch
 
 from trainer_core import fault_points
 from trainer_core.atomic import atomic_write_text
-from trainer_core.contract.fault_gate import env_switches, faults_on, gate_warning
+from trainer_core.contract.fault_gate import (
+    EVAL_UNBUDGETED_ENV,
+    env_switches,
+    faults_on,
+    gate_warning,
+    switch_on,
+)
 from trainer_core.contract.profile import DebugSection
 
 OOM_ENV = "VEGA_FAULT_OOM_AT_STEPS"
@@ -68,7 +74,6 @@ IN_PLACE_ENV = "VEGA_FAULT_CHECKPOINT_IN_PLACE"
 SAMPLE_IN_PLACE_ENV = "VEGA_FAULT_SAMPLE_IN_PLACE"
 BEST_IN_PLACE_ENV = "VEGA_FAULT_BEST_IN_PLACE"
 CACHE_IN_PLACE_ENV = "VEGA_FAULT_CACHE_IN_PLACE"
-EVAL_UNBUDGETED_ENV = "VEGA_FAULT_EVAL_UNBUDGETED"
 # The drill's in-place switch of each hold phase whose file trainer_core.atomic writes.
 IN_PLACE_SWITCHES = {
     "sample_write": SAMPLE_IN_PLACE_ENV,
@@ -96,8 +101,9 @@ def fault_warning(debug: DebugSection) -> tuple[str, str] | None:
 
 
 def eval_unbudgeted() -> bool:
-    """The negative control's switch: evaluation costs are left out of the time budget's end reserve."""
-    return fault_env(EVAL_UNBUDGETED_ENV).strip() == "1"
+    """The negative control's switch: evaluation costs are left out of the time budget (and evaluation
+    runs as it did before it was made cheap: `models.griffin_lim_batch`)."""
+    return switch_on(EVAL_UNBUDGETED_ENV)
 
 
 def _env_numbers(name: str) -> list[int]:
