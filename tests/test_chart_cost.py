@@ -20,7 +20,17 @@ from trainer_core.contract.eventlog import read_all
 from trainer_core.contract.protocol import Event, StepEvent
 from vega_tui.run_state import Series
 from vega_tui.store import RunStore
-from vega_tui.widgets.charts import ChartGrid, _on_screen, downsample_minmax, loss_chart
+from vega_tui.widgets.charts import (
+    CHART_SHARE,
+    MAX_GAP_S,
+    SECONDARY_INTERVAL_S,
+    ChartGrid,
+    RunChart,
+    _on_screen,
+    downsample_minmax,
+    loss_chart,
+    redraw_gap,
+)
 
 pytestmark = pytest.mark.anyio
 FIXTURES = Path(__file__).parent / "fixtures" / "events"
@@ -173,3 +183,14 @@ async def test_the_app_builds_no_chart_while_the_logs_tab_shows(tmp_path: Path) 
         assert loss.builds == builds
         await pilot.press("1")
         await wait_until(pilot, lambda: loss.builds > builds and 61 in loss.data.lines[0].xs, "the chart rebuilt")
+
+
+def test_a_chart_whose_picture_is_costly_is_redrawn_less_often() -> None:
+    loss, lr = RunChart("loss", id="loss"), RunChart("lr", id="lr")
+    assert redraw_gap(loss, 5) == 0.0 and redraw_gap(lr, 5) == SECONDARY_INTERVAL_S  # nothing measured yet
+    loss.render_s = lr.render_s = 0.03
+    # Five charts of 30 ms each, drawn at these gaps, take CHART_SHARE of a core together.
+    assert redraw_gap(loss, 5) == pytest.approx(0.03 * 5 / CHART_SHARE)
+    assert sum(chart.render_s / redraw_gap(chart, 5) for chart in [loss, lr, lr, lr, lr]) <= CHART_SHARE + 1e-9
+    loss.render_s = 10.0
+    assert redraw_gap(loss, 5) == MAX_GAP_S  # a chart still shows what happened within MAX_GAP_S

@@ -141,6 +141,7 @@ class RunChart(PlotextPlot):
         self.drawn_at = -math.inf  # time.monotonic() of the last draw
         self.draws = 0  # figures built so far (tests check that unchanged data is not drawn again)
         self.renders = 0  # pictures built by plotext so far
+        self.render_s = 0.0  # what building the last picture took: what the next redraw will cost
         self.builds = 0  # ChartData built for it so far (tests check a hidden or unchanged chart is not built)
         self.built_for: tuple[object, ...] | None = None  # (state, version, log scale, size) last built
         self._columns = 0  # the width the figure was downsampled for
@@ -212,8 +213,10 @@ class RunChart(PlotextPlot):
         if self._picture is not None and self._picture[0] == key:
             return self._picture[1]  # a repaint (another widget moved, a tab came back): same picture
         try:
+            started = time.perf_counter()
             picture = super().render()
             assert isinstance(picture, Text)
+            self.render_s = time.perf_counter() - started
             self.renders += 1
             self._picture = (key, picture)
             return picture
@@ -262,10 +265,9 @@ class ChartGrid(Container):
         now, the others one per frame after it (see `_draw_next`)."""
         now, self._state = time.monotonic(), state
         self._swap_validation(validation_wanted(state))
-        for chart in self.charts():
-            if only_visible and not _on_screen(chart):
-                continue
-            wait = 0.0 if force or chart.build_name == "loss" else chart.drawn_at + SECONDARY_INTERVAL_S - now
+        shown = [chart for chart in self.charts() if not only_visible or _on_screen(chart)]
+        for chart in shown:
+            wait = 0.0 if force else chart.drawn_at + redraw_gap(chart, len(shown)) - now
             if wait > 0:
                 self._catch_up_in(wait)  # so the last change is drawn even if the run then goes quiet
                 continue
@@ -355,6 +357,15 @@ class ChartGrid(Container):
 INPUT_BACKOFF_S = 0.05  # how long a chart redraw steps aside for queued input
 SECONDARY_INTERVAL_S = 1.0  # learning rate, throughput, memory, parts: 1 Hz is plenty, and saves CPU
 MAX_DEFERRALS = 4  # then draw anyway: a stream of input must not freeze the charts
+CHART_SHARE = 0.06  # of one core, for all charts on screen while a run streams in
+MAX_GAP_S = 5.0  # however slow a picture is, a chart shows what happened within this long
+
+
+def redraw_gap(chart: RunChart, shown: int) -> float:
+    """Seconds between two draws of `chart`: the shown charts together take at most CHART_SHARE of a core
+    (a fast run redraws less often, a slow one as before), the secondary ones at most once a second."""
+    base = 0.0 if chart.build_name == "loss" else SECONDARY_INTERVAL_S
+    return min(MAX_GAP_S, max(base, chart.render_s * shown / CHART_SHARE))
 
 
 def input_pending(app: App) -> bool:
