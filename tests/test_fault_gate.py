@@ -43,6 +43,7 @@ SWITCHES = {
     "VEGA_FAULT_BEST_IN_PLACE": "1",
     "VEGA_FAULT_CACHE_IN_PLACE": "1",
     "VEGA_FAULT_EVAL_UNBUDGETED": "1",
+    "VEGA_FAULT_EVAL_SLEEP_S": "2.5",
 }
 DEBUG = DebugSection(nonfinite_at_steps=[1], hold_checkpoint_write_s=5.0)
 
@@ -79,6 +80,7 @@ def effects(tmp_path: Path) -> dict[str, object]:
         "files_in_place": [fault_points.in_place(phase) for phase in faults.IN_PLACE_SWITCHES],
         "save": saved,
         "eval_unbudgeted": faults.eval_unbudgeted(),
+        "eval_sleep_s": faults.eval_sleep_s(),
     }
 
 
@@ -95,6 +97,7 @@ def test_each_switch_acts_only_with_the_gate_open(tmp_path: Path, clean_env: pyt
         "files_in_place": [False] * 3,
         "save": "saved",
         "eval_unbudgeted": False,
+        "eval_sleep_s": 0.0,
     }
     code, message = faults.fault_warning(DEBUG) or ("", "")
     assert code == IGNORED_CODE and f"they act only with {GATE_ENV}=1" in message
@@ -113,6 +116,7 @@ def test_each_switch_acts_only_with_the_gate_open(tmp_path: Path, clean_env: pyt
         "files_in_place": [True] * 3,
         "save": "disk is full",
         "eval_unbudgeted": True,
+        "eval_sleep_s": 2.5,
     }
     code, message = faults.fault_warning(DEBUG) or ("", "")
     assert code == ON_CODE and message.startswith(f"fault injection on ({GATE_ENV}=1): VEGA_FAULT_")

@@ -30,7 +30,7 @@ from trainer_core.engine.checkpoint import remove_temp_leftovers
 from trainer_core.engine.checkpointing import Checkpointer
 from trainer_core.engine.distributed import reduce_sums
 from trainer_core.engine.events import NO_EVENT, EventHub
-from trainer_core.engine.faults import eval_unbudgeted, hold_at
+from trainer_core.engine.faults import eval_sleep_s, eval_unbudgeted, hold_at
 from trainer_core.engine.loop_state import LoopState
 from trainer_core.engine.run_length import RunLength
 from trainer_core.engine.step import StepRunner
@@ -130,6 +130,7 @@ class Evaluator:
             self.validations += 1
         hold_at("validation")
         self._phase("validating")
+        time.sleep(eval_sleep_s())  # 0 unless a drill makes evaluation slow
         self._estimate_free_running()
         means = self._mean_val_losses()
         if self.world.is_main:

@@ -66,6 +66,7 @@ OOM_IN_OPTIMIZER_ENV = "VEGA_FAULT_OOM_IN_OPTIMIZER_AT_STEPS"
 NONFINITE_ENV = "VEGA_FAULT_NONFINITE_AT_STEPS"
 FAIL_ENV = "VEGA_FAULT_FAIL_AT_STEP"
 SLEEP_ENV = "VEGA_FAULT_STEP_SLEEP_S"
+EVAL_SLEEP_ENV = "VEGA_FAULT_EVAL_SLEEP_S"
 HOLD_SAVES_ENV = "VEGA_FAULT_HOLD_CHECKPOINT_SAVES"
 GROUP_ENV = "VEGA_FAULT_GROUP"
 HOLD_AT_ENV = "VEGA_FAULT_HOLD_AT"
@@ -104,6 +105,11 @@ def eval_unbudgeted() -> bool:
     """The negative control's switch: evaluation costs are left out of the time budget (and evaluation
     runs as it did before it was made cheap: `models.griffin_lim_batch`)."""
     return switch_on(EVAL_UNBUDGETED_ENV)
+
+
+def eval_sleep_s() -> float:
+    """Seconds each validation is held: evaluation as slow as a loaded machine made it (the bench's control)."""
+    return _env_seconds(EVAL_SLEEP_ENV)
 
 
 def _env_numbers(name: str) -> list[int]:
