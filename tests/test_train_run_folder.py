@@ -38,6 +38,14 @@ DIVERGING = {
     "train.eval_every_steps": 4,
     "train.early_stopping_patience": 2,
 }
+# A disk budget smaller than one checkpoint: only the newest and the best may stay.
+TINY_DISK = {
+    "train.max_steps": 20,
+    "train.eval_every_steps": 5,
+    "train.checkpoint_every_steps": 5,
+    "train.keep_last": 10,
+    "train.keep_disk_gb": 1e-6,
+}
 LATIN1_NAME = "latin1-notes.txt"
 
 
@@ -50,6 +58,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory, corpus: Path) -> Iterator[dic
     started = {
         "full": launcher.start("full", FULL, "--events", "-"),
         "early": launcher.start("early", DIVERGING),
+        "tiny_disk": launcher.start("tiny_disk", TINY_DISK),
         # A person at a terminal, with a non-UTF-8 file in the data and TensorBoard asked for.
         "terminal": launcher.start(
             "terminal", {"train.max_steps": 30, "logging.tensorboard": True}, data=mixed, terminal=True
@@ -92,6 +101,17 @@ def test_checkpoints_are_pruned_to_keep_last_plus_best(runs) -> None:
     assert kept == {"step-00000055.pt", "step-00000060.pt", best["path"]}
     state = load_checkpoint(folder / "step-00000060.pt")
     assert state["step"] == 60 and state["data_position"]["item"] > 0
+
+
+def test_a_disk_budget_keeps_the_newest_and_the_best_and_warns_once(runs) -> None:
+    run = runs["tiny_disk"]
+    assert run.proc.returncode == 0, run.stderr
+    folder = run.run_dir / "checkpoints"
+    best = read_best(folder)
+    assert best is not None
+    assert {p.name for p in folder.glob("step-*.pt")} == {"step-00000020.pt", best["path"]}
+    warned = [e for e in of_type(run.events(), "warning") if e.code == "checkpoint_budget"]
+    assert len(warned) == 1 and "train.keep_disk_gb = 1e-06 GB" in warned[0].message
 
 
 def test_the_event_log_is_complete_and_mirrored_on_stdout(runs) -> None:

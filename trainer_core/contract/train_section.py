@@ -46,6 +46,13 @@ class TrainSection(Section):
     checkpoint_every_epochs: int = Field(default=1, ge=1, description="Save a checkpoint every N epochs.")
     checkpoint_every_steps: int | None = Field(default=None, ge=1, description="Also save every N steps.")
     keep_last: int = Field(default=3, ge=1, le=1000, description="Checkpoints kept besides the best one.")
+    keep_disk_gb: float | None = Field(
+        default=None,
+        gt=0.0,
+        le=1_000_000.0,
+        description="Disk budget for this run's checkpoints, in GB (10^9 bytes): the oldest go first, never the best "
+        "or the newest complete one (a warning says when those two alone are over it); unset: keep_last decides.",
+    )
     early_stopping_patience: int | None = Field(
         default=None, ge=1, description="Stop after N validations without improvement (off when unset)."
     )

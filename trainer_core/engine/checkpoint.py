@@ -9,7 +9,8 @@ Files live in `<run_dir>/checkpoints/`:
 A save serialises with torch.save into the temporary file, flushes, fsyncs it, renames it
 into place with os.replace and fsyncs the folder, so a crash at any moment leaves either
 the old set of checkpoints or the old set plus one complete new file. Pruning runs only
-after the new file is in place: the newest `keep_last` are kept, plus the best one.
+after the new file is in place: the newest `keep_last` are kept, plus the best one, within
+`keep_disk_gb` when set (`engine.checkpoint_retention`).
 
 Loading always uses `torch.load(path, map_location="cpu", weights_only=True)`: a file that
 carries pickled objects other than tensors and plain containers is refused, and nothing in
@@ -51,6 +52,7 @@ from torch import nn
 from trainer_core.atomic import TEMP_PREFIX, TEMP_SUFFIX, atomic_write, write_whole
 from trainer_core.contract.confined_path import inside_or_none
 from trainer_core.contract.errors import VegaError
+from trainer_core.engine.checkpoint_retention import Retention
 from trainer_core.engine.faults import fault_env, hold_at, writes_in_place
 
 CHECKPOINT_FORMAT = "vega-checkpoint"
@@ -78,6 +80,7 @@ class SavedCheckpoint:
     seconds: float
     pruned: tuple[Path, ...] = ()
     warnings: tuple[str, ...] = ()
+    over_budget: str | None = None  # set at the first save that cannot keep train.keep_disk_gb
 
 
 class _Unreadable(Exception):
@@ -387,13 +390,14 @@ def check_model_compatible(model: nn.Module, model_state: dict[str, Any]) -> Non
 class CheckpointManager:
     """Saves, prunes and finds the checkpoints of one run folder (only rank 0 should own one)."""
 
-    def __init__(self, run_dir: str | Path, keep_last: int = 3) -> None:
+    def __init__(self, run_dir: str | Path, keep_last: int = 3, keep_disk_gb: float | None = None) -> None:
         if keep_last < 1:
             raise CheckpointError(f"keep_last must be at least 1, got {keep_last} (profile field train.keep_last)")
         self.run_dir = Path(run_dir)
         self.folder = checkpoint_dir(self.run_dir)
-        self.keep_last = keep_last
+        self.retention = Retention(keep_last, keep_disk_gb)
         self._save_count = 0
+        self._told_over_budget = False  # said once per stretch over the budget, not at every save
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -435,8 +439,8 @@ class CheckpointManager:
         seconds = time.perf_counter() - started
         if is_best:
             self._record_best(step, target, val_loss)
-        pruned, warnings = self._prune()
-        return SavedCheckpoint(target, size, seconds, tuple(pruned), tuple(warnings))
+        pruned, warnings, over_budget = self._prune()
+        return SavedCheckpoint(target, size, seconds, tuple(pruned), tuple(warnings), over_budget)
 
     def _injected_enospc(self) -> bool:
         raw = fault_env(FAULT_ENOSPC_ENV).strip()
@@ -457,7 +461,8 @@ class CheckpointManager:
         if exc.errno == errno.ENOSPC:
             return (
                 f"could not write checkpoint {target}: the disk is full (no space left on device); "
-                f"{_previous_note(previous)}. Free some space (or lower train.keep_last) and save again"
+                f"{_previous_note(previous)}. Free some space (or lower train.keep_last, or set "
+                "train.keep_disk_gb) and save again"
             )
         return f"could not write checkpoint {target}: {exc.strerror or exc}; {_previous_note(previous)}"
 
@@ -472,15 +477,10 @@ class CheckpointManager:
                 f"{self.folder / BEST_FILENAME} could not be written: {exc.strerror or exc}"
             ) from exc
 
-    def _prune(self) -> tuple[list[Path], list[str]]:
-        keep = set(self.list_complete()[: self.keep_last])
-        best = self.best()
-        if best is not None:
-            keep.add(best)
+    def _prune(self) -> tuple[list[Path], list[str], str | None]:
+        choice = self.retention.choose(self.list_complete(), self.best())
         pruned, warnings = [], []
-        for path in self.list_complete():
-            if path in keep:
-                continue
+        for path in choice.remove:
             hold_at("prune")
             try:
                 path.unlink()
@@ -489,7 +489,9 @@ class CheckpointManager:
                 continue
             except OSError as exc:  # a file we cannot delete costs disk space, never the run
                 warnings.append(f"could not remove old checkpoint {path}: {exc.strerror or exc}")
-        return pruned, warnings
+        first_time = choice.over_budget is not None and not self._told_over_budget
+        self._told_over_budget = choice.over_budget is not None
+        return pruned, warnings, choice.over_budget if first_time else None
 
 
 def _previous_note(previous: Path | None) -> str:

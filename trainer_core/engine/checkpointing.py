@@ -141,6 +141,8 @@ class Checkpointer:
         )
         for warning in saved.warnings:
             self.events.warn(warning, code="checkpoint_prune")
+        if saved.over_budget is not None:
+            self.events.warn(saved.over_budget, code="checkpoint_budget")
         return saved.path
 
     def restore(self, state: dict[str, Any]) -> dict[str, Any]:

@@ -84,7 +84,7 @@ class Trainer:
         self.memory_guard = MemoryGuard(self.memory, self.runner, control, world, events)
         self.telemetry = Telemetry(profile, self.state, world, events, self.memory, self.profiler, self.run_length)
         # Rank 0 alone owns the checkpoint folder (the manager also clears half-written files on start).
-        manager = CheckpointManager(run_dir, keep_last=t.keep_last) if world.is_main else None
+        manager = CheckpointManager(run_dir, t.keep_last, t.keep_disk_gb) if world.is_main else None
         self.checkpointer = Checkpointer(
             profile, profile_toml, self.runner, self.state, nonfinite, self.run_length, manager, world, faults, events
         )
