@@ -11,9 +11,11 @@ again beside one CPU-bound process (a spinning interpreter whose CPU share is th
 (`--key budget_long --no-controls`).
 The busy case's controls, run once with the first profile and budget: the process beside it idle (its
 load control must miss); each validation held 60 s, as slow as a loaded machine made evaluation
-(VEGA_FAULT_EVAL_SLEEP_S), counted by the budget (must stay within ±10 %) and, the negative control, left
-out of it and run as before, one sentence at a time on every torch thread (VEGA_FAULT_EVAL_UNBUDGETED;
-the budget must miss). The runs' `finished` and
+(VEGA_FAULT_EVAL_SLEEP_S), counted by the budget and, the negative control, left out of it and run
+as before, one sentence at a time on every torch thread (VEGA_FAULT_EVAL_UNBUDGETED;
+the budget must miss). A held validation is a third of a 3-minute budget, so a step count can land a run
+early by up to one of them (one more step past a validation's step would pay for it): the pair's target
+is at most +10 % over and less than one held validation early. The runs' `finished` and
 `free_running` events are read back for the details.
 """
 
@@ -36,7 +38,8 @@ BUSY_PASS_RATIO = 3.0  # a free-running pass beside the CPU-bound process, again
 SPIN = "while True: pass"  # the CPU-bound process: one core's worth of interpreter work
 IDLE = "import time; time.sleep(86400)"  # the load control's negative control: beside, but idle
 # Evaluation as slow as the issue measured it under load: each validation held 60 s (the gate opens it).
-SLOW_EVALUATION = (("VEGA_FAULTS", "1"), ("VEGA_FAULT_EVAL_SLEEP_S", "60"))
+HOLD_S = 60.0
+SLOW_EVALUATION = (("VEGA_FAULTS", "1"), ("VEGA_FAULT_EVAL_SLEEP_S", f"{HOLD_S:g}"))
 # The negative control: the same, left out of the budget and run as before (one sentence at a time).
 UNBUDGETED = (*SLOW_EVALUATION, ("VEGA_FAULT_EVAL_UNBUDGETED", "1"))
 TINY_HOURS = 0.004  # --tiny: a 14 s budget
@@ -61,14 +64,21 @@ class Case:
     beside: str | None = None  # Python code of the process beside the trainer
     env: tuple[tuple[str, str], ...] = ()
     control: str | None = None  # "idle": the load control must miss; "unbudgeted": the budget must
+    hold_s: float = 0.0  # each validation held this long: the run may end early by less than one
 
 
 QUIET = Case("quiet")
 BUSY = Case("beside a CPU-bound process", SPIN)
 CONTROLS = (
     Case("beside an idle process (negative control)", IDLE, control="idle"),
-    Case("busy, slow evaluation", SPIN, SLOW_EVALUATION),
-    Case("busy, slow evaluation as before and unbudgeted (negative control)", SPIN, UNBUDGETED, "unbudgeted"),
+    Case("busy, slow evaluation", SPIN, SLOW_EVALUATION, hold_s=HOLD_S),
+    Case(
+        "busy, slow evaluation as before and unbudgeted (negative control)",
+        SPIN,
+        UNBUDGETED,
+        "unbudgeted",
+        HOLD_S,
+    ),  # fmt: skip
 )
 
 
@@ -176,12 +186,16 @@ def report(result: common.Result, label: str, target_s: float, run: Outcome, cas
     error = (wall - target_s) / target_s
     tolerance = QUIET_TOLERANCE if case.beside is None else BUSY_TOLERANCE
     miss = " (negative control: must MISS)"
-    target = f"within ±{tolerance * 100:.0f} %{miss if case.control == 'unbudgeted' else ''}"
+    early = max(tolerance, case.hold_s / target_s)  # a held validation can't be split: up to one early
+    target = f"within ±{tolerance * 100:.0f} %" if early == tolerance else (
+        f"-{early * 100:.0f} % to +{tolerance * 100:.0f} % (early by less than one {case.hold_s:g} s validation)"
+    )  # fmt: skip
+    target += miss if case.control == "unbudgeted" else ""
     detail = f"{wall:.1f} s for a {target_s:.1f} s budget"
     finished = next((e for e in reversed(events) if e.type == "finished"), None)
     if finished is not None:
         detail += f"; trainer's own {finished.seconds:.1f} s, {finished.step} steps"
-    met = abs(error) <= tolerance
+    met = -early < error <= tolerance
     result.add(f"{label}: whole job against the target", 100 * error, "% off", target, met, detail)
     if run.beside_share is not None:
         share = run.beside_share
