@@ -21,6 +21,7 @@ from chromium_cdp import Browser, chromium_path, in_ci, missing_reason
 from PIL import Image
 from serve_helpers import Forwarder, Served, Terminal, write_wav
 
+from vega_tui.__main__ import build_parser, served_argv
 from vega_tui.__main__ import main as vega_main
 from vega_tui.serve.cli import announce
 
@@ -79,7 +80,8 @@ def test_page_needs_the_token_then_the_cookie(served: Served) -> None:
         rebound = await get(f"{served.base}/?token={served.token}", Host=evil)
         assert rebound.status == 421
         # Another local port (an SSH tunnel's) is fine: only the name is checked.
-        assert (await get(f"{served.base}/", Cookie=cookie, Host="localhost:8080")).status == 200
+        for name in ("localhost:8080", "[::1]:8080", "127.0.0.1"):
+            assert (await get(f"{served.base}/", Cookie=cookie, Host=name)).status == 200, name
 
     asyncio.run(check())
 
@@ -158,6 +160,16 @@ def test_a_bind_beyond_loopback_warns_loudly() -> None:
     assert "http://127.0.0.1:8421/?token=abc" in out.getvalue() and err.getvalue() == ""
     announce("0.0.0.0", 8421, "abc", True, out, err)
     assert "WARNING: listening on 0.0.0.0, not a loopback address" in err.getvalue()
+
+
+def test_each_session_runs_a_read_only_dashboard_unless_control_is_allowed(tmp_path: Path) -> None:
+    run = shutil.copytree(FIXTURE, tmp_path / "runs" / "vits_completed")
+    root = str(tmp_path / "runs")
+    args = build_parser().parse_args(["serve", "--runs-root", root])
+    assert served_argv(args) == ["--read-only", "--runs-root", root, "launch"]
+    given_before = ["--runs-root", root, "serve", "--allow-control", "--attach", str(run)]
+    args = build_parser().parse_args(given_before)
+    assert served_argv(args) == ["--runs-root", root, "attach", str(run)]
 
 
 def test_bad_arguments_are_refused_before_serving(

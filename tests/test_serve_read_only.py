@@ -9,6 +9,7 @@ import pytest
 from dash_pilot import DashApp, copy_fixture, settled, wait_until
 from serve_helpers import write_wav
 
+from vega_tui import read_only
 from vega_tui.widgets.samples import SamplesPanel
 
 pytestmark = pytest.mark.anyio
@@ -28,8 +29,8 @@ async def test_read_only_refuses_controls_and_w_names_the_file(tmp_path: Path) -
     async with app.run_test(size=(120, 40)) as pilot:
         screen = await settled(pilot)
         await pilot.press("x")
-        refused = "cannot stop the run: this dashboard is read-only (served without --allow-control)"
-        assert refused in app.messages
+        assert f"cannot stop the run: {read_only.HINT}" in app.messages
+        assert read_only.HINT == "this dashboard is read-only (served without --allow-control)"
         await pilot.press("4")
         panel = screen.query_one(SamplesPanel)
         audio = next(item for item in panel.items() if item.path == run_dir / WAV)
