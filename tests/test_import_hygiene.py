@@ -29,6 +29,7 @@ LIGHT_MODULES = [
     "vega_tui.widgets.start_from",
     "vega_tui.screens.launch_workers",
     "vega_tui.init_from_view",
+    "vega_tui.serve.server",
     "trainer_core",
     "trainer_core.contract.protocol",
     "trainer_core.contract.profile",

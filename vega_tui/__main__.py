@@ -3,6 +3,7 @@
     vega-tui [launch]            pick a profile and data, then start training (the default)
     vega-tui attach [RUN_DIR]    follow one run, live or finished (the newest run when none is named)
     vega-tui runs [ROOT]         list the runs under ROOT and compare their loss curves
+    vega-tui serve               the dashboard in a browser, behind a token (the web extra)
 
 Arguments are checked before the screen opens: a RUN_DIR that is not a run folder is an
 `error: ...` line and exit status 2, like `trainer-core`. Textual is imported only after that,
@@ -38,12 +39,18 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECTION.KEY=VALUE",
         help="profile override for runs started here (repeatable), as in trainer-core train --set",
     )
-    sub = parser.add_subparsers(dest="command", metavar="{launch,attach,runs}")
+    read_only_help = "watch only: no pause, save, stop, start or resume"
+    parser.add_argument("--read-only", action="store_true", help=read_only_help)
+    sub = parser.add_subparsers(dest="command", metavar="{launch,attach,runs,serve}")
     sub.add_parser("launch", help="choose profile, data and device, then start a run (the default)")
     attach = sub.add_parser("attach", help="open one run's dashboard; the trainer keeps running when you leave")
     attach.add_argument("run_dir", nargs="?", type=Path, metavar="RUN_DIR", help="run folder (default: the newest)")
     runs = sub.add_parser("runs", help="list runs and overlay their loss curves")
     runs.add_argument("root", nargs="?", type=Path, metavar="ROOT", help="runs folder (default: --runs-root or ./runs)")
+    from vega_tui.serve.cli import add_arguments as add_serve_arguments
+
+    serve = sub.add_parser("serve", help="serve the dashboard to a browser, behind a token")
+    add_serve_arguments(serve)
     return parser
 
 
@@ -87,12 +94,26 @@ def make_app(args: argparse.Namespace):
     """The app for parsed arguments; raises UsageError for bad ones before anything is drawn."""
     from vega_tui.app import VegaApp
 
-    command = args.command or "launch"
+    command, ro = args.command or "launch", args.read_only
     if command == "attach":
-        return VegaApp("attach", run_dir=attach_target(args.run_dir, args.runs_root), runs_root=args.runs_root)
+        run_dir = attach_target(args.run_dir, args.runs_root)
+        return VegaApp("attach", run_dir=run_dir, runs_root=args.runs_root, read_only=ro)
     if command == "runs":
-        return VegaApp("runs", runs_root=runs_root_for_list(args.root, args.runs_root))
-    return VegaApp("launch", runs_root=args.runs_root, overrides=args.overrides)
+        root = runs_root_for_list(args.root, args.runs_root)
+        return VegaApp("runs", runs_root=root, read_only=ro)
+    return VegaApp("launch", runs_root=args.runs_root, overrides=args.overrides, read_only=ro)
+
+
+def served_argv(args: argparse.Namespace) -> list[str]:
+    """The `vega-tui` arguments each session of `vega-tui serve` runs, checked before serving."""
+    argv = [] if args.allow_control else ["--read-only"]
+    if args.runs_root is not None:
+        argv += ["--runs-root", str(resolve_runs_root(args.runs_root).resolve())]
+    for override in args.overrides:
+        argv += ["--set", override]
+    if args.attach is not None:
+        return [*argv, "attach", str(attach_target(args.attach, args.runs_root).resolve())]
+    return [*argv, "launch"]
 
 
 def ask_terminal_for_graphics() -> None:
@@ -118,6 +139,10 @@ def quiet_gc() -> None:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
     try:
+        if args.command == "serve":
+            from vega_tui.serve.cli import serve
+
+            return serve(args, served_argv(args))
         app = make_app(args)
         ask_terminal_for_graphics()
     except UsageError as exc:

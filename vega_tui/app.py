@@ -9,13 +9,17 @@ by name.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from textual.actions import ActionParseResult
 from textual.app import App, SystemCommand
+from textual.dom import DOMNode
 from textual.screen import Screen
+
+from vega_tui import read_only
 
 if TYPE_CHECKING:
     from vega_tui.runner import TrainerProcess
@@ -51,6 +55,7 @@ class VegaApp(App[None]):
         runs_root: Path | None = None,
         *,
         overrides: Sequence[str] = (),
+        read_only: bool = False,
     ) -> None:
         super().__init__()
         if start not in ("launch", "attach", "runs"):
@@ -61,6 +66,7 @@ class VegaApp(App[None]):
         self.run_dir = Path(run_dir) if run_dir is not None else None
         self.runs_root = Path(runs_root) if runs_root is not None else None
         self.overrides = list(overrides)
+        self.read_only = read_only  # watch only: run_action refuses what changes or starts a run
 
     def get_default_screen(self) -> Screen:
         return BaseScreen()
@@ -92,6 +98,25 @@ class VegaApp(App[None]):
         from vega_tui.screens.run import RunScreen
 
         self.push_screen(RunScreen(Path(run_dir), process))
+
+    # ------------------------------------------------------------------ read-only
+
+    async def run_action(
+        self,
+        action: str | ActionParseResult,
+        default_namespace: DOMNode | None = None,
+        namespaces: Mapping[str, DOMNode] | None = None,
+    ) -> bool:
+        """Keys, footer clicks and the palette all come here: a read-only app refuses run
+        controls, and quits without offering to stop a live run."""
+        name = read_only.action_name(action) if self.read_only else ""
+        if name in read_only.REFUSED:
+            self.notify(read_only.notice(name), severity="warning", timeout=6)
+            return True
+        if name == "quit":
+            self.exit()
+            return True
+        return await super().run_action(action, default_namespace, namespaces)
 
     # ------------------------------------------------------------------ command palette
 

@@ -34,6 +34,7 @@ from textual.widgets import Button, Footer, Input, Static
 
 from trainer_core.contract.errors import VegaError
 from trainer_core.contract.rundir import propose_run_dir
+from vega_tui import read_only
 from vega_tui.screens import run_in_background
 from vega_tui.screens.launch_messages import (
     BackgroundProblem,
@@ -425,12 +426,16 @@ class LaunchScreen(Screen[None]):
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "start":
+            if getattr(self.app, "read_only", False):
+                return False
             return self._blocked_reason() is None or None  # None: shown dimmed in the footer
         return True
 
     def action_start(self) -> None:
         reason = self._blocked_reason()
-        if reason is not None:
+        if getattr(self.app, "read_only", False):  # the Start button calls this directly
+            self.notify(read_only.notice("start"), severity="warning")
+        elif reason is not None:
             self.notify(reason, title="Cannot start", severity="error")
         elif self.plan is None:
             self.start_requested = True

@@ -310,7 +310,7 @@ class RunScreen(Screen[None]):
         if action in TAB_ACTIONS:
             return self._active_tab() == TAB_ACTIONS[action]
         if action in CONTROL_ACTIONS:
-            if not self.is_live():
+            if not self.is_live() or getattr(self.app, "read_only", False):
                 return False
             return action not in ("pause", "resume") or (self.state.status == "paused") == (action == "resume")
         if action == "ended_control":

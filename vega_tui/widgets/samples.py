@@ -120,7 +120,23 @@ class SampleList(ListView):
         Binding("a", "screen.play_sample", "Play / fetch"),
         Binding("left_square_bracket", "same_sentence(-1)", "Earlier step"),
         Binding("right_square_bracket", "same_sentence(1)", "Later step"),
+        Binding("w", "open_in_browser", "In browser", tooltip="Served: open it in the browser"),
     ]
+
+    def action_open_in_browser(self) -> None:
+        """Under `vega-tui serve`, the file goes to the browser (a WAV plays, a PNG shows); in a
+        terminal, only a notice says where the file is."""
+        item = self.highlighted_child
+        if not isinstance(item, SampleItem):
+            self.app.notify("no sample selected", severity="warning")
+        elif not self.app.is_web:
+            where = f"w opens a sample in the browser under vega-tui serve; here it is {item.path}"
+            self.app.notify(where)
+        elif not item.path.is_file():
+            self.app.notify(f"{item.path} is not on this machine any more", severity="warning")
+        else:
+            self.app.deliver_binary(item.path, open_method="browser")
+            self.app.notify(f"{item.path.name}: sent to the browser (a new tab)", timeout=4)
 
     def action_same_sentence(self, direction: int) -> None:
         index = same_sentence_index([item.sample for item in self.query(SampleItem)], self.index, direction)
@@ -217,6 +233,8 @@ class SamplesPanel(Vertical):
     def detail_text(self, item: SampleItem) -> Text:
         """What the line under the list says about the highlighted sample (players looked up afresh)."""
         compare = " · [ ]: same sentence, earlier/later step"
+        if self.app.is_web:  # served: the browser is where the ears and eyes are
+            return Text(f"{item.sample.kind} sample · w: open it in the browser{compare}")
         if item.sample.kind == "image":
             fetch = scp_command(self.host, item.path)
             return Text(f"image sample · [ ]: same picture, earlier/later step · fetch: {fetch}")
