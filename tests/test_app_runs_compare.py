@@ -25,7 +25,7 @@ from vega_tui import app as vega_app
 from vega_tui.app import VegaApp
 from vega_tui.run_compare import flatten, show_value
 from vega_tui.runs import newest_run
-from vega_tui.screens.compare import CompareScreen
+from vega_tui.screens.compare import CompareScreen, cell
 from vega_tui.screens.confirm import ConfirmScreen
 from vega_tui.screens.notes import NotesScreen
 from vega_tui.screens.runs import RunsScreen
@@ -144,7 +144,9 @@ async def test_marked_runs_compared_with_overlaid_curves_and_profile_diff(runs_r
             "vits_completed",
             "vits_retuned",
         ]  # lm runs speak nothing
-        assert "none from lm_completed" in free.title
+        summary = str(compare.query_one("#compare-summary", Static).render())
+        assert "No free-running scores from lm_completed" in summary  # said once, under the charts
+        assert "No validation losses" not in summary
         events = [
             json.loads(line) for line in (runs_root / "lm_completed" / "events.jsonl").open()
         ]
@@ -165,7 +167,7 @@ async def test_marked_runs_compared_with_overlaid_curves_and_profile_diff(runs_r
         ]
         assert "logging.level" in same and not set(same) & set(rows)  # only the keys that differ
         for key, values in rows.items():
-            assert values == [show_value(p[key]) if key in p else "—" for p in profiles], key
+            assert values == [cell(show_value(p[key])) if key in p else "—" for p in profiles], key
         await pilot.press("escape")
         await wait_until(pilot, lambda: app.screen is screen, "back on the runs list")
         assert len(screen.marked) == 3
@@ -325,4 +327,6 @@ async def test_problem_folders_are_listed_with_what_is_wrong(runs_root: Path) ->
             "bad_profile: profile.toml is not valid TOML" in p for p in compare.comparison.problems
         )
         assert compare.diff_rows == {}  # one readable profile: nothing to diff against
+        summary = str(compare.query_one("#compare-summary", Static).render())
+        assert summary.startswith("Fewer than two frozen profiles could be read")
     assert newest_run(runs_root) != no_events  # attach never picks a folder without a log

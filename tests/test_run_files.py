@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import time
 from pathlib import Path
@@ -74,15 +75,22 @@ def test_trash_moves_finished_runs_refuses_live_ones_and_empties(tmp_path: Path)
     # Killed, yet its log was written a moment ago: a trainer may be starting; never moved.
     fresh = copy_run("lm_killed", root)
     log = fresh / "events.jsonl"
-    log.write_text(
-        log.read_text().replace('"host":"vm"', f'"host":"{os.uname().nodename}"')
-    )  # this machine's
+    here = f'"host":"{os.uname().nodename}"'  # recorded on "vm": made this machine's
+    log.write_text(log.read_text().replace('"host":"vm"', here))
     assert run_trash.runner.run_status(fresh) == "crashed"
-    with pytest.raises(run_trash.RunIsLive, match="lm_killed is live .*event log was written"):
-        run_trash.move_to_trash(fresh, root)
     old = time.time() - 3600
+    os.utime(fresh, (old, old))
+    with pytest.raises(run_trash.RunIsLive, match=r"lm_killed is live: it was written \d+ s ago"):
+        run_trash.move_to_trash(fresh, root)
     os.utime(log, (old, old))
     assert run_trash.live_reason(fresh) is None
+    (fresh / "notes.md").write_text("dead")  # the folder changes, its log does not: still movable
+    assert run_trash.live_reason(fresh) is None
+    log.unlink()  # a folder just made, no log yet (a trainer before its first event): not moved
+    assert re.fullmatch(
+        r"it was written \d+ s ago \(a trainer may be starting, or run elsewhere\)",
+        run_trash.live_reason(fresh) or "",
+    )
     with pytest.raises(VegaError, match="not a run folder directly under"):
         run_trash.move_to_trash(FIXTURES / "lm_stopped", root)
     with pytest.raises(VegaError, match="not a run folder directly under"):
@@ -128,3 +136,4 @@ def test_profile_diff_shows_only_differing_keys_and_missing_ones(tmp_path: Path)
         "train.max_steps": ["60", "100000"],
     }
     assert comparison.problems == [] and comparison.names == ["lm_completed", "lm_stopped"]
+    assert comparison.profiles_read == 2

@@ -40,6 +40,7 @@ class Comparison:
     curves: list[RunCurves]
     diff: dict[str, list[str]]
     problems: list[str]
+    profiles_read: int = 0  # how many frozen profiles could be read (a diff needs two)
 
 
 def compare_runs(run_dirs: Sequence[Path]) -> Comparison:
@@ -59,7 +60,8 @@ def compare_runs(run_dirs: Sequence[Path]) -> Comparison:
         profiles.append(profile)
         if problem is not None:
             problems.append(f"{path.name}: {problem}")
-    return Comparison(names, curves, profile_diff(profiles), problems)
+    read = sum(profile is not None for profile in profiles)
+    return Comparison(names, curves, profile_diff(profiles), problems, read)
 
 
 def read_curves(run_dir: Path) -> RunCurves:

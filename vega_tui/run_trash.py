@@ -56,15 +56,19 @@ def live_reason(run_dir: Path) -> str | None:
         return "its control socket answers"
     if status in ("finished", "stopped", "failed"):
         return None
-    try:
-        age = time.time() - (run_dir / rundir.EVENTS).stat().st_mtime
-    except OSError:
-        return None  # no event log: nothing is writing it
-    if age < runner.REMOTE_STALE_AFTER_S:
-        return (
-            f"its event log was written {age:.0f} s ago (a trainer may be starting, or elsewhere)"
-        )
+    # A starting trainer may not have written its hello yet: a fresh log, or a fresh folder with none.
+    written = _mtime(run_dir / rundir.EVENTS) or _mtime(run_dir)
+    age = time.time() - written if written is not None else None
+    if age is not None and age < runner.REMOTE_STALE_AFTER_S:
+        return f"it was written {age:.0f} s ago (a trainer may be starting, or run elsewhere)"
     return None
+
+
+def _mtime(path: Path) -> float | None:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return None
 
 
 def move_to_trash(run_dir: Path, runs_root: Path, now: float | None = None) -> Path:
@@ -83,7 +87,7 @@ def move_to_trash(run_dir: Path, runs_root: Path, now: float | None = None) -> P
         )
     reason = live_reason(run_dir)
     if reason is not None:
-        raise RunIsLive(f"{run_dir.name} is live ({reason}); stop it first, then delete it")
+        raise RunIsLive(f"{run_dir.name} is live: {reason}; stop it first, then delete it")
     trash = trash_dir(runs_root)
     stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(time.time() if now is None else now))
     target, n = trash / f"{run_dir.name}-{stamp}", 1

@@ -26,22 +26,46 @@ from vega_tui.widgets.charts import RunChart
 
 # One colour per run, in marking order; plotext's names.
 RUN_COLORS = ("cyan", "magenta", "yellow", "green", "red", "blue", "white", "orange")
+CELL_CHARS = 40  # a longer value (a data path) is cut in the middle so every run's column fits
+
+
+def cell(value: str) -> str:
+    """A profile value as the diff table shows it: long ones cut in the middle."""
+    if len(value) <= CELL_CHARS:
+        return value
+    half = (CELL_CHARS - 1) // 2
+    return f"{value[:half]}…{value[-half:]}"
 
 
 def overlay(title: str, curves: list[RunCurves], which: str, log_y: bool = False) -> ChartData:
     """A line per run with points in `which` ("validation" or "free_running"), labelled by name."""
-    lines, without = [], []
+    lines = []
     for index, run in enumerate(curves):
         xs, ys = getattr(run, which)
         if log_y:
             xs, ys = [x for x, y in zip(xs, ys, strict=True) if y > 0], [y for y in ys if y > 0]
         if xs:
             lines.append(Line(run.name, list(xs), list(ys), RUN_COLORS[index % len(RUN_COLORS)]))
-        else:
-            without.append(run.name)
-    if without and lines:
-        title += f" (none from {', '.join(without)})"
     return ChartData(title, lines, log_y=log_y)
+
+
+def summary_lines(comparison: Comparison) -> list[str]:
+    """What the line under the charts says: how many settings differ, runs with no curve, problems."""
+    count = len(comparison.diff)
+    if comparison.profiles_read < 2:
+        lines = ["Fewer than two frozen profiles could be read: no settings to compare"]
+    elif count:
+        lines = [f"{count} settings differ between their frozen profiles"]
+    else:
+        lines = ["Their frozen profiles are the same"]
+    for which, what in (
+        ("validation", "validation losses"),
+        ("free_running", "free-running scores"),
+    ):
+        without = [run.name for run in comparison.curves if not getattr(run, which)[0]]
+        if without and len(without) < len(comparison.curves):
+            lines.append(f"No {what} from {', '.join(without)}")
+    return lines + [f"⚠ {problem}" for problem in comparison.problems]
 
 
 class CompareScreen(Screen[None]):
@@ -85,11 +109,8 @@ class CompareScreen(Screen[None]):
         table = self.query_one("#compare-diff", DataTable)
         table.clear()
         for key, values in comparison.diff.items():
-            table.add_row(key, *values, key=key)
-        same = "their frozen profiles are the same" if not comparison.diff else None
-        counted = f"{len(comparison.diff)} settings differ between their frozen profiles"
-        lines = [same or counted, *(f"⚠ {problem}" for problem in comparison.problems)]
-        self.query_one("#compare-summary", Static).update("\n".join(lines))
+            table.add_row(key, *map(cell, values), key=key)
+        self.query_one("#compare-summary", Static).update("\n".join(summary_lines(comparison)))
 
     def _draw_charts(self) -> None:
         if self.comparison is None:

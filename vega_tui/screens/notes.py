@@ -6,6 +6,7 @@ Dismisses with (notes, tags) on ctrl+s, or None on Escape; the runs screen write
 
 from __future__ import annotations
 
+from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
@@ -46,11 +47,16 @@ class NotesScreen(ModalScreen[NotesAnswer]):
                 id="notes-tags",
             )
             yield Static(
-                "ctrl+s saves · Esc cancels · Tab moves between notes and tags", id="notes-help"
+                "ctrl+s (or Enter in the tags) saves · Esc cancels · Tab: notes/tags",
+                id="notes-help",
             )
 
     def on_mount(self) -> None:
         self.query_one("#notes-text", TextArea).focus()
+
+    @on(Input.Submitted)
+    def _save_on_enter(self) -> None:
+        self.action_save()
 
     def action_save(self) -> None:
         notes = self.query_one("#notes-text", TextArea).text

@@ -348,7 +348,7 @@ class RunsScreen(Screen[None]):
                 )
 
         self.app.push_screen(
-            ConfirmScreen(question, [("d", "Delete", "delete"), ("c", "Cancel", None)]), delete
+            ConfirmScreen(question, [("c", "Cancel", None), ("d", "Delete", "delete")]), delete
         )
 
     @on(RunTrashed)
@@ -385,7 +385,7 @@ class RunsScreen(Screen[None]):
                 )
 
         self.app.push_screen(
-            ConfirmScreen(question, [("e", "Empty", "empty"), ("c", "Cancel", None)]), empty
+            ConfirmScreen(question, [("c", "Cancel", None), ("e", "Empty", "empty")]), empty
         )
 
     @on(TrashEmptied)

@@ -73,7 +73,7 @@ class RunTable(DataTable[str | Text]):
         if keys == [str(row.value) for row in self.rows]:
             for key in keys:
                 for column, value in run_cells(runs[key], key in marked, sizes.get(key)).items():
-                    self.update_cell(key, column, value)
+                    self.update_cell(key, column, value, update_width=True)
             return False
         cursor_key = self.cursor_key()
         self.clear()
@@ -90,7 +90,7 @@ class RunTable(DataTable[str | Text]):
         row_keys = {str(row.value) for row in self.rows}
         for key, size in sizes.items():
             if key in row_keys:
-                self.update_cell(key, "disk", format_bytes(size))
+                self.update_cell(key, "disk", format_bytes(size), update_width=True)
 
     def cursor_key(self) -> str | None:
         """The path of the run under the cursor, or None."""
