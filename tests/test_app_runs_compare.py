@@ -51,21 +51,17 @@ def runs_root(tmp_path: Path) -> Path:
     shutil.copytree(FIXTURES / "vits_completed", retuned)
     profile = (retuned / "profile.toml").read_text(encoding="utf-8")
     assert "\nlr = 0.002\n" in profile
-    (retuned / "profile.toml").write_text(
-        profile.replace("\nlr = 0.002\n", "\nlr = 0.0005\n"), encoding="utf-8"
-    )
-    os.utime(
-        retuned / "profile.toml", (1.7e9, 1.7e9)
-    )  # old, like the others: nothing here is being written
+    profile = profile.replace("\nlr = 0.002\n", "\nlr = 0.0005\n")
+    (retuned / "profile.toml").write_text(profile, encoding="utf-8")
+    os.utime(retuned / "profile.toml", (1.7e9, 1.7e9))  # old, like the others: nothing writes it
     return root
 
 
 class RecordingApp(VegaApp):
     """The real app on the runs screen; it keeps the notifications it shows."""
 
-    CSS_PATH = str(
-        Path(vega_app.__file__).with_name("app.tcss")
-    )  # relative paths resolve from the subclass
+    # A relative CSS path would resolve from this file's folder.
+    CSS_PATH = str(Path(vega_app.__file__).with_name("app.tcss"))
 
     def __init__(self, runs_root: Path) -> None:
         super().__init__("runs", runs_root=runs_root)
@@ -85,10 +81,8 @@ def runs_screen(app: VegaApp) -> RunsScreen:
 def row_of(screen: RunsScreen, name: str) -> dict[str, str]:
     table = screen.query_one(RunTable)
     cells = table.get_row(str(screen.runs_root / name))
-    return {
-        column.key.value: str(cell)
-        for column, cell in zip(table.ordered_columns, cells, strict=True)
-    }
+    columns = [column.key.value for column in table.ordered_columns]
+    return {column: str(cell) for column, cell in zip(columns, cells, strict=True)}
 
 
 def cursor_to(screen: RunsScreen, name: str) -> None:
@@ -147,9 +141,8 @@ async def test_marked_runs_compared_with_overlaid_curves_and_profile_diff(runs_r
         summary = str(compare.query_one("#compare-summary", Static).render())
         assert "No free-running scores from lm_completed" in summary  # said once, under the charts
         assert "No validation losses" not in summary
-        events = [
-            json.loads(line) for line in (runs_root / "lm_completed" / "events.jsonl").open()
-        ]
+        log = runs_root / "lm_completed" / "events.jsonl"
+        events = [json.loads(line) for line in log.open()]
         lm = validation.lines[2]
         assert lm.ys == [e["loss"] for e in events if e["type"] == "validation"]
         legend = str(charts["validation"].render())
@@ -162,9 +155,8 @@ async def test_marked_runs_compared_with_overlaid_curves_and_profile_diff(runs_r
             flatten(tomllib.loads((runs_root / name / "profile.toml").read_text()))
             for name in ("vits_completed", "vits_retuned", "lm_completed")
         ]
-        same = [
-            key for key in profiles[0] if all(p.get(key) == profiles[0][key] for p in profiles)
-        ]
+        first = profiles[0]
+        same = [key for key in first if all(p.get(key) == first[key] for p in profiles)]
         assert "logging.level" in same and not set(same) & set(rows)  # only the keys that differ
         for key, values in rows.items():
             assert values == [cell(show_value(p[key])) if key in p else "—" for p in profiles], key
@@ -186,24 +178,15 @@ async def test_notes_and_tags_written_beside_the_trainer_files_and_read_back(
         await wait_until(pilot, lambda: isinstance(app.screen, NotesScreen), "the notes editor")
         await pilot.press(*"lr high", "tab", *"base, cpu base")
         await pilot.press("ctrl+s")
-        await wait_until(
-            pilot, lambda: "#base #cpu" in row_of(screen, "lm_completed")["tags"], "the tags"
-        )
+        await wait_until(pilot, lambda: "#base #cpu" in row_of(screen, run.name)["tags"], "tags")
         assert (run / "notes.md").read_text(encoding="utf-8") == "lr high\n"
-        assert json.loads((run / "tags.json").read_text(encoding="utf-8")) == {
-            "tags": ["base", "cpu"]
-        }
-        assert {
-            p.name: p.read_bytes() for p in run.iterdir() if p.name in trainer_files
-        } == trainer_files
-        assert sorted(p.name for p in run.iterdir()) == sorted(
-            [*trainer_files, "notes.md", "tags.json"]
-        )
+        assert json.loads((run / "tags.json").read_bytes()) == {"tags": ["base", "cpu"]}
+        kept = {p.name: p.read_bytes() for p in run.iterdir() if p.name in trainer_files}
+        assert kept == trainer_files  # the trainer's files untouched, two files added
+        assert {p.name for p in run.iterdir()} == {*trainer_files, "notes.md", "tags.json"}
 
         await pilot.press("e")  # read back into the editor; Escape leaves the files as they are
-        await wait_until(
-            pilot, lambda: isinstance(app.screen, NotesScreen), "the notes editor again"
-        )
+        await wait_until(pilot, lambda: isinstance(app.screen, NotesScreen), "the editor again")
         assert app.screen.query_one(TextArea).text == "lr high\n"
         assert app.screen.query_one(Input).value == "base, cpu"
         await pilot.press("escape")
@@ -217,19 +200,17 @@ async def test_disk_use_delete_to_trash_refuses_a_live_run_and_empty_trash_frees
     # A run whose trainer writes from another host (shared storage): live while its log moves.
     live = runs_root / "lm_remote"
     shutil.copytree(FIXTURES / "lm_killed", live)
-    events = (
-        (live / "events.jsonl")
-        .read_text(encoding="utf-8")
-        .replace('"host":"vm"', '"host":"gpu-node-7"')
-    )
-    (live / "events.jsonl").write_text(events, encoding="utf-8")
+    events = (live / "events.jsonl").read_text(encoding="utf-8")
+    (live / "events.jsonl").write_text(events.replace('"host":"vm"', '"host":"gpu-node-7"'))
     checkpoint = runs_root / "lm_stopped" / "checkpoints"
     checkpoint.mkdir()
-    (checkpoint / "step-00000014.pt").write_bytes(
-        os.urandom(300_000)
-    )  # counted in the run's disk use
+    (checkpoint / "step-00000014.pt").write_bytes(os.urandom(300_000))  # counted in its disk use
     stopped_bytes = bytes_under(runs_root / "lm_stopped")
     app = RecordingApp(runs_root)
+
+    def asked() -> bool:
+        return isinstance(app.screen, ConfirmScreen)
+
     async with app.run_test(size=(140, 32)) as pilot:
         screen = await listed(pilot, 5)
         await wait_until(
@@ -237,9 +218,8 @@ async def test_disk_use_delete_to_trash_refuses_a_live_run_and_empty_trash_frees
             lambda: row_of(screen, "lm_stopped")["disk"] == format_bytes(stopped_bytes),
             "disk",
         )
-        assert row_of(screen, "lm_completed")["disk"] == format_bytes(
-            bytes_under(runs_root / "lm_completed")
-        )
+        completed = format_bytes(bytes_under(runs_root / "lm_completed"))
+        assert row_of(screen, "lm_completed")["disk"] == completed
 
         assert row_of(screen, "lm_remote")["status"] == "live"
         cursor_to(screen, "lm_remote")
@@ -250,17 +230,13 @@ async def test_disk_use_delete_to_trash_refuses_a_live_run_and_empty_trash_frees
 
         cursor_to(screen, "lm_stopped")
         await pilot.press("x")
-        await wait_until(
-            pilot, lambda: isinstance(app.screen, ConfirmScreen), "the delete question"
-        )
+        await wait_until(pilot, asked, "the delete question")
         assert format_bytes(stopped_bytes) in app.screen.question
         await pilot.press("c")  # cancel: nothing moves
         await pilot.pause(0.2)
         assert (runs_root / "lm_stopped").is_dir()
         await pilot.press("x")
-        await wait_until(
-            pilot, lambda: isinstance(app.screen, ConfirmScreen), "the delete question again"
-        )
+        await wait_until(pilot, asked, "the delete question again")
         await pilot.press("d")
         await wait_until(pilot, lambda: not (runs_root / "lm_stopped").exists(), "the run moved")
         (trashed,) = (runs_root / ".trash").iterdir()
@@ -274,20 +250,14 @@ async def test_disk_use_delete_to_trash_refuses_a_live_run_and_empty_trash_frees
         )
 
         await pilot.press("t")
-        await wait_until(
-            pilot, lambda: isinstance(app.screen, ConfirmScreen), "the empty-trash question"
-        )
+        await wait_until(pilot, asked, "the empty-trash question")
         assert f"free {format_bytes(stopped_bytes)}" in app.screen.question
         await pilot.press("e")
-        await wait_until(
-            pilot, lambda: not any((runs_root / ".trash").iterdir()), "the trash emptied"
-        )
+        await wait_until(pilot, lambda: not any((runs_root / ".trash").iterdir()), "no trash")
         await wait_until(pilot, lambda: app.messages[-1].startswith("Trash emptied"), "the report")
         assert app.messages[-1] == f"Trash emptied: freed {format_bytes(stopped_bytes)}."
         await pilot.press("t")  # nothing left: no question
-        await wait_until(
-            pilot, lambda: app.messages[-1] == "The trash is empty.", "the empty trash said so"
-        )
+        await wait_until(pilot, lambda: app.messages[-1] == "The trash is empty.", "said so")
         assert not isinstance(app.screen, ConfirmScreen)
 
 
@@ -305,9 +275,7 @@ async def test_problem_folders_are_listed_with_what_is_wrong(runs_root: Path) ->
         screen = await listed(pilot, 6)
         assert "⚠ no events.jsonl" in row_of(screen, "never_started")["tags"]
         assert "profile.toml is not valid TOML" in row_of(screen, "bad_profile")["tags"]
-        assert (
-            row_of(screen, "bad_profile")["status"] == "failed"
-        )  # the log still tells how it ended
+        assert row_of(screen, "bad_profile")["status"] == "failed"  # the log still tells its end
         assert "⚠" not in row_of(screen, "lm_completed")["tags"]
         cursor_to(screen, "bad_profile")
         hint = screen.query_one("#runs-hint", Static)
@@ -323,9 +291,8 @@ async def test_problem_folders_are_listed_with_what_is_wrong(runs_root: Path) ->
         compare = app.screen
         assert isinstance(compare, CompareScreen)
         await wait_until(pilot, lambda: compare.comparison is not None, "the comparison")
-        assert any(
-            "bad_profile: profile.toml is not valid TOML" in p for p in compare.comparison.problems
-        )
+        problems = compare.comparison.problems if compare.comparison else []
+        assert any("bad_profile: profile.toml is not valid TOML" in p for p in problems)
         assert compare.diff_rows == {}  # one readable profile: nothing to diff against
         summary = str(compare.query_one("#compare-summary", Static).render())
         assert summary.startswith("Fewer than two frozen profiles could be read")

@@ -18,7 +18,7 @@ import pytest
 from trainer_core.contract.errors import VegaError
 from vega_tui import run_trash
 from vega_tui.run_compare import MISSING, compare_runs, profile_diff, read_curves
-from vega_tui.run_notes import parse_tags, read_notes, read_tags, write_notes
+from vega_tui.run_notes import RunNotes, parse_tags, read_notes, read_tags, write_notes
 
 FIXTURES = Path(__file__).parent / "fixtures" / "events"
 
@@ -31,17 +31,11 @@ def copy_run(name: str, root: Path, as_name: str | None = None) -> Path:
 
 def test_notes_and_tags_round_trip_and_bad_files_are_reported(tmp_path: Path) -> None:
     run = copy_run("lm_completed", tmp_path)
-    assert (
-        read_notes(run).notes == ""
-        and read_notes(run).tags == []
-        and read_notes(run).problem is None
-    )
+    assert read_notes(run) == RunNotes("", [], None)
     write_notes(run, "first try\n\n", ["a", "b", "a"])
     assert (run / "notes.md").read_text() == "first try\n"
     assert read_notes(run).tags == ["a", "b"]
-    assert not [
-        p for p in run.iterdir() if p.name.endswith(".tmp")
-    ]  # temp files renamed, none left
+    assert not [p for p in run.iterdir() if p.name.endswith(".tmp")]  # renamed, none left
     write_notes(run, "  ", [])  # nothing left to keep: both files removed
     assert not (run / "notes.md").exists() and not (run / "tags.json").exists()
     (run / "tags.json").write_text('{"tags": "not a list"}')
@@ -67,9 +61,8 @@ def test_trash_moves_finished_runs_refuses_live_ones_and_empties(tmp_path: Path)
     done = copy_run("lm_completed", root)
     size = run_trash.folder_bytes(done)
     first = run_trash.move_to_trash(done, root, now=1.8e9)
-    again = run_trash.move_to_trash(
-        copy_run("lm_completed", root), root, now=1.8e9
-    )  # same name, same second
+    same_name = copy_run("lm_completed", root)
+    again = run_trash.move_to_trash(same_name, root, now=1.8e9)  # in the same second
     assert first.parent == again.parent == root / ".trash" and again.name == first.name + "-2"
     assert run_trash.trash_contents(root) == (2, 2 * size)
     # Killed, yet its log was written a moment ago: a trainer may be starting; never moved.
@@ -106,9 +99,8 @@ def test_curves_skip_bad_lines_and_read_a_last_line_without_newline(tmp_path: Pa
     validation = [(e["step"], e["loss"]) for e in events if e["type"] == "validation"]
     free = [(e["step"], e["distance"]) for e in events if e["type"] == "free_running"]
     text = (run / "events.jsonl").read_text().rstrip("\n")
-    (run / "events.jsonl").write_text(
-        '{"type":"validation","step":1,"loss":NaN}\n{"type":"validation", cut\n' + text
-    )
+    bad = '{"type":"validation","step":1,"loss":NaN}\n{"type":"validation", cut\n'
+    (run / "events.jsonl").write_text(bad + text)
     curves = read_curves(run)
     assert list(zip(*curves.validation, strict=True)) == validation and len(validation) == 3
     assert list(zip(*curves.free_running, strict=True)) == free and len(free) == 2
@@ -127,9 +119,8 @@ def test_profile_diff_shows_only_differing_keys_and_missing_ones(tmp_path: Path)
         ]
     )
     assert diff == {"train.lr": ["1", "1.0", MISSING], "vits.flow.layers": [MISSING, "4", MISSING]}
-    comparison = compare_runs(
-        [copy_run("lm_completed", tmp_path), copy_run("lm_stopped", tmp_path)]
-    )
+    two = [copy_run("lm_completed", tmp_path), copy_run("lm_stopped", tmp_path)]
+    comparison = compare_runs(two)
     assert comparison.diff == {
         "train.checkpoint_every_steps": ["20", "100000"],
         "train.eval_every_steps": ["20", "100000"],

@@ -148,9 +148,7 @@ _ABSENT = object()
 
 
 def _same(a: Any, b: Any) -> bool:
-    return (
-        type(a) is type(b) and a == b
-    )  # 1 and 1.0, or true and 1, are different settings in a profile
+    return type(a) is type(b) and a == b  # 1 and 1.0, or true and 1, are different settings
 
 
 def show_value(value: Any) -> str:

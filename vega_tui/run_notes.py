@@ -70,13 +70,10 @@ def read_notes(run_dir: Path) -> RunNotes:
 def write_notes(run_dir: Path, notes: str, tags: list[str]) -> None:
     """Replace the run's notes.md and tags.json; an empty note or tag list removes its file."""
     if not (run_dir / rundir.EVENTS).is_file() and not (run_dir / rundir.PROFILE).is_file():
-        raise VegaError(
-            f"{run_dir} is not a run folder (no {rundir.EVENTS}); notes were not written"
-        )
+        raise VegaError(f"{run_dir} is not a run folder (no {rundir.EVENTS}); notes not written")
     _write_or_remove(run_dir / rundir.NOTES, notes.rstrip() + "\n" if notes.strip() else "")
-    text = (
-        json.dumps({"tags": parse_tags(",".join(tags))}, ensure_ascii=False) + "\n" if tags else ""
-    )
+    kept = parse_tags(",".join(tags))
+    text = json.dumps({"tags": kept}, ensure_ascii=False) + "\n" if kept else ""
     _write_or_remove(run_dir / rundir.TAGS, text)
 
 
@@ -87,9 +84,8 @@ def _write_or_remove(target: Path, text: str) -> None:
         else:
             target.unlink(missing_ok=True)
     except OSError as exc:
-        raise VegaError(
-            f"cannot write {target}: {exc.strerror or exc}; check the folder's permissions"
-        ) from exc
+        why = exc.strerror or exc
+        raise VegaError(f"cannot write {target}: {why}; check the folder's permissions") from exc
 
 
 def _atomic_write_text(target: Path, text: str) -> None:

@@ -56,7 +56,7 @@ def live_reason(run_dir: Path) -> str | None:
         return "its control socket answers"
     if status in ("finished", "stopped", "failed"):
         return None
-    # A starting trainer may not have written its hello yet: a fresh log, or a fresh folder with none.
+    # A starting trainer may not have written its hello yet: a fresh log, or a fresh folder.
     written = _mtime(run_dir / rundir.EVENTS) or _mtime(run_dir)
     age = time.time() - written if written is not None else None
     if age is not None and age < runner.REMOTE_STALE_AFTER_S:
@@ -77,14 +77,9 @@ def move_to_trash(run_dir: Path, runs_root: Path, now: float | None = None) -> P
     Raises RunIsLive for a live run and VegaError when the folder is not a run under `runs_root`.
     """
     run_dir, runs_root = Path(run_dir), Path(runs_root)
-    if (
-        run_dir.parent.resolve() != runs_root.resolve()
-        or run_dir.name == rundir.TRASH
-        or not run_dir.is_dir()
-    ):
-        raise VegaError(
-            f"{run_dir} is not a run folder directly under {runs_root}; nothing was moved"
-        )
+    under_root = run_dir.parent.resolve() == runs_root.resolve() and run_dir.name != rundir.TRASH
+    if not (under_root and run_dir.is_dir()):
+        raise VegaError(f"{run_dir} is not a run folder directly under {runs_root}; nothing moved")
     reason = live_reason(run_dir)
     if reason is not None:
         raise RunIsLive(f"{run_dir.name} is live: {reason}; stop it first, then delete it")
@@ -98,9 +93,8 @@ def move_to_trash(run_dir: Path, runs_root: Path, now: float | None = None) -> P
             target = trash / f"{run_dir.name}-{stamp}-{n}"
         os.rename(run_dir, target)
     except OSError as exc:
-        raise VegaError(
-            f"cannot move {run_dir} to {trash}: {exc.strerror or exc}; nothing was deleted"
-        ) from exc
+        why = exc.strerror or exc
+        raise VegaError(f"cannot move {run_dir} to {trash}: {why}; nothing was deleted") from exc
     return target
 
 

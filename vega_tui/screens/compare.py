@@ -50,7 +50,7 @@ def overlay(title: str, curves: list[RunCurves], which: str, log_y: bool = False
 
 
 def summary_lines(comparison: Comparison) -> list[str]:
-    """What the line under the charts says: how many settings differ, runs with no curve, problems."""
+    """The lines under the charts: how many settings differ, runs with no curve, problems."""
     count = len(comparison.diff)
     if comparison.profiles_read < 2:
         lines = ["Fewer than two frozen profiles could be read: no settings to compare"]
@@ -97,9 +97,8 @@ class CompareScreen(Screen[None]):
         table = self.query_one("#compare-diff", DataTable)
         table.add_column("setting", key="setting")
         for index, path in enumerate(self.run_dirs):
-            table.add_column(
-                Text(path.name, style=RUN_COLORS[index % len(RUN_COLORS)]), key=str(index)
-            )
+            color = RUN_COLORS[index % len(RUN_COLORS)]
+            table.add_column(Text(path.name, style=color), key=str(index))
         run_in_background(post_comparison, self.run_dirs, self.post_message, name="vega-compare")
 
     @on(ComparisonLoaded)
@@ -116,9 +115,8 @@ class CompareScreen(Screen[None]):
         if self.comparison is None:
             return
         curves, log_y = self.comparison.curves, self.log_scale
-        self.query_one("#compare-validation", RunChart).draw(
-            overlay("validation loss", curves, "validation", log_y)
-        )
+        validation = overlay("validation loss", curves, "validation", log_y)
+        self.query_one("#compare-validation", RunChart).draw(validation)
         free = overlay("free-running distance", curves, "free_running", log_y)
         self.query_one("#compare-free-running", RunChart).draw(free)
 

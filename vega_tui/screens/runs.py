@@ -13,7 +13,9 @@ reattaches with its controls).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from rich.text import Text
 from textual import on
@@ -66,16 +68,13 @@ class RunsScreen(Screen[None]):
     """Runs under one folder: open one, mark several to overlay or compare, annotate, delete."""
 
     BINDINGS = [
-        Binding(
-            "enter", "open", "Open", priority=True
-        ),  # before the table's own Enter, so the footer shows it
+        # Before the table's own Enter, so the footer shows it.
+        Binding("enter", "open", "Open", priority=True),
         Binding("space", "mark", "Mark"),
         Binding("c", "clear_marks", "Clear"),
         Binding("v", "compare", "Compare", tooltip="the marked runs side by side (two or more)"),
         Binding("e", "edit_notes", "Notes", tooltip="notes and tags of the run under the cursor"),
-        Binding(
-            "x", "delete_run", "Delete", tooltip="move the run to the trash (never a live run)"
-        ),
+        Binding("x", "delete_run", "Delete", tooltip="move the run to the trash (not a live one)"),
         Binding("t", "empty_trash", "Empty trash", tooltip="free the space of the deleted runs"),
         Binding("l", "log_scale", "Log y"),
         Binding("n", "new_run", "New run"),
@@ -121,10 +120,14 @@ class RunsScreen(Screen[None]):
             self._refresh_timer.resume()
             self.action_refresh()
 
+    def _in_background(self, job: Callable[..., None], *args: Any) -> None:
+        """Run `job(*args, post)` on a daemon thread; it answers with a message to this screen."""
+        run_in_background(job, *args, self.post_message, name=f"vega-{job.__name__}")
+
     # ------------------------------------------------------------------ listing
 
     def action_refresh(self) -> None:
-        run_in_background(post_runs, self.runs_root, self.post_message, name="vega-list-runs")
+        self._in_background(post_runs, self.runs_root)
 
     @on(RunsListed)
     def _show_listed_runs(self, message: RunsListed) -> None:
@@ -138,9 +141,8 @@ class RunsScreen(Screen[None]):
         self._show_hint()
         self._measure_disk()
         # Live runs grow: their curves are reloaded at every refresh, others when the set changes.
-        if changed or any(
-            self.runs[key].status == "live" for key in self._plotted if key in self.runs
-        ):
+        plotted = [self.runs[key] for key in self._plotted if key in self.runs]
+        if changed or any(run.status == "live" for run in plotted):
             self._load_curves()
 
     def _cursor_key(self) -> str | None:
@@ -153,9 +155,7 @@ class RunsScreen(Screen[None]):
         elif run is not None and run.problem:
             text = Text(f"{run.name}: {run.problem}", style="red")
         elif self.marked:
-            text = Text(
-                f"{len(self.marked)} marked: their loss curves are overlaid; v compares them."
-            )
+            text = Text(f"{len(self.marked)} marked: loss curves overlaid; v compares them.")
         else:
             text = Text("Enter opens a run. Space marks runs to compare; e notes, x deletes.")
         self.query_one("#runs-hint", Static).update(text)
@@ -165,9 +165,8 @@ class RunsScreen(Screen[None]):
         if self.sizes:
             title += f" · {format_bytes(sum(self.sizes.get(key, 0) for key in self.runs))}"
         if self.trash is not None and self.trash[0]:
-            title += (
-                f" · trash: {self.trash[0]} run(s), {format_bytes(self.trash[1])} (t empties it)"
-            )
+            folders, size = self.trash
+            title += f" · trash: {folders} run(s), {format_bytes(size)} (t empties it)"
         self.query_one("#runs-title", Static).update(title)
 
     # ------------------------------------------------------------------ disk use
@@ -177,21 +176,16 @@ class RunsScreen(Screen[None]):
         if self._measuring:
             return
         now = time.monotonic()
-        due = [
-            key
-            for key, run in self.runs.items()
-            if key not in self._measured_at
-            or (run.status == "live" and now - self._measured_at[key] > DISK_REFRESH_S)
-        ]
+        live = {key for key, run in self.runs.items() if run.status == "live"}
+        stale = {key for key in live if now - self._measured_at.get(key, now) > DISK_REFRESH_S}
+        due = [key for key in self.runs if key not in self._measured_at or key in stale]
         if not due and self.trash is not None:
             return
         self._measuring = True
         for key in due:
             self._measured_at[key] = now
         paths = [Path(key) for key in due]
-        run_in_background(
-            measure_disk, paths, self.runs_root, self.post_message, name="vega-disk-use"
-        )
+        self._in_background(measure_disk, paths, self.runs_root)
 
     @on(DiskMeasured)
     def _show_disk_use(self, message: DiskMeasured) -> None:
@@ -223,9 +217,7 @@ class RunsScreen(Screen[None]):
         self.curve_generation += 1
         self._plotted = self._plot_keys()
         runs = [self.runs[key] for key in self._plotted]
-        run_in_background(
-            post_curves, self.curve_generation, runs, self.post_message, name="vega-curves"
-        )
+        self._in_background(post_curves, self.curve_generation, runs)
 
     @on(CurvesLoaded)
     def _plot_loaded_curves(self, message: CurvesLoaded) -> None:
@@ -248,9 +240,8 @@ class RunsScreen(Screen[None]):
         for name, xs, ys in curves:
             points = [(x, y) for x, y in zip(xs, ys, strict=True) if y > 0 or not self.log_scale]
             if points:
-                plt.plot(
-                    [p[0] for p in points], [p[1] for p in points], label=name, marker="braille"
-                )
+                kept_x, kept_y = zip(*points, strict=True)
+                plt.plot(list(kept_x), list(kept_y), label=name, marker="braille")
         plot.refresh()
         self._last_curves = curves
 
@@ -301,7 +292,7 @@ class RunsScreen(Screen[None]):
     def action_edit_notes(self) -> None:
         key = self._cursor_key()
         if key in self.runs:
-            run_in_background(post_notes, Path(key), self.post_message, name="vega-read-notes")
+            self._in_background(post_notes, Path(key))
 
     @on(NotesRead)
     def _open_notes_editor(self, message: NotesRead) -> None:
@@ -309,9 +300,7 @@ class RunsScreen(Screen[None]):
 
         def save(answer: NotesAnswer) -> None:
             if answer is not None:
-                run_in_background(
-                    save_notes, message.run_dir, *answer, self.post_message, name="vega-save-notes"
-                )
+                self._in_background(save_notes, message.run_dir, *answer)
 
         self.app.push_screen(NotesScreen(message.run_dir.name, message.notes), save)
 
@@ -336,20 +325,15 @@ class RunsScreen(Screen[None]):
             self.notify(f"{run.name} is live: stop it first, then delete it.", severity="error")
             return
         size = format_bytes(self.sizes[key]) if key in self.sizes else "its files"
-        question = (
-            f"Move {run.name} ({size}) to {TRASH}/ under the runs folder?\n"
-            "Empty the trash (t) to free the space."
-        )
+        where = f"{TRASH}/ under the runs folder"
+        question = f"Move {run.name} ({size}) to {where}?\nEmpty the trash (t) to free the space."
 
         def delete(answer: str | None) -> None:
             if answer == "delete":
-                run_in_background(
-                    trash_run, run.path, self.runs_root, self.post_message, name="vega-trash-run"
-                )
+                self._in_background(trash_run, run.path, self.runs_root)
 
-        self.app.push_screen(
-            ConfirmScreen(question, [("c", "Cancel", None), ("d", "Delete", "delete")]), delete
-        )
+        choices = [("c", "Cancel", None), ("d", "Delete", "delete")]
+        self.app.push_screen(ConfirmScreen(question, choices), delete)
 
     @on(RunTrashed)
     def _report_trashed_run(self, message: RunTrashed) -> None:
@@ -364,9 +348,7 @@ class RunsScreen(Screen[None]):
         self.action_refresh()
 
     def action_empty_trash(self) -> None:
-        run_in_background(
-            measure_trash, self.runs_root, self.post_message, name="vega-measure-trash"
-        )
+        self._in_background(measure_trash, self.runs_root)
 
     @on(TrashMeasured)
     def _confirm_empty_trash(self, message: TrashMeasured) -> None:
@@ -380,13 +362,10 @@ class RunsScreen(Screen[None]):
 
         def empty(answer: str | None) -> None:
             if answer == "empty":
-                run_in_background(
-                    empty_trash, self.runs_root, self.post_message, name="vega-empty-trash"
-                )
+                self._in_background(empty_trash, self.runs_root)
 
-        self.app.push_screen(
-            ConfirmScreen(question, [("c", "Cancel", None), ("e", "Empty", "empty")]), empty
-        )
+        choices = [("c", "Cancel", None), ("e", "Empty", "empty")]
+        self.app.push_screen(ConfirmScreen(question, choices), empty)
 
     @on(TrashEmptied)
     def _report_emptied_trash(self, message: TrashEmptied) -> None:

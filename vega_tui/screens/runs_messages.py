@@ -51,13 +51,11 @@ class NotesSaved(Message):
 
 
 class RunTrashed(Message):
-    """A delete's outcome: where the run folder went, or why it stayed (`refused`: it is live)."""
+    """A delete's outcome: where the run folder went, or why it stayed."""
 
-    def __init__(
-        self, run_dir: Path, target: Path | None, error: str | None, refused: bool = False
-    ) -> None:
+    def __init__(self, run_dir: Path, target: Path | None, error: str | None) -> None:
         super().__init__()
-        self.run_dir, self.target, self.error, self.refused = run_dir, target, error, refused
+        self.run_dir, self.target, self.error = run_dir, target, error
 
 
 class TrashMeasured(Message):

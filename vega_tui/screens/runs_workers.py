@@ -81,10 +81,7 @@ def save_notes(run_dir: Path, notes: str, tags: list[str], post: Post) -> None:
 def trash_run(run_dir: Path, runs_root: Path, post: Post) -> None:
     try:
         target = run_trash.move_to_trash(run_dir, runs_root)
-    except run_trash.RunIsLive as exc:
-        post(RunTrashed(run_dir, None, str(exc), refused=True))
-        return
-    except VegaError as exc:
+    except VegaError as exc:  # RunIsLive among them: a live run stays where it is
         post(RunTrashed(run_dir, None, str(exc)))
         return
     post(RunTrashed(run_dir, target, None))

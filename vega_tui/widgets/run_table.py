@@ -33,6 +33,8 @@ COLUMNS = (
     ("disk", "disk"),
     ("tags", "tags · problems"),
 )
+Runs = Mapping[str, RunSummary]  # keyed by the run folder's path, in the order shown
+Sizes = Mapping[str, int]  # bytes of each run folder, keyed by path
 MEASURING = "…"  # a disk cell before its folder was measured
 
 
@@ -65,9 +67,7 @@ class RunTable(DataTable[str | Text]):
         for key, label in COLUMNS:
             self.add_column(label, key=key)
 
-    def show_runs(
-        self, runs: Mapping[str, RunSummary], marked: Collection[str], sizes: Mapping[str, int]
-    ) -> bool:
+    def show_runs(self, runs: Runs, marked: Collection[str], sizes: Sizes) -> bool:
         """Show `runs` (path -> summary, in order); True when the set of rows changed."""
         keys = list(runs)
         if keys == [str(row.value) for row in self.rows]:
