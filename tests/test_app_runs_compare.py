@@ -202,6 +202,11 @@ async def test_disk_use_delete_to_trash_refuses_a_live_run_and_empty_trash_frees
     shutil.copytree(FIXTURES / "lm_killed", live)
     events = (live / "events.jsonl").read_text(encoding="utf-8")
     (live / "events.jsonl").write_text(events.replace('"host":"vm"', '"host":"gpu-node-7"'))
+    # Its trainer died on this machine, yet its log was just written: a trainer may be starting.
+    starting = runs_root / "lm_starting"
+    shutil.copytree(FIXTURES / "lm_killed", starting)
+    here = f'"host":"{os.uname().nodename}"'
+    (starting / "events.jsonl").write_text(events.replace('"host":"vm"', here))
     checkpoint = runs_root / "lm_stopped" / "checkpoints"
     checkpoint.mkdir()
     (checkpoint / "step-00000014.pt").write_bytes(os.urandom(300_000))  # counted in its disk use
@@ -212,7 +217,7 @@ async def test_disk_use_delete_to_trash_refuses_a_live_run_and_empty_trash_frees
         return isinstance(app.screen, ConfirmScreen)
 
     async with app.run_test(size=(140, 32)) as pilot:
-        screen = await listed(pilot, 5)
+        screen = await listed(pilot, 6)
         await wait_until(
             pilot,
             lambda: row_of(screen, "lm_stopped")["disk"] == format_bytes(stopped_bytes),
@@ -228,10 +233,19 @@ async def test_disk_use_delete_to_trash_refuses_a_live_run_and_empty_trash_frees
         assert not isinstance(app.screen, ConfirmScreen) and live.is_dir()
         assert app.messages[-1] == "lm_remote is live: stop it first, then delete it."
 
+        assert row_of(screen, "lm_starting")["status"] == "crashed"  # the delete checks again
+        cursor_to(screen, "lm_starting")
+        await pilot.press("x")
+        await wait_until(pilot, asked, "the delete question")
+        await pilot.press("d")
+        refused = "lm_starting is live: it was written"
+        await wait_until(pilot, lambda: refused in app.messages[-1], "the refusal")
+        assert starting.is_dir() and not (runs_root / ".trash").exists()
+
         cursor_to(screen, "lm_stopped")
         await pilot.press("x")
         await wait_until(pilot, asked, "the delete question")
-        assert format_bytes(stopped_bytes) in app.screen.question
+        assert format_bytes(stopped_bytes) in app.screen.question  # type: ignore[attr-defined]
         await pilot.press("c")  # cancel: nothing moves
         await pilot.pause(0.2)
         assert (runs_root / "lm_stopped").is_dir()
@@ -241,7 +255,7 @@ async def test_disk_use_delete_to_trash_refuses_a_live_run_and_empty_trash_frees
         await wait_until(pilot, lambda: not (runs_root / "lm_stopped").exists(), "the run moved")
         (trashed,) = (runs_root / ".trash").iterdir()
         assert trashed.name.startswith("lm_stopped-") and bytes_under(trashed) == stopped_bytes
-        await listed(pilot, 4)
+        await listed(pilot, 5)
         title = screen.query_one("#runs-title", Static)
         await wait_until(
             pilot,

@@ -92,7 +92,7 @@ class RunsScreen(Screen[None]):
         self.curve_generation = 0
         self.sizes: dict[str, int] = {}  # bytes of each run folder, as last measured
         self.trash: tuple[int, int] | None = None  # (folders, bytes) in the trash, once measured
-        self._measured_at: dict[str, float] = {}
+        self._measured: dict[str, tuple[float, str]] = {}  # path -> (when, status) measured
         self._measuring = False
         self._plotted: list[str] = []
         self._last_curves: list[Curve] = []
@@ -172,20 +172,23 @@ class RunsScreen(Screen[None]):
     # ------------------------------------------------------------------ disk use
 
     def _measure_disk(self) -> None:
-        """Measure folders never measured, live ones every DISK_REFRESH_S; one job at a time."""
+        """Measure new folders, live ones every DISK_REFRESH_S and those whose state changed (a run
+        that just finished wrote its last checkpoint); one job at a time."""
         if self._measuring:
             return
         now = time.monotonic()
-        live = {key for key, run in self.runs.items() if run.status == "live"}
-        stale = {key for key in live if now - self._measured_at.get(key, now) > DISK_REFRESH_S}
-        due = [key for key in self.runs if key not in self._measured_at or key in stale]
+        due = [key for key, run in self.runs.items() if self._disk_due(key, run.status, now)]
         if not due and self.trash is not None:
             return
         self._measuring = True
         for key in due:
-            self._measured_at[key] = now
+            self._measured[key] = (now, self.runs[key].status)
         paths = [Path(key) for key in due]
         self._in_background(measure_disk, paths, self.runs_root)
+
+    def _disk_due(self, key: str, status: str, now: float) -> bool:
+        when, measured_status = self._measured.get(key, (-DISK_REFRESH_S, ""))
+        return measured_status != status or (status == "live" and now - when > DISK_REFRESH_S)
 
     @on(DiskMeasured)
     def _show_disk_use(self, message: DiskMeasured) -> None:
@@ -197,7 +200,7 @@ class RunsScreen(Screen[None]):
 
     def _forget_size(self, key: str) -> None:
         self.sizes.pop(key, None)
-        self._measured_at.pop(key, None)
+        self._measured.pop(key, None)
 
     # ------------------------------------------------------------------ curves
 
