@@ -58,7 +58,7 @@ def recording_server() -> Iterator[Inbox]:
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     inbox.url = f"http://127.0.0.1:{server.server_address[1]}"
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)  # quick to shut down
     thread.start()
     try:
         yield inbox
