@@ -19,7 +19,7 @@ from trainer_core.contract.event_lines import event_to_json
 from trainer_core.contract.eventlog import EventWriter
 from trainer_core.contract.notices import Notice
 from trainer_core.contract.protocol import FinishedEvent, HelloEvent, OvertrainingEvent
-from vega_tui.alerts import alert_sequences
+from vega_tui.alerts import DashboardAlerts, alert_sequences
 
 NOTIFY_777 = b"\x1b]777;notify;vega kmr-run: "
 
@@ -33,6 +33,16 @@ def test_alert_sequences_are_clean_and_wrapped_for_tmux() -> None:
     )
     wrapped = alert_sequences(notice, in_tmux=True)
     assert wrapped.startswith(text) and "\x1bPtmux;\x1b\x1b]9;vega a,b" in wrapped
+
+
+def test_each_event_alerts_once_and_history_never() -> None:
+    now = time.time()
+    alerts, written = DashboardAlerts("r", since=now), []
+    old = FinishedEvent(seq=3, t=now - 60, status="completed", step=10, epoch=1, seconds=5.0)
+    new = FinishedEvent(seq=9, t=now, status="failed", step=12, epoch=1, seconds=6.0)
+    alerts.on_events([old, new], written.append)
+    alerts.on_events([new], written.append)  # a big log's live line delivered again after the history
+    assert [n.kind for n in alerts.sent] == ["failed"] and len(written) == 1
 
 
 class Terminal:

@@ -2,9 +2,9 @@
 
 The same news as the trainer's webhook (trainer_core.contract.notices: finished, failed, a non-finite stop,
 early stop, a memory pause, a new best free-running score, overtraining), for events that arrive while the
-dashboard watches: events older than the moment it attached are history, not news. OSC 9 is understood by
-iTerm2, Windows Terminal, WezTerm, kitty and foot; OSC 777 by urxvt, foot, Ghostty and VTE terminals; a
-terminal that knows neither ignores them. Inside tmux both also go through tmux's passthrough.
+dashboard watches: events older than the moment it attached are history, not news. Terminals such as iTerm2,
+kitty, WezTerm, Ghostty and foot show OSC 9 or OSC 777 as a desktop notification; a terminal that knows
+neither ignores them. Inside tmux both also go through tmux's passthrough (with its allow-passthrough on).
 """
 
 from __future__ import annotations
@@ -50,9 +50,13 @@ class DashboardAlerts:
         self.since = (time.time() if since is None else since) - HISTORY_SLACK_S
         self.in_tmux = bool(os.environ.get("TMUX"))
         self.sent: list[Notice] = []
+        self._last_seq = -1
 
     def on_events(self, events: Iterable[Event], write: Callable[[str], None] | None) -> None:
         for event in events:
+            if 0 < event.seq <= self._last_seq:
+                continue  # delivered again (a big log's live lines, once for the preview and once for the exact store)
+            self._last_seq = max(self._last_seq, event.seq)
             notice = self.tracker.observe(event)  # history too: it knows the best score so far
             if notice is None or event.t < self.since:
                 continue
