@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from trainer_core.contract.notify_config import URL_ENV, read_notify_config
+from trainer_core.contract.profile_loader import machine_file_path
 from trainer_core.data.validation_split import ValidationPlan
 from trainer_core.plan import TrainPlan
 
@@ -92,6 +94,8 @@ def render_plan(plan: TrainPlan) -> None:
         for change in plan.init_from.get("settings") or []:
             table.add_row("adopted", change)
     table.add_row("run folder", d["run_dir"] + (f"  (resume {plan.resume})" if plan.resume else ""))
+    notify = read_notify_config(machine_file_path())  # a bad setting fails here, before any training
+    table.add_row("notify", notify.where() if notify else f"off ([notify] in {machine_file_path()} or {URL_ENV})")
     if plan.launch is not None:
         launch = plan.launch
         table.add_row("processes", f"{launch.nproc} per node on {launch.device_kind} (asked for {launch.requested})")

@@ -25,7 +25,8 @@ from trainer_core import __version__
 from trainer_core.contract import rundir
 from trainer_core.contract.errors import VegaError
 from trainer_core.contract.eventlog import EventWriter
-from trainer_core.contract.profile_loader import profile_to_toml
+from trainer_core.contract.notify_config import read_notify_config
+from trainer_core.contract.profile_loader import machine_file_path, profile_to_toml
 from trainer_core.contract.protocol import (
     CommandAckEvent,
     DataProblem,
@@ -39,6 +40,7 @@ from trainer_core.contract.protocol import (
 from trainer_core.data.item_selection import record_items
 from trainer_core.engine.control_state import ControlState
 from trainer_core.engine.events import EventHub, NullEventWriter, setup_logging
+from trainer_core.engine.notify import RunWatchers
 from trainer_core.engine.task_contract import TaskError, error_details
 from trainer_core.plan import TrainPlan
 from trainer_core.world import rank_log_name
@@ -60,11 +62,14 @@ def run_training(plan: TrainPlan, events_to_stdout: bool = False) -> int:
     _setup_rank_logging(plan, hub, run_dir)
     control = ControlState()
     outcome = RunOutcome(started=time.time())
+    watchers = RunWatchers()  # overtraining and notifications (rank 0)
     try:
         # Signals are caught from the start: a stop during set-up still ends with a `finished` event.
         with console or _nothing(), _stop_on_signals(control):
             if main:
                 _announce(plan, hub, run_dir)
+                notify = read_notify_config(machine_file_path())
+                watchers.attach(hub, run_dir, plan.profile.train.overtraining_evals, notify)
             outcome.status = _train(plan, hub, control, run_dir, outcome)
     except TaskError as exc:  # the task's own code failed: its line and what was expected, status 3
         outcome.fail(exc, hub, exit_code=exc.exit_code, tb=traceback.format_exc())
@@ -76,6 +81,7 @@ def run_training(plan: TrainPlan, events_to_stdout: bool = False) -> int:
         try:
             outcome.finish(hub, run_dir, plan)
         finally:
+            watchers.close()
             writer.close()
     if isinstance(outcome.error, VegaError):
         raise outcome.error
@@ -121,6 +127,8 @@ class RunOutcome:
             self.trainer.telemetry.flush()  # the steps before the failure belong in the log
         message = str(exc) or type(exc).__name__
         details = error_details(exc, self.trainer.task if self.trainer else None) if tb else {}
+        if getattr(exc, "event_code", None):  # e.g. a non-finite stop, which notifications name
+            details["code"] = exc.event_code  # type: ignore[attr-defined]
         hub.error(message, tb=tb, **details)
         self.summary["error"] = message
         if details.get("file"):
