@@ -311,3 +311,24 @@ async def test_problem_folders_are_listed_with_what_is_wrong(runs_root: Path) ->
         summary = str(compare.query_one("#compare-summary", Static).render())
         assert summary.startswith("Fewer than two frozen profiles could be read")
     assert newest_run(runs_root) != no_events  # attach never picks a folder without a log
+
+
+async def test_a_read_only_dashboard_deletes_edits_and_empties_nothing(runs_root: Path) -> None:
+    app = RecordingApp(runs_root)
+    app.read_only = True  # what `vega-tui serve` runs without --allow-control
+    (runs_root / ".trash").mkdir()
+    (runs_root / ".trash" / "old").mkdir()
+    async with app.run_test(size=(140, 32)) as pilot:
+        screen = await listed(pilot, 4)
+        cursor_to(screen, "lm_stopped")
+        for key in ("x", "e", "t"):
+            await pilot.press(key)
+            await pilot.pause()
+            assert isinstance(app.screen, RunsScreen), f"{key} opened {app.screen}"
+        refused = [m for m in app.messages if m.startswith("cannot ")]
+        assert refused == [
+            "cannot delete a run: this dashboard is read-only (served without --allow-control)",
+            "cannot edit a run's notes and tags: this dashboard is read-only (served without --allow-control)",
+            "cannot empty the trash: this dashboard is read-only (served without --allow-control)",
+        ]
+    assert (runs_root / "lm_stopped").is_dir() and (runs_root / ".trash" / "old").is_dir()
