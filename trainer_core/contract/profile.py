@@ -289,6 +289,20 @@ class LoggingSection(Section):
         default=5.0, ge=0.5, le=3600.0, description="Seconds between profiler breakdowns."
     )
     tensorboard: bool = Field(default=False, description="Also write TensorBoard scalars to the run folder.")
+    wandb: bool = Field(
+        default=False,
+        description="Also log to Weights & Biases (the `wandb` extra); the key comes from "
+        "WANDB_API_KEY or `wandb login`, never from a profile.",
+    )
+    wandb_project: str = Field(
+        default="vega",
+        min_length=1,
+        description="The W&B project the run goes to.",
+    )
+    wandb_entity: str | None = Field(
+        default=None,
+        description="The W&B team or user (unset: the logged-in user's default).",
+    )
     report: bool = Field(default=True, description="Write report.png (loss, LR, throughput) at the end.")
 
 

@@ -17,7 +17,7 @@ import sys
 import time
 import traceback
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -172,16 +172,18 @@ class RunOutcome:
 def _train(plan: TrainPlan, hub: EventHub, control: ControlState, run_dir: Path, outcome: RunOutcome) -> FinishedStatus:
     from trainer_core.engine.setup import build_trainer, check_ranks_agree, finalize, load_start_source, start_model
 
-    source = load_start_source(plan)
-    trainer = build_trainer(plan, hub, control, run_dir)
-    outcome.trainer = trainer
-    start_model(trainer, plan, hub, source)
-    del source  # its weights are in the model now
     main = plan.world.is_main
-    board = _tensorboard(plan, hub, run_dir) if main else _nothing()
-    commands = _control_socket(run_dir, control, hub) if main else _nothing()
-    with board, commands:
-        status = trainer.fit()
+    # W&B starts first: its service starts (seconds) in a thread while the model is built.
+    with _wandb(plan, hub, run_dir) if main else _nothing():
+        source = load_start_source(plan)
+        trainer = build_trainer(plan, hub, control, run_dir)
+        outcome.trainer = trainer
+        start_model(trainer, plan, hub, source)
+        del source  # its weights are in the model now
+        board = _tensorboard(plan, hub, run_dir) if main else _nothing()
+        commands = _control_socket(run_dir, control, hub) if main else _nothing()
+        with board, commands:
+            status = trainer.fit()
     if plan.world.active:
         check_ranks_agree(trainer, hub)
     if main:
@@ -208,6 +210,13 @@ def _tensorboard(plan: TrainPlan, hub: EventHub, run_dir: Path) -> Iterator[None
     finally:
         hub.listeners.remove(board.on_event)
         board.close()
+
+
+def _wandb(plan: TrainPlan, hub: EventHub, run_dir: Path) -> AbstractContextManager[None]:
+    """Weights & Biases logging while training (engine.wandb_log), when the profile asks for it."""
+    from trainer_core.engine.wandb_log import wandb_logging
+
+    return wandb_logging(plan.profile.logging, hub, run_dir, resume=plan.resume is not None)
 
 
 def _refuse_a_live_run(run_dir: Path) -> None:
