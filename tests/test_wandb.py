@@ -4,7 +4,7 @@ and compared with events.jsonl.
 
 One killed run serves every test: its resume continues the same W&B run and logs each step once,
 and a copy of the killed folder resumed with the skip off (VEGA_FAULT_WANDB_RELOG, the negative
-control) logs a step W&B already had a second time."""
+control: the W&B sink in this process, fed the killed trainer's own events) logs a step twice."""
 
 from __future__ import annotations
 
@@ -22,8 +22,11 @@ from conftest import FAULTS_ON, finished, of_type, step_rows, tiny_voice_profile
 from wandb_files import WandbFile, logged_steps, repeated, wandb_files
 
 from trainer_core.contract import rundir
+from trainer_core.contract.errors import ProfileError
 from trainer_core.contract.eventlog import EventWriter, read_all
 from trainer_core.contract.profile import LoggingSection
+from trainer_core.contract.profile_loader import load_profile_dict
+from trainer_core.contract.protocol import SampleEvent, StepEvent
 from trainer_core.engine.events import EventHub
 from trainer_core.engine.wandb_log import RELOG_ENV, relog_on, wandb_logging
 from trainer_core.engine.wandb_state import read_state
@@ -57,7 +60,7 @@ def wait_until(done, what: str, proc: subprocess.Popen[bytes], timeout: float = 
         if proc.poll() is not None or time.monotonic() > deadline:
             proc.kill()
             pytest.fail(f"{what} did not happen (trainer exit {proc.poll()})")
-        time.sleep(0.05)
+        time.sleep(0.1)
 
 
 def rows_on_disk(run_dir: Path, step: int) -> int:
@@ -95,20 +98,39 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
     wait_until(marker.exists, f"the hold in step {HOLD_AT}", killed)
     # Row 5 is open (W&B commits a row when a later step comes): W&B holds up to 4. Kill then.
-    has_4 = lambda: rows_on_disk(run_dir, 4) == 1 and last_step(run_dir) == 4  # noqa: E731
+    has_4 = lambda: last_step(run_dir) == 4 and rows_on_disk(run_dir, 4) == 1  # noqa: E731
     wait_until(has_4, "W&B's row 4", killed)
     killed.kill()
     killed.wait()
     shutil.copytree(run_dir, control, symlinks=True, ignore=shutil.ignore_patterns(rundir.SOCKET))
     resumed = trainer(root, run_dir, SLOW, "--resume", "auto")
-    # The control needs only its step 4 logged again: held in its third step (6) and killed.
-    relog = {**SLOW, RELOG_ENV: "1", **hold(3, root / "held-control")}
-    relogged = trainer(root, control, relog, "--resume", "auto")
-    wait_until(lambda: rows_on_disk(control, 4) == 2, "the control's second row 4", relogged)
-    relogged.kill()
-    relogged.wait()
+    relog_in_this_process(control)
     finish(resumed, run_dir)
     return run_dir, control
+
+
+def relog_in_this_process(control: Path) -> None:
+    """The negative control, while the real resume runs: a resumed sink with the skip off, fed what
+    the killed trainer announced after the checkpoint (what a resume trains again, identically)."""
+    events = read_all(control / "events.jsonl")
+    start = next(i for i, e in enumerate(events) if e.type == "checkpoint_saved")
+    writer = EventWriter.resume(control / "events.jsonl")
+    hub = EventHub(writer)
+    with pytest.MonkeyPatch.context() as env:
+        offline(env)
+        env.setenv("VEGA_FAULTS", "1")
+        env.setenv(RELOG_ENV, "1")
+        with wandb_logging(LoggingSection(wandb=True), hub, control, resume=True):
+            for event in events[start + 1 :]:
+                hub.emit(event)
+    writer.close()
+
+
+def offline(env: pytest.MonkeyPatch) -> None:
+    """W&B in this process: offline, and no W&B setting of the machine running the tests."""
+    for name in [name for name in os.environ if name.startswith("WANDB_")]:
+        env.delenv(name)
+    env.setenv("WANDB_MODE", "offline")
 
 
 def hold(nth_step: int, marker: Path) -> dict[str, str]:
@@ -221,19 +243,35 @@ def test_without_the_package_a_warning_names_the_extra(
     assert "logging.wandb = false" in warning.message and not (tmp_path / "wandb").exists()
 
 
-def test_a_failing_w_and_b_start_is_one_warning_and_training_goes_on(
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setenv("WANDB_MODE", "no-such-mode")  # wandb.init refuses it
-    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+def test_a_failing_w_and_b_log_is_one_warning_and_the_sink_turns_off(tmp_path: Path) -> None:
+    bad = tmp_path / "mel.png"
+    bad.write_text("not a picture", encoding="utf-8")
     hub, writer = hub_to(tmp_path / "events.jsonl")
-    with wandb_logging(LoggingSection(wandb=True), hub, tmp_path, resume=False):
-        pass
+    with pytest.MonkeyPatch.context() as env:
+        offline(env)
+        with wandb_logging(LoggingSection(wandb=True), hub, tmp_path, resume=False):
+            hub.emit(step_event(1))
+            hub.emit(SampleEvent(step=1, kind="image", path=str(bad)))  # not readable as an image
+            hub.emit(step_event(2))
     writer.close()
     warnings = of_type(read_all(tmp_path / "events.jsonl"), "warning")
     assert [w.code for w in warnings] == ["wandb_failed"], warnings
-    assert "no-such-mode" in warnings[0].message and "goes on without it" in warnings[0].message
+    assert "mel.png" in warnings[0].message and "goes on without it" in warnings[0].message
+    (found,) = wandb_files(tmp_path / "wandb")
+    assert found.exit_code == 1  # the W&B run is marked failed
+    assert logged_steps([found]) == [1]  # nothing after the failure
+
+
+def step_event(step: int) -> StepEvent:
+    return StepEvent(
+        step=step, epoch=0, loss=1.0 / step, lr=1e-3, samples_per_s=10.0, data_wait_frac=0.0,
+        micro_batch=8, step_series=[step], loss_series=[1.0 / step], lr_series=[1e-3],
+    )  # fmt: skip
+
+
+def test_a_project_name_w_and_b_refuses_is_a_profile_error() -> None:
+    with pytest.raises(ProfileError, match=r'logging.wandb_project = "team/voices".*contains /'):
+        load_profile_dict({"logging": {"wandb_project": "team/voices"}})
 
 
 def test_the_relog_switch_acts_only_with_the_fault_gate_open(

@@ -42,6 +42,7 @@ RELOG_ENV = "VEGA_FAULT_WANDB_RELOG"
 QUEUE_EVENTS = 10_000  # events waiting for W&B; past this they are counted and left out
 FLUSH_INTERVAL_S = 1.0  # how often W&B writes its transaction log: what a kill can lose of it
 FINISH_WAIT_S = 60.0
+ABANDON_WAIT_S = 5.0  # after a failure: how long the end of training waits for W&B
 EXTRA_HINT = 'install the extra with `pip install "vega[wandb]"` (or `pip install wandb`)'
 _LOGGED = (StepEvent, ValidationEvent, FreeRunningEvent, SampleEvent)
 
@@ -82,8 +83,8 @@ class WandbSink:
             self._queue.put(exit_code, timeout=5.0)
         except queue.Full:
             self.off = True
-        self._thread.join(FINISH_WAIT_S)
-        if self._thread.is_alive():
+        self._thread.join(FINISH_WAIT_S if not self.off else ABANDON_WAIT_S)
+        if self._thread.is_alive() and not self.off:
             self._warn(
                 f"W&B did not finish within {FINISH_WAIT_S:g} s; "
                 f"`wandb sync {self.run_dir / FOLDER}` uploads what it kept",
@@ -110,6 +111,15 @@ class WandbSink:
             self.off = True
             why = f"{type(exc).__name__}: {exc}"
             self._warn(f"Weights & Biases failed ({why}); training goes on without it")
+            self._abandon()
+
+    def _abandon(self) -> None:
+        """Mark a started W&B run failed, if W&B still can (close waits for this only briefly)."""
+        try:
+            if self.run is not None:
+                self.run.finish(exit_code=1)
+        except Exception:  # already reported: the sink is off
+            pass
 
     def state_step(self) -> int:
         return self.state.last_step if self.state is not None else 0
@@ -133,6 +143,10 @@ class WandbSink:
             config=self._config(),
             settings=wandb.Settings(**_known(wandb.Settings, _SETTINGS)),
         )
+        if state is not None and not self.run.offline and self.run.starting_step > 0:
+            # Online, W&B says where its history ends: never skip a step it lacks (a kill can lose
+            # what W&B had not sent yet), while W&B itself drops the steps it has.
+            self.skip_to = min(self.skip_to, self.run.starting_step - 1)
         self.state = state or WandbState(str(self.run.id), self.settings.wandb_project)
         write_state(self.run_dir, self.state)
         where = f"offline, in {self.run.sync_dir}" if self.run.offline else self.run.url
