@@ -93,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
     )
     dropped = tokenizer_report(front_end, report) if front_end is not None else None
     if args.json:
-        print(report.to_report(include_items=args.items, tokenizer=dropped or None).to_json())
+        print(report.to_report(include_items=args.items, tokenizer=dropped).to_json())
         return 0
     console = Console(highlight=False)
     show_report(report, console)

@@ -197,7 +197,7 @@ class DataReport:
     def to_report(
         self,
         include_items: bool = True,
-        tokenizer: dict[str, Any] | None = None,
+        tokenizer: TokenizerDrops | None = None,
     ) -> CheckDataReport:
         """The document `trainer-core check-data --json` prints (`tokenizer`: its figures)."""
         summary = DataSummary(
@@ -221,7 +221,7 @@ class DataReport:
         if include_items:
             extra["items"] = [_item_entry(item) for item in self.items]
         if tokenizer is not None:
-            extra["tokenizer"] = TokenizerDrops.model_validate(tokenizer)
+            extra["tokenizer"] = tokenizer
         # Only the parts asked for are set, so `to_json` leaves the others out.
         return report.model_copy(update=extra) if extra else report
 
