@@ -13,7 +13,7 @@ from conftest import TEST_VOICE
 
 from trainer_core.cli import main
 from trainer_core.contract.data_report import CheckDataReport, VoiceItemEntry
-from trainer_core.contract.plan_report import PlanReport
+from trainer_core.contract.plan_report import LaunchInfo, PlanReport
 from trainer_core.contract.report_model import ReportError, ReportModel, read_report
 from trainer_core.contract.resources_report import ModeChoice, ResourcesReport
 from trainer_core.tiny_profiles import tiny_profile
@@ -34,6 +34,25 @@ def documents(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
             "plan": ["train", "--profile", str(profile), "--data", str(TEST_VOICE), "--dry-run", "--json"],
             "check-data": ["check-data", str(TEST_VOICE), "--json", "--items", "--cache-dir", str(tmp / "cache")],
             "resources": ["resources", "--json", "--no-torch", "--compute-mode", "cpu"],
+            "two nodes": [
+                "train",
+                "--profile",
+                str(profile),
+                "--data",
+                str(TEST_VOICE),
+                "--dry-run",
+                "--json",
+                "--compute-mode",
+                "cpu",
+                "--nproc-per-node",
+                "2",
+                "--nnodes",
+                "2",
+                "--node-rank",
+                "1",
+                "--master-addr",
+                "10.0.0.7",
+            ],
         }
         return {name: _printed(argv) for name, argv in commands.items()}
 
@@ -62,6 +81,12 @@ def test_a_real_dry_run_parses_into_the_plan_the_preflight_shows(documents: dict
     rows = dict(plan_rows(plan))
     assert str(rows["data"]).startswith("voice · 40 usable, 0 skipped")
     assert str(rows["model"]).startswith(f"tts, hidden {plan.model.hidden}, {plan.model.layers} layer")
+
+
+def test_a_launch_on_two_nodes_is_in_the_plan_with_its_rendezvous(documents: dict[str, str]) -> None:
+    launch = read_report(PlanReport, documents["two nodes"]).distributed
+    assert isinstance(launch, LaunchInfo) and launch.nproc_per_node == 2 and launch.device_kind == "cpu"
+    assert launch.nodes is not None and (launch.nodes.node_rank, launch.nodes.master_addr) == (1, "10.0.0.7")
 
 
 def test_real_check_data_and_resources_parse_into_their_models(documents: dict[str, str]) -> None:
