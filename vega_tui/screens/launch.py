@@ -68,6 +68,8 @@ from vega_tui.widgets.profile_list import ProfileEntry, ProfileList, default_pro
 from vega_tui.widgets.start_from import StartFrom
 
 if TYPE_CHECKING:
+    from trainer_core.contract.data_report import CheckDataReport
+    from trainer_core.contract.plan_report import PlanReport
     from trainer_core.contract.resources import DeviceChoice, MachineResources
 
 # Typing in the data folder or moving through a list settles for this long before a check runs.
@@ -94,9 +96,9 @@ class LaunchScreen(Screen[None]):
         self.resources: MachineResources | None = None
         self.probe_error: str | None = None
         self.modes: dict[str, DeviceChoice | str] | None = None
-        self.data_report: dict[str, Any] | None = None
+        self.data_report: CheckDataReport | None = None
         self.data_error: str | None = None
-        self.plan: dict[str, Any] | None = None
+        self.plan: PlanReport | None = None
         self.plan_error: str | None = None
         self.generation = 0  # bumps on every change: a plan answers one generation
         self.data_generation = 0  # bumps when the data folder, data mode or profile change
@@ -443,7 +445,7 @@ class LaunchScreen(Screen[None]):
         else:
             self._spawn(self.plan)
 
-    def _spawn(self, plan: dict[str, Any]) -> None:
+    def _spawn(self, plan: PlanReport) -> None:
         from vega_tui.runner import TrainerProcess
 
         runs, name = run_folder_parts(plan)

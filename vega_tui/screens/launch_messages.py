@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 from textual.message import Message
 
 if TYPE_CHECKING:
+    from trainer_core.contract.data_report import CheckDataReport
+    from trainer_core.contract.plan_report import PlanReport
     from trainer_core.contract.resources import MachineResources
     from vega_tui.widgets.choice_list import Choice
     from vega_tui.widgets.profile_list import ProfileEntry
@@ -47,13 +49,13 @@ class BackgroundProblem(Message):
 
 
 class DataChecked(Message):
-    def __init__(self, generation: int, report: dict[str, Any] | None, error: str | None) -> None:
+    def __init__(self, generation: int, report: CheckDataReport | None, error: str | None) -> None:
         super().__init__()
         self.generation, self.report, self.error = generation, report, error
 
 
 class PlanReady(Message):
-    def __init__(self, generation: int, plan: dict[str, Any] | None, error: str | None) -> None:
+    def __init__(self, generation: int, plan: PlanReport | None, error: str | None) -> None:
         super().__init__()
         self.generation, self.plan, self.error = generation, plan, error
 

@@ -63,18 +63,20 @@ def watch_profiles(stop: threading.Event, post: Post) -> None:
 
 
 def check_data(generation: int, argv: list[str], post: Post) -> None:
-    from vega_tui.runner import run_json
+    from trainer_core.contract.data_report import CheckDataReport
+    from vega_tui.runner import run_report
 
     try:
-        post(DataChecked(generation, run_json(argv, CHECK_TIMEOUT_S), None))
+        post(DataChecked(generation, run_report(argv, CheckDataReport, CHECK_TIMEOUT_S), None))
     except VegaError as exc:
         post(DataChecked(generation, None, str(exc)))
 
 
 def dry_run(generation: int, argv: list[str], post: Post) -> None:
-    from vega_tui.runner import run_json
+    from trainer_core.contract.plan_report import PlanReport
+    from vega_tui.runner import run_report
 
     try:
-        post(PlanReady(generation, run_json(argv, CHECK_TIMEOUT_S), None))
+        post(PlanReady(generation, run_report(argv, PlanReport, CHECK_TIMEOUT_S), None))
     except VegaError as exc:
         post(PlanReady(generation, None, str(exc)))
