@@ -1,9 +1,9 @@
 """Messages the launch screen's background threads post to it.
 
-The machine probe, the profile scan and watcher, `trainer-core check-data` and the dry run never touch a
-widget: each posts one of these and a handler of `vega_tui.screens.launch.LaunchScreen` applies it on the
-app thread. `DataChecked` and `PlanReady` carry the generation they answer, so a late, outdated answer is
-dropped.
+The machine probe, the profile scan and watcher, `trainer-core check-data` and the dry run never
+touch a widget: each posts one of these and a handler of `vega_tui.screens.launch.LaunchScreen`
+applies it on the app thread. `DataChecked` and `PlanReady` carry the generation they answer, so a
+late, outdated answer is dropped (`vega_tui.screens.launch_state.Check`).
 """
 
 from __future__ import annotations
@@ -46,16 +46,21 @@ class BackgroundProblem(Message):
         self.text = text
 
 
-class DataChecked(Message):
-    def __init__(self, generation: int, report: dict[str, Any] | None, error: str | None) -> None:
+class CheckAnswered(Message):
+    """A `trainer-core` JSON command's answer (`result`) or its failure (`error`), for one
+    generation."""
+
+    def __init__(self, generation: int, result: dict[str, Any] | None, error: str | None) -> None:
         super().__init__()
-        self.generation, self.report, self.error = generation, report, error
+        self.generation, self.result, self.error = generation, result, error
 
 
-class PlanReady(Message):
-    def __init__(self, generation: int, plan: dict[str, Any] | None, error: str | None) -> None:
-        super().__init__()
-        self.generation, self.plan, self.error = generation, plan, error
+class DataChecked(CheckAnswered):
+    """`trainer-core check-data --json` answered: its report."""
+
+
+class PlanReady(CheckAnswered):
+    """`trainer-core train --dry-run --json` answered: the plan."""
 
 
 class StartPointsScanned(Message):

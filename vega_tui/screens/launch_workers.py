@@ -2,8 +2,8 @@
 (`vega_tui.screens.run_in_background`).
 
 Probing the machine (`trainer_core.contract.resources`, torch-free), reading and watching the
-profile folders (watchfiles), `trainer-core check-data --json` and the preflight's `trainer-core
-train --dry-run --json`. None touches a widget: each posts its answer
+profile folders (watchfiles), and `run_check` for both `trainer-core check-data --json` and the
+preflight's `trainer-core train --dry-run --json`. None touches a widget: each posts its answer
 (`vega_tui.screens.launch_messages`) through `post`, the screen's thread-safe `post_message`.
 The slow imports happen here, on these threads, after the first frame.
 """
@@ -16,8 +16,7 @@ from collections.abc import Sequence
 from trainer_core.contract.errors import VegaError
 from vega_tui.screens.launch_messages import (
     BackgroundProblem,
-    DataChecked,
-    PlanReady,
+    CheckAnswered,
     Post,
     ProfilesChanged,
     ProfilesScanned,
@@ -62,19 +61,11 @@ def watch_profiles(stop: threading.Event, post: Post) -> None:
         post(BackgroundProblem(f"profile files are not watched for changes: {exc}"))
 
 
-def check_data(generation: int, argv: list[str], post: Post) -> None:
+def run_check(answer: type[CheckAnswered], generation: int, argv: list[str], post: Post) -> None:
+    """Run a `trainer-core` JSON command (check-data, the dry run); post its answer as `answer`."""
     from vega_tui.runner import run_json
 
     try:
-        post(DataChecked(generation, run_json(argv, CHECK_TIMEOUT_S), None))
+        post(answer(generation, run_json(argv, CHECK_TIMEOUT_S), None))
     except VegaError as exc:
-        post(DataChecked(generation, None, str(exc)))
-
-
-def dry_run(generation: int, argv: list[str], post: Post) -> None:
-    from vega_tui.runner import run_json
-
-    try:
-        post(PlanReady(generation, run_json(argv, CHECK_TIMEOUT_S), None))
-    except VegaError as exc:
-        post(PlanReady(generation, None, str(exc)))
+        post(answer(generation, None, str(exc)))
