@@ -9,10 +9,15 @@ from collections.abc import Callable
 import pytest
 
 from vega_tui.screens.launch_state import (
+    PLANNING,
+    PREPARING,
+    READING,
+    START,
     TRANSITIONS,
     IllegalTransition,
     LaunchFlow,
     Phase,
+    Preflight,
     Problem,
 )
 
@@ -253,3 +258,21 @@ def test_a_run_started_and_left_is_planned_again() -> None:
     flow.choices_changed(None, data_changed=False)
     assert flow.phase is C and flow.plan.result is None
     assert flow.plan_due() is not None and flow.data_check_due() is not None
+
+
+def test_what_the_preflight_and_the_start_line_show() -> None:
+    flow = LaunchFlow()
+    assert flow.preflight == Preflight(waiting=READING) and flow.start_line == PREPARING
+    flow.profiles_read()
+    flow.choices_changed(NO_FOLDER, data_changed=True)
+    assert flow.preflight == Preflight(problem=(NO_FOLDER.title, NO_FOLDER.detail))
+    assert flow.start_line == "choose a data folder"
+    flow.choices_changed(None, data_changed=True)
+    assert flow.preflight == Preflight(waiting=PLANNING) and flow.start_line == PREPARING
+    plan_ok(flow)
+    assert flow.preflight == Preflight(plan=flow.plan.generation) and flow.start_line == START
+    flow.choices_changed(None, data_changed=False)
+    plan_bad(flow)
+    error = "train.batch_size = -4: must be >= 1"
+    assert flow.preflight == Preflight(problem=("The trainer would not start:", error))
+    assert flow.start_line == error
