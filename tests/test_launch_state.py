@@ -134,12 +134,10 @@ SCENARIOS: list[tuple[Callable[[], LaunchFlow], str, Step, Phase]] = [
     (waiting, "profiles_read", EVENTS["profiles_read"], W),
     (waiting, "choices_changed", change(None), W),
     (waiting, "choices_changed", change(NO_FOLDER), B),
-    (waiting, "data_checked", data_ok, W),
-    (waiting, "data_checked", data_bad, B),
+    (waiting, "data_checked", data_bad, W),
     (waiting, "planned", plan_ok, S),
     (waiting, "planned", plan_bad, B),
-    (waiting, "start_point_checked", start_point(None), W),
-    (waiting, "start_point_checked", start_point(PATH_CHECK), B),
+    (waiting, "start_point_checked", start_point(PATH_CHECK), W),
     (waiting, "press_start", EVENTS["press_start"], W),
     (starting, "started", EVENTS["started"], X),
     (starting, "start_failed", EVENTS["start_failed"], R),
@@ -236,10 +234,9 @@ def test_reasons_come_in_the_order_the_user_fixes_them() -> None:
     flow = LaunchFlow()
     flow.start_point_checked(PATH_CHECK)
     assert flow.reason is None and flow.phase is C  # nothing blocks while the profiles are read
-    flow.press_start()  # Enter on the first frame: it starts once the plan is in
     flow.profiles_read()
     flow.choices_changed(None, data_changed=True)
-    assert flow.phase is B and flow.reason == PATH_CHECK  # the start the user asked for is dropped
+    assert flow.phase is B and flow.reason == PATH_CHECK
     data_bad(flow)
     assert flow.reason == "data folder: no audio with transcripts"
     flow.choices_changed(NO_FOLDER, data_changed=True)
@@ -248,6 +245,25 @@ def test_reasons_come_in_the_order_the_user_fixes_them() -> None:
     flow.start_point_checked(None)
     plan_bad(flow)
     assert flow.phase is B and flow.reason == "train.batch_size = -4: must be >= 1"
+
+
+def test_a_start_asked_for_early_waits_for_the_plan_to_decide() -> None:
+    flow = LaunchFlow()
+    flow.press_start()  # Enter on the first frame, before the profiles are read
+    flow.profiles_read()
+    flow.choices_changed(None, data_changed=True)
+    flow.start_point_checked(PATH_CHECK)  # a typed path is checked meanwhile: Start shows why
+    assert flow.phase is W and flow.reason == PATH_CHECK
+    flow.start_point_checked(None)
+    plan_ok(flow)
+    assert flow.phase is S  # the path was good by the time the plan came
+    again = waiting()
+    data_bad(again)
+    plan_ok(again)
+    assert again.phase is B and again.reason == "data folder: no audio with transcripts"
+    dropped = waiting()
+    dropped.choices_changed(NO_FOLDER, data_changed=True)  # nothing left to plan: the start is dropped
+    assert dropped.phase is B and dropped.plan_due() is None
 
 
 def test_a_run_started_and_left_is_planned_again() -> None:

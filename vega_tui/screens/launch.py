@@ -432,8 +432,8 @@ class LaunchScreen(Screen[None]):
         plan = self.flow.plan.result
         assert plan is not None  # the flow starts only with a plan
         runs, name = run_folder_parts(plan)
-        run_dir = propose_run_dir(runs, name)
         try:
+            run_dir = propose_run_dir(runs, name)
             process = TrainerProcess.spawn(self.selection.argv(run_dir, dry_run=False), run_dir)
         except (VegaError, OSError) as exc:
             self.flow.start_failed()

@@ -26,58 +26,58 @@ class Phase(Enum):
     CHECKING = "checking"  # profiles read, the data scanned, the plan computed: Start would wait
     READY = "ready"  # the plan is in and nothing blocks: Start runs it
     BLOCKED = "blocked"  # something to fix first (`LaunchFlow.reason`): Start refuses
-    WAITING = "waiting to start"  # Start pressed while checking: it starts once the plan is in
+    WAITING = "waiting to start"  # Start pressed before the plan: the plan decides, once it is in
     STARTING = "starting"  # the trainer is being spawned
     RUNNING = "running"  # the trainer runs; its dashboard covers this screen
 
 
 # Short names for the table only.
-C, R, B, W = Phase.CHECKING, Phase.READY, Phase.BLOCKED, Phase.WAITING
-S, X = Phase.STARTING, Phase.RUNNING
+_C, _R, _B, _W = Phase.CHECKING, Phase.READY, Phase.BLOCKED, Phase.WAITING
+_S, _X = Phase.STARTING, Phase.RUNNING
 
 # Phase -> event -> the phases it may lead to. Late answers to older questions are dropped
 # before this table is read.
 TRANSITIONS: dict[Phase, dict[str, frozenset[Phase]]] = {
-    C: {
-        "profiles_read": frozenset({C}),
-        "choices_changed": frozenset({C, B}),
-        "data_checked": frozenset({C, B}),
-        "planned": frozenset({R, B}),
-        "start_point_checked": frozenset({C, B}),
-        "press_start": frozenset({W}),
+    _C: {
+        "profiles_read": frozenset({_C}),
+        "choices_changed": frozenset({_C, _B}),
+        "data_checked": frozenset({_C, _B}),
+        "planned": frozenset({_R, _B}),
+        "start_point_checked": frozenset({_C, _B}),
+        "press_start": frozenset({_W}),
     },
-    R: {
-        "profiles_read": frozenset({R}),
-        "choices_changed": frozenset({C, B}),
-        "data_checked": frozenset({R, B}),
-        "start_point_checked": frozenset({R, B}),
-        "press_start": frozenset({S}),
+    _R: {
+        "profiles_read": frozenset({_R}),
+        "choices_changed": frozenset({_C, _B}),
+        "data_checked": frozenset({_R, _B}),
+        "start_point_checked": frozenset({_R, _B}),
+        "press_start": frozenset({_S}),
     },
-    B: {
-        "profiles_read": frozenset({B}),
-        "choices_changed": frozenset({C, B}),
-        "data_checked": frozenset({B}),
-        "planned": frozenset({B}),
-        "start_point_checked": frozenset({C, R, B}),
+    _B: {
+        "profiles_read": frozenset({_B}),
+        "choices_changed": frozenset({_C, _B}),
+        "data_checked": frozenset({_B}),
+        "planned": frozenset({_B}),
+        "start_point_checked": frozenset({_C, _R, _B}),
     },
-    W: {
-        "profiles_read": frozenset({W}),
-        "choices_changed": frozenset({W, B}),
-        "data_checked": frozenset({W, B}),
-        "planned": frozenset({S, B}),
-        "start_point_checked": frozenset({W, B}),
-        "press_start": frozenset({W}),
+    _W: {
+        "profiles_read": frozenset({_W}),
+        "choices_changed": frozenset({_W, _B}),
+        "data_checked": frozenset({_W}),
+        "planned": frozenset({_S, _B}),
+        "start_point_checked": frozenset({_W}),
+        "press_start": frozenset({_W}),
     },
-    S: {
-        "started": frozenset({X}),
-        "start_failed": frozenset({R}),
+    _S: {
+        "started": frozenset({_X}),
+        "start_failed": frozenset({_R}),
     },
-    X: {
-        "profiles_read": frozenset({X}),
-        "choices_changed": frozenset({X}),
-        "data_checked": frozenset({X}),
-        "start_point_checked": frozenset({X}),
-        "back_from_run": frozenset({C}),
+    _X: {
+        "profiles_read": frozenset({_X}),
+        "choices_changed": frozenset({_X}),
+        "data_checked": frozenset({_X}),
+        "start_point_checked": frozenset({_X}),
+        "back_from_run": frozenset({_C}),
     },
 }
 
@@ -263,10 +263,12 @@ class LaunchFlow:
         """Move to the phase the answers and choices now call for."""
         if self.phase is Phase.RUNNING:
             target = Phase.RUNNING  # the dashboard is open: checked again on the way back
+        elif self.phase is Phase.WAITING and self.problem is None and not self.plan.answered:
+            target = Phase.WAITING  # the plan decides; a path check or data error may clear by then
         elif self.reason is not None:
             target = Phase.BLOCKED  # a start the user asked for is dropped, with the reason
         elif self.phase is Phase.WAITING:
-            target = Phase.STARTING if self.plan.result is not None else Phase.WAITING
+            target = Phase.STARTING
         else:
             target = Phase.READY if self.plan.result is not None else Phase.CHECKING
         self._move(event, target)
