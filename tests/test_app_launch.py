@@ -22,6 +22,7 @@ from textual.pilot import Pilot
 from textual.widgets import Button, Input, Static
 
 from trainer_core.contract.eventlog import read_all
+from trainer_core.contract.plan_report import LaunchInfo
 from trainer_core.contract.profile_loader import repo_profiles_dir
 from trainer_core.contract.resources import describe_modes, probe
 from trainer_core.tiny_profiles import tiny_profile
@@ -317,16 +318,16 @@ async def test_vocoder_profiles_are_listed_and_their_plan_renders(config: Path, 
             screen.query_one("#data-folder", Input).value = str(voice)
         await wait_until(
             pilot,
-            lambda: plan_ready(app) and (screen.plan is None or screen.plan["profile"].endswith(f"{name}.toml")),
+            lambda: plan_ready(app) and (screen.plan is None or screen.plan.profile.endswith(f"{name}.toml")),
             f"the {name} plan",
         )
         assert screen.plan is not None, screen.plan_error
-        assert screen.plan["model"]["kind"] == "vocoder" and screen.selection.data_mode == "voice"
+        assert screen.plan.model.kind == "vocoder" and screen.selection.data_mode == "voice"
         shown = screen.query_one(PreflightPanel).text
         for expected in ("data voice · 330 usable, 0 skipped", f"model vocoder, {shape}", f"{name}-<start time>"):
             assert expected in shown, (expected, shown)
         assert "hidden" not in shown  # the plan's transformer fields mean nothing for a vocoder
-        older = {**screen.plan, "model": {k: v for k, v in screen.plan["model"].items() if k != "vocoder"}}
+        older = screen.plan.model_copy(update={"model": screen.plan.model.model_copy(update={"vocoder": None})})
         assert ("model", "vocoder (GAN: generator + discriminators)") in plan_rows(older)  # an older trainer's plan
         await wait_until(pilot, lambda: not screen.query_one("#start", Button).disabled, "Start enabled")
 
@@ -347,16 +348,17 @@ async def test_preflight_shows_validation_items_capped_and_share(config: Path, t
         profiles.select("capped")
         await wait_until(
             pilot,
-            lambda: plan_ready(app) and (screen.plan is None or screen.plan["profile"].endswith("capped.toml")),
+            lambda: plan_ready(app) and (screen.plan is None or screen.plan.profile.endswith("capped.toml")),
             "the capped plan",
         )
         assert screen.plan is not None, screen.plan_error
-        validation = screen.plan["validation"]
-        assert validation["items"] == 3 and validation["capped"] > 0 and validation["every_steps"] == 5
+        validation = screen.plan.validation
+        assert validation is not None
+        assert validation.items == 3 and validation.capped > 0 and validation.every_steps == 5
         shown = screen.query_one(PreflightPanel).text
         expected = (
-            f"validate 3 items ({validation['capped']} capped away), every 5 steps · "
-            f"~{validation['estimated_share']:.0%} of the time (estimate)"
+            f"validate 3 items ({validation.capped} capped away), every 5 steps · "
+            f"~{validation.estimated_share:.0%} of the time (estimate)"
         )
         assert expected in shown, shown
 
@@ -416,7 +418,8 @@ async def test_two_gloo_processes_start_from_the_launch_screen_and_show_both_ran
         await pilot.press("down")  # 1 -> 2 processes
         assert screen.selection.nproc == 2
         await wait_until(pilot, lambda: screen.plan is not None, "the two-process plan")
-        assert screen.plan is not None and screen.plan["distributed"]["nproc_per_node"] == 2
+        processes_planned = screen.plan.distributed if screen.plan is not None else None
+        assert isinstance(processes_planned, LaunchInfo) and processes_planned.nproc_per_node == 2
         await pilot.press("s")
         await wait_until(pilot, lambda: isinstance(app.screen, RunScreen), "the run dashboard")
         run = app.screen

@@ -382,7 +382,7 @@ async def test_the_launch_screen_offers_finished_runs_of_the_kind_to_start_from(
         assert labels["scratch"][0] == "nothing (from scratch)" and str(lm_run) not in labels  # an LM: other kind
         assert labels[str(voice_run)] == ("voice-src", f"finished · export · step {SOURCE_STEPS}")
         assert start_from.select(str(voice_run))
-        await wait_until(pilot, lambda: screen.plan is not None and screen.plan.get("init_from"), "the plan with it")
+        await wait_until(pilot, lambda: screen.plan is not None and screen.plan.init_from, "the plan with it")
         assert "start from run voice-src: its export (tts, step 6)" in screen.query_one(PreflightPanel).text
         argv = screen.selection.argv(root / "runs" / "next", dry_run=False)
         assert argv[argv.index("--init-from") + 1] == str(voice_run)

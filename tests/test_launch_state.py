@@ -8,6 +8,8 @@ from collections.abc import Callable
 
 import pytest
 
+from trainer_core.contract.data_report import CheckDataReport
+from trainer_core.contract.plan_report import PlanReport
 from vega_tui.screens.launch_state import (
     PLANNING,
     PREPARING,
@@ -23,8 +25,9 @@ from vega_tui.screens.launch_state import (
 
 C, R, B, W = Phase.CHECKING, Phase.READY, Phase.BLOCKED, Phase.WAITING
 S, X = Phase.STARTING, Phase.RUNNING
-PLAN = {"run_dir": "runs/tiny-20261127-093000"}
-REPORT = {"mode": "text", "reason": "text"}
+# The flow keeps the documents without reading them: partial ones (not validated) are enough.
+PLAN = PlanReport.model_construct(run_dir="runs/tiny-20261127-093000")
+REPORT = CheckDataReport.model_construct(mode="text", reason="text")
 NO_FOLDER = Problem("No data folder", "type the path of your data", "choose a data folder")
 PATH_CHECK = "checking the path to start from…"
 

@@ -146,6 +146,15 @@ SAMPLE_FIELDS: dict[str, dict] = {
     "resumed": dict(step=1201),
     "phase": dict(step=1200, phase="free_running", done=3, total=8),
     "warning": dict(message="no GPU, training on CPU", code="cpu_fallback"),
+    "overtraining": dict(
+        step=500,
+        evaluations=3,
+        val_losses=[1.2, 1.3, 1.4, 1.5],
+        train_losses=[2.0, 1.9, 1.8, 1.7],
+        best_step=200,
+        best_path="/runs/r/checkpoints/step-00000200.pt",
+        message="validation loss rose 3 times",
+    ),
     "error": dict(
         message="compute_losses raised ValueError: boom (x.py:2 in MyTask.compute_losses)",
         traceback='Traceback (most recent call last):\n  File "x.py", line 2\nValueError: boom\n',
@@ -165,7 +174,7 @@ def sample_event(kind: str, **envelope: object) -> Event:
 
 def test_samples_cover_every_event_type() -> None:
     assert set(SAMPLE_FIELDS) == set(EVENT_TYPES)
-    assert len(EVENT_TYPES) == len(EVENT_MODELS) == 29
+    assert len(EVENT_TYPES) == len(EVENT_MODELS) == 30
 
 
 @pytest.mark.parametrize("kind", sorted(SAMPLE_FIELDS))

@@ -29,6 +29,7 @@ from trainer_core.contract.resources import (
     probe,
     select_device,
 )
+from trainer_core.contract.resources_report import mode_choice, resources_report
 from trainer_core.contract.units import GIB
 from trainer_core.torch_check import TORCH
 
@@ -274,15 +275,15 @@ def test_describe_modes_with_three_gpus() -> None:
     }
 
 
-def test_to_dict_is_plain_json() -> None:
+def test_the_resources_document_is_plain_json() -> None:
     resources = machine(*THREE_GPUS)
-    data = json.loads(json.dumps(resources.to_dict()))
+    data = json.loads(resources_report(resources, {}).to_json())
     assert data["accelerator"] == {"found": True, "note": "3 NVIDIA GPUs (fake, from static list)"}
     assert data["gpus"][1]["memory_free_bytes"] == THREE_GPUS[1].memory_free_bytes
     assert data["gpus"][1]["compute_capability"] == "8.6"
     assert data["cpu"]["logical"] >= 1 and data["ram"]["total_bytes"] > data["ram"]["available_bytes"] > 0
     choice = select_device("mixed", resources=resources)
-    assert json.loads(json.dumps(choice.to_dict()))["gpu"]["index"] == 1
+    assert json.loads(mode_choice(choice).model_dump_json())["gpu"]["index"] == 1
 
 
 def test_gpu_info_round_trips_through_dict() -> None:

@@ -88,9 +88,10 @@ def test_the_dry_run_shows_the_chosen_size_and_why(tmp_path: Path) -> None:
     # lm-small's learning rate (6e-4 at hidden 256) moved to the chosen width, as muP has it.
     assert model["size"]["lr"] == pytest.approx(6e-4 * 256 / model["hidden"])
     # The launch screen's preflight shows the same plan: the size and why.
+    from trainer_core.contract.plan_report import PlanReport
     from vega_tui.widgets.preflight import plan_rows
 
-    shown = dict(plan_rows(json.loads(done.stdout)))["model"]
+    shown = dict(plan_rows(PlanReport.model_validate_json(done.stdout)))["model"]
     assert f"hidden {model['hidden']}" in str(shown) and model["size"]["reason"] in str(shown)
 
 

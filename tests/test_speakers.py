@@ -186,16 +186,18 @@ def test_check_data_prints_the_speakers(column_corpus: Path, folder_corpus: Path
 
 
 def test_the_plan_and_the_preflight_show_a_speakers_row(column_corpus: Path, tmp_path: Path) -> None:
+    from trainer_core.contract.plan_report import PlanReport
     from vega_tui.widgets.preflight import plan_rows
 
     profile = tmp_path / "tiny.toml"
     profile.write_text(tiny_profile("tts", data={"cache_dir": str(tmp_path / "cache")}), encoding="utf-8")
     env = {**os.environ, "VEGA_CONFIG_DIR": str(tmp_path)}
     args = ["train", "--profile", str(profile), "--data", str(column_corpus), "--dry-run"]
-    plan = json.loads(run_cli(env, *args, "--json").stdout)
+    printed_json = run_cli(env, *args, "--json").stdout
+    plan = json.loads(printed_json)
     assert plan["data"]["speaker_mode"] == "column"
     assert {name: f["clips"] for name, f in plan["data"]["speakers"].items()} == {"gb": 20, "us": 20}
-    rows = dict((label, str(value)) for label, value in plan_rows(plan))
+    rows = dict((label, str(value)) for label, value in plan_rows(PlanReport.model_validate_json(printed_json)))
     assert rows["speakers"].startswith("2 by column: gb 20 clips") and "us 20 clips" in rows["speakers"]
     bad = run_cli(env, *args, "--set", 'data.speakers="many"')
     assert bad.returncode == 2 and "data.speakers" in bad.stderr and "'column', 'folders' or 'none'" in bad.stderr

@@ -20,6 +20,7 @@ from conftest import REPO, run_cli, write_corpus
 
 from trainer_core.contract.errors import ProfileError
 from trainer_core.contract.eventlog import read_all
+from trainer_core.contract.plan_report import PlanReport
 from trainer_core.contract.profile_loader import load_profile_dict, resolve_profile
 from trainer_core.contract.task_source import allowed_by, locate_module, read_allowed, spec_problem
 from trainer_core.tiny_profiles import tiny_profile
@@ -142,7 +143,8 @@ def test_allowed_by_the_machine_file_it_runs_and_the_plan_says_whose_code(machin
         "text": text,
     }
     assert plan["model"]["kind"] == "custom" and plan["model"]["task"] == SPEC
-    assert ("code", text) in [(label, str(value)) for label, value in plan_rows(plan)]  # the launch screen's row
+    shown = plan_rows(PlanReport.model_validate_json(plan_out.stdout))  # the launch screen's rows
+    assert ("code", text) in [(label, str(value)) for label, value in shown]
     rendered = machine.train("--dry-run")
     assert rendered.returncode == 0 and "this profile runs code from evilpkg.sub.task" in rendered.stdout
     assert machine.executed() == []  # planning never imports the module, even an allowed one

@@ -116,20 +116,21 @@ async def test_a_vits_run_from_a_typed_piper_checkpoint(
         assert text_of(screen, "#start-path-status") == f"✓ {VOICE_NAME}: chosen above"
 
         def plan_from_it() -> bool:
-            return bool(screen.plan and screen.plan.get("init_from"))
+            return bool(screen.plan and screen.plan.init_from)
 
         await wait_until(pilot, plan_from_it, "the plan from it")
         assert screen.plan is not None
-        start = screen.plan["init_from"]
-        assert start["form"] == "piper" and start["mapping"]["symbols_new"] == []
-        adopted = [line.split(": ")[0] for line in start["settings"]]
+        start = screen.plan.init_from
+        assert start is not None and start.mapping is not None and start.settings is not None
+        assert start.form == "piper" and start.mapping.symbols_new == []
+        adopted = [line.split(": ")[0] for line in start.settings]
         assert adopted[:2] == ["vits.inter_channels", "vits.hidden_channels"]
         shown = screen.query_one(PreflightPanel).text
         for expected in (
             "model vits, Piper quality x_low: generator 0.2M + discriminator 46.7M parameters, "
             "hidden 16 x 1 layers; segments of 512 samples (2 frames); ~",
             "start from Piper checkpoint tiny-piper.ckpt (vits, step 0); optimizer and schedule",
-            f"maps {start['mapping']['text']}",
+            f"maps {start.mapping.text}",
             "transcripts) in its map",  # a sample of the demo voice's 330 transcripts
             f"adopts the checkpoint's settings replace the profile's ({len(adopted)}):",
             "vits.hidden_channels: 96 -> 16",
@@ -137,8 +138,8 @@ async def test_a_vits_run_from_a_typed_piper_checkpoint(
             f"plan {STEPS} steps",
         ):
             assert expected in shown, (expected, shown)
-        model = {k: v for k, v in screen.plan["model"].items() if k != "vits"}
-        older = {**screen.plan, "model": model}  # an older trainer's plan: no vits shape in it
+        model = screen.plan.model.model_copy(update={"vits": None})
+        older = screen.plan.model_copy(update={"model": model})  # an older trainer's plan: no vits shape
         assert ("model", "vits (generator + discriminator)") in plan_rows(older)
 
         assert app.focused is screen.query_one("#start", Button)

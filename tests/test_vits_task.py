@@ -14,6 +14,7 @@ import torch
 from conftest import TEST_VOICE, new_group_trainer, new_vits_export
 
 from trainer_core.cli import main
+from trainer_core.cli.plan_document import plan_report
 from trainer_core.contract.errors import ProfileError
 from trainer_core.contract.profile_loader import find_profile, load_profile
 from trainer_core.contract.profile_vits import VitsSection
@@ -81,7 +82,8 @@ def test_frozen_parts_do_not_move_and_a_frozen_discriminator_has_no_optimizer(tm
 def dry_run(profile: str, *settings: str) -> dict:
     """The plan `trainer-core train --dry-run --json` prints, made in process (no machine file)."""
     overrides = [f"data.path={TEST_VOICE}", "compute.mode=cpu", *settings]
-    return make_plan(profile, overrides, use_machine_file=False).to_dict()
+    plan = make_plan(profile, overrides, use_machine_file=False)
+    return plan_report(plan).model_dump(mode="json", exclude_unset=True)
 
 
 def test_a_piper_checkpoint_decides_the_shape_and_audio_and_the_plan_says_what_maps(

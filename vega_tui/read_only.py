@@ -19,6 +19,10 @@ REFUSED = {
     "resume_from_selected": "resume from a checkpoint",
     "export_piper": "export a voice",
     "start": "start a run",
+    "new_run": "start a run",
+    "edit_notes": "edit a run's notes and tags",
+    "delete_run": "delete a run",
+    "empty_trash": "empty the trash",
 }
 HINT = "this dashboard is read-only (served without --allow-control)"
 

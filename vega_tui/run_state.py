@@ -249,8 +249,8 @@ class Ema:
 @dataclass(frozen=True, slots=True)
 class Marker:
     """A notable moment on the charts' step axis: kind is "oom", "nonfinite", "checkpoint", "best", "passed"
-    (the validation metric first beat the reference), "early_stop" (train.early_stopping_patience ended the run)
-    or "memory" (the memory manager released caches, shrank the micro-batch or paused the run)."""
+    (the validation metric first beat the reference), "early_stop" (train.early_stopping_patience ended the run),
+    "memory" (the memory manager released caches, shrank the micro-batch or paused the run) or "overtraining"."""
 
     kind: str
     step: int
@@ -396,6 +396,8 @@ class RunState:
     crash_log: list[str] = field(default_factory=list)
     # The trainer's `fault_injection_on` warning (a test or drill run): the banner says so while it is followed.
     fault_injection: str | None = None
+    # The latest `overtraining` event (step, best_step, best_path, message) until a new best model ends it.
+    overtraining: dict[str, Any] | None = None
     unknown_fields: int = 0
     bad_events: int = 0
     events_seen: int = 0

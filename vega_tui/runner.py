@@ -6,7 +6,8 @@
 - `trainer_pid`, `is_alive` and `run_status` tell a live run from a finished or crashed one using the log's
   `hello`/`finished` events and the process table (PID reuse is ruled out by the command line and start time).
 - `send` delivers a control command; a dead trainer's stale socket is reported at once, never waited on.
-- `run_json` runs a `trainer_core` CLI command (check-data, train --dry-run) and parses its JSON output.
+- `run_report` runs a `trainer_core` CLI command (check-data, train --dry-run) and parses its typed
+  document (`trainer_core.contract.report_model`); `run_json` parses another command's JSON object.
 Every process started here gets PYTHONSAFEPATH=1: the working folder never shadows a package it imports.
 """
 
@@ -21,13 +22,16 @@ import sys
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainer_core.contract import rundir
 from trainer_core.contract.control_client import ControlError, control_socket_path, send_command
 from trainer_core.contract.control_protocol import COMMAND_NAMES, CommandReply
 from trainer_core.contract.errors import VegaError
 from trainer_core.contract.import_path import safe_env
+
+if TYPE_CHECKING:
+    from trainer_core.contract.report_model import Report
 
 STDOUT_LOG = "stdout.log"
 # How long `send` waits for a live trainer's reply: long enough for a busy step, short enough for a UI.
@@ -400,11 +404,28 @@ def socket_ready(run_dir: Path | str) -> bool:
 
 
 def run_json(argv: Sequence[str], timeout: float = 120.0) -> dict[str, Any]:
-    """Run a trainer_core CLI command that prints JSON (check-data --json, train --dry-run --json).
+    """Run a trainer_core CLI command that prints a JSON object (`export --piper --json`).
 
     RunnerError carries the command's `error: ...` message on exit 2, the end of stderr on other failures,
     and says so when the output is not a JSON object or the command outlives `timeout` seconds.
     """
+    name, stdout = _run_command(argv, timeout)
+    return _parse_json_object(name, stdout)
+
+
+def run_report(argv: Sequence[str], model: type[Report], timeout: float = 120.0) -> Report:
+    """Run a command that prints a typed document (check-data, train --dry-run) and parse it.
+
+    Failures are `run_json`'s; a document that does not fit `model` is a ReportError naming fields.
+    """
+    # pydantic: not on the first frame's path
+    from trainer_core.contract.report_model import read_report
+
+    return read_report(model, _run_command(argv, timeout)[1])
+
+
+def _run_command(argv: Sequence[str], timeout: float) -> tuple[str, str]:
+    """(the command's short name, its stdout) once it exited 0; RunnerError otherwise."""
     name = " ".join(argv[3:5]) if len(argv) > 3 and argv[1:3] == ["-m", "trainer_core"] else " ".join(argv[:2])
     try:
         done = subprocess.run(
@@ -422,7 +443,7 @@ def run_json(argv: Sequence[str], timeout: float = 120.0) -> dict[str, Any]:
         raise RunnerError(f"cannot run `{name}`: {exc.strerror or exc}") from exc
     if done.returncode != 0:
         raise RunnerError(_failure_message(name, done.returncode, done.stderr))
-    return _parse_json_object(name, done.stdout)
+    return name, done.stdout
 
 
 def _failure_message(name: str, code: int, stderr: str) -> str:

@@ -4,6 +4,8 @@ A summary never reads a whole event log: it takes session.json when the run wrot
 lines (the hello event) and the last few hundred kilobytes of events.jsonl. The status comes from
 `runner.run_status` (the log's last hello/finished event plus the process table), so a run resumed into
 its folder shows as live even though an older session.json says finished.
+A folder with a profile or checkpoints but no event log, or with an unreadable profile, is listed
+with its `problem`; the user's tags (`vega_tui.run_notes`) come with each summary.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from trainer_core.contract import rundir
+from vega_tui.run_compare import read_profile
+from vega_tui.run_notes import read_tags
 from vega_tui.run_state import Series
 from vega_tui.runner import run_status
 
@@ -45,6 +49,8 @@ class RunSummary:
     started: float | None
     profile_path: str | None = None
     device: str | None = None
+    tags: tuple[str, ...] = ()
+    problem: str | None = None  # what is wrong (no event log, an unreadable profile), if anything
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -60,23 +66,34 @@ def default_runs_root() -> Path:
 
 
 def _run_dirs(runs_root: Path) -> list[Path]:
+    """Folders directly under `runs_root` holding an event log, a profile or checkpoints."""
     try:
         children = list(runs_root.iterdir())
     except (FileNotFoundError, NotADirectoryError, PermissionError):
         return []
-    return [child for child in children if child.is_dir() and (child / rundir.EVENTS).is_file()]
+    marks = (rundir.EVENTS, rundir.PROFILE, rundir.CHECKPOINTS)
+    runs = [child for child in children if child.name != rundir.TRASH and child.is_dir()]
+    return [child for child in runs if any((child / mark).exists() for mark in marks)]
 
 
 def list_runs(runs_root: Path | str) -> list[RunSummary]:
-    """Every run folder directly under `runs_root` (those with an events.jsonl), newest first."""
-    summaries = [summarize_run(path) for path in _run_dirs(Path(runs_root))]
+    """Every run folder directly under `runs_root`, newest first; broken ones with a problem."""
+    summaries = [_summary_or_problem(path) for path in _run_dirs(Path(runs_root))]
     return sorted(summaries, key=lambda s: (s.started or 0.0, s.name), reverse=True)
 
 
 def newest_run(runs_root: Path | str) -> Path | None:
-    """The most recently started run folder under `runs_root`, or None when there is none."""
-    runs = list_runs(runs_root)
+    """The most recently started run folder under `runs_root` that has an event log, or None."""
+    runs = [run for run in list_runs(runs_root) if (run.path / rundir.EVENTS).is_file()]
     return runs[0].path if runs else None
+
+
+def _summary_or_problem(path: Path) -> RunSummary:
+    try:
+        return summarize_run(path)
+    except Exception as exc:  # noqa: BLE001 - one damaged folder must not hide the others
+        unknown = (None,) * 5
+        return RunSummary(path, path.name, "empty", *unknown, _mtime(path), problem=repr(exc))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -96,6 +113,8 @@ def summarize_run(run_dir: Path | str) -> RunSummary:
     if session is not None:
         facts.update({k: v for k, v in _facts_from_session(session).items() if v is not None})
     profile_path = hello.get("profile_path") or facts.get("profile_path")
+    tags, tags_problem = read_tags(path)
+    problems = folder_problems(path) + ([tags_problem] if tags_problem else [])
     return RunSummary(
         path=path,
         name=path.name,
@@ -108,7 +127,36 @@ def summarize_run(run_dir: Path | str) -> RunSummary:
         started=_number(hello.get("t")) or facts.get("started") or _mtime(path),
         profile_path=profile_path,
         device=facts.get("device"),
+        tags=tuple(tags),
+        problem="; ".join(problems) or None,
     )
+
+
+# profile.toml -> ((mtime_ns, size), problem): the list refreshes every 2 s; parse each once.
+_profile_checks: dict[Path, tuple[tuple[int, int], str | None]] = {}
+
+
+def folder_problems(path: Path) -> list[str]:
+    """What is wrong with a run folder: a missing or unreadable event log or profile."""
+    problems = []
+    events = path / rundir.EVENTS
+    if not events.is_file():
+        problems.append(f"no {rundir.EVENTS} (the trainer never started here, or it was removed)")
+    elif not os.access(events, os.R_OK):
+        problems.append(f"cannot read {rundir.EVENTS} (permission denied)")
+    profile = path / rundir.PROFILE
+    try:
+        st = profile.stat()
+        identity = (st.st_mtime_ns, st.st_size)
+    except OSError:
+        identity = (-1, -1)
+    cached = _profile_checks.get(profile)
+    if cached is None or cached[0] != identity:
+        cached = (identity, read_profile(path)[1])
+        _profile_checks[profile] = cached
+    if cached[1] is not None:
+        problems.append(cached[1])
+    return problems
 
 
 def _facts_from_events(events: list[dict[str, Any]]) -> dict[str, Any]:

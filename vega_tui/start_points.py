@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from textual.message import Message
 
@@ -25,6 +25,7 @@ from vega_tui.start_point import StartPoint
 from vega_tui.widgets.choice_list import Choice
 
 if TYPE_CHECKING:
+    from trainer_core.contract.data_report import CheckDataReport
     from trainer_core.contract.init_sources import SourceFacts
     from trainer_core.contract.profile import Profile
     from vega_tui.screens.launch_messages import Post
@@ -44,11 +45,15 @@ def start_kind(profile: Profile, data_mode: str | None, detected_mode: str | Non
     return {"voice": "tts", "text": "lm"}.get(mode or "")
 
 
-def start_points_key(profile: Profile, data_mode: str | None, report: dict[str, Any] | None) -> tuple[str, str | None]:
-    """(runs folder, model kind) for the profile and the data mode chosen or detected: what the list depends on."""
-    detected = report.get("mode") if report else None
+def start_points_key(
+    profile: Profile,
+    data_mode: str | None,
+    report: CheckDataReport | None,
+) -> tuple[str, str | None]:
+    """(runs folder, model kind) for the profile and the data mode chosen or detected: what the list
+    depends on."""
     runs = profile.run.runs_dir or rundir.default_runs_dir()
-    return str(runs), start_kind(profile, data_mode, detected if isinstance(detected, str) else None)
+    return str(runs), start_kind(profile, data_mode, report.mode if report is not None else None)
 
 
 def post_start_points(key: tuple[str, str | None], post: Post) -> None:

@@ -36,6 +36,7 @@ from trainer_core.contract.protocol import (
     MemoryEvent,
     NonfiniteEvent,
     OomRecoveredEvent,
+    OvertrainingEvent,
     PausedEvent,
     PhaseEvent,
     PreloadDoneEvent,
@@ -98,6 +99,7 @@ class RunStore(RunLifecycleHandlers):
             PhaseEvent: self._on_phase,
             LogEvent: self._on_log,
             WarningEvent: self._on_warning,
+            OvertrainingEvent: self._on_overtraining,
             ErrorEvent: self._on_error,
             CommandAckEvent: self._on_command_ack,
             PausedEvent: self._on_paused,
@@ -168,7 +170,7 @@ class RunStore(RunLifecycleHandlers):
             self._log("info", "hello", f"trainer restarted (pid {e.pid}){' resuming' if e.resumed else ''}", e.t)
         # A new trainer in the same folder (a resume) starts a new life: clear the previous ending.
         state.status, state.finished, state.crash_log = "starting", None, []
-        state.early_stopped_step = state.fault_injection = None
+        state.early_stopped_step = state.fault_injection = state.overtraining = None
         state.started_t = state.started_t if state.started_t is not None else e.t
         state.pid, state.host, state.world_size = e.pid, e.host, e.world_size
         state.profile_path, state.resumed = e.profile_path, e.resumed

@@ -9,6 +9,7 @@ from trainer_core.contract.protocol import (
     CheckpointSavedEvent,
     CommandAckEvent,
     FinishedEvent,
+    OvertrainingEvent,
     PausedEvent,
     ResumedEvent,
 )
@@ -57,8 +58,17 @@ class RunLifecycleHandlers(StoreBase):
             if e.selected_by == "free_running"
             else f"val loss {format_number(e.val_loss)}"
         )
+        if state.overtraining is not None and e.step > state.overtraining["step"]:
+            state.overtraining = None  # validation beat its best again: the episode is over
         self._mark("best", e.step, e.t, f"best model at step {e.step}: {why}")
         self._log("info", "best_model", f"new best model at step {e.step}: {why}", e.t)
+
+    def _on_overtraining(self, e: OvertrainingEvent) -> None:
+        """The banner and status line say so (naming the best checkpoint) until a new best model."""
+        self.state.overtraining = {"step": e.step, "best_step": e.best_step, "best_path": e.best_path,
+                                   "message": e.message, "evaluations": e.evaluations}  # fmt: skip
+        self._mark("overtraining", e.step, e.t, f"overtraining at step {e.step}")
+        self._log("warning", "overtraining", e.message, e.t)
 
     def _on_command_ack(self, e: CommandAckEvent) -> None:
         state = self.state

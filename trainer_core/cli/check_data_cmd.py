@@ -1,7 +1,8 @@
 """`trainer-core check-data DIR`: scan a data folder, show what is usable, what is skipped and why.
 
 Exit 0 when usable data exists (problem files are listed, not fatal); exit 2 with `error: ...` when
-nothing is usable. `--json` prints the report for the dashboard; `--items` adds every usable item.
+nothing is usable. `--json` prints the report for the dashboard
+(`trainer_core.contract.data_report.CheckDataReport`); `--items` adds every usable item.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from rich.console import Console
 from rich.table import Table
 
 from trainer_core.cli.commands import SUMMARIES
-from trainer_core.cli.common import print_json
 from trainer_core.contract.units import format_bytes
 
 if TYPE_CHECKING:
@@ -93,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
     )
     dropped = tokenizer_report(front_end, report) if front_end is not None else None
     if args.json:
-        print_json(report.to_dict(include_items=args.items) | ({"tokenizer": dropped} if dropped else {}))
+        print(report.to_report(include_items=args.items, tokenizer=dropped).to_json())
         return 0
     console = Console(highlight=False)
     show_report(report, console)

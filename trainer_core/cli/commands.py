@@ -23,7 +23,7 @@ MODULES: dict[str, str] = {
 SUMMARIES: dict[str, str] = {
     "train": "train a model from a profile (--dry-run prints the plan without training)",
     "profile": "validate, show or list training profiles",
-    "schema": "print the event protocol as JSON Schema",
+    "schema": "print the event protocol (or a --json document) as JSON Schema",
     "resources": "show CPU, RAM, GPUs and what each compute mode would use",
     "check-data": "scan a data folder: counts, hours, formats and every problem file",
     "ctl": "send a command (pause, resume, save, evaluate, stop) to a running trainer",

@@ -11,7 +11,6 @@ import argparse
 from typing import Any
 
 from trainer_core.cli.commands import SUMMARIES
-from trainer_core.cli.common import print_json
 from trainer_core.contract.errors import DeviceError
 from trainer_core.contract.resources import (
     MODES,
@@ -22,6 +21,7 @@ from trainer_core.contract.resources import (
     probe,
     select_device,
 )
+from trainer_core.contract.resources_report import resources_report
 from trainer_core.contract.units import GIB, format_bytes
 from trainer_core.torch_check import TORCH
 
@@ -73,26 +73,13 @@ def run(args: argparse.Namespace) -> int:
         except DeviceError as exc:
             selected = exc
     if args.json:
-        print_json(_json_report(resources, modes, selected))
+        refused = str(selected) if isinstance(selected, DeviceError) else selected
+        print(resources_report(resources, modes, refused).to_json())
     else:
         _print_tables(resources, modes, selected, args.min_gpu_memory_gb)
     if isinstance(selected, DeviceError):
         raise selected  # the CLI prints `error: …` and exits 2, after the report
     return 0
-
-
-def _json_report(
-    resources: MachineResources, modes: dict[str, DeviceChoice | str], selected: DeviceChoice | DeviceError | None
-) -> dict[str, Any]:
-    report = resources.to_dict()
-    report["modes"] = {mode: _choice_json(choice) for mode, choice in modes.items()}
-    if selected is not None:
-        report["selected"] = _choice_json(selected if isinstance(selected, DeviceChoice) else str(selected))
-    return report
-
-
-def _choice_json(choice: DeviceChoice | str) -> dict[str, Any]:
-    return choice.to_dict() if isinstance(choice, DeviceChoice) else {"error": choice}
 
 
 def _print_tables(

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import unicodedata
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rich.table import Table
 
+from trainer_core.contract.data_report import TokenizerDrops
 from trainer_core.contract.hf_voice import HUB_PREFIX, hub_folder
 from trainer_core.contract.mms_tokenizer import read_tokenizer_folder
 from trainer_core.models.vits.mms_symbols import MmsText
@@ -35,7 +36,7 @@ def load_front_end(given: str) -> MmsText:
     return encoder
 
 
-def tokenizer_report(encoder: MmsText, report: DataReport) -> dict[str, Any]:
+def tokenizer_report(encoder: MmsText, report: DataReport) -> TokenizerDrops:
     """The characters `encoder` drops from the report's transcripts, most frequent first."""
     from trainer_core.data.scan_report import VoiceItem
 
@@ -45,28 +46,28 @@ def tokenizer_report(encoder: MmsText, report: DataReport) -> dict[str, Any]:
         before = encoder.missing.total()
         encoder.encode(text)
         touched += encoder.missing.total() > before
-    return {
-        "folder": encoder.tokenizer.name,
-        "corpus": str(report.path),
-        "transcripts": len(texts),
-        "transcripts_with_drops": touched,
-        "characters_dropped": encoder.missing.total(),
-        "dropped": dict(encoder.missing.most_common()),
-    }
+    return TokenizerDrops(
+        folder=encoder.tokenizer.name,
+        corpus=str(report.path),
+        transcripts=len(texts),
+        transcripts_with_drops=touched,
+        characters_dropped=encoder.missing.total(),
+        dropped=dict(encoder.missing.most_common()),
+    )
 
 
-def show_tokenizer_report(found: dict[str, Any], console: Console) -> None:
+def show_tokenizer_report(found: TokenizerDrops, console: Console) -> None:
     console.print(
-        f"[bold]Dropped by the tokenizer of[/bold] {found['folder']}: {found['characters_dropped']} characters in "
-        f"{found['transcripts_with_drops']} of {found['transcripts']} transcripts of {found['corpus']}",
+        f"[bold]Dropped by the tokenizer of[/bold] {found.folder}: {found.characters_dropped} characters "
+        f"in {found.transcripts_with_drops} of {found.transcripts} transcripts of {found.corpus}",
         soft_wrap=True,
     )
-    if not found["dropped"]:
+    if not found.dropped:
         return
     table = Table()
     for column in ("character", "name", "count"):
         table.add_column(column)
-    dropped = list(found["dropped"].items())
+    dropped = list(found.dropped.items())
     for char, count in dropped[:LISTED]:
         table.add_row(repr(char), unicodedata.name(char, f"U+{ord(char):04X}"), str(count))
     if len(dropped) > LISTED:

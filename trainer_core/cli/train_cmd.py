@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from trainer_core.cli.commands import SUMMARIES
-from trainer_core.cli.common import add_set_option, print_json
+from trainer_core.cli.common import add_set_option
 
 
 def register(sub) -> None:
@@ -140,6 +140,7 @@ def check_start_flags(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from trainer_core.cli.plan_document import plan_report
     from trainer_core.cli.plan_render import render_plan
     from trainer_core.plan import make_plan, plan_launch
     from trainer_core.world import World, check_nodes
@@ -163,7 +164,7 @@ def run(args: argparse.Namespace) -> int:
         plan.notes.append(f"--nproc-per-node is ignored under torchrun, which started {world.world_size} process(es)")
     if args.dry_run:
         if args.json:
-            print_json(plan.to_dict())
+            print(plan_report(plan).to_json())
         else:
             render_plan(plan)
         return 0

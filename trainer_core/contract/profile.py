@@ -280,6 +280,9 @@ class VocoderSection(Section):
         return self
 
 
+WANDB_PROJECT_FORBIDS = "/\\#?%:"  # characters W&B refuses in a project name
+
+
 class LoggingSection(Section):
     level: Literal["debug", "info", "warning", "error"] = Field(default="info", description="Lowest log level written.")
     step_interval_s: float = Field(
@@ -289,7 +292,30 @@ class LoggingSection(Section):
         default=5.0, ge=0.5, le=3600.0, description="Seconds between profiler breakdowns."
     )
     tensorboard: bool = Field(default=False, description="Also write TensorBoard scalars to the run folder.")
+    wandb: bool = Field(
+        default=False,
+        description="Also log to Weights & Biases (the `wandb` extra); the key comes from "
+        "WANDB_API_KEY or `wandb login`, never from a profile.",
+    )
+    wandb_project: str = Field(
+        default="vega",
+        min_length=1,
+        description="The W&B project the run goes to.",
+    )
+    wandb_entity: str | None = Field(
+        default=None,
+        description="The W&B team or user (unset: the logged-in user's default).",
+    )
     report: bool = Field(default=True, description="Write report.png (loss, LR, throughput) at the end.")
+
+    @field_validator("wandb_project")
+    @classmethod
+    def _a_project_name_wandb_takes(cls, value: str) -> str:
+        bad = sorted(set(value) & set(WANDB_PROJECT_FORBIDS))
+        if bad or len(value) > 128:
+            why = f"it contains {' '.join(bad)}" if bad else "it is longer than 128 characters"
+            raise ValueError(f'W&B refuses this project name: {why}; choose a plain one like "vega"')
+        return value
 
 
 class MemorySection(Section):

@@ -38,6 +38,7 @@ from pydantic_core import ErrorDetails
 
 import trainer_core
 from trainer_core.contract.errors import ProfileError
+from trainer_core.contract.notify_config import NOTIFY_TABLE, URL_ENV, notify_table_config
 from trainer_core.contract.profile import PATH_FIELDS, Profile, field_descriptions
 from trainer_core.contract.profile_messages import describe_error, join_problems, section_models, show_value
 from trainer_core.contract.task_source import TASKS_TABLE, allowed_patterns
@@ -257,6 +258,12 @@ def _refuse_allow_list(data: dict[str, Any], label: str) -> None:
             f"profile that allowed its own modules would defeat the check; allow modules in this machine's file "
             f"{machine_file_path()} instead"
         )
+    if NOTIFY_TABLE in data:
+        raise ProfileError(
+            f"{label}: [{NOTIFY_TABLE}] (a webhook for notifications) cannot be set in a profile: profiles travel "
+            f"and get shared, a webhook URL is a secret; set it in this machine's file {machine_file_path()} "
+            f"or in the environment ({URL_ENV})"
+        )
 
 
 def _machine_layer(machine_file: MachineFileArg) -> Layer | None:
@@ -274,6 +281,7 @@ def _machine_layer(machine_file: MachineFileArg) -> Layer | None:
     # [tasks] is the machine's allow-list (contract.task_source reads it), not a profile section.
     allowed_patterns(data.pop(TASKS_TABLE, None), label)
     voice_dirs_of(data.pop(VOICES_TABLE, None), label, path.parent)
+    notify_table_config(data.pop(NOTIFY_TABLE, None), label)  # the trainer reads it; never in the profile
     return Layer(label, resolve_paths(data, path.parent), path)
 
 

@@ -289,6 +289,20 @@ class WarningEvent(Event):
     code: str | None = Field(default=None, description="stable machine-readable name, e.g. cpu_fallback")
 
 
+class OvertrainingEvent(Event):
+    """Validation loss rose `evaluations` times in a row while the training loss fell (train.overtraining_evals):
+    sent once per episode, which ends when validation reaches a new best; names the best checkpoint."""
+
+    type: Literal["overtraining"] = "overtraining"
+    step: Count
+    evaluations: Count = Field(description="validations in a row whose loss rose")
+    val_losses: list[Real] = Field(default_factory=list, description="validation losses, from before the rise")
+    train_losses: list[Real] = Field(default_factory=list, description="mean training loss of each interval")
+    best_step: Count | None = Field(default=None, description="the best checkpoint's step (best.json)")
+    best_path: PathText | None = Field(default=None, description="the best checkpoint's file")
+    message: str
+
+
 class ErrorEvent(Event):
     """A failure, with where in the code it happened; a task's failure (a Task method raised, or returned or yielded
     the wrong thing) names the task's own source line and what the engine expected."""
@@ -299,7 +313,7 @@ class ErrorEvent(Event):
     code: str | None = Field(
         default=None,
         description="task_failed (a Task method raised), task_contract (a Task method returned or yielded the wrong "
-        "thing), trainer (any other exception)",
+        "thing), nonfinite_stop (non-finite steps with no safer precision left), trainer (any other exception)",
     )
     task_method: str | None = Field(default=None, description="the Task method that failed, or 'building the task'")
     file: str | None = Field(default=None, description="source file: the task's code where it is in the traceback")
@@ -353,6 +367,7 @@ EVENT_MODELS: tuple[type[Event], ...] = (
     PausedEvent,
     ResumedEvent,
     WarningEvent,
+    OvertrainingEvent,
     ErrorEvent,
     FinishedEvent,
 )

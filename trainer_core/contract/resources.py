@@ -20,7 +20,7 @@ import platform
 import re
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Literal, Protocol
 
 import psutil
 
@@ -48,7 +48,9 @@ DeviceKind = Literal["cuda", "mps", "cpu"]
 
 @dataclass(frozen=True, kw_only=True)
 class MachineResources:
-    """A snapshot of the machine; `accelerator_note` is one human line about GPUs/MPS."""
+    """A snapshot of the machine; `accelerator_note` is one human line about GPUs/MPS.
+
+    `trainer-core resources --json` prints it as `contract.resources_report.ResourcesReport`."""
 
     cpu_logical: int
     cpu_physical: int | None
@@ -63,16 +65,6 @@ class MachineResources:
     @property
     def has_accelerator(self) -> bool:
         return bool(self.gpus) or self.mps_available
-
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON shape of `trainer-core resources --json` (without `modes`)."""
-        return {
-            "cpu": {"logical": self.cpu_logical, "physical": self.cpu_physical, "percent": self.cpu_percent},
-            "ram": {"total_bytes": self.ram_total_bytes, "available_bytes": self.ram_available_bytes},
-            "gpus": [gpu.to_dict() for gpu in self.gpus],
-            "mps_available": self.mps_available,
-            "accelerator": {"found": self.has_accelerator, "note": self.accelerator_note},
-        }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -167,17 +159,6 @@ class DeviceChoice:
     fallback: bool = False
     gpu: GpuInfo | None = None
     warnings: list[str] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "mode": self.mode,
-            "device": self.device,
-            "kind": self.kind,
-            "reason": self.reason,
-            "fallback": self.fallback,
-            "gpu": self.gpu.to_dict() if self.gpu else None,
-            "warnings": list(self.warnings),
-        }
 
 
 def parse_device(device: str) -> tuple[DeviceKind, int | None]:

@@ -26,6 +26,10 @@ ITEMS = "items.jsonl"  # a voice run's items (id, path, held out) as its first s
 # A voice run's pictures of one held-out clip, in each evaluation's sample folder (`samples/step-<8 digits>/`).
 MEL_VIEW = "mel.png"
 ALIGNMENT_VIEW = "alignment.png"
+# Written by the dashboard only (never the trainer): the user's notes and tags on a run, each atomically.
+NOTES = "notes.md"
+TAGS = "tags.json"
+TRASH = ".trash"  # under a runs root: run folders the dashboard deleted, until the user empties it
 
 
 def default_runs_dir() -> Path:

@@ -56,6 +56,13 @@ class TrainSection(Section):
     early_stopping_patience: int | None = Field(
         default=None, ge=1, description="Stop after N validations without improvement (off when unset)."
     )
+    overtraining_evals: int = Field(
+        default=3,
+        ge=0,
+        le=1000,
+        description="Warn (event, notification, dashboard) when the validation loss rises this many validations in "
+        "a row while the training loss falls, naming the best checkpoint; once until a new best. 0 turns it off.",
+    )
     nonfinite_patience: int = Field(
         default=3, ge=1, description="Non-finite steps in a row before falling back to a safer precision."
     )

@@ -1,7 +1,8 @@
 """The result of a data scan: usable items, problem files and summary figures, JSON-ready.
 
-The trainer uses `DataReport.items` directly; the dashboard reads `DataReport.to_dict()` as printed by
-`trainer-core check-data --json`. Paths are absolute; numbers are numbers, never preformatted strings.
+The trainer uses `DataReport.items` directly; `trainer-core check-data --json` prints
+`DataReport.to_report()` (`trainer_core.contract.data_report.CheckDataReport`), which the dashboard
+reads. Paths are absolute; numbers are numbers, never preformatted strings.
 """
 
 from __future__ import annotations
@@ -10,6 +11,17 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
+
+from trainer_core.contract.data_report import (
+    CheckDataReport,
+    DataSummary,
+    ProblemEntry,
+    TextFigures,
+    TextItemEntry,
+    TokenizerDrops,
+    VoiceFigures,
+    VoiceItemEntry,
+)
 
 ScanMode = Literal["voice", "text"]
 
@@ -52,6 +64,9 @@ class Problem:
 
     def to_dict(self) -> dict[str, str]:
         return {"path": str(self.path), "reason": self.reason, "kind": self.kind}
+
+    def to_entry(self) -> ProblemEntry:
+        return ProblemEntry(path=str(self.path), reason=self.reason, kind=self.kind)
 
 
 @dataclass(frozen=True)
@@ -175,27 +190,43 @@ class DataReport:
         counts = Counter(PROBLEM_LABELS.get(p.kind, p.kind) for p in self.problems)
         return dict(counts.most_common())
 
-    def summary_dict(self) -> dict[str, Any]:
-        return {
-            "usable": self.usable_count,
-            "problems": len(self.problems),
-            "problem_counts": self.problem_counts(),
-            "warnings": len(self.warnings),
-            "voice": asdict(self.voice),
-            "text": asdict(self.text),
-            "found_extensions": dict(self.found_extensions),
-        }
-
     def to_dict(self, include_items: bool = True) -> dict[str, Any]:
-        """JSON-ready form; `include_items=False` keeps the output small for large corpora."""
-        out: dict[str, Any] = {
-            "path": str(self.path),
-            "mode": self.mode,
-            "reason": self.reason,
-            "summary": self.summary_dict(),
-            "problems": [p.to_dict() for p in self.problems],
-            "warnings": [w.to_dict() for w in self.warnings],
-        }
+        """JSON-ready form (`to_report`'s); `include_items=False` keeps it small."""
+        return self.to_report(include_items).model_dump(mode="json", exclude_unset=True)
+
+    def to_report(
+        self,
+        include_items: bool = True,
+        tokenizer: TokenizerDrops | None = None,
+    ) -> CheckDataReport:
+        """The document `trainer-core check-data --json` prints (`tokenizer`: its figures)."""
+        summary = DataSummary(
+            usable=self.usable_count,
+            problems=len(self.problems),
+            problem_counts=self.problem_counts(),
+            warnings=len(self.warnings),
+            voice=VoiceFigures.model_validate(asdict(self.voice)),
+            text=TextFigures.model_validate(asdict(self.text)),
+            found_extensions=dict(self.found_extensions),
+        )
+        report = CheckDataReport(
+            path=str(self.path),
+            mode=self.mode,
+            reason=self.reason,
+            summary=summary,
+            problems=[p.to_entry() for p in self.problems],
+            warnings=[w.to_entry() for w in self.warnings],
+        )
+        extra: dict[str, Any] = {}
         if include_items:
-            out["items"] = [item.to_dict() for item in self.items]
-        return out
+            extra["items"] = [_item_entry(item) for item in self.items]
+        if tokenizer is not None:
+            extra["tokenizer"] = tokenizer
+        # Only the parts asked for are set, so `to_json` leaves the others out.
+        return report.model_copy(update=extra) if extra else report
+
+
+def _item_entry(item: VoiceItem | TextItem) -> VoiceItemEntry | TextItemEntry:
+    if isinstance(item, VoiceItem):
+        return VoiceItemEntry.model_validate(item.to_dict())
+    return TextItemEntry.model_validate(item.to_dict())

@@ -33,6 +33,8 @@ Sources: the profile's [debug] section, or environment variables (comma-separate
   VEGA_FAULT_CACHE_IN_PLACE        and for the feature cache's data and index files
   VEGA_FAULT_EVAL_UNBUDGETED       "1": the time budget keeps no room for the last validation and free-running
                                    pass: the negative control of the busy time-budget benchmark
+  VEGA_FAULT_WANDB_RELOG           "1": a resumed run logs again to W&B the steps W&B already has (read in
+                                   `engine.wandb_log`): the negative control of the W&B resume test
 Each listed step number fires once per occurrence: [5] fails one attempt at step 5 and the retry runs
 clean, [5, 5] fails two attempts in a row (a skipped step is retried under the same number).
 VEGA_FAULT_CHECKPOINT_ENOSPC (a full disk during a save) lives in `engine.checkpoint`. The wings

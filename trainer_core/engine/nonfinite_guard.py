@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 
 from trainer_core.contract.errors import VegaError
+from trainer_core.contract.notices import NONFINITE_STOP
 from trainer_core.contract.protocol import NonfiniteEvent
 from trainer_core.engine.events import EventHub
 from trainer_core.engine.precision import NonfiniteTracker
@@ -16,6 +17,12 @@ from trainer_core.engine.step import StepOutcome, StepRunner
 
 # Non-finite steps in a row, in multiples of train.nonfinite_patience, after which fp32 gives up.
 HOPELESS_PATIENCES = 10
+
+
+class NonfiniteStop(VegaError):
+    """Non-finite steps ended the run; its `error` event carries this code (notifications name it)."""
+
+    event_code = NONFINITE_STOP
 
 
 class NonfiniteGuard:
@@ -47,7 +54,7 @@ class NonfiniteGuard:
         )
         if consecutive >= HOPELESS_PATIENCES * self.tracker.patience and self.runner.precision.fallback() is None:
             # Without this a loss that is always NaN would skip steps, and consume data, forever.
-            raise VegaError(
+            raise NonfiniteStop(
                 f"the loss or gradients were non-finite in {consecutive} steps in a row at "
                 f"{self.runner.precision.name}, with no safer precision left; lower train.lr, check the data, "
                 "or resume from an earlier checkpoint"

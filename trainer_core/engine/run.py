@@ -17,7 +17,7 @@ import sys
 import time
 import traceback
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,7 +25,8 @@ from trainer_core import __version__
 from trainer_core.contract import rundir
 from trainer_core.contract.errors import VegaError
 from trainer_core.contract.eventlog import EventWriter
-from trainer_core.contract.profile_loader import profile_to_toml
+from trainer_core.contract.notify_config import read_notify_config
+from trainer_core.contract.profile_loader import machine_file_path, profile_to_toml
 from trainer_core.contract.protocol import (
     CommandAckEvent,
     DataProblem,
@@ -39,6 +40,7 @@ from trainer_core.contract.protocol import (
 from trainer_core.data.item_selection import record_items
 from trainer_core.engine.control_state import ControlState
 from trainer_core.engine.events import EventHub, NullEventWriter, setup_logging
+from trainer_core.engine.notify import RunWatchers
 from trainer_core.engine.task_contract import TaskError, error_details
 from trainer_core.plan import TrainPlan
 from trainer_core.world import rank_log_name
@@ -60,11 +62,14 @@ def run_training(plan: TrainPlan, events_to_stdout: bool = False) -> int:
     _setup_rank_logging(plan, hub, run_dir)
     control = ControlState()
     outcome = RunOutcome(started=time.time())
+    watchers = RunWatchers()  # overtraining and notifications (rank 0)
     try:
         # Signals are caught from the start: a stop during set-up still ends with a `finished` event.
         with console or _nothing(), _stop_on_signals(control):
             if main:
                 _announce(plan, hub, run_dir)
+                notify = read_notify_config(machine_file_path())
+                watchers.attach(hub, run_dir, plan.profile.train.overtraining_evals, notify)
             outcome.status = _train(plan, hub, control, run_dir, outcome)
     except TaskError as exc:  # the task's own code failed: its line and what was expected, status 3
         outcome.fail(exc, hub, exit_code=exc.exit_code, tb=traceback.format_exc())
@@ -76,6 +81,7 @@ def run_training(plan: TrainPlan, events_to_stdout: bool = False) -> int:
         try:
             outcome.finish(hub, run_dir, plan)
         finally:
+            watchers.close()
             writer.close()
     if isinstance(outcome.error, VegaError):
         raise outcome.error
@@ -121,6 +127,8 @@ class RunOutcome:
             self.trainer.telemetry.flush()  # the steps before the failure belong in the log
         message = str(exc) or type(exc).__name__
         details = error_details(exc, self.trainer.task if self.trainer else None) if tb else {}
+        if getattr(exc, "event_code", None):  # e.g. a non-finite stop, which notifications name
+            details["code"] = exc.event_code  # type: ignore[attr-defined]
         hub.error(message, tb=tb, **details)
         self.summary["error"] = message
         if details.get("file"):
@@ -164,16 +172,18 @@ class RunOutcome:
 def _train(plan: TrainPlan, hub: EventHub, control: ControlState, run_dir: Path, outcome: RunOutcome) -> FinishedStatus:
     from trainer_core.engine.setup import build_trainer, check_ranks_agree, finalize, load_start_source, start_model
 
-    source = load_start_source(plan)
-    trainer = build_trainer(plan, hub, control, run_dir)
-    outcome.trainer = trainer
-    start_model(trainer, plan, hub, source)
-    del source  # its weights are in the model now
     main = plan.world.is_main
-    board = _tensorboard(plan, hub, run_dir) if main else _nothing()
-    commands = _control_socket(run_dir, control, hub) if main else _nothing()
-    with board, commands:
-        status = trainer.fit()
+    # W&B starts first: its service starts (seconds) in a thread while the model is built.
+    with _wandb(plan, hub, run_dir) if main else _nothing():
+        source = load_start_source(plan)
+        trainer = build_trainer(plan, hub, control, run_dir)
+        outcome.trainer = trainer
+        start_model(trainer, plan, hub, source)
+        del source  # its weights are in the model now
+        board = _tensorboard(plan, hub, run_dir) if main else _nothing()
+        commands = _control_socket(run_dir, control, hub) if main else _nothing()
+        with board, commands:
+            status = trainer.fit()
     if plan.world.active:
         check_ranks_agree(trainer, hub)
     if main:
@@ -200,6 +210,13 @@ def _tensorboard(plan: TrainPlan, hub: EventHub, run_dir: Path) -> Iterator[None
     finally:
         hub.listeners.remove(board.on_event)
         board.close()
+
+
+def _wandb(plan: TrainPlan, hub: EventHub, run_dir: Path) -> AbstractContextManager[None]:
+    """Weights & Biases logging while training (engine.wandb_log), when the profile asks for it."""
+    from trainer_core.engine.wandb_log import wandb_logging
+
+    return wandb_logging(plan.profile.logging, hub, run_dir, resume=plan.resume is not None)
 
 
 def _refuse_a_live_run(run_dir: Path) -> None:

@@ -1,4 +1,5 @@
-"""Screens of the dashboard: launch (start a run), runs (browse and compare), run (follow one), confirm.
+"""Screens of the dashboard: launch (start a run), runs (browse), compare (marked runs side by side),
+run (follow one), confirm, notes (a run's notes and tags).
 
 Each module is imported where it is used, so that the first frame does not wait for every screen.
 """

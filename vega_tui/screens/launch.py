@@ -70,6 +70,8 @@ from vega_tui.widgets.profile_list import ProfileEntry, ProfileList, default_pro
 from vega_tui.widgets.start_from import StartFrom
 
 if TYPE_CHECKING:
+    from trainer_core.contract.data_report import CheckDataReport
+    from trainer_core.contract.plan_report import PlanReport
     from trainer_core.contract.resources import DeviceChoice, MachineResources
 
 # Typing in the data folder or moving through a list settles for this long before a check runs.
@@ -108,7 +110,7 @@ class LaunchScreen(Screen[None]):
 
     # The checks' answers, as the flow holds them.
     @property
-    def plan(self) -> dict[str, Any] | None:
+    def plan(self) -> PlanReport | None:
         return self.flow.plan.result
 
     @property
@@ -116,7 +118,7 @@ class LaunchScreen(Screen[None]):
         return self.flow.plan.error
 
     @property
-    def data_report(self) -> dict[str, Any] | None:
+    def data_report(self) -> CheckDataReport | None:
         return self.flow.data.result
 
     @property

@@ -14,12 +14,13 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from vega_tui.screens.launch_state import Problem
 from vega_tui.widgets.mode_picker import AUTO_DEVICE
 
 if TYPE_CHECKING:
+    from trainer_core.contract.data_report import CheckDataReport
     from vega_tui.widgets.profile_list import ProfileEntry
 
 
@@ -114,9 +115,9 @@ def overrides_with_runs_root(overrides: Sequence[str], runs_root: Path | None) -
     return items
 
 
-def detection_text(report: dict[str, Any]) -> str:
+def detection_text(report: CheckDataReport) -> str:
     """`→ voice; 2 file(s) skipped` for a check-data report."""
-    reason = str(report.get("reason") or report.get("mode") or "")
-    problems = len(report.get("problems", []))
+    reason = report.reason or report.mode
+    problems = len(report.problems)
     skipped = f"; {problems} file(s) skipped" if problems else ""
     return f"→ {reason}{skipped}"

@@ -12,7 +12,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Generic, TypeVar
+
+if TYPE_CHECKING:
+    from trainer_core.contract.data_report import CheckDataReport
+    from trainer_core.contract.plan_report import PlanReport
+
+# A check's answer: the command's parsed document (a `ReportModel`; no pydantic needed here).
+Result = TypeVar("Result")
 
 READING = "reading profiles and this machine…"
 PLANNING = "computing the plan…"
@@ -105,13 +112,13 @@ class Preflight:
 
 
 @dataclass
-class Check:
+class Check(Generic[Result]):
     """One background check (`trainer-core check-data` or the dry run): which question is current
     (`generation`), whether it was asked, and its answer (`result` or `error`)."""
 
     generation: int = 0
     asked: int = -1  # the generation last sent to a worker
-    result: dict[str, Any] | None = None
+    result: Result | None = None
     error: str | None = None
 
     @property
@@ -130,7 +137,7 @@ class Check:
         self.asked = self.generation
         return self.generation
 
-    def answer(self, generation: int, result: dict[str, Any] | None, error: str | None) -> bool:
+    def answer(self, generation: int, result: Result | None, error: str | None) -> bool:
         """Keep an answer to the current question; False (dropped) for a late one."""
         if generation != self.generation:
             return False
@@ -146,8 +153,8 @@ class LaunchFlow:
     profiles_known: bool = False  # the profile folders were read once
     problem: Problem | None = None
     start_problem: str | None = None  # the "Start from" path is being checked or is unusable
-    data: Check = field(default_factory=Check)
-    plan: Check = field(default_factory=Check)
+    data: Check[CheckDataReport] = field(default_factory=Check)
+    plan: Check[PlanReport] = field(default_factory=Check)
 
     @property
     def reason(self) -> str | None:
@@ -202,7 +209,7 @@ class LaunchFlow:
     def data_checked(
         self,
         generation: int,
-        report: dict[str, Any] | None,
+        report: CheckDataReport | None,
         error: str | None,
     ) -> bool:
         """check-data answered; False when it answered an older question (dropped)."""
@@ -213,7 +220,7 @@ class LaunchFlow:
         self._settle("data_checked")
         return True
 
-    def planned(self, generation: int, plan: dict[str, Any] | None, error: str | None) -> bool:
+    def planned(self, generation: int, plan: PlanReport | None, error: str | None) -> bool:
         """The dry run answered; False when it answered an older question (dropped)."""
         if generation != self.plan.generation:
             return False

@@ -21,6 +21,7 @@ from vega_tui.screens.launch_messages import (
     ProfilesChanged,
     ProfilesScanned,
     ResourcesProbed,
+    Result,
 )
 from vega_tui.widgets.profile_list import scan_profiles
 
@@ -61,11 +62,17 @@ def watch_profiles(stop: threading.Event, post: Post) -> None:
         post(BackgroundProblem(f"profile files are not watched for changes: {exc}"))
 
 
-def run_check(answer: type[CheckAnswered], generation: int, argv: list[str], post: Post) -> None:
-    """Run a `trainer-core` JSON command (check-data, the dry run); post its answer as `answer`."""
-    from vega_tui.runner import run_json
+def run_check(
+    answer: type[CheckAnswered[Result]],
+    generation: int,
+    argv: list[str],
+    post: Post,
+) -> None:
+    """Run a `trainer-core` JSON command (check-data, the dry run); post its document, parsed
+    into `answer.model()`, or its failure (a document that does not fit included) as `answer`."""
+    from vega_tui.runner import run_report
 
     try:
-        post(answer(generation, run_json(argv, CHECK_TIMEOUT_S), None))
+        post(answer(generation, run_report(argv, answer.model(), CHECK_TIMEOUT_S), None))
     except VegaError as exc:
         post(answer(generation, None, str(exc)))

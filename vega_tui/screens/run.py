@@ -1,17 +1,15 @@
 """The run dashboard: follow one run (live, reattached or finished) and control its trainer.
 
-Data flow (Textual rules): an `EventFollower` thread tails `RUN/events.jsonl` and posts one
-`EventsArrived` message per batch; the handler folds it into a `RunStore` on the app thread (a big log is
-opened from a preview store, then the exact one: `StoreReady` swaps them, see vega_tui/follow.py); a timer
-redraws the widgets a few times a second, and only when `store.state.version` moved. Everything that may
-block (control commands, NVML/psutil, stat() of checkpoint files, checking whether the trainer still
-lives, spawning a resumed trainer) runs in thread workers that post messages back; no worker touches a
-widget.
+Data flow (Textual rules): an `EventFollower` thread tails `RUN/events.jsonl` and posts one `EventsArrived`
+message per batch; the handler folds it into a `RunStore` on the app thread (a big log is opened from a
+preview store, then the exact one: `StoreReady` swaps them, see vega_tui/follow.py) and rings the bell with
+a desktop notification for news (vega_tui.alerts); a timer redraws the widgets a few times a second, only
+when `store.state.version` moved. Whatever may block (control commands, NVML/psutil, stat() of checkpoint
+files, checking whether the trainer lives, spawning a resumed trainer) runs in thread workers that post
+messages back; no worker touches a widget.
 
-Layout: status line, (resources line on roomy terminals), crash/failure banner, tabs (Charts, Logs,
-Checkpoints, Samples, Resources; keys 1-5), profiler bar, footer. See run.tcss, and next to this module
-run_layout.py (widgets, tabs, keys), run_messages.py and run_actions.py (what the workers do).
-"""
+Layout: status line, resources line (roomy terminals), problem banner, tabs (Charts, Logs, Checkpoints,
+Samples, Resources: keys 1-5), profiler bar, footer; see run.tcss, run_layout.py, run_messages.py, run_actions.py."""
 
 from __future__ import annotations
 
@@ -27,6 +25,7 @@ from textual.widgets import TabbedContent
 
 from trainer_core.contract.errors import VegaError
 from trainer_core.contract.rundir import EVENTS
+from vega_tui.alerts import DashboardAlerts, terminal_writer
 from vega_tui.follow import EventFollower
 from vega_tui.pending import PendingRequests
 from vega_tui.preview import DEFAULT_PLAN, PreviewPlan
@@ -102,11 +101,11 @@ class RunScreen(Screen[None]):
         self.process = process
         self.store = RunStore(run_dir=self.run_dir)
         self.follower: EventFollower | None = None
+        self.alerts = DashboardAlerts(self.run_dir.name)
         self.trainer_alive: bool | None = None if process is None else True
         self._probe = read_resources
         self._preview = preview
-        self._drawn_version = -1
-        self._charts_version = -1
+        self._drawn_version = self._charts_version = -1
         self._charts_drawn_at = 0.0
         self._scanned_checkpoints: tuple = ()
         self._last_status = ""
@@ -166,6 +165,7 @@ class RunScreen(Screen[None]):
 
     def on_events_arrived(self, message: EventsArrived) -> None:
         self.store.apply(message.events)
+        self.alerts.on_events(message.events, terminal_writer(self.app))
         self.store.note_reader(message.malformed, message.gaps)
 
     def on_store_ready(self, message: StoreReady) -> None:

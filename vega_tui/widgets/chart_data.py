@@ -28,6 +28,7 @@ MARKER_STYLES: dict[str, tuple[str, str, str]] = {
     "passed": ("^", "green", "beats ref"),
     "early_stop": ("E", "yellow", "early stop"),
     "memory": ("M", "yellow", "memory"),
+    "overtraining": ("O", "yellow", "overtraining"),
 }
 FAULT_KINDS = ("oom", "nonfinite")
 
@@ -260,8 +261,8 @@ def _best_only(state: RunState, also: tuple[str, ...] = ()) -> dict[str, list[in
 def validation_chart(state: RunState, columns: int = 0) -> ChartData:
     """The validation metric (a vocoder's mel_l1; the validation loss when there is none) and, when the trainer
     measured one, the reference it should beat (Griffin-Lim copy synthesis) as a flat line labelled with its
-    name, with best-model markers, one where the metric first beat the reference and one where early stopping
-    ended the run."""
+    name, with best-model markers, one where the metric first beat the reference, one where overtraining was
+    seen and one where early stopping ended the run."""
     name = state.metric_name
     metric = series_line(state, columns, f"val_metric:{name}", name, METRIC_COLOR) if name else None
     if metric is None:
@@ -271,7 +272,9 @@ def validation_chart(state: RunState, columns: int = 0) -> ChartData:
     line = flat_line(label, metric.xs, reference, "green") if metric is not None and reference is not None else None
     title = _validation_title(state, name, reference)
     others = [] if reference is not None else _other_metrics(state, name, columns)
-    return ChartData(title, _present((metric, line, *others)), _best_only(state, ("passed", "early_stop")))
+    return ChartData(
+        title, _present((metric, line, *others)), _best_only(state, ("passed", "early_stop", "overtraining"))
+    )
 
 
 def _other_metrics(state: RunState, shown: str | None, columns: int) -> list[Line | None]:

@@ -117,6 +117,7 @@ def marker_bands(plotted: list[float]) -> dict[str, float] | None:
         "best": checkpoint_y,
         "passed": checkpoint_y,
         "early_stop": checkpoint_y,
+        "overtraining": checkpoint_y,
         "oom": fault_y,
         "nonfinite": fault_y,
         "memory": fault_y,

@@ -94,6 +94,10 @@ def status_first_line(state: RunState, now: float | None) -> Text:
     if state.early_stopped_step is not None:
         best = f", best step {state.best_step}" if state.best_step is not None else ""
         line.append(f" (early stop{best})", style="yellow")
+    elif state.overtraining is not None:
+        best_step = state.overtraining.get("best_step")
+        kept = f", best step {best_step}" if best_step is not None else ""
+        line.append(f" (overtraining{kept})", style="yellow")
     eta = "—" if state.status in ENDED_STATES else format_duration(state.eta_s)
     parts = [_step_text(state), _epoch_text(state), f"elapsed {format_duration(elapsed_seconds(state, now))}"]
     doing = phase_text(state)
@@ -164,14 +168,31 @@ def error_site(state: RunState, short: bool = False) -> str | None:
 
 
 def problem_text(state: RunState) -> Text | None:
-    """What the banner says for a crashed or failed run, or a run with fault injection on (a test or drill,
-    whose failures may be planted); None when the run is fine."""
-    failure = _failure_text(state)
+    """What the banner says for a crashed or failed run, a run with fault injection on (a test or drill,
+    whose failures may be planted), or an overtraining one; None when the run is fine."""
+    failure = _join(_failure_text(state), overtraining_text(state))
     if state.fault_injection is None:
         return failure
     text = Text("FAULT INJECTION ON", style="bold reverse yellow")
     text.append(f" {state.fault_injection.removeprefix('fault injection on ')}", style="yellow")
     return text if failure is None else text.append("\n").append_text(failure)
+
+
+def _join(first: Text | None, second: Text | None) -> Text | None:
+    if first is None or second is None:
+        return first or second
+    return first.append("\n").append_text(second)
+
+
+def overtraining_text(state: RunState) -> Text | None:
+    """`OVERTRAINING since step 120: validation loss rose 3 evaluations ...; the best checkpoint is step 50: PATH`."""
+    found = state.overtraining
+    if found is None:
+        return None
+    text = Text("OVERTRAINING", style="bold reverse yellow")
+    text.append(f" since step {found['step']}: ", style="yellow")
+    text.append(str(found["message"]))
+    return text
 
 
 def _failure_text(state: RunState) -> Text | None:
@@ -195,7 +216,7 @@ def _failure_text(state: RunState) -> Text | None:
 
 
 class ProblemBanner(Static):
-    """Shown above the tabs only while the run is crashed or failed, or has fault injection on."""
+    """Shown above the tabs only while the run is crashed or failed, overtrains, or has fault injection on."""
 
     DEFAULT_CSS = """
     ProblemBanner { display: none; max-height: 8; padding: 0 1; border-left: thick $error; overflow-y: auto; }
