@@ -26,8 +26,10 @@ from trainer_core.contract.plan_report import LaunchInfo
 from trainer_core.contract.profile_loader import repo_profiles_dir
 from trainer_core.contract.resources import describe_modes, probe
 from trainer_core.tiny_profiles import tiny_profile
+from vega_tui import read_only
 from vega_tui.app import VegaApp
 from vega_tui.screens.launch import LaunchScreen
+from vega_tui.screens.launch_state import Phase
 from vega_tui.widgets.choice_list import ChoiceList
 from vega_tui.widgets.preflight import PreflightPanel, plan_rows
 from vega_tui.widgets.profile_list import ProfileList
@@ -190,7 +192,7 @@ async def test_demo_preselected_and_enter_would_start_it(config: Path) -> None:
         assert app.focused is screen.query_one("#start", Button)
         await wait_until(pilot, lambda: plan_ready(app), "the demo plan")
         assert screen.plan is not None, screen.plan_error
-        assert not screen.query_one("#start", Button).disabled
+        assert not screen.query_one("#start", Button).disabled and screen.flow.phase is Phase.READY
         # Every control is also in the command palette, with its key.
         commands = {command.title: command.help for command in app.get_system_commands(screen)}
         assert commands["Start"] == "key: s" and commands["Runs"] == "key: r" and "Quit" in commands
@@ -212,6 +214,7 @@ async def test_invalid_profile_shows_its_error_and_disables_start(config: Path, 
             await pilot.press("down")
         await wait_until(pilot, lambda: screen.query_one("#start", Button).disabled, "Start to be disabled")
         assert "profile broken is invalid: train.batch_size = -4: must be >= 1" in text_of(screen, "#start-why")
+        assert screen.flow.phase is Phase.BLOCKED
         preflight = screen.query_one(PreflightPanel)
         await wait_until(pilot, lambda: "train.batch_size = -4: must be >= 1" in preflight.text, "the errors")
         await pilot.press("s")  # the key is refused with the reason, nothing starts
@@ -432,6 +435,39 @@ async def test_two_gloo_processes_start_from_the_launch_screen_and_show_both_ran
 
 def _finished(path: Path) -> bool:
     return b'"type":"finished"' in path.read_bytes().replace(b" ", b"")
+
+
+# ------------------------------------------------------------------------------------------------ layout
+
+
+async def test_a_tall_terminal_is_used_by_the_profile_list_and_the_preflight(config: Path) -> None:
+    """At 160x45 both columns reach the start bar: the profile list shows every profile without
+    scrolling and the preflight takes the rest of its column."""
+    app = VegaApp()
+    async with app.run_test(size=(160, 45)) as pilot:
+        screen = launch(app)
+        profiles = screen.query_one(ProfileList)
+        await wait_until(pilot, lambda: profiles.value is not None, "the profile list")
+        await pilot.pause()
+        bottom = screen.query_one("#start-bar").region.y
+        for column in ("#launch-left", "#launch-right"):
+            last = list(screen.query_one(column).children)[-1]
+            assert last.region.bottom == bottom, (column, last, last.region, bottom)
+        assert screen.query_one("#preflight-section").region.height >= 30
+        assert profiles.region.height > 10 and profiles.region.height >= len(profiles.entries)
+
+
+async def test_read_only_launch_screen_refuses_start(config: Path) -> None:
+    app = VegaApp(read_only=True)
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = launch(app)
+        await wait_until(pilot, lambda: screen.query_one(ProfileList).value is not None, "the profiles")
+        await pilot.press("s")
+        screen.query_one("#start", Button).press()
+        await pilot.pause()
+        notices = [n.message for n in app._notifications]  # the key and the button, both refused
+        assert notices.count(read_only.notice("start")) == 2, notices
+        assert screen.flow.phase in (Phase.CHECKING, Phase.READY) and app.screen is screen
 
 
 # ------------------------------------------------------------------------------------------------ snapshots

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 import jsonschema
 import pytest
 from conftest import TEST_VOICE
+from textual.message import Message
 
 from trainer_core.cli import main
 from trainer_core.contract.data_report import CheckDataReport, VoiceItemEntry
@@ -18,7 +20,10 @@ from trainer_core.contract.report_model import ReportError, ReportModel, read_re
 from trainer_core.contract.resources_report import ModeChoice, ResourcesReport
 from trainer_core.tiny_profiles import tiny_profile
 from vega_tui import runner
+from vega_tui.screens.launch_messages import PlanReady
 from vega_tui.screens.launch_selection import detection_text
+from vega_tui.screens.launch_state import LaunchFlow, Phase
+from vega_tui.screens.launch_workers import run_check
 from vega_tui.widgets.preflight import plan_rows
 
 
@@ -137,6 +142,27 @@ def test_the_dashboard_gets_an_error_not_a_crash_from_a_document_it_cannot_read(
         and "mode: Input should be 'voice' or 'text'" in message
     )
     assert "reason: Field required" in message and "and 2 more" in message  # problems, warnings: counted
+
+
+def test_the_launch_screens_check_parses_the_plan_and_blocks_on_one_that_does_not_fit(
+    documents: dict[str, str], tmp_path: Path
+) -> None:
+    printed = tmp_path / "plan.json"
+    cat = [sys.executable, "-c", f"print(open({str(printed)!r}).read())"]
+    posted: list[Message] = []
+    flow = LaunchFlow()
+    flow.profiles_read()
+    for source, phase in ((documents["plan"], Phase.READY), ('{"profile": "x"}', Phase.BLOCKED)):
+        printed.write_text(source, encoding="utf-8")
+        flow.choices_changed(None, data_changed=False)
+        run_check(PlanReady, flow.plan.generation, cat, posted.append)
+        answer = posted[-1]
+        assert isinstance(answer, PlanReady)
+        assert flow.planned(answer.generation, answer.result, answer.error) and flow.phase is phase
+    first = posted[0]
+    assert isinstance(first, PlanReady) and isinstance(first.result, PlanReport)
+    assert first.result.data.usable == 40 and flow.plan.result is None  # an error on screen, no crash
+    assert flow.reason is not None and "does not fit PlanReport" in flow.reason
 
 
 def test_the_event_schema_is_still_the_default() -> None:

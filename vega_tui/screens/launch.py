@@ -1,17 +1,17 @@
-"""The launch screen: pick a profile, data, compute mode, device and processes per node, read the plan, Start.
+"""The launch screen: pick a profile, data, compute mode, device and processes per node, read the
+plan, Start.
+
+What the screen is doing (checking, ready, blocked, waiting to start, starting, running) is one
+small state machine, `vega_tui.screens.launch_state.LaunchFlow`: the handlers here tell it what
+happened and `_show_state` shows what it holds.
 
 Everything slow runs on background threads that only post messages
-(`vega_tui.screens.launch_workers`): probing the machine (`trainer_core.contract.resources`,
-torch-free), validating profiles, watching the profile folders (watchfiles), scanning the data
-folder (`trainer-core check-data --json`) and the preflight plan (`trainer-core train --dry-run
---json`); the "Start from" section (`vega_tui.widgets.start_from`) finds and checks models to
-start from the same way. Each check carries a generation number, so a late answer to an outdated
-question is dropped. Choices that follow the profile (modes, data folder) keep
-following it until the user changes them.
-
-Start-up time matters (the first frame should come in well under a second), so the modules that build
-pydantic models (profiles, the event protocol behind `vega_tui.runner`) are imported where first used,
-on those threads, after the first frame.
+(`vega_tui.screens.launch_workers`): probing the machine (torch-free), validating and watching
+profiles, and one helper, `run_check`, for both the data check (`trainer-core check-data --json`)
+and the plan (`trainer-core train --dry-run --json`); "Start from" (`vega_tui.widgets.start_from`)
+finds and checks models the same way. Choices that follow the profile (modes, data folder) keep
+following it until the user changes them. Modules that build pydantic models are imported where
+first used, on those threads, after the first frame (which should come well under a second).
 
 Start spawns the trainer in its own session (`vega_tui.runner.TrainerProcess`) and opens the run
 dashboard. The demo profile is preselected and Start has focus, so Enter alone starts a run.
@@ -20,9 +20,9 @@ dashboard. The demo profile is preselected and Start has focus, so Enter alone s
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from textual import on
 from textual.app import ComposeResult
@@ -30,6 +30,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
 from textual.timer import Timer
+from textual.widget import Widget
 from textual.widgets import Button, Footer, Input, Static
 
 from trainer_core.contract.errors import VegaError
@@ -51,17 +52,18 @@ from vega_tui.screens.launch_selection import (
     detection_text,
     overrides_with_runs_root,
     profile_defaults,
+    selection_problem,
 )
-from vega_tui.screens.launch_workers import (
-    check_data,
-    dry_run,
-    probe_machine,
-    read_profiles,
-    watch_profiles,
-)
+from vega_tui.screens.launch_state import LaunchFlow, Phase, Preflight
+from vega_tui.screens.launch_workers import probe_machine, read_profiles, run_check, watch_profiles
 from vega_tui.start_points import post_start_points, start_points_key
 from vega_tui.widgets.choice_list import ChoiceList
-from vega_tui.widgets.mode_picker import AUTO_DEVICE, compute_mode_choices, data_mode_choices, device_choices
+from vega_tui.widgets.mode_picker import (
+    AUTO_DEVICE,
+    compute_mode_choices,
+    data_mode_choices,
+    device_choices,
+)
 from vega_tui.widgets.preflight import PreflightPanel, run_folder_parts
 from vega_tui.widgets.process_list import ProcessList
 from vega_tui.widgets.profile_list import ProfileEntry, ProfileList, default_profile_name
@@ -74,6 +76,8 @@ if TYPE_CHECKING:
 
 # Typing in the data folder or moving through a list settles for this long before a check runs.
 DEBOUNCE_S = 0.4
+
+_T = TypeVar("_T")
 
 
 # ------------------------------------------------------------------------------------------ screen
@@ -93,24 +97,33 @@ class LaunchScreen(Screen[None]):
     def __init__(self, runs_root: Path | None = None, overrides: Sequence[str] = ()) -> None:
         super().__init__()
         self.selection = Selection(overrides=overrides_with_runs_root(overrides, runs_root))
+        self.flow = LaunchFlow()
         self.resources: MachineResources | None = None
         self.probe_error: str | None = None
         self.modes: dict[str, DeviceChoice | str] | None = None
-        self.data_report: CheckDataReport | None = None
-        self.data_error: str | None = None
-        self.plan: PlanReport | None = None
-        self.plan_error: str | None = None
-        self.generation = 0  # bumps on every change: a plan answers one generation
-        self.data_generation = 0  # bumps when the data folder, data mode or profile change
-        self._data_check_started = -1  # the data generation whose check-data ran (or runs)
         # (runs folder, model kind) the "Start from" list was asked for, and the one it shows.
         self.start_key: tuple[str, str | None] | None = None
         self.start_key_shown: tuple[str, str | None] | None = None
-        self._back_from_run = False
-        self.start_requested = False
-        self.profiles_listed = False
         self._timer: Timer | None = None
         self._stop_watch = threading.Event()
+        self._preflight_shown: Preflight | None = None
+
+    # The checks' answers, as the flow holds them.
+    @property
+    def plan(self) -> PlanReport | None:
+        return self.flow.plan.result
+
+    @property
+    def plan_error(self) -> str | None:
+        return self.flow.plan.error
+
+    @property
+    def data_report(self) -> CheckDataReport | None:
+        return self.flow.data.result
+
+    @property
+    def data_error(self) -> str | None:
+        return self.flow.data.error
 
     # ----------------------------------------------------------------------- layout
 
@@ -118,16 +131,18 @@ class LaunchScreen(Screen[None]):
         yield Static("Vega · new training run", id="launch-title")
         with Horizontal(id="launch-body"):
             with VerticalScroll(id="launch-left", can_focus=False):
-                yield _section("Profile", ProfileList(id="profiles"))
+                yield _section("Profile", ProfileList(id="profiles"), id="profile-section")
                 folder = Input(id="data-folder", placeholder="path to audio or text", compact=True)
                 yield _section("Data folder", folder)
-                yield _section("Data mode", ChoiceList(id="data-mode"), Static("", id="data-detect"))
+                detect = Static("", id="data-detect")
+                yield _section("Data mode", ChoiceList(id="data-mode"), detect)
                 yield _section("Start from", StartFrom(id="start-from-section"))
             with VerticalScroll(id="launch-right", can_focus=False):
                 yield _section("Compute mode", ChoiceList(id="compute-mode"))
                 yield _section("Device", ChoiceList(id="device"))
                 yield _section("Processes per node", ProcessList(id="processes"))
-                yield _section("Preflight", PreflightPanel(id="preflight"))
+                panel = PreflightPanel(id="preflight")
+                yield _section("Preflight", panel, id="preflight-section", scroll=True)
         with Horizontal(id="start-bar"):
             yield Button("Start ▶", id="start", variant="success", compact=True)
             yield Static("", id="start-why")
@@ -135,26 +150,26 @@ class LaunchScreen(Screen[None]):
 
     def on_mount(self) -> None:
         self.query_one("#data-mode", ChoiceList).set_choices(data_mode_choices(), "auto")
-        self.query_one("#compute-mode", ChoiceList).set_choices(compute_mode_choices(None), "mixed")
+        modes = self.query_one("#compute-mode", ChoiceList)
+        modes.set_choices(compute_mode_choices(None), "mixed")
         self.query_one("#device", ChoiceList).set_choices(device_choices(None, "mixed"))
-        self.query_one(PreflightPanel).show_waiting("reading profiles and this machine…")
-        self._update_start()
+        self._show_state()
         # After the first frame: these threads would otherwise compete with it for the interpreter.
         self.call_after_refresh(self._start_background_work)
 
     def _start_background_work(self) -> None:
-        post = self.post_message
+        post, overrides = self.post_message, self.selection.overrides
         run_in_background(probe_machine, post, name="vega-probe")
-        run_in_background(read_profiles, self.selection.overrides, post, name="vega-profiles")
+        run_in_background(read_profiles, overrides, post, name="vega-profiles")
         run_in_background(watch_profiles, self._stop_watch, post, name="vega-watch-profiles")
 
     def on_unmount(self) -> None:
         self._stop_watch.set()
 
     def on_screen_resume(self) -> None:
-        # Back from a run: the next run gets a new folder and the plan may have changed (free memory, data).
-        if self._back_from_run and self.selection.profile is not None:
-            self._back_from_run = False
+        # Back from a run: the next run gets a new folder and the plan may have changed.
+        if self.flow.phase is Phase.RUNNING:
+            self.flow.back_from_run()
             self.start_key = None  # the run just left may be a model to start from now
             self._schedule(data_changed=False)
 
@@ -173,7 +188,7 @@ class LaunchScreen(Screen[None]):
         profiles = self.query_one(ProfileList)
         wanted = profiles.value or default_profile_name(message.entries)
         profiles.show_entries(message.entries, wanted)
-        self.profiles_listed = True
+        self.flow.profiles_read()
         self._profile_selected(profiles.selected_entry)
 
     @on(ProfilesChanged)
@@ -188,12 +203,8 @@ class LaunchScreen(Screen[None]):
 
     @on(DataChecked)
     def _data_checked(self, message: DataChecked) -> None:
-        if message.generation != self.data_generation:
-            return
-        self.data_report, self.data_error = message.report, message.error
-        self._show_detection()
-        self._update_start()
-        self._scan_start_points()
+        if self._tell(self.flow.data_checked, message.generation, message.result, message.error):
+            self._scan_start_points()
 
     @on(StartPointsScanned)
     def _start_points_scanned(self, message: StartPointsScanned) -> None:
@@ -204,18 +215,7 @@ class LaunchScreen(Screen[None]):
 
     @on(PlanReady)
     def _plan_ready(self, message: PlanReady) -> None:
-        if message.generation != self.generation:
-            return
-        self.plan, self.plan_error = message.plan, message.error
-        panel = self.query_one(PreflightPanel)
-        if message.plan is not None:
-            panel.show_plan(message.plan)
-        else:
-            panel.show_problem("The trainer would not start:", message.error or "unknown error")
-        self._update_start()
-        if self.start_requested:
-            self.start_requested = False
-            self.action_start()
+        self._tell(self.flow.planned, message.generation, message.result, message.error)
 
     # ----------------------------------------------------------------------- user choices
 
@@ -231,16 +231,16 @@ class LaunchScreen(Screen[None]):
 
     @on(StartFrom.Changed)
     def _use_start_point(self, event: StartFrom.Changed) -> None:
+        # A typed path's check began or ended.
+        self._tell(self.flow.start_point_checked, event.problem)
         if event.value != self.selection.init_from:
             self.selection.init_from = event.value
             self._schedule(data_changed=False)
-        else:
-            self._update_start()  # the typed path's check started or ended
 
     @on(ChoiceList.Changed, "#device")
     @on(ChoiceList.Changed, "#processes")
     def _device_changed(self) -> None:
-        self._show_devices()  # a chosen GPU allows one process: the process list follows the device
+        self._show_devices()  # a chosen GPU allows one process: the process list follows it
         self._schedule(data_changed=False)
 
     @on(ChoiceList.Changed, "#data-mode")
@@ -268,7 +268,7 @@ class LaunchScreen(Screen[None]):
         self.action_start()
 
     def _profile_selected(self, entry: ProfileEntry | None) -> None:
-        """Follow the profile's defaults for every choice the user has not changed, then re-check."""
+        """Follow the profile's defaults for each choice the user has not changed; re-check."""
         old = profile_defaults(self.selection.profile)
         new = profile_defaults(entry)
         self.selection.profile = entry
@@ -300,17 +300,20 @@ class LaunchScreen(Screen[None]):
     # ----------------------------------------------------------------------- showing state
 
     def _show_modes(self) -> None:
-        """Compute modes as the trainer's policy would pick them here, for this profile's GPU memory floor."""
+        """Compute modes as the trainer's policy would pick them here, for this profile's GPU
+        memory floor."""
         from trainer_core.contract.resources import describe_modes
 
         entry = self.selection.profile
         min_gb = entry.profile.compute.min_gpu_memory_gb if entry and entry.profile else 2.0
-        self.modes = describe_modes(self.resources, min_gb) if self.resources is not None else None
+        resources = self.resources
+        self.modes = describe_modes(resources, min_gb) if resources is not None else None
         modes = self.query_one("#compute-mode", ChoiceList)
         wanted = self.selection.compute_mode or "mixed"
         modes.set_choices(compute_mode_choices(self.modes, self.probe_error or ""), wanted)
-        if self.resources is not None and modes.value != wanted:
-            self.notify(f"compute mode {wanted} is not available here; using {modes.value}", severity="warning")
+        if resources is not None and modes.value != wanted:
+            text = f"compute mode {wanted} is not available here; using {modes.value}"
+            self.notify(text, severity="warning")
         self.selection.compute_mode = modes.value
         self._show_devices()
 
@@ -320,109 +323,90 @@ class LaunchScreen(Screen[None]):
         devices.set_choices(choices, devices.value or self.selection.device)
         self.selection.device = devices.value or AUTO_DEVICE
         processes, mode = self.query_one(ProcessList), self.selection.compute_mode or "mixed"
-        self.selection.nproc = processes.show(self.resources, mode, self.selection.device, processes.count)
+        count = processes.count
+        self.selection.nproc = processes.show(self.resources, mode, self.selection.device, count)
 
-    def _show_detection(self) -> None:
-        detect = self.query_one("#data-detect", Static)
-        detect.set_class(self.data_error is not None, "-problem")
-        if not self.selection.data_folder:
-            detect.update("no data folder chosen")
-        elif self.data_error is not None:
-            detect.update(f"✗ {self.data_error}")
-        elif self.data_report is not None:
-            detect.update(detection_text(self.data_report))
-        else:
-            detect.update("checking the data folder…")
-
-    def _update_start(self) -> None:
-        reason = self._blocked_reason()
+    def _show_state(self) -> None:
+        """Show what the flow holds: the preflight, the data detection, Start and its reason."""
+        self._show_preflight()
+        self._show_detection()
+        reason = self.flow.reason
         start = self.query_one("#start", Button)
         start.disabled = reason is not None
         if not start.disabled and self.focused is None:
-            start.focus()  # Start lost the focus while it was disabled: give it back, Enter starts again
-        waiting = reason is None and self.plan is None
-        ready = "Enter or s: start training"
-        why = reason or ("preparing the plan… (Start now and it begins when ready)" if waiting else ready)
-        self.query_one("#start-why", Static).update(why)
+            start.focus()  # Start lost the focus while it was disabled: Enter starts again
+        self.query_one("#start-why", Static).update(self.flow.start_line)
         self.query_one("#start-why", Static).set_class(reason is not None, "-problem")
         self.refresh_bindings()
 
-    def _blocked_reason(self) -> str | None:
-        """Why Start cannot run now, or None (also None while the plan is still being computed)."""
-        entry = self.selection.profile
-        if entry is None and self.profiles_listed:
-            return "no profile selected (none found in the profile folders)"
-        if entry is None:
-            return None  # still reading the profile folders
-        if not entry.valid:
-            return f"profile {entry.name} is invalid: {entry.errors[0] if entry.errors else 'see above'}"
+    def _show_preflight(self) -> None:
+        view, panel = self.flow.preflight, self.query_one(PreflightPanel)
+        if view == self._preflight_shown:
+            return  # the same thing again: keep the rendered plan
+        self._preflight_shown = view
+        if view.plan is not None and self.flow.plan.result is not None:
+            panel.show_plan(self.flow.plan.result)
+        elif view.problem is not None:
+            panel.show_problem(*view.problem)
+        else:
+            panel.show_waiting(view.waiting)
+
+    def _show_detection(self) -> None:
+        detect, data = self.query_one("#data-detect", Static), self.flow.data
+        detect.set_class(data.error is not None, "-problem")
         if not self.selection.data_folder:
-            return "choose a data folder"
-        if self.data_error is not None:
-            return f"data folder: {self.data_error}"
-        if (start_problem := self.query_one(StartFrom).problem) is not None:
-            return start_problem
-        if self.plan_error is not None:
-            return self.plan_error
-        return None
+            detect.update("no data folder chosen")
+        elif data.error is not None:
+            detect.update(f"✗ {data.error}")
+        elif data.result is not None:
+            detect.update(detection_text(data.result))
+        else:
+            detect.update("checking the data folder…")
 
     # ----------------------------------------------------------------------- checks
 
+    def _tell(self, event: Callable[..., _T], *args: Any) -> _T:
+        """Tell the flow what happened, then act on where it went and show it."""
+        before = self.flow.phase
+        answer = event(*args)
+        if before is Phase.WAITING and self.flow.phase is Phase.BLOCKED:
+            self.notify(self.flow.reason or "", title="Cannot start", severity="error")
+        if self.flow.phase is Phase.STARTING:
+            self._spawn()
+        self._show_state()
+        return answer
+
     def _schedule(self, data_changed: bool) -> None:
-        """Invalidate the plan now; run the checks once the choices have settled."""
-        self.generation += 1
-        self.plan, self.plan_error = None, None
-        if data_changed:
-            self.data_generation += 1
-            self.data_report, self.data_error = None, None
-            self._show_detection()
-        entry = self.selection.profile
-        if entry is not None and not entry.valid:
-            self._show_invalid_profile(entry)  # nothing to compute: say why at once
-        else:
-            self.query_one(PreflightPanel).show_waiting()
-        self._update_start()
+        """Forget the plan now; run the checks once the choices have settled."""
+        problem = selection_problem(self.selection, self.flow.profiles_known)
+        self._tell(self.flow.choices_changed, problem, data_changed)
         if self._timer is not None:
             self._timer.stop()
         self._timer = self.set_timer(DEBOUNCE_S, self._run_checks)
 
     def _scan_start_points(self) -> None:
-        """List models to start from (on a thread) when the runs folder or the profile's model kind changed."""
+        """List models to start from (on a thread) when the runs folder or the profile's model
+        kind changed."""
         entry = self.selection.profile
         if entry is not None and entry.profile is not None:
-            key = start_points_key(entry.profile, self.selection.data_mode, self.data_report)
+            key = start_points_key(entry.profile, self.selection.data_mode, self.flow.data.result)
             if key != self.start_key:
                 self.start_key = key
-                run_in_background(post_start_points, key, self.post_message, name="vega-start-points")
+                post = self.post_message
+                run_in_background(post_start_points, key, post, name="vega-start-points")
 
     def _run_checks(self) -> None:
-        entry, folder = self.selection.profile, self.selection.data_folder
+        """The data check and the dry run the flow says are due, each on its own thread."""
+        self._timer = None
         self._scan_start_points()
-        if folder and self._data_check_started != self.data_generation:
-            self._data_check_started = self.data_generation
+        folder, entry, post = self.selection.data_folder, self.selection.profile, self.post_message
+        if folder and (generation := self.flow.data_check_due()) is not None:
             argv = check_data_argv(folder, self.selection.data_mode or "auto", entry)
-            args = (self.data_generation, argv, self.post_message)
-            run_in_background(check_data, *args, name="vega-check-data")
-        if entry is None and not self.profiles_listed:
-            return  # the profile list will schedule the checks again when it arrives
-        if entry is None or not entry.valid:
-            self._show_invalid_profile(entry)
-            return
-        if not folder:
-            self.query_one(PreflightPanel).show_problem("No data folder", "type the path of your audio or text folder")
-            return
-        argv = self.selection.argv(None, dry_run=True)
-        run_in_background(dry_run, self.generation, argv, self.post_message, name="vega-dry-run")
-
-    def _show_invalid_profile(self, entry: ProfileEntry | None) -> None:
-        from trainer_core.contract.profile_loader import config_dir, display_path
-
-        panel = self.query_one(PreflightPanel)
-        if entry is None:
-            panel.show_problem("No profile", "put a .toml profile in " + display_path(config_dir() / "profiles"))
-        else:
-            panel.show_problem(f"Profile {entry.name} is invalid ({display_path(entry.path)}):", entry.error_text)
-        self._update_start()
+            args = (DataChecked, generation, argv, post)
+            run_in_background(run_check, *args, name="vega-check-data")
+        if (generation := self.flow.plan_due()) is not None:
+            argv = self.selection.argv(None, dry_run=True)
+            run_in_background(run_check, PlanReady, generation, argv, post, name="vega-dry-run")
 
     # ----------------------------------------------------------------------- actions
 
@@ -430,42 +414,50 @@ class LaunchScreen(Screen[None]):
         if action == "start":
             if getattr(self.app, "read_only", False):
                 return False
-            return self._blocked_reason() is None or None  # None: shown dimmed in the footer
+            return self.flow.reason is None or None  # None: shown dimmed in the footer
         return True
 
     def action_start(self) -> None:
-        reason = self._blocked_reason()
+        reason = self.flow.reason
         if getattr(self.app, "read_only", False):  # the Start button calls this directly
             self.notify(read_only.notice("start"), severity="warning")
         elif reason is not None:
             self.notify(reason, title="Cannot start", severity="error")
-        elif self.plan is None:
-            self.start_requested = True
-            self.notify("starting as soon as the plan is ready…")
-        else:
-            self._spawn(self.plan)
+        elif self.flow.allows("press_start"):
+            self._tell(self.flow.press_start)
+            if self.flow.phase is Phase.WAITING:
+                self.notify("starting as soon as the plan is ready…")
 
-    def _spawn(self, plan: PlanReport) -> None:
+    def _spawn(self) -> None:
         from vega_tui.runner import TrainerProcess
 
+        plan = self.flow.plan.result
+        assert plan is not None  # the flow starts only with a plan
         runs, name = run_folder_parts(plan)
-        run_dir = propose_run_dir(runs, name)
         try:
+            run_dir = propose_run_dir(runs, name)
             process = TrainerProcess.spawn(self.selection.argv(run_dir, dry_run=False), run_dir)
         except (VegaError, OSError) as exc:
-            self.notify(f"could not start the trainer: {exc}", title="Start failed", severity="error")
+            self.flow.start_failed()
+            text = f"could not start the trainer: {exc}"
+            self.notify(text, title="Start failed", severity="error")
             return
-        self._back_from_run = True
+        self.flow.started()
         self.app.open_run(run_dir, process)  # type: ignore[attr-defined]
 
     def action_runs(self) -> None:
         self.app.open_runs()  # type: ignore[attr-defined]
 
 
-# ------------------------------------------------------------------------------------------ helpers
+# ----------------------------------------------------------------------------------------- helpers
 
 
-def _section(title: str, *children: Any) -> Vertical:
-    section = Vertical(*children, classes="section")
+def _section(title: str, *children: Any, id: str | None = None, scroll: bool = False) -> Widget:
+    """A titled part of the screen; `scroll`: it scrolls on its own when its content is taller."""
+    section: Widget
+    if scroll:
+        section = VerticalScroll(*children, classes="section", id=id, can_focus=False)
+    else:
+        section = Vertical(*children, classes="section", id=id)
     section.border_title = title
     return section

@@ -1,8 +1,9 @@
 """What the user picked on the launch screen, and the commands built from it.
 
-`Selection` holds the profile, data folder, data mode, compute mode, device, processes per node and `--set`
-overrides; the argv of both the dry run and the real run come from it. Next to it: the values a profile brings to the
-choices (`profile_defaults`), the `trainer-core check-data` command for a data folder, the `--runs-root`
+`Selection` holds the profile, data folder, data mode, compute mode, device, processes per node
+and `--set` overrides; the argv of both the dry run and the real run come from it. Next to it: the
+values a profile brings to the choices (`profile_defaults`), what keeps them from being planned
+(`selection_problem`), the `trainer-core check-data` command for a data folder, the `--runs-root`
 override, and the one-line text describing a data check's result. Plain functions, no widgets.
 """
 
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from vega_tui.screens.launch_state import Problem
 from vega_tui.widgets.mode_picker import AUTO_DEVICE
 
 if TYPE_CHECKING:
@@ -54,6 +56,28 @@ class Selection:
             dry_run=dry_run,
             json=dry_run,
         )
+
+
+def selection_problem(selection: Selection, profiles_known: bool) -> Problem | None:
+    """What keeps the choices from being planned at all (no profile, an invalid one, no data
+    folder), in the words the screen shows; None while the profile folders are still read."""
+    entry = selection.profile
+    if entry is None and not profiles_known:
+        return None
+    from trainer_core.contract.profile_loader import config_dir, display_path
+
+    if entry is None:
+        where = "put a .toml profile in " + display_path(config_dir() / "profiles")
+        why = "no profile selected (none found in the profile folders)"
+        return Problem("No profile", where, why)
+    if not entry.valid:
+        title = f"Profile {entry.name} is invalid ({display_path(entry.path)}):"
+        first = entry.errors[0] if entry.errors else "see above"
+        return Problem(title, entry.error_text, f"profile {entry.name} is invalid: {first}")
+    if not selection.data_folder:
+        where = "type the path of your audio or text folder"
+        return Problem("No data folder", where, "choose a data folder")
+    return None
 
 
 def profile_defaults(entry: ProfileEntry | None) -> dict[str, str] | None:

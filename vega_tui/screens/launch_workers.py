@@ -2,8 +2,8 @@
 (`vega_tui.screens.run_in_background`).
 
 Probing the machine (`trainer_core.contract.resources`, torch-free), reading and watching the
-profile folders (watchfiles), `trainer-core check-data --json` and the preflight's `trainer-core
-train --dry-run --json`. None touches a widget: each posts its answer
+profile folders (watchfiles), and `run_check` for both `trainer-core check-data --json` and the
+preflight's `trainer-core train --dry-run --json`. None touches a widget: each posts its answer
 (`vega_tui.screens.launch_messages`) through `post`, the screen's thread-safe `post_message`.
 The slow imports happen here, on these threads, after the first frame.
 """
@@ -16,12 +16,12 @@ from collections.abc import Sequence
 from trainer_core.contract.errors import VegaError
 from vega_tui.screens.launch_messages import (
     BackgroundProblem,
-    DataChecked,
-    PlanReady,
+    CheckAnswered,
     Post,
     ProfilesChanged,
     ProfilesScanned,
     ResourcesProbed,
+    Result,
 )
 from vega_tui.widgets.profile_list import scan_profiles
 
@@ -62,21 +62,17 @@ def watch_profiles(stop: threading.Event, post: Post) -> None:
         post(BackgroundProblem(f"profile files are not watched for changes: {exc}"))
 
 
-def check_data(generation: int, argv: list[str], post: Post) -> None:
-    from trainer_core.contract.data_report import CheckDataReport
+def run_check(
+    answer: type[CheckAnswered[Result]],
+    generation: int,
+    argv: list[str],
+    post: Post,
+) -> None:
+    """Run a `trainer-core` JSON command (check-data, the dry run); post its document, parsed
+    into `answer.model()`, or its failure (a document that does not fit included) as `answer`."""
     from vega_tui.runner import run_report
 
     try:
-        post(DataChecked(generation, run_report(argv, CheckDataReport, CHECK_TIMEOUT_S), None))
+        post(answer(generation, run_report(argv, answer.model(), CHECK_TIMEOUT_S), None))
     except VegaError as exc:
-        post(DataChecked(generation, None, str(exc)))
-
-
-def dry_run(generation: int, argv: list[str], post: Post) -> None:
-    from trainer_core.contract.plan_report import PlanReport
-    from vega_tui.runner import run_report
-
-    try:
-        post(PlanReady(generation, run_report(argv, PlanReport, CHECK_TIMEOUT_S), None))
-    except VegaError as exc:
-        post(PlanReady(generation, None, str(exc)))
+        post(answer(generation, None, str(exc)))
