@@ -30,6 +30,7 @@ from textual.pilot import Pilot
 
 from trainer_core.tiny_profiles import tiny_profile
 from vega_tui import runner
+from vega_tui.chart_specs import CHARTS, chart_spec
 from vega_tui.screens.run import RunScreen
 from vega_tui.widgets.breakdown import BreakdownBar
 from vega_tui.widgets.charts import ChartGrid
@@ -277,6 +278,12 @@ async def test_vocoder_run_that_beats_its_reference_on_a_roomy_terminal(tmp_path
         grid = screen.query_one(ChartGrid)
         visible = [chart.build_name for chart in grid.charts() if chart.region.area > 0]
         assert visible == ["loss", "lr", "throughput", "memory", "parts", "validation"]
+        # Every chart on screen comes from a declaration (vega_tui/chart_specs.py).
+        declared = [(f"chart-{spec.id}", spec.id) for spec in CHARTS]
+        assert [(chart.id, chart.build_name) for chart in grid.charts()] == declared
+        full = grid.chart("loss").region.width
+        shown = [c for c in grid.charts() if c.region.area > 0]
+        assert all((c.region.width == full) == chart_spec(c.build_name).place.wide for c in shown)
         validation = grid.chart("validation")
         assert validation.region.width == grid.chart("loss").region.width  # the speech chart's whole row
         assert validation.data.markers["passed"] == [18]

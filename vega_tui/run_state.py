@@ -14,22 +14,15 @@ from pathlib import Path
 from typing import Any
 
 from trainer_core.contract.units import format_number
+from vega_tui.chart_specs import declared_series
 
 STATUSES = ("starting", "preloading", "training", "paused", "evaluating", "finished", "stopped", "failed", "crashed")
 # finished-event status -> dashboard status
 FINISHED_STATUS = {"completed": "finished", "stopped": "stopped", "failed": "failed"}
 ENDED = frozenset({"finished", "stopped", "failed", "crashed"})
-SERIES_KEYS = (
-    "loss",
-    "loss_smooth",
-    "val_loss",
-    "lr",
-    "samples_per_s",
-    "mem_device",
-    "mem_host",
-    "free_running",
-    "free_running_acoustic",
-)
+# The series every run has from the start (a family's members appear as they are fed): the
+# declared ones, see vega_tui/chart_specs.py.
+SERIES_KEYS = tuple(key for key, series in declared_series().items() if not series.family)
 # Weight of the past in the smoothed loss (TensorBoard-style, with start-up bias correction).
 EMA_WEIGHT = 0.9
 MAX_MARKERS = 2000
@@ -296,11 +289,8 @@ def new_series(max_points: int) -> dict[str, Series]:
 class RunState:
     """What the dashboard knows about one run. Numbers are None until an event has told us.
 
-    `series` keys: loss, loss_smooth (EMA), val_loss, lr, samples_per_s, mem_device and mem_host (bytes),
-    free_running and free_running_acoustic (voice runs: held-out sentences spoken without teacher forcing),
-    `part:<name>` per training loss part and `val_part:<name>` per validation loss part, `lr:<group>` per
-    optimizer group (runs with several optimizers, e.g. a GAN vocoder's discriminator and generator) and
-    `val_metric:<name>` per validation metric; x is the step.
+    `series`: the series vega_tui/chart_specs.py declares, by their keys (`LOSS.key`,
+    `PARTS.of("mel")`, ...); x is the step.
     `total_steps` comes from a calibration plan, or is estimated from the trainer's ETA and the step rate.
     """
 

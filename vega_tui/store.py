@@ -1,9 +1,11 @@
 """Run state built from events: everything the run dashboard shows, in bounded memory.
 
-`RunStore.apply(events)` folds trainer events (trainer_core.contract.protocol) into one `RunState`: status, progress,
-chart series, markers, checkpoints, samples and a ring buffer of log lines. Memory stays bounded however long
-the run: every `Series` keeps at most `max_points` points by merging neighbours into min/max buckets (so a
-spike survives downsampling), logs are a fixed-size ring, markers, samples and checkpoints are capped.
+`RunStore.apply(events)` folds trainer events (trainer_core.contract.protocol) into one `RunState`:
+status, progress, chart series (those vega_tui/chart_specs.py declares, copied by
+`StoreBase._feed`), markers, checkpoints, samples and a ring buffer of log lines. Memory stays
+bounded however long the run: every `Series` keeps at most `max_points` points by merging
+neighbours into min/max buckets (so a spike survives downsampling), logs are a fixed-size ring,
+markers, samples and checkpoints are capped.
 
 Pure Python: no Textual, no torch. The screens read `state` on the app thread; `state.version` tells them
 whether anything changed since their last redraw.
@@ -51,6 +53,7 @@ from trainer_core.contract.protocol import (
     WarningEvent,
 )
 from trainer_core.contract.units import format_bytes, format_number
+from vega_tui.chart_specs import GROUP_LR, LOSS, LOSS_SMOOTH, LR, ChartSpec
 from vega_tui.init_from_view import init_from_lines
 from vega_tui.run_state import (
     MAX_SAMPLES,
@@ -71,8 +74,15 @@ TRAINER_PASSES = re.compile(r"^step (\d+): \S+ \S+ passes ")
 class RunStore(RunLifecycleHandlers):
     """Folds events into `state`. One store per run; call `apply` from one thread (the app thread)."""
 
-    def __init__(self, max_points: int = 2000, max_logs: int = 5000, *, run_dir: Path | str | None = None) -> None:
-        super().__init__(max_points, max_logs, run_dir=run_dir)
+    def __init__(
+        self,
+        max_points: int = 2000,
+        max_logs: int = 5000,
+        *,
+        run_dir: Path | str | None = None,
+        charts: Iterable[ChartSpec] | None = None,
+    ) -> None:
+        super().__init__(max_points, max_logs, run_dir=run_dir, charts=charts)
         # Event class -> handler; each handler's parameter is typed, so a field renamed in the protocol fails mypy.
         self._handlers: dict[type[Event], Callable[[Any], None]] = {
             HelloEvent: self._on_hello,
@@ -125,6 +135,7 @@ class RunStore(RunLifecycleHandlers):
                 state.unknown_fields += 1  # fields a newer trainer added: ignored
             try:
                 handler(event)
+                self._feed(event)
             except (AttributeError, TypeError, ValueError, KeyError) as exc:
                 # An event built outside the protocol's validation must not take the dashboard down.
                 self._bad_event(event, exc)
@@ -263,27 +274,21 @@ class RunStore(RunLifecycleHandlers):
         self._estimate_total_steps(e)
 
     def _append_step_series(self, e: Any) -> None:
-        series, step = self.state.series, e.step
+        """The derived step series (LOSS, LR, GROUP_LR in chart_specs): every step of the window,
+        and the smoothed loss; the generic feeder copies the step event's other declared fields."""
+        step = e.step
         steps, losses = e.step_series, e.loss_series
         if steps and len(steps) == len(losses):
             for x, y in zip(steps, losses, strict=False):
                 self._append_loss(x, y)
         else:
             self._append_loss(step, e.loss)
+        lr = self.state.series[LR.key]  # made with the state, as every declared plain series
         if steps and len(steps) == len(e.lr_series):
-            lr = series["lr"]
             for x, y in zip(steps, e.lr_series, strict=False):
                 lr.append(x, y)
         else:
-            series["lr"].append(step, e.lr)
-        series["samples_per_s"].append(step, e.samples_per_s)
-        if e.mem_device_bytes is not None:
-            series["mem_device"].append(step, e.mem_device_bytes)
-        if e.mem_host_bytes is not None:
-            series["mem_host"].append(step, e.mem_host_bytes)
-        for name, value in e.losses.items():
-            if name != "total":
-                self._part(name).append(step, value)
+            lr.append(step, e.lr)
         if e.lrs:
             self._append_group_lrs(e)
 
@@ -304,7 +309,7 @@ class RunStore(RunLifecycleHandlers):
         group's rate is `lr`, whose lr_series has every step of the window."""
         every_step = 0 < len(e.step_series) == len(e.lr_series)
         for group, value in e.lrs.items():
-            series = self._part(group, prefix="lr:")
+            series = self._series(GROUP_LR.of(group))
             if every_step and group == self.state.primary_group:
                 for x, y in zip(e.step_series, e.lr_series, strict=False):
                     series.append(x, y)
@@ -313,8 +318,8 @@ class RunStore(RunLifecycleHandlers):
 
     def _append_loss(self, step: int, loss: float | None) -> None:
         series = self.state.series
-        if series["loss"].append(step, loss):
-            series["loss_smooth"].append(step, self._ema.update(loss))  # type: ignore[arg-type]
+        if series[LOSS.key].append(step, loss):
+            series[LOSS_SMOOTH.key].append(step, self._ema.update(loss))  # type: ignore[arg-type]
 
     def _step_status(self) -> None:
         status = self.state.status
@@ -381,12 +386,6 @@ class RunStore(RunLifecycleHandlers):
         state = self.state
         state.val_loss = finite_or_none(e.loss)
         state.metrics = dict(e.metrics)
-        state.series["val_loss"].append(e.step, e.loss)
-        for name, value in e.losses.items():
-            if name != "total":
-                self._part(name, prefix="val_part:").append(e.step, value)
-        for name, value in e.metrics.items():
-            self._part(name, prefix="val_metric:").append(e.step, value)
         state.metric_name = e.metric_name or state.metric_name
         if e.reference:
             state.reference = {name: v for name, v in e.reference.items() if finite_or_none(v) is not None}
@@ -424,8 +423,6 @@ class RunStore(RunLifecycleHandlers):
 
     def _on_free_running(self, e: FreeRunningEvent) -> None:
         state = self.state
-        state.series["free_running"].append(e.step, e.distance)
-        state.series["free_running_acoustic"].append(e.step, e.acoustic_distance)
         state.free_running_floor = finite_or_none(e.floor_distance)
         state.free_running = e.model_dump(exclude={"v", "seq", "t", "type", "per_item"})
         text = (

@@ -1,11 +1,14 @@
-"""The run store's state and the helpers its event handlers share: log lines, chart markers, status."""
+"""The run store's state and the helpers its event handlers share: log lines, chart markers,
+status, and the declared series (vega_tui/chart_specs.py) filled by the generic feeder."""
 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterable
 from pathlib import Path
 
 from trainer_core.contract.protocol import Event
+from vega_tui.chart_specs import ChartSpec
 from vega_tui.run_state import (
     ENDED,
     MAX_LOG_MESSAGE,
@@ -17,13 +20,22 @@ from vega_tui.run_state import (
     Series,
     new_series,
 )
+from vega_tui.store_feed import FEEDS, feed, feed_table
 
 
 class StoreBase:
     """A `RunState` and the bookkeeping every handler uses; `RunStore` adds the handlers."""
 
-    def __init__(self, max_points: int = 2000, max_logs: int = 5000, *, run_dir: Path | str | None = None) -> None:
+    def __init__(
+        self,
+        max_points: int = 2000,
+        max_logs: int = 5000,
+        *,
+        run_dir: Path | str | None = None,
+        charts: Iterable[ChartSpec] | None = None,
+    ) -> None:
         self.max_points = max_points
+        self._feeds = FEEDS if charts is None else feed_table(charts)  # other charts: tests' own
         self.max_logs = max_logs
         folder = Path(run_dir) if run_dir is not None else None
         self.state = RunState(
@@ -68,9 +80,15 @@ class StoreBase:
         elif state.started_t is not None and state.last_t is not None:
             state.elapsed_s = max(0.0, state.last_t - state.started_t)
 
-    def _part(self, name: str, prefix: str = "part:") -> Series:
-        key = f"{prefix}{name}"
+    def _series(self, key: str) -> Series:
+        """The series `key` (a family's member is made on its first point)."""
         series = self.state.series.get(key)
         if series is None:
             series = self.state.series[key] = Series(self.max_points)
         return series
+
+    def _feed(self, event: Event) -> None:
+        """Copy the fields vega_tui/chart_specs.py declares for this event into their series."""
+        plan = self._feeds.get(type(event))
+        if plan:
+            feed(event, plan, self.state.series, self._series)

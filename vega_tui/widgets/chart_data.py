@@ -11,9 +11,26 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
+from itertools import cycle
 from typing import TYPE_CHECKING
 
-from trainer_core.contract.units import GIB, format_number
+from trainer_core.contract.units import format_number
+from vega_tui.chart_specs import (
+    CHARTS,
+    FREE_RUNNING,
+    FREE_RUNNING_ACOUSTIC,
+    GROUP_LR,
+    LOSS,
+    LOSS_SMOOTH,
+    LR,
+    PARTS,
+    VAL_LOSS,
+    VAL_METRICS,
+    ChartSpec,
+    SeriesSpec,
+    chart_spec,
+)
 
 if TYPE_CHECKING:
     from vega_tui.run_state import RunState, Series
@@ -131,6 +148,42 @@ def flat_line(label: str, xs: Sequence[float], y: float, color: str) -> Line:
     return Line(label, [xs[0], max(xs[-1], xs[0] + 1)], [y] * 2, color)
 
 
+def declared_line(
+    state: RunState,
+    columns: int,
+    series: SeriesSpec,
+    *,
+    positive: bool = False,
+    scatter: bool = False,
+) -> Line | None:
+    """A `Line` of a declared series, with its declared label, colour and scale."""
+    label, color, scale = series.label or series.key, series.color, series.scale
+    line = series_line(state, columns, series.key, label, color, scale=scale, positive=positive)
+    if line is not None:
+        line.scatter = scatter
+    return line
+
+
+def declared_chart(spec: ChartSpec, state: RunState, columns: int = 0) -> ChartData:
+    """A chart with no builder of its own: its declared series as lines (a family: one line per
+    member), with its declared markers."""
+    lines: list[Line | None] = []
+    for series in spec.series:
+        if not series.family:
+            lines.append(declared_line(state, columns, series))
+            continue
+        for i, name in enumerate(series.members(state.series)):
+            color = PART_COLORS[i % len(PART_COLORS)]
+            key, scale = series.of(name), series.scale
+            lines.append(series_line(state, columns, key, name, color, scale=scale))
+    return ChartData(spec.title, _present(lines), declared_markers(state, spec))
+
+
+def declared_markers(state: RunState, spec: ChartSpec) -> dict[str, list[int]]:
+    """The steps of the marker kinds `spec` shows."""
+    return {kind: steps for kind, steps in marker_steps(state).items() if kind in spec.markers}
+
+
 def _present(lines: Iterable[Line | None]) -> list[Line]:
     return [line for line in lines if line is not None]
 
@@ -150,13 +203,18 @@ def loss_chart(state: RunState, log_y: bool = False, columns: int = 0) -> ChartD
         return group_loss_chart(state, log_y, columns)
     lines = _present(
         (
-            series_line(state, columns, "loss", "loss", "gray", positive=log_y),
-            series_line(state, columns, "loss_smooth", "smoothed", "cyan", positive=log_y),
-            series_line(state, columns, "val_loss", "validation", "orange", positive=log_y, scatter=True),
+            declared_line(state, columns, LOSS, positive=log_y),
+            declared_line(state, columns, LOSS_SMOOTH, positive=log_y),
+            declared_line(state, columns, VAL_LOSS, positive=log_y, scatter=True),
         )
     )
-    title = "loss (log scale)" if log_y else "loss"
-    return ChartData(title, lines, marker_steps(state), log_y=log_y)
+    markers = declared_markers(state, chart_spec("loss"))
+    return ChartData(_loss_title(log_y), lines, markers, log_y=log_y)
+
+
+def _loss_title(log_y: bool) -> str:
+    title = chart_spec("loss").title
+    return f"{title} (log scale)" if log_y else title
 
 
 # Optimizer group colours, by the group's place in the update order (the same group, the same colour on
@@ -174,15 +232,17 @@ def group_loss_chart(state: RunState, log_y: bool = False, columns: int = 0) -> 
     generator's ~100). The validation loss measures something else there: it has the validation chart."""
     primary = state.primary_group
     lines = [
-        series_line(state, columns, "loss", primary or "loss", "gray", positive=log_y),
-        series_line(state, columns, "loss_smooth", "smoothed", "cyan", positive=log_y),
+        series_line(state, columns, LOSS.key, primary or LOSS.label, LOSS.color, positive=log_y),
+        declared_line(state, columns, LOSS_SMOOTH, positive=log_y),
     ]
     for group in state.groups:
         if group != primary:
             color = group_color(state, group)
-            lines.append(series_line(state, columns, f"part:{group}.total", group, color, positive=log_y, right=True))
-    title = "loss (log scale)" if log_y else "loss"
-    return ChartData(title, _present(lines), marker_steps(state), log_y=log_y)
+            total = PARTS.of(f"{group}.total")
+            line = series_line(state, columns, total, group, color, positive=log_y, right=True)
+            lines.append(line)
+    markers = declared_markers(state, chart_spec("loss"))
+    return ChartData(_loss_title(log_y), _present(lines), markers, log_y=log_y)
 
 
 PART_COLORS = ("cyan", "orange", "green", "magenta", "blue", "red", "gray")
@@ -191,71 +251,52 @@ METRIC_COLOR = "orange"  # the validation chart's metric
 
 def parts_chart(state: RunState, columns: int = 0) -> ChartData:
     """Each named part of the loss (`part:<name>` series: mel, duration, ... for TTS)."""
-    keys = sorted(key for key in state.series if key.startswith("part:"))
+    names = PARTS.members(state.series)
     if len(state.groups) > 1:
-        return group_parts_chart(state, keys, columns)
+        return group_parts_chart(state, names, columns)
     lines = _present(
-        series_line(state, columns, key, key.removeprefix("part:"), PART_COLORS[i % len(PART_COLORS)])
-        for i, key in enumerate(keys)
+        series_line(state, columns, PARTS.of(name), name, PART_COLORS[i % len(PART_COLORS)])
+        for i, name in enumerate(names)
     )
-    return ChartData("loss parts", lines)
+    return ChartData(chart_spec("parts").title, lines)
 
 
-def group_parts_chart(state: RunState, keys: list[str], columns: int = 0) -> ChartData:
+def group_parts_chart(state: RunState, parts: list[str], columns: int = 0) -> ChartData:
     """Several optimizers: the parts without the groups' totals (the loss chart has those), named without
     their group when only one group has parts (a GAN's generator: mel, adversarial, feature)."""
-    totals = {f"part:{group}.total" for group in state.groups}
-    names = [key.removeprefix("part:") for key in keys if key not in totals]
+    totals = {f"{group}.total" for group in state.groups}
+    names = [name for name in parts if name not in totals]
     owners = {name.partition(".")[0] for name in names}
     owner = owners.pop() if len(owners) == 1 and all("." in name for name in names) else None
+    colors = [PART_COLORS[i % len(PART_COLORS)] for i in range(len(names))]
     lines = _present(
-        series_line(state, columns, f"part:{name}", name.removeprefix(f"{owner}."), PART_COLORS[i % len(PART_COLORS)])
-        for i, name in enumerate(names)
+        series_line(state, columns, PARTS.of(name), name.removeprefix(f"{owner}."), color)
+        for name, color in zip(names, colors, strict=True)
     )
     return ChartData(f"loss parts ({owner})" if owner else "loss parts", lines)
 
 
 def lr_chart(state: RunState, columns: int = 0) -> ChartData:
     """The learning rate; with several optimizers, one line per group, labelled by its name."""
-    groups = _present(
-        series_line(state, columns, f"lr:{group}", group, group_color(state, group)) for group in state.groups
-    )
+    title = chart_spec("lr").title
+    lines = [(GROUP_LR.of(group), group, group_color(state, group)) for group in state.groups]
+    groups = _present(series_line(state, columns, *line) for line in lines)
     if groups:
-        return ChartData("learning rate", groups)
-    return ChartData("learning rate", _present([series_line(state, columns, "lr", "lr", "green")]))
-
-
-def throughput_chart(state: RunState, columns: int = 0) -> ChartData:
-    faults = {kind: steps for kind, steps in marker_steps(state).items() if kind in FAULT_KINDS}
-    line = series_line(state, columns, "samples_per_s", "samples/s", "orange+")
-    return ChartData("samples/s", _present([line]), faults)
-
-
-def memory_chart(state: RunState, columns: int = 0) -> ChartData:
-    """Device and host memory in GiB, with OOM and memory-manager markers (both can halve the batch)."""
-    lines = _present(
-        (
-            series_line(state, columns, "mem_device", "device", "magenta", scale=GIB),
-            series_line(state, columns, "mem_host", "host", "blue", scale=GIB),
-        )
-    )
-    faults = {kind: steps for kind, steps in marker_steps(state).items() if kind in ("oom", "memory")}
-    return ChartData("memory (GiB)", lines, faults)
+        return ChartData(title, groups)
+    return ChartData(title, _present([declared_line(state, columns, LR)]))
 
 
 def speech_chart(state: RunState, columns: int = 0) -> ChartData:
     """Free-running distance of held-out sentences (voice runs), with the vocoder's floor as a flat line."""
-    distance = series_line(state, columns, "free_running", "free-running", "cyan")
-    acoustic = series_line(state, columns, "free_running_acoustic", "before vocoder", "gray")
+    distance = declared_line(state, columns, FREE_RUNNING)
+    acoustic = declared_line(state, columns, FREE_RUNNING_ACOUSTIC)
     floor = state.free_running_floor
     reference = None
     if distance is not None and floor is not None:
         reference = flat_line("floor (vocoder)", distance.xs, floor, "green")
-    return ChartData("free-running distance (voice)", _present((distance, acoustic, reference)), _best_only(state))
-
-
-def _best_only(state: RunState, also: tuple[str, ...] = ()) -> dict[str, list[int]]:
-    return {kind: steps for kind, steps in marker_steps(state).items() if kind == "best" or kind in also}
+    spec = chart_spec("speech")
+    markers = declared_markers(state, spec)
+    return ChartData(spec.title, _present((distance, acoustic, reference)), markers)
 
 
 def validation_chart(state: RunState, columns: int = 0) -> ChartData:
@@ -264,26 +305,28 @@ def validation_chart(state: RunState, columns: int = 0) -> ChartData:
     name, with best-model markers, one where the metric first beat the reference, one where overtraining was
     seen and one where early stopping ended the run."""
     name = state.metric_name
-    metric = series_line(state, columns, f"val_metric:{name}", name, METRIC_COLOR) if name else None
+    metric = None
+    if name:
+        metric = series_line(state, columns, VAL_METRICS.of(name), name, METRIC_COLOR)
     if metric is None:
-        name, metric = None, series_line(state, columns, "val_loss", "validation loss", METRIC_COLOR)
+        name = None
+        metric = series_line(state, columns, VAL_LOSS.key, "validation loss", METRIC_COLOR)
     reference = state.reference.get(name) if name else None
     label = state.reference_name or "reference"
     line = flat_line(label, metric.xs, reference, "green") if metric is not None and reference is not None else None
     title = _validation_title(state, name, reference)
     others = [] if reference is not None else _other_metrics(state, name, columns)
-    return ChartData(
-        title, _present((metric, line, *others)), _best_only(state, ("passed", "early_stop", "overtraining"))
-    )
+    markers = declared_markers(state, chart_spec("validation"))
+    return ChartData(title, _present((metric, line, *others)), markers)
 
 
 def _other_metrics(state: RunState, shown: str | None, columns: int) -> list[Line | None]:
     """A task's further validation metrics (its val_metrics beyond the first), on the right axis: each scale its own."""
-    keys = sorted(key for key in state.series if key.startswith("val_metric:") and key != f"val_metric:{shown}")
+    names = [name for name in VAL_METRICS.members(state.series) if name != shown]
     colors = [color for color in PART_COLORS if color != METRIC_COLOR]  # not the metric's colour
     return [
-        series_line(state, columns, key, key.removeprefix("val_metric:"), colors[i % len(colors)], right=True)
-        for i, key in enumerate(keys)
+        series_line(state, columns, VAL_METRICS.of(name), name, color, right=True)
+        for name, color in zip(names, cycle(colors), strict=False)
     ]
 
 
@@ -291,7 +334,7 @@ def _validation_title(state: RunState, name: str | None, reference: float | None
     """`mel_l1 2.83 · griffin_lim 0.215`: the latest value and the line to beat (short: a compact chart)."""
     if name is None:
         return "validation loss"
-    series = state.series.get(f"val_metric:{name}")
+    series = state.series.get(VAL_METRICS.of(name))
     last = series.last if series is not None else None
     title = f"{name} {format_number(last, 3)}" if last is not None else f"validation {name}"
     label = state.reference_name or "reference"
@@ -307,12 +350,23 @@ def validation_wanted(state: RunState) -> bool:
     return bool(state.reference) or len(state.groups) > 1 or speaks is False
 
 
-CHART_BUILDERS: dict[str, Callable[..., ChartData]] = {
+# The charts with a builder of their own; every other declared chart is drawn by `declared_chart`.
+CUSTOM_BUILDERS: dict[str, Callable[..., ChartData]] = {
     "loss": loss_chart,
     "parts": parts_chart,
     "lr": lr_chart,
-    "throughput": throughput_chart,
-    "memory": memory_chart,
     "speech": speech_chart,
     "validation": validation_chart,
 }
+CHART_BUILDERS: dict[str, Callable[..., ChartData]] = {
+    spec.id: CUSTOM_BUILDERS.get(spec.id, partial(declared_chart, spec)) for spec in CHARTS
+}
+
+
+def throughput_chart(state: RunState, columns: int = 0) -> ChartData:
+    return CHART_BUILDERS["throughput"](state, columns=columns)
+
+
+def memory_chart(state: RunState, columns: int = 0) -> ChartData:
+    """Device and host memory in GiB, with OOM and memory-manager markers."""
+    return CHART_BUILDERS["memory"](state, columns=columns)

@@ -28,6 +28,7 @@ from textual.containers import Container
 from textual.widget import Widget
 from textual_plotext import PlotextPlot
 
+from vega_tui.chart_specs import CHARTS, chart_spec
 from vega_tui.widgets.chart_data import (
     CHART_BUILDERS,
     FAULT_KINDS,
@@ -54,6 +55,7 @@ from vega_tui.widgets.chart_data import (
     validation_chart,
     validation_wanted,
 )
+from vega_tui.widgets.chart_layout import SECONDARY, SWAPPED, chart_classes, grid_css
 from vega_tui.widgets.chart_ticks import log_ticks, step_ticks, value_ticks
 
 if TYPE_CHECKING:
@@ -225,16 +227,14 @@ class RunChart(PlotextPlot):
             return Text(f"{self.data.title if self.data else 'chart'}: cannot draw ({exc!r})", style="red")
 
 
-# The secondary charts, in the order `c` cycles them on a small terminal. "validation" takes the place of
-# "speech" for the runs that want it (see `validation_wanted`); only one of them is shown.
-SECONDARY = ("lr", "throughput", "memory", "parts", "speech", "validation")
-SWAPPED = ("speech", "validation")
-
-
 class ChartGrid(Container):
-    """The loss chart and the secondary charts. Compact terminals show one secondary chart at a time
-    (class `-current`, cycled by `cycle()`); roomy ones show them all (see run.tcss). Of the speech and the
+    """One chart per declaration in vega_tui/chart_specs.py: the loss chart and the secondary
+    charts. Compact terminals show one secondary chart at a time (class `-current`, cycled by
+    `cycle()`); roomy ones show them all (see chart_layout and run.tcss). Of the speech and the
     validation chart only one is shown (the other has class `-off`), as `validation_wanted` says."""
+
+    SCOPED_CSS = False  # its rules name the screen (RunScreen.-roomy ChartGrid)
+    DEFAULT_CSS = grid_css()
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
@@ -248,11 +248,9 @@ class ChartGrid(Container):
         self._catch_up: Timer | None = None
 
     def compose(self) -> ComposeResult:
-        yield RunChart("loss", id="chart-loss", classes="primary")
-        for name in SECONDARY:
-            classes = "secondary -current" if name == self.current else "secondary"
-            off = name == self._swapped_out()
-            yield RunChart(name, id=f"chart-{name}", classes=f"{classes} -off" if off else classes)
+        for spec in CHARTS:
+            classes = chart_classes(spec, self.current, self._swapped_out())
+            yield RunChart(spec.id, id=f"chart-{spec.id}", classes=classes)
 
     def charts(self) -> list[RunChart]:
         return list(self.query(RunChart))
@@ -278,8 +276,8 @@ class ChartGrid(Container):
                 continue
             chart.built_for, chart.builds = built_for, chart.builds + 1
             builder, columns = CHART_BUILDERS[chart.build_name], chart.size.width
-            if chart.build_name == "loss":
-                data = loss_chart(state, self.log_y, columns)
+            if chart_spec(chart.build_name).axis.log_toggle:
+                data = builder(state, self.log_y, columns)
             else:
                 data = builder(state, columns=columns)
             if chart.needs_draw(data):
@@ -365,7 +363,8 @@ MAX_GAP_S = 5.0  # however slow a picture is, a chart shows what happened within
 def redraw_gap(chart: RunChart, shown: int) -> float:
     """Seconds between two draws of `chart`: the shown charts together take at most CHART_SHARE of a core
     (a fast run redraws less often, a slow one as before), the secondary ones at most once a second."""
-    base = 0.0 if chart.build_name == "loss" else SECONDARY_INTERVAL_S
+    primary = chart_spec(chart.build_name).place.role == "primary"
+    base = 0.0 if primary else SECONDARY_INTERVAL_S
     return min(MAX_GAP_S, max(base, chart.render_s * shown / CHART_SHARE))
 
 
