@@ -3,6 +3,7 @@ predictor and embedding (model.pitch), on real audio files and synthetic batches
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from trainer_core.data.pitch import log_f0_feature
 from trainer_core.data.preload import preload_voice
 from trainer_core.data.scan import scan_data
 from trainer_core.data.voice_dataset import VoiceDataset
+from trainer_core.models.loss_table import LossTableError
 from trainer_core.models.registry import build_task
 from trainer_core.models.tts import build_tts_model
 
@@ -155,12 +157,19 @@ def test_the_decoder_uses_the_pitch_and_synthesis_uses_the_predicted_one() -> No
 
 
 def test_a_voice_task_with_model_pitch_weighs_the_pitch_losses_into_the_total(sung: Path, tmp_path: Path) -> None:
-    profile = _profile(tmp_path / "cache", sung, model={"pitch": True}, tts={"pitch_loss_weight": 0.5})
+    model = {"pitch": True, "postnet_layers": 1}
+    profile = _profile(tmp_path / "cache", sung, model=model, tts={"pitch_loss_weight": 0.5})
     task = build_task(profile, sung, "cpu")
     assert task.features.has_pitch
     batch, _ = next(task.train_batches(0, 4))
     with torch.no_grad():
         losses = task.compute_losses(task.model, batch)
     expected = losses["mel"] + losses["prior"] + losses["duration"] + 0.5 * (losses["pitch"] + losses["voicing"])
-    assert float(losses["total"]) == pytest.approx(float(expected))
+    # To the bit: the loss table sums as the hand-written formula it replaced did.
+    assert torch.equal(losses["total"], expected + losses["mel_before_postnet"])
     assert task.model_config()["pitch"] is True
+    # A model computing parts the task's table leaves out is refused, naming them.
+    task.config = dataclasses.replace(task.config, pitch=False, postnet_layers=0)
+    unweighted = "without a weight: mel_before_postnet, pitch_and_voicing"
+    with torch.no_grad(), pytest.raises(LossTableError, match=unweighted):
+        task.compute_losses(task.model, batch)

@@ -38,6 +38,7 @@ from trainer_core.models.gan_vocoder import (
     discriminator_loss,
     feature_matching_loss,
 )
+from trainer_core.models.loss_table import weighted_total
 from trainer_core.models.mel_vocoders import vocoder_config
 from trainer_core.models.registry import TaskRequest, register_task
 from trainer_core.models.vocoder import write_wav
@@ -123,17 +124,30 @@ class VocoderTask(Task):
             carry["mel"] = mel = self.extractor.batch(real)
             carry["fake"] = fake = fit_length(vocoder.generator(mel), real.shape[-1])
             real_logits, fake_logits, _, _ = vocoder.discriminators(real, fake.detach())
-            return {"total": discriminator_loss(real_logits, fake_logits)}
+            parts = {"least_squares": discriminator_loss(real_logits, fake_logits)}
+            return {"total": weighted_total(parts, self.loss_weights(group))}
         return self._generator_losses(vocoder, real, carry)
 
+    def loss_weights(self, group: str) -> dict[str, float]:
+        """Each optimizer group's loss table (part -> weight, [vocoder]), summed in this order."""
+        v = self.profile.vocoder
+        if group == "discriminator":  # its least-squares loss is its only part: no weight field
+            return {"least_squares": 1.0}
+        return {
+            "mel": v.mel_weight,
+            "adversarial": v.adversarial_weight,
+            "feature": v.feature_weight,
+        }
+
     def _generator_losses(self, vocoder: GanVocoder, real: torch.Tensor, carry: Carry) -> dict[str, torch.Tensor]:
-        v, fake = self.profile.vocoder, carry["fake"]
+        fake = carry["fake"]
         mel = (self.extractor.batch(fake) - carry["mel"]).abs().mean()
         _, fake_logits, real_features, fake_features = vocoder.discriminators(real, fake)
         adversarial = adversarial_loss(fake_logits)
         feature = feature_matching_loss(real_features, fake_features)
-        total = v.mel_weight * mel + v.adversarial_weight * adversarial + v.feature_weight * feature
-        return {"total": total, "mel": mel.detach(), "adversarial": adversarial.detach(), "feature": feature.detach()}
+        parts = {"mel": mel, "adversarial": adversarial, "feature": feature}
+        total = weighted_total(parts, self.loss_weights("generator"))
+        return {"total": total, **{name: value.detach() for name, value in parts.items()}}
 
     def compute_losses(self, model: nn.Module, batch: Batch) -> dict[str, torch.Tensor]:
         """Validation: copy synthesis of one held-out clip; "total" is its mel L1."""

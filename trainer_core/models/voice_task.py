@@ -42,6 +42,7 @@ from trainer_core.models.free_running import (
     pick_sentences,
 )
 from trainer_core.models.griffin_lim_batch import evaluation_threads
+from trainer_core.models.loss_table import weighted_total
 from trainer_core.models.mel_vocoders import load_vocoder
 from trainer_core.models.registry import TaskRequest, register_task
 from trainer_core.models.text_frontend import TextEncoder
@@ -191,13 +192,26 @@ class VoiceTask(Task):
     def compute_losses(self, model: nn.Module, batch: Batch) -> dict[str, torch.Tensor]:
         text, mel = (batch["text"], batch["text_lens"]), (batch["mel"], batch["mel_lens"])
         parts = model(*text, *mel, batch.get("f0"), batch.get("speaker"))
-        tts = self.profile.tts
-        total = parts["mel"] + tts.prior_loss_weight * parts["prior"] + tts.duration_loss_weight * parts["duration"]
-        if "pitch" in parts:
-            total = total + tts.pitch_loss_weight * (parts["pitch"] + parts["voicing"])
-        if "mel_before_postnet" in parts:
-            total = total + parts["mel_before_postnet"]
+        terms = dict(parts)
+        if "pitch" in terms:  # one weight on their sum (tts.pitch_loss_weight), rounded as always
+            terms["pitch_and_voicing"] = terms.pop("pitch") + terms.pop("voicing")
+        total = weighted_total(terms, self.loss_weights())
         return {"total": total, **{name: value.detach() for name, value in parts.items()}}
+
+    def loss_weights(self) -> dict[str, float]:
+        """The loss table (part -> weight, [tts]), summed in this order; the pitch and post-net
+        parts only where the model computes them (model.pitch, model.postnet_layers)."""
+        tts, config = self.profile.tts, self.config
+        weights = {
+            "mel": 1.0,  # no weight field: the other parts are weighed against the mel L1
+            "prior": tts.prior_loss_weight,
+            "duration": tts.duration_loss_weight,
+        }
+        if config.pitch:
+            weights["pitch_and_voicing"] = tts.pitch_loss_weight
+        if config.postnet_layers:  # the decoder's own mel L1, so the post-net only refines
+            weights["mel_before_postnet"] = 1.0
+        return weights
 
     def val_metrics(self, losses_mean: dict[str, float]) -> dict[str, float]:
         return {"mel_l1": losses_mean["mel"]} if "mel" in losses_mean else {}

@@ -30,6 +30,7 @@ from trainer_core.data.vits_dataset import VitsDataset
 from trainer_core.data.wave_preload import preload_waves
 from trainer_core.models.base import Batch, Carry, GroupSpec, SampleResult, Task, count_parameters, unwrap_model
 from trainer_core.models.free_running import FreeRunningResult
+from trainer_core.models.loss_table import weighted_total
 from trainer_core.models.registry import TaskRequest, register_task
 from trainer_core.models.vits.batch_audio import BatchAudio, cut_segments
 from trainer_core.models.vits.hf_export import base_model_of
@@ -151,11 +152,25 @@ class VitsTask(Task):
             carry.update(spec=spec, out=out, real=cut_segments(batch["wave"], out.slice_starts, self.config))
         if group == "discriminator":
             real_logits, fake_logits, _, _ = vits.model_d(carry["real"], carry["out"].audio.detach())
-            return {"total": discriminator_loss(real_logits, fake_logits)[0]}
+            parts = {"least_squares": discriminator_loss(real_logits, fake_logits)[0]}
+            return {"total": weighted_total(parts, self.loss_weights(group))}
         return self._generator_losses(vits, carry)
 
+    def loss_weights(self, group: str) -> dict[str, float]:
+        """Each optimizer group's loss table (part -> weight, [vits]), summed in this order."""
+        v = self.profile.vits
+        if group == "discriminator":  # its least-squares loss is its only part: no weight field
+            return {"least_squares": 1.0}
+        return {
+            "mel": v.mel_weight,
+            "kl": v.kl_weight,
+            "duration": v.duration_weight,
+            "adversarial": v.adversarial_weight,
+            "feature": v.feature_weight,
+        }
+
     def _generator_losses(self, vits: VitsModel, carry: Carry) -> dict[str, torch.Tensor]:
-        v, out = self.profile.vits, carry["out"]
+        out = carry["out"]
         frames = self.config.segment_frames
         target = self.audio.mel_of_spectrogram(carry["spec"])
         mel = (self.audio.segment_frames(target, out.slice_starts, frames) - self.audio.mel(out.audio)).abs().mean()
@@ -163,11 +178,8 @@ class VitsTask(Task):
         duration = out.duration_loss.float().sum()
         _, fake_logits, real_features, fake_features = vits.model_d(carry["real"], out.audio)
         adversarial, feature = generator_loss(fake_logits)[0], feature_loss(real_features, fake_features)
-        total = (
-            v.mel_weight * mel + v.kl_weight * kl + v.duration_weight * duration
-            + v.adversarial_weight * adversarial + v.feature_weight * feature
-        )  # fmt: skip
         parts = {"mel": mel, "kl": kl, "duration": duration, "adversarial": adversarial, "feature": feature}
+        total = weighted_total(parts, self.loss_weights("generator"))
         return {"total": total, **{name: value.detach() for name, value in parts.items()}}
 
     def compute_losses(self, model: nn.Module, batch: Batch) -> dict[str, torch.Tensor]:
