@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -62,6 +63,7 @@ def trainer(root: Path, run_dir: Path, env: dict[str, str], *args: str) -> subpr
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("VEGA_", "WANDB_"))}
     # Offline: no network; W&B's files go to RUN/wandb/ (the default when WANDB_DIR is unset).
     clean.update(VEGA_CONFIG_DIR=str(root / "config"), OMP_NUM_THREADS="1", WANDB_MODE="offline")
+    clean.update(PYTHONFAULTHANDLER="1")  # a trainer stuck past its wait shows its stacks
     argv = [*TRAIN, "--profile", str(root / "wb.toml"), "--run-dir", str(run_dir), *args]
     with open(run_dir.with_suffix(".err"), "ab") as err:
         out = subprocess.DEVNULL
@@ -94,6 +96,8 @@ def finish(proc: subprocess.Popen[bytes], run_dir: Path) -> None:
     try:
         code = proc.wait(timeout=300)
     except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGABRT)  # the fault handler writes every thread's stack to .err
+        time.sleep(5)
         proc.kill()
         code = proc.wait()
     assert code == 0, run_dir.with_suffix(".err").read_text(errors="replace")[-3000:]

@@ -29,17 +29,10 @@ from trainer_core.contract import rundir
 from trainer_core.contract.eventlog import read_all
 from trainer_core.contract.fault_gate import switch_on
 from trainer_core.contract.profile import LoggingSection
-from trainer_core.contract.protocol import (
-    Event,
-    FreeRunningEvent,
-    LogEvent,
-    SampleEvent,
-    StepEvent,
-    ValidationEvent,
-)
+from trainer_core.contract.protocol import Event, LogEvent, SampleEvent
 from trainer_core.engine.events import EventHub
 from trainer_core.engine.wandb_files import last_logged_step
-from trainer_core.engine.wandb_rows import event_rows, in_run_folder, replay_rows
+from trainer_core.engine.wandb_rows import LOGGED, event_rows, in_run_folder, replay_rows
 from trainer_core.engine.wandb_state import WandbState, read_state, write_state
 
 FOLDER = "wandb"  # W&B's own files: RUN/wandb/, unless WANDB_DIR says elsewhere
@@ -52,7 +45,6 @@ FLUSH_INTERVAL_S = 1.0  # how often W&B writes its transaction log: what a kill 
 FINISH_WAIT_S = 60.0
 ABANDON_WAIT_S = 5.0  # after a failure: how long the end of training waits for W&B
 EXTRA_HINT = 'install the extra with `pip install "vega[wandb]"` (or `pip install wandb`)'
-_LOGGED = (StepEvent, ValidationEvent, FreeRunningEvent, SampleEvent)
 
 
 @dataclass(frozen=True)
@@ -85,7 +77,7 @@ class WandbSink:
         self._thread.start()
 
     def on_event(self, event: Event | _StartsAfter) -> None:
-        if self.off or not isinstance(event, (*_LOGGED, _StartsAfter)):
+        if self.off or not isinstance(event, (*LOGGED, _StartsAfter)):
             return
         try:
             self._queue.put_nowait(event)

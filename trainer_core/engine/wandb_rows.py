@@ -20,6 +20,8 @@ from trainer_core.contract.protocol import (
     ValidationEvent,
 )
 
+LOGGED = (StepEvent, ValidationEvent, FreeRunningEvent, SampleEvent)  # the events W&B logs
+
 
 @dataclass
 class Row:
