@@ -1,58 +1,14 @@
-"""Reads W&B's offline run files back: each `run-<id>.wandb` transaction log under `wandb/`.
-
-The file is W&B's record log: a 7-byte header (":W&B", magic 0xBEE1, version 0), then 32 KiB
-blocks of chunks, each with a CRC-32 (of its type byte, then its data), a length and a type
-(full, first, middle, last); the joined data of a record's chunks is one `Record` protobuf of the
-installed wandb package. The package has no Python reader of its own any more (its Go service
-reads and writes these files), so the tests keep this one; a torn tail ends the reading.
-"""
+"""Reads W&B's offline run files back, for the tests: each `run-<id>.wandb` transaction log
+under `wandb/` (read by `trainer_core.engine.wandb_files`), as run id, config, rows and exit."""
 
 from __future__ import annotations
 
 import json
-import struct
-import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-HEADER = b":W&B" + struct.pack("<HB", 0xBEE1, 0)
-BLOCK = 32768
-CHUNK_HEADER = 7
-FULL, FIRST, MIDDLE, LAST = 1, 2, 3, 4
-
-
-def read_records(path: Path) -> list[Any]:
-    """Every whole record of one .wandb file, as `wandb_internal_pb2.Record`."""
-    from wandb.proto import wandb_internal_pb2
-
-    data = path.read_bytes()
-    if data[: len(HEADER)] != HEADER:
-        raise ValueError(f"{path} is not a W&B transaction log (header {data[:7]!r})")
-    records, pending, pos = [], b"", len(HEADER)
-    while pos + CHUNK_HEADER <= len(data):
-        if BLOCK - pos % BLOCK < CHUNK_HEADER:  # a block's tail too short for a header: padding
-            pos += BLOCK - pos % BLOCK
-            continue
-        crc, length, kind = struct.unpack("<IHB", data[pos : pos + CHUNK_HEADER])
-        chunk = data[pos + CHUNK_HEADER : pos + CHUNK_HEADER + length]
-        if len(chunk) < length or zlib.crc32(chunk, zlib.crc32(bytes([kind]))) != crc:
-            break  # torn or unwritten tail
-        pos += CHUNK_HEADER + length
-        if kind == FULL:
-            records.append(chunk)
-        elif kind == FIRST:
-            pending = chunk
-        elif kind == MIDDLE:
-            pending += chunk
-        elif kind == LAST:
-            records.append(pending + chunk)
-    parsed = []
-    for raw in records:
-        record = wandb_internal_pb2.Record()
-        record.ParseFromString(raw)
-        parsed.append(record)
-    return parsed
+from trainer_core.engine.wandb_files import read_records
 
 
 @dataclass

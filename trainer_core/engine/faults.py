@@ -35,6 +35,8 @@ Sources: the profile's [debug] section, or environment variables (comma-separate
                                    pass: the negative control of the busy time-budget benchmark
   VEGA_FAULT_WANDB_RELOG           "1": a resumed run logs again to W&B the steps W&B already has (read in
                                    `engine.wandb_log`): the negative control of the W&B resume test
+  VEGA_FAULT_WANDB_NO_REPLAY       "1": a resume leaves out the rows W&B lost in a kill (no replay from
+                                   events.jsonl): the negative control of the W&B replay test
 Each listed step number fires once per occurrence: [5] fails one attempt at step 5 and the retry runs
 clean, [5, 5] fails two attempts in a row (a skipped step is retried under the same number).
 VEGA_FAULT_CHECKPOINT_ENOSPC (a full disk during a save) lives in `engine.checkpoint`. The wings

@@ -47,6 +47,7 @@ from trainer_core.world import rank_log_name
 
 if TYPE_CHECKING:
     from trainer_core.engine.trainer import Trainer
+    from trainer_core.engine.wandb_log import WandbSink
 
 log = logging.getLogger("trainer_core")
 
@@ -174,11 +175,13 @@ def _train(plan: TrainPlan, hub: EventHub, control: ControlState, run_dir: Path,
 
     main = plan.world.is_main
     # W&B starts first: its service starts (seconds) in a thread while the model is built.
-    with _wandb(plan, hub, run_dir) if main else _nothing():
+    with _wandb(plan, hub, run_dir) if main else _nothing() as wandb:
         source = load_start_source(plan)
         trainer = build_trainer(plan, hub, control, run_dir)
         outcome.trainer = trainer
         start_model(trainer, plan, hub, source)
+        if wandb is not None:  # a resume replays what W&B lost in a kill, up to the checkpoint
+            wandb.starts_after(trainer.state.step)
         del source  # its weights are in the model now
         board = _tensorboard(plan, hub, run_dir) if main else _nothing()
         commands = _control_socket(run_dir, control, hub) if main else _nothing()
@@ -212,7 +215,7 @@ def _tensorboard(plan: TrainPlan, hub: EventHub, run_dir: Path) -> Iterator[None
         board.close()
 
 
-def _wandb(plan: TrainPlan, hub: EventHub, run_dir: Path) -> AbstractContextManager[None]:
+def _wandb(plan: TrainPlan, hub: EventHub, run_dir: Path) -> AbstractContextManager[WandbSink | None]:
     """Weights & Biases logging while training (engine.wandb_log), when the profile asks for it."""
     from trainer_core.engine.wandb_log import wandb_logging
 

@@ -8,7 +8,9 @@ step. Any W&B failure becomes one `warning` event (`wandb_failed`) and the sink 
 
 W&B keeps one row per step and commits it when a later step is logged. RUN/wandb.json
 (`wandb_state`) keeps the W&B run id and the last committed step; a resume continues that W&B
-run and skips every step up to it: the steps after the checkpoint are trained again.
+run after the last step W&B holds (offline: its own files, which a kill can leave about a second
+behind), replays from events.jsonl the rows it lacks up to the checkpoint (`wandb_rows`), then
+skips the retrained steps it has.
 """
 
 from __future__ import annotations
@@ -19,32 +21,37 @@ import threading
 import tomllib
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from trainer_core.contract import rundir
+from trainer_core.contract.eventlog import read_all
 from trainer_core.contract.fault_gate import switch_on
 from trainer_core.contract.profile import LoggingSection
-from trainer_core.contract.protocol import (
-    Event,
-    FreeRunningEvent,
-    LogEvent,
-    SampleEvent,
-    StepEvent,
-    ValidationEvent,
-)
+from trainer_core.contract.protocol import Event, LogEvent, SampleEvent
 from trainer_core.engine.events import EventHub
+from trainer_core.engine.wandb_files import last_logged_step
+from trainer_core.engine.wandb_rows import LOGGED, event_rows, in_run_folder, replay_rows
 from trainer_core.engine.wandb_state import WandbState, read_state, write_state
 
 FOLDER = "wandb"  # W&B's own files: RUN/wandb/, unless WANDB_DIR says elsewhere
 # The resume test's negative control: log the retrained steps again, as a sink with no skip would.
 RELOG_ENV = "VEGA_FAULT_WANDB_RELOG"
+# The replay test's negative control: a resume leaves out the rows W&B lost in a kill.
+NO_REPLAY_ENV = "VEGA_FAULT_WANDB_NO_REPLAY"
 QUEUE_EVENTS = 10_000  # events waiting for W&B; past this they are counted and left out
 FLUSH_INTERVAL_S = 1.0  # how often W&B writes its transaction log: what a kill can lose of it
 FINISH_WAIT_S = 60.0
 ABANDON_WAIT_S = 5.0  # after a failure: how long the end of training waits for W&B
 EXTRA_HINT = 'install the extra with `pip install "vega[wandb]"` (or `pip install wandb`)'
-_LOGGED = (StepEvent, ValidationEvent, FreeRunningEvent, SampleEvent)
+
+
+@dataclass(frozen=True)
+class _StartsAfter:
+    """Queued when the model is ready: the step training starts after (a resume's checkpoint)."""
+
+    step: int
 
 
 class WandbSink:
@@ -65,17 +72,22 @@ class WandbSink:
         self.committed = 0  # the last row W&B committed (a later step was logged)
         self.skip_to = 0
         self.run: Any = None
-        self._queue: queue.Queue[Event | int] = queue.Queue(maxsize=QUEUE_EVENTS)
+        self._queue: queue.Queue[Event | _StartsAfter | int] = queue.Queue(maxsize=QUEUE_EVENTS)
         self._thread = threading.Thread(target=self._work, name="wandb", daemon=True)
         self._thread.start()
 
-    def on_event(self, event: Event) -> None:
-        if self.off or not isinstance(event, _LOGGED):
+    def on_event(self, event: Event | _StartsAfter) -> None:
+        if self.off or not isinstance(event, (*LOGGED, _StartsAfter)):
             return
         try:
             self._queue.put_nowait(event)
         except queue.Full:
             self.dropped += 1
+
+    def starts_after(self, step: int) -> None:
+        """Training starts after `step`: a resume first replays the rows W&B lacks up to it."""
+        if self.resume and not self.off:
+            self.on_event(_StartsAfter(step))
 
     def close(self, exit_code: int) -> None:
         """Finish the W&B run (waiting at most FINISH_WAIT_S); the exit code marks it failed."""
@@ -101,10 +113,13 @@ class WandbSink:
             self._start()
             while True:
                 item = self._queue.get()
-                if isinstance(item, int):
+                if isinstance(item, _StartsAfter):
+                    self._replay(item.step)
+                elif isinstance(item, int):
                     self._finish(item)
                     return
-                self._log(item)
+                else:
+                    self._log(item)
                 if self.committed > self.state_step():
                     self._save(self.committed)
         except Exception as exc:  # W&B never crashes training: one warning, then the sink is off
@@ -132,7 +147,6 @@ class WandbSink:
             self._warn(f"{why_not}; this resume starts a new W&B run")
         if state is not None and state.project != self.settings.wandb_project:
             state = None  # the profile moved the run to another project: a new W&B run there
-        self.skip_to = 0 if state is None or relog_on() else state.last_step
         self.run = wandb.init(
             project=self.settings.wandb_project,
             entity=self.settings.wandb_entity,
@@ -143,16 +157,37 @@ class WandbSink:
             config=self._config(),
             settings=wandb.Settings(**_known(wandb.Settings, _SETTINGS)),
         )
-        if state is not None and not self.run.offline and self.run.starting_step > 0:
-            # Online, W&B says where its history ends: never skip a step it lacks (a kill can lose
-            # what W&B had not sent yet), while W&B itself drops the steps it has.
-            self.skip_to = min(self.skip_to, self.run.starting_step - 1)
+        if state is not None:
+            state.last_step = self._held(state)
+            self.skip_to = 0 if relog_on() else state.last_step
         self.state = state or WandbState(str(self.run.id), self.settings.wandb_project)
         write_state(self.run_dir, self.state)
         where = f"offline, in {self.run.sync_dir}" if self.run.offline else self.run.url
         verb = "continues" if state is not None else "logs to"
         message = f"Weights & Biases: this run {verb} W&B run {self.run.id} ({where})"
         self.hub.emit(LogEvent(message=message))
+
+    def _held(self, state: WandbState) -> int:
+        """The last step W&B holds: never skip a step it lacks (a kill can lose what it had not
+        written or sent yet). Offline: its own files; online: where it says its history ends."""
+        if not self.run.offline:
+            start = int(self.run.starting_step)
+            return min(state.last_step, start - 1) if start > 0 else state.last_step
+        try:
+            found = last_logged_step(Path(self.run.sync_dir).parent, state.run_id)
+        except Exception:  # unreadable (a torn file, another format): trust wandb.json
+            found = None
+        return state.last_step if found is None else found
+
+    def _replay(self, upto: int) -> None:
+        """Log from events.jsonl the rows W&B lacks up to the step training starts after."""
+        if upto <= max(self.skip_to, self.open_step) or replay_off():
+            return
+        events = read_all(self.run_dir / rundir.EVENTS)
+        for step, row in replay_rows(events, self.skip_to, upto).items():
+            self._row(step, row.scalars)
+            for sample in row.samples:
+                self._sample(in_run_folder(sample, self.run_dir))
 
     def _config(self) -> dict[str, Any]:
         """The frozen profile (RUN/profile.toml) as W&B's config."""
@@ -180,33 +215,10 @@ class WandbSink:
             self.committed, self.open_step = self.open_step, step
 
     def _log(self, event: Event) -> None:
-        if isinstance(event, StepEvent):
-            self._steps(event)
-        elif isinstance(event, ValidationEvent):
-            parts = {**_prefixed("val/", event.losses), **_prefixed("val/", event.metrics)}
-            self._row(event.step, _real({"val/loss": event.loss, **parts}))
-        elif isinstance(event, FreeRunningEvent):
-            self._row(event.step, _real(_free_running(event)))
-        elif isinstance(event, SampleEvent):
+        if isinstance(event, SampleEvent):
             self._sample(event)
-
-    def _steps(self, event: StepEvent) -> None:
-        series = zip(event.step_series, event.loss_series, event.lr_series, strict=False)
-        for step, loss, lr in series:
-            self._row(step, _real({"train/loss": loss, "train/lr": lr}))
-        scalars = {
-            "train/loss": event.loss,
-            "train/lr": event.lr,
-            "train/samples_per_s": event.samples_per_s,
-            "train/data_wait_frac": event.data_wait_frac,
-            "train/grad_norm": event.grad_norm,
-            "train/loss_scale": event.loss_scale,
-            "train/micro_batch": event.micro_batch,
-            "train/epoch": event.epoch,
-            **_prefixed("train/", event.losses),
-            **_prefixed("train/lr/", event.lrs),
-        }
-        self._row(event.step, _real(scalars))
+        for step, scalars in event_rows(event):
+            self._row(step, scalars)
 
     def _sample(self, event: SampleEvent) -> None:
         import wandb
@@ -245,28 +257,14 @@ def relog_on() -> bool:
     return switch_on(RELOG_ENV)
 
 
+def replay_off() -> bool:
+    """The replay's negative control (with VEGA_FAULTS=1): a resume replays nothing."""
+    return switch_on(NO_REPLAY_ENV)
+
+
 def _known(settings_class: Any, wanted: dict[str, Any]) -> dict[str, Any]:
     fields = getattr(settings_class, "model_fields", None)
     return wanted if fields is None else {k: v for k, v in wanted.items() if k in fields}
-
-
-def _prefixed(prefix: str, values: dict[str, float]) -> dict[str, float]:
-    return {f"{prefix}{name}": value for name, value in values.items()}
-
-
-def _real(values: dict[str, Any]) -> dict[str, Any]:
-    return {name: value for name, value in values.items() if value is not None}
-
-
-def _free_running(event: FreeRunningEvent) -> dict[str, Any]:
-    return {
-        "free_running/distance": event.distance,
-        "free_running/duration_ratio": event.duration_ratio,
-        "free_running/vuv_agreement": event.vuv_agreement,
-        "free_running/acoustic_distance": event.acoustic_distance,
-        "free_running/floor_distance": event.floor_distance,
-        "free_running/floor_vuv_agreement": event.floor_vuv_agreement,
-    }
 
 
 @contextmanager
@@ -275,10 +273,11 @@ def wandb_logging(
     hub: EventHub,
     run_dir: Path,
     resume: bool,
-) -> Iterator[None]:
-    """W&B logging while training, when the profile asks for it and the package is there."""
+) -> Iterator[WandbSink | None]:
+    """W&B logging while training (yields the sink), when the profile asks for it and the
+    package is there."""
     if not settings.wandb:
-        yield
+        yield None
         return
     import importlib.util
 
@@ -288,13 +287,13 @@ def wandb_logging(
             "logging.wandb = false. Training goes on without it",
             code="wandb_unavailable",
         )
-        yield
+        yield None
         return
     sink = WandbSink(settings, run_dir, hub, resume)
     hub.listeners.append(sink.on_event)
     exit_code = 1
     try:
-        yield
+        yield sink
         exit_code = 0
     finally:
         hub.listeners.remove(sink.on_event)
