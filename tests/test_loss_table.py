@@ -53,7 +53,7 @@ def test_a_part_without_a_weight_or_a_weight_without_a_part_is_refused(
 
 def _task(kind: Kind, tmp_path: Path, weights: dict[str, float]) -> VocoderTask | VitsTask:
     data = {"path": str(TEST_VOICE), "cache_dir": str(tmp_path / "cache")}
-    profile = Profile(**tiny_sections(kind, data=data, **{kind: weights}))
+    profile = Profile.model_validate(tiny_sections(kind, data=data, **{kind: weights}))
     task = build_task(profile, TEST_VOICE, "cpu")
     assert isinstance(task, VocoderTask | VitsTask)
     return task
