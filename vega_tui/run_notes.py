@@ -8,12 +8,12 @@ reader sees the old file or the new one, never half of one.
 from __future__ import annotations
 
 import json
-import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from trainer_core.contract import rundir
+from trainer_core.contract.atomic_file import atomic_write_text
 from trainer_core.contract.errors import VegaError
 
 MAX_TAGS = 32
@@ -80,37 +80,9 @@ def write_notes(run_dir: Path, notes: str, tags: list[str]) -> None:
 def _write_or_remove(target: Path, text: str) -> None:
     try:
         if text:
-            _atomic_write_text(target, text)
+            atomic_write_text(target, text)
         else:
             target.unlink(missing_ok=True)
     except OSError as exc:
         why = exc.strerror or exc
         raise VegaError(f"cannot write {target}: {why}; check the folder's permissions") from exc
-
-
-def _atomic_write_text(target: Path, text: str) -> None:
-    # The temp name starts with "." and ends with ".tmp", as the trainer's own temp files do.
-    temp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    try:
-        with open(temp, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temp, target)
-    except BaseException:
-        temp.unlink(missing_ok=True)
-        raise
-    _fsync_dir(target.parent)
-
-
-def _fsync_dir(folder: Path) -> None:
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass  # some file systems cannot sync a folder: the rename is still atomic
-    finally:
-        os.close(fd)
