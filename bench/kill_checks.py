@@ -27,7 +27,7 @@ from pathlib import Path
 
 from trainer_core.contract.event_lines import parse_event
 from trainer_core.contract.protocol import Event, ProtocolError
-from trainer_core.engine.checkpoint import (
+from trainer_core.engine.checkpoint_manager import (
     BEST_FILENAME,
     STEP_FILE_RE,
     CheckpointError,

@@ -21,7 +21,7 @@ from textual.pilot import Pilot
 from textual.widgets import Button, DataTable, Static
 
 from vega_tui.app import VegaApp
-from vega_tui.runs import loss_curve
+from vega_tui.run_summary import loss_curve
 from vega_tui.screens.confirm import ConfirmScreen
 from vega_tui.screens.runs import RunsScreen
 

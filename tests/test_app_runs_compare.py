@@ -24,7 +24,7 @@ from trainer_core.contract.units import format_bytes
 from vega_tui import app as vega_app
 from vega_tui.app import VegaApp
 from vega_tui.run_compare import flatten, show_value
-from vega_tui.runs import newest_run
+from vega_tui.run_summary import newest_run
 from vega_tui.screens.compare import CompareScreen, cell
 from vega_tui.screens.confirm import ConfirmScreen
 from vega_tui.screens.notes import NotesScreen

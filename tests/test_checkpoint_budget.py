@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from trainer_core.engine.checkpoint import CheckpointManager, new_checkpoint_state
+from trainer_core.engine.checkpoint_manager import CheckpointManager, new_checkpoint_state
 from trainer_core.engine.checkpoint_retention import GB, Retention
 
 

@@ -29,11 +29,11 @@ from trainer_core.data.common_voice import list_common_voice
 from trainer_core.data.corpus_rows import CorpusOptions
 from trainer_core.data.feature_cache import CACHE_FORMAT_VERSION, FeatureCache
 from trainer_core.data.parquet_corpus import find_shards
-from trainer_core.engine.checkpoint import read_best
+from trainer_core.engine.checkpoint_manager import read_best
 from trainer_core.models.onnx_voice import CONFIG_FILENAME, OnnxVoice, start_session
 from trainer_core.models.text_frontend import SPECIAL_SYMBOLS
 from trainer_core.models.vits.piper_voice_files import PiperExportError, file_stem, language_of
-from vega_tui.runs import summarize_run
+from vega_tui.run_summary import summarize_run
 from vega_tui.screens.run_actions import resume_problem
 from vega_tui.widgets.checkpoints import locate, scan_run_files
 from vega_tui.widgets.profile_list import _entry

@@ -24,7 +24,7 @@ import pytest
 
 from trainer_core.contract.control_client import ControlConnection, ControlError, send_command
 from trainer_core.contract.control_protocol import COMMAND_NAMES, Command, CommandReply
-from trainer_core.engine.control import ControlServer, peer_refusal, read_peer_uid
+from trainer_core.engine.control_server import ControlServer, peer_refusal, read_peer_uid
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -32,7 +32,7 @@ pytestmark = pytest.mark.timeout(60)
 SERVER_SCRIPT = textwrap.dedent(
     """
     import sys, threading
-    from trainer_core.engine.control import ControlServer
+    from trainer_core.engine.control_server import ControlServer
 
     stop_requested = threading.Event()
 

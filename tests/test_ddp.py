@@ -31,7 +31,7 @@ from trainer_core.contract.profile import Profile
 from trainer_core.contract.resources import probe
 from trainer_core.data.text import TextCorpus
 from trainer_core.data.voice_dataset import VoiceDataset
-from trainer_core.engine.checkpoint import list_checkpoints, load_checkpoint
+from trainer_core.engine.checkpoint_manager import list_checkpoints, load_checkpoint
 from trainer_core.engine.distributed import MAX_COMMANDS, RankRates, decode_sync_rows, encode_sync_row, parameter_digest
 from trainer_core.plan import plan_launch
 from trainer_core.world import World, launch_argv, rank_log_name, without_nproc

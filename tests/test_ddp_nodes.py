@@ -22,7 +22,7 @@ from test_ddp import DIGEST_RE
 
 from trainer_core.contract.eventlog import read_all
 from trainer_core.contract.protocol import Event
-from trainer_core.engine.checkpoint import list_checkpoints, load_checkpoint
+from trainer_core.engine.checkpoint_manager import list_checkpoints, load_checkpoint
 from trainer_core.engine.distributed import parameter_digest
 from trainer_core.world import DistributedError, check_nodes, launch_argv, rank_log_name
 

@@ -16,7 +16,7 @@ from conftest import TINY_PROFILE, write_corpus
 
 from trainer_core.contract import rundir
 from trainer_core.contract.eventlog import EventWriter, read_all
-from trainer_core.engine.checkpoint import load_checkpoint
+from trainer_core.engine.checkpoint_manager import load_checkpoint
 from trainer_core.engine.control_state import ControlState
 from trainer_core.engine.events import EventHub
 from trainer_core.engine.profiler import StepProfiler

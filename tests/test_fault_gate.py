@@ -23,7 +23,7 @@ from trainer_core.contract.eventlog import read_all
 from trainer_core.contract.fault_gate import GATE_ENV, IGNORED_CODE, ON_CODE
 from trainer_core.contract.profile import DebugSection
 from trainer_core.engine import faults
-from trainer_core.engine.checkpoint import CheckpointError, CheckpointManager, new_checkpoint_state
+from trainer_core.engine.checkpoint_manager import CheckpointError, CheckpointManager, new_checkpoint_state
 from trainer_core.engine.run import run_training
 from trainer_core.plan import make_plan
 from trainer_core.tiny_profiles import tiny_profile

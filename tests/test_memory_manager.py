@@ -23,11 +23,11 @@ from trainer_core.contract import rundir
 from trainer_core.contract.errors import ProfileError
 from trainer_core.contract.eventlog import EventWriter, read_all
 from trainer_core.contract.profile import MemorySection
-from trainer_core.engine.checkpoint import load_checkpoint
+from trainer_core.engine.checkpoint_manager import load_checkpoint
 from trainer_core.engine.control_state import ControlState
 from trainer_core.engine.events import EventHub
 from trainer_core.engine.faults import OOM_IN_OPTIMIZER_ENV
-from trainer_core.engine.memory import GIB, MemoryManager
+from trainer_core.engine.memory_manager import GIB, MemoryManager
 from trainer_core.engine.setup import build_trainer
 from trainer_core.engine.trainer import Trainer
 from trainer_core.plan import make_plan

@@ -26,8 +26,8 @@ from corpus_builders import common_voice_folder, parquet_folder
 from hf_reference import VOCAB, hub_cache_with, make_folder
 
 from trainer_core.cli import main
-from trainer_core.engine.checkpoint import read_best
-from trainer_core.models.vocoder import PEAK_LEVEL
+from trainer_core.engine.checkpoint_manager import read_best
+from trainer_core.models.griffin_lim import PEAK_LEVEL
 
 SECTION = "### Fine-tune an MMS voice for your language"
 HUB_ID = "hf:facebook/mms-tts-kmr-script_latin"

@@ -31,11 +31,11 @@ from trainer_core.contract.errors import VegaError
 from trainer_core.contract.profile import AudioSection
 from trainer_core.engine.export import export_model
 from trainer_core.models import griffin_lim_numpy
+from trainer_core.models.griffin_lim import mel_to_audio
 from trainer_core.models.lm import LmConfig, build_model
 from trainer_core.models.mel_vocoders import load_vocoder
 from trainer_core.models.onnx_graphs import ConvISTFT
 from trainer_core.models.onnx_voice import OnnxVoice
-from trainer_core.models.vocoder import mel_to_audio
 from trainer_core.tiny_profiles import tiny_profile
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from trainer_core.engine.checkpoint import CheckpointError
+from trainer_core.engine.checkpoint_manager import CheckpointError
 from trainer_core.engine.rng import capture_rng_state, restore_rng_state
 
 

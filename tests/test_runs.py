@@ -1,4 +1,4 @@
-"""vega_tui.runs: summaries of several run folders (copies of the recorded fixtures), newest run, loss curves."""
+"""vega_tui.run_summary: summaries of several run folders (copies of the recorded fixtures), newest run, loss curves."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from trainer_core.contract.eventlog import read_all
-from vega_tui import runs
+from vega_tui import run_summary
 
 FIXTURES = Path(__file__).parent / "fixtures" / "events"
 NAMES = ("lm_completed", "lm_stopped", "lm_faults", "lm_failed", "lm_killed")
@@ -29,7 +29,7 @@ def runs_root(tmp_path: Path) -> Path:
 
 
 def test_list_runs_gives_every_run_with_its_status_newest_first(runs_root: Path) -> None:
-    listed = runs.list_runs(runs_root)
+    listed = run_summary.list_runs(runs_root)
     by_name = {summary.name: summary for summary in listed}
     assert set(by_name) == set(NAMES)
     assert {name: s.status for name, s in by_name.items()} == {
@@ -45,7 +45,7 @@ def test_list_runs_gives_every_run_with_its_status_newest_first(runs_root: Path)
 
 
 def test_summary_numbers_match_the_session_and_the_log(runs_root: Path) -> None:
-    by_name = {s.name: s for s in runs.list_runs(runs_root)}
+    by_name = {s.name: s for s in run_summary.list_runs(runs_root)}
     done = by_name["lm_completed"]
     session = json.loads((runs_root / "lm_completed" / "session.json").read_text())
     assert done.step == 60
@@ -67,34 +67,34 @@ def test_summary_without_session_reads_only_head_and_tail(runs_root: Path) -> No
     head, rest = events.split(b"\n", 1)
     # 2 MB of garbage in the middle would break a summary that parsed the whole log (it is never read).
     (run / "events.jsonl").write_bytes(head + b"\n" + b"x" * (2 * 1024 * 1024) + b"\n" + rest)
-    summary = runs.summarize_run(run)
+    summary = run_summary.summarize_run(run)
     assert summary.status == "finished" and summary.step == 60
     assert summary.best_val_loss is not None and summary.started is not None
 
 
 def test_newest_run(runs_root: Path, tmp_path: Path) -> None:
     newest = max(NAMES, key=lambda n: json.loads((FIXTURES / n / "events.jsonl").open().readline())["t"])
-    assert runs.newest_run(runs_root) == runs_root / newest
-    assert runs.newest_run(tmp_path / "missing") is None
-    assert runs.list_runs(tmp_path / "missing") == []
+    assert run_summary.newest_run(runs_root) == runs_root / newest
+    assert run_summary.newest_run(tmp_path / "missing") is None
+    assert run_summary.list_runs(tmp_path / "missing") == []
 
 
 def test_loss_curve_is_downsampled_but_keeps_extremes() -> None:
     run = FIXTURES / "lm_completed"
-    xs, ys = runs.loss_curve(run)
+    xs, ys = run_summary.loss_curve(run)
     assert xs == list(range(1, 61)) and len(ys) == 60
-    small_xs, small_ys = runs.loss_curve(run, max_points=10)
+    small_xs, small_ys = run_summary.loss_curve(run, max_points=10)
     assert len(small_xs) <= 10
     assert max(small_ys) == max(ys) and min(small_ys) == min(ys)
-    assert runs.loss_curve(FIXTURES / "nowhere") == ([], [])
+    assert run_summary.loss_curve(FIXTURES / "nowhere") == ([], [])
 
 
 def test_default_runs_root_prefers_the_current_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
-    repo_runs = Path(runs.__file__).resolve().parent.parent / "runs"
-    assert runs.default_runs_root() == repo_runs
+    repo_runs = Path(run_summary.__file__).resolve().parent.parent / "runs"
+    assert run_summary.default_runs_root() == repo_runs
     (tmp_path / "runs").mkdir()
-    assert runs.default_runs_root() == tmp_path / "runs"
+    assert run_summary.default_runs_root() == tmp_path / "runs"
     assert os.getcwd() == str(tmp_path)
 
 
@@ -105,15 +105,15 @@ def test_loss_curve_reads_only_what_was_appended(tmp_path: Path) -> None:
     lines = log.read_bytes().splitlines(keepends=True)
     steps = [line for line in lines if b'"type":"step"' in line]
     log.write_bytes(b"".join(lines[: len(lines) // 2]))
-    first_xs, _ = runs.loss_curve(run)
-    read_before = runs._curve_cache[(log.absolute(), 500)][2]
+    first_xs, _ = run_summary.loss_curve(run)
+    read_before = run_summary._curve_cache[(log.absolute(), 500)][2]
     assert read_before == log.stat().st_size and first_xs
     with open(log, "ab") as handle:
         handle.write(b"".join(lines[len(lines) // 2 :]))
-    xs, ys = runs.loss_curve(run)
-    assert (xs, ys) == runs.loss_curve(FIXTURES / "lm_completed")  # the same curve as one full read
+    xs, ys = run_summary.loss_curve(run)
+    assert (xs, ys) == run_summary.loss_curve(FIXTURES / "lm_completed")  # the same curve as one full read
     assert xs[: len(first_xs)] == first_xs and len(xs) > len(first_xs)
     log.write_bytes(b"".join(steps[:3]))  # rewritten in place, shorter: read again from the start
     (tmp_path / "fresh").mkdir()
     (tmp_path / "fresh" / "events.jsonl").write_bytes(b"".join(steps[:3]))
-    assert runs.loss_curve(run) == runs.loss_curve(tmp_path / "fresh") != ([], [])
+    assert run_summary.loss_curve(run) == run_summary.loss_curve(tmp_path / "fresh") != ([], [])

@@ -29,7 +29,7 @@ from conftest import FAULTS_ON, REPO, TrainerLauncher
 
 from trainer_core.contract.errors import ProfileError
 from trainer_core.contract.profile_loader import load_profile
-from trainer_core.engine.checkpoint import new_checkpoint_state
+from trainer_core.engine.checkpoint_manager import new_checkpoint_state
 from vega_tui import runner
 
 SCANNED = ("trainer_core", "vega_tui", "bench", "scripts")

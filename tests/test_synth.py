@@ -174,9 +174,9 @@ def test_speaking_imports_neither_dynamo_nor_librosa() -> None:
         "import sys\n"
         "from trainer_core.cli import synth_cmd, synth_batch\n"
         "from trainer_core.models import tts, alignment, text_frontend\n"
-        "from trainer_core.models import vocoder, mel_vocoders, gan_vocoder\n"
+        "from trainer_core.models import griffin_lim, mel_vocoders, gan_vocoder\n"
         "from trainer_core.cli import vocode_cmd\n"
-        "from trainer_core.engine import checkpoint, export\n"
+        "from trainer_core.engine import checkpoint_manager, export\n"
         "print(sorted(m for m in sys.modules if m.startswith(('torch._dynamo', 'librosa'))))\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)

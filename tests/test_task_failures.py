@@ -26,7 +26,7 @@ from dash_pilot import DashApp, log_view_text, plain, settled
 from trainer_core.contract import rundir
 from trainer_core.contract.eventlog import read_all
 from trainer_core.contract.protocol import Event
-from trainer_core.engine.checkpoint import list_checkpoints, load_checkpoint
+from trainer_core.engine.checkpoint_manager import list_checkpoints, load_checkpoint
 from trainer_core.engine.run import run_training
 from trainer_core.engine.task_contract import TASK_FAILED_EXIT
 from trainer_core.models.registry import register_task

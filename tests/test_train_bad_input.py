@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from conftest import FAULTS_ON, TrainerLauncher, TrainerProcess, finished, of_type
 
-from trainer_core.engine.checkpoint import load_checkpoint
+from trainer_core.engine.checkpoint_manager import load_checkpoint
 
 # The second save fails as on a full disk; the run keeps the checkpoints of steps 10 and 30.
 ENOSPC = {"train.max_steps": 30, "train.checkpoint_every_steps": 10}

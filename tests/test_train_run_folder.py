@@ -18,7 +18,7 @@ from conftest import TRAINER_CORE, TrainerLauncher, TrainerProcess, finished, of
 from safetensors.torch import load_file
 
 from trainer_core.contract.event_lines import parse_event
-from trainer_core.engine.checkpoint import load_checkpoint, read_best
+from trainer_core.engine.checkpoint_manager import load_checkpoint, read_best
 
 FULL = {
     "train.max_steps": 60,

@@ -12,9 +12,9 @@ import torch
 
 from trainer_core.contract.profile import AudioSection
 from trainer_core.data.librosa_mel import librosa_power_mel
+from trainer_core.models.griffin_lim import mel_to_audio, write_wav
 from trainer_core.models.text_frontend import PAD_ID, UNK_ID, TextEncoder, normalize_text
 from trainer_core.models.tts import AcousticModel, TtsConfig, build_tts_model, config_from_dict
-from trainer_core.models.vocoder import mel_to_audio, write_wav
 
 N_MELS = 16
 VOCAB = 12
@@ -285,7 +285,7 @@ def test_torch_griffin_lim_is_as_close_to_real_speech_as_librosas() -> None:
 
     import librosa
 
-    from trainer_core.models.vocoder import mel_power
+    from trainer_core.models.griffin_lim import mel_power
 
     audio = AudioSection()
     clip = Path(__file__).parent / "fixtures" / "voice" / "wavs" / "demo_005.wav"

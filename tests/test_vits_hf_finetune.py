@@ -15,7 +15,7 @@ from hf_reference import make_folder, transformers_speech
 
 from trainer_core.cli import main
 from trainer_core.cli.vits_voice import voice_from_config
-from trainer_core.engine.checkpoint import load_checkpoint
+from trainer_core.engine.checkpoint_manager import load_checkpoint
 from trainer_core.engine.export import load_exported
 from trainer_core.engine.model_source import load_model_source
 

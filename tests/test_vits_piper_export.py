@@ -30,9 +30,9 @@ import torch
 from conftest import DEMO_VOICE, REPO, TRAINER_CORE, TrainerLauncher
 
 from trainer_core.cli import main as cli_main
+from trainer_core.models.griffin_lim import PEAK_LEVEL
 from trainer_core.models.vits.piper_export import TOLERANCE, PiperExport, export_piper
 from trainer_core.models.vits.piper_voice_files import PiperExportError, VoiceFacts
-from trainer_core.models.vocoder import PEAK_LEVEL
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -17,7 +17,7 @@ from safetensors.torch import load_file
 from test_ddp import two_ranks_stop_resume_and_end_identical
 from test_vocoder_train import group_rows
 
-from trainer_core.engine.checkpoint import list_checkpoints, load_checkpoint
+from trainer_core.engine.checkpoint_manager import list_checkpoints, load_checkpoint
 from trainer_core.tiny_profiles import tiny_profile
 
 STEPS = 10  # 36 training clips in batches of 4: the run crosses an epoch boundary

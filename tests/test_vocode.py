@@ -18,7 +18,7 @@ from test_scan import write_voice
 
 from trainer_core.contract.errors import VegaError
 from trainer_core.contract.profile import AudioSection
-from trainer_core.engine.checkpoint import list_checkpoints
+from trainer_core.engine.checkpoint_manager import list_checkpoints
 from trainer_core.models.mel_vocoders import load_vocoder, open_vocoder
 from trainer_core.tiny_profiles import tiny_profile
 

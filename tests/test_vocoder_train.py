@@ -16,7 +16,7 @@ from safetensors.torch import load_file
 from test_ddp import two_ranks_stop_resume_and_end_identical
 
 from trainer_core.data.validation_split import validation_share
-from trainer_core.engine.checkpoint import list_checkpoints, load_checkpoint
+from trainer_core.engine.checkpoint_manager import list_checkpoints, load_checkpoint
 from trainer_core.tiny_profiles import tiny_profile
 
 SLOW = {**FAULTS_ON, "VEGA_FAULT_STEP_SLEEP_S": "0.1"}

@@ -42,9 +42,9 @@ from trainer_core.models.base import (
     count_parameters,
     unwrap_model,
 )
+from trainer_core.models.griffin_lim import write_wav
 from trainer_core.models.registry import TaskFactory, TaskRequest, register_task
 from trainer_core.models.text_frontend import TextEncoder, normalize_text, phonemize
-from trainer_core.models.vocoder import write_wav
 from trainer_core.models.voice_task import choose_where, samples_folder
 
 API_VERSION = "1.0"

@@ -55,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def resolve_runs_root(given: Path | None) -> Path:
-    from vega_tui.runs import default_runs_root
+    from vega_tui.run_summary import default_runs_root
 
     return given.expanduser() if given is not None else default_runs_root()
 
@@ -63,7 +63,7 @@ def resolve_runs_root(given: Path | None) -> Path:
 def attach_target(run_dir: Path | None, runs_root: Path | None) -> Path:
     """The run folder to open: the one named (it must be a run folder) or the newest under the runs root."""
     from trainer_core.contract.rundir import EVENTS, is_run_dir
-    from vega_tui.runs import newest_run
+    from vega_tui.run_summary import newest_run
 
     if run_dir is not None:
         run_dir = run_dir.expanduser()

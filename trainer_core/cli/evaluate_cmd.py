@@ -56,7 +56,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def resolve_source(source: Path) -> tuple[str, Path]:
     """("checkpoint" | "export", path): a run folder means its best checkpoint, else its newest."""
-    from trainer_core.engine.checkpoint import checkpoint_dir, list_checkpoints, read_best
+    from trainer_core.engine.checkpoint_manager import checkpoint_dir, list_checkpoints, read_best
 
     if source.is_file():
         return "checkpoint", source

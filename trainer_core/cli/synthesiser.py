@@ -98,7 +98,7 @@ def load_from_checkpoint(path: Path, device: str = "cpu") -> Synthesiser | VitsV
     """Rebuild the model and text encoder from a training checkpoint (loaded weights-only); a vits run's
     checkpoint gives a VitsVoice."""
     from trainer_core.cli.vits_voice import vits_from_checkpoint
-    from trainer_core.engine.checkpoint import check_model_compatible, load_checkpoint
+    from trainer_core.engine.checkpoint_manager import check_model_compatible, load_checkpoint
     from trainer_core.models.text_frontend import TextEncoder
     from trainer_core.models.tts import AcousticModel, TtsConfig
 
@@ -133,7 +133,7 @@ def load_from_export(folder: Path, device: str = "cpu") -> Synthesiser | VitsVoi
     from trainer_core.cli.vits_voice import is_vits_config, voice_from_config
     from trainer_core.contract.event_lines import describe_validation_error
     from trainer_core.contract.profile import AudioSection, DataSection, TtsSection
-    from trainer_core.engine.checkpoint import check_model_compatible
+    from trainer_core.engine.checkpoint_manager import check_model_compatible
     from trainer_core.engine.export import load_exported
     from trainer_core.models.text_frontend import TextEncoder
     from trainer_core.models.tts import AcousticModel, config_from_dict
@@ -176,7 +176,7 @@ def synthesise_to_wav(
     speaker: str | None = None,
 ) -> dict[str, Any]:
     """Speak `text` into `out` (in the voice of `speaker`, a name; None: the first); return what was written."""
-    from trainer_core.models.vocoder import mel_to_audio, write_wav
+    from trainer_core.models.griffin_lim import mel_to_audio, write_wav
 
     ids = synth.encoder.encode(text)
     if not ids:

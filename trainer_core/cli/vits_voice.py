@@ -62,7 +62,7 @@ class VitsVoice:
         speaker: str | None = None,
     ) -> dict[str, Any]:
         """Speak `text` into `out` as `speaker` (a name; None: the first); `iters` is Griffin-Lim's, unused here."""
-        from trainer_core.models.vocoder import write_wav
+        from trainer_core.models.griffin_lim import write_wav
 
         speaker_id = self.speaker_id(speaker)
         if speaker_id is None and len(self.speaker_names) >= 2:

@@ -46,8 +46,8 @@ def _audio_settings(profile: str | None):  # -> AudioSection
 def run(args: argparse.Namespace) -> int:
     from trainer_core.data.audio import AudioDecodeError, load_audio
     from trainer_core.data.mel import MelExtractor
+    from trainer_core.models.griffin_lim import write_wav
     from trainer_core.models.mel_vocoders import open_vocoder
-    from trainer_core.models.vocoder import write_wav
 
     if not args.source.is_file():
         raise VegaError(f"--in {args.source}: no such file")

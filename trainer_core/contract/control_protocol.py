@@ -1,7 +1,7 @@
 """The control wire: commands a client sends on a run's socket, and the trainer's replies.
 
 One JSON object per line each way (`{"cmd": "pause", "id": "<optional client id>"}`); the socket itself is in
-`contract.control_client` (client) and `engine.control` (server).
+`contract.control_client` (client) and `engine.control_server` (server).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ A `VEGA_FAULT_*` variable left in a shell (the dashboard passes its environment 
 field would otherwise crash, hold or weaken a real run without a word. With the gate closed they are ignored and
 the trainer says so (a `warning` event with code `fault_switches_ignored`); with it open every run they change
 starts with a `warning` event coded `fault_injection_on`, and the dashboard shows a banner. The switches themselves
-live in `engine.faults` and `engine.checkpoint`; torch-free, so the dashboard reads the codes from here.
+live in `engine.faults` and `engine.checkpoint_manager`; torch-free, so the dashboard reads the codes from here.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from trainer_core.engine.checkpoint import find_resume, load_checkpoint
+from trainer_core.engine.checkpoint_manager import find_resume, load_checkpoint
 from trainer_core.world import DistributedError, World
 
 Found = tuple[Path, dict[str, Any], list[str]]

@@ -17,7 +17,7 @@ from trainer_core.contract.protocol import PausedEvent, ResumedEvent
 from trainer_core.engine.distributed import MAX_COMMANDS, Agreement, StepSync
 
 if TYPE_CHECKING:
-    from trainer_core.engine.checkpointing import Checkpointer
+    from trainer_core.engine.checkpointer import Checkpointer
     from trainer_core.engine.evaluation import Evaluator
     from trainer_core.engine.events import EventHub
     from trainer_core.engine.loop_state import LoopState

@@ -26,8 +26,8 @@ from trainer_core.contract.protocol import (
     ValidationEvent,
 )
 from trainer_core.engine.budget import PASS_SHARE, PassAllowance
-from trainer_core.engine.checkpoint import remove_temp_leftovers
-from trainer_core.engine.checkpointing import Checkpointer
+from trainer_core.engine.checkpoint_manager import remove_temp_leftovers
+from trainer_core.engine.checkpointer import Checkpointer
 from trainer_core.engine.distributed import reduce_sums
 from trainer_core.engine.events import NO_EVENT, EventHub
 from trainer_core.engine.faults import eval_sleep_s, eval_unbudgeted, hold_at

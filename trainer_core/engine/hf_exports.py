@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer_core.contract import rundir
-from trainer_core.engine.checkpoint import checkpoint_dir, load_checkpoint, read_best
+from trainer_core.engine.checkpoint_manager import checkpoint_dir, load_checkpoint, read_best
 from trainer_core.engine.events import EventHub
 
 log = logging.getLogger("trainer_core")

@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from trainer_core.contract.protocol import MemoryDecision, MemoryEvent
-from trainer_core.engine.memory import GIB, MemoryManager, MemoryReading, worse
+from trainer_core.engine.memory_manager import GIB, MemoryManager, MemoryReading, worse
 
 if TYPE_CHECKING:
     from trainer_core.engine.control_state import ControlState

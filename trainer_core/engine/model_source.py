@@ -2,7 +2,7 @@
 
 `load_model_source(PATH)` takes a run folder (its export, else its best checkpoint, else its newest one), a
 checkpoint file or an export folder (`contract.init_sources.resolve_source` picks the file). Checkpoints are read
-with `torch.load(weights_only=True)` (`engine.checkpoint.load_checkpoint`), exports with safetensors: nothing in
+with `torch.load(weights_only=True)` (`engine.checkpoint_manager.load_checkpoint`), exports with safetensors: nothing in
 either can run code. Besides the state dict it returns the model kind, the audio features, the text vocabulary
 (one code point per id, -1 for the special symbols) and the speaker names, from the checkpoint's own profile
 TOML or the export's config.json, and the source's mel statistics (which a new run recomputes on its own data).
@@ -26,7 +26,7 @@ from trainer_core.contract.init_sources import (
     resolve_source,
     run_data_mode,
 )
-from trainer_core.engine.checkpoint import load_checkpoint
+from trainer_core.engine.checkpoint_manager import load_checkpoint
 from trainer_core.engine.export import load_exported
 
 # Prefixes a wrapped model (DistributedDataParallel, torch.compile) adds to state dict names.

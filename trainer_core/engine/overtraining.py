@@ -16,7 +16,7 @@ from pathlib import Path
 
 from trainer_core.contract.protocol import Event, OvertrainingEvent, StepEvent, ValidationEvent
 from trainer_core.contract.units import format_number
-from trainer_core.engine.checkpoint import read_best
+from trainer_core.engine.checkpoint_manager import read_best
 from trainer_core.engine.events import NO_EVENT, EventHub
 
 log = logging.getLogger("trainer_core")

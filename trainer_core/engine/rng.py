@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from trainer_core.engine.checkpoint import CheckpointError
+from trainer_core.engine.checkpoint_manager import CheckpointError
 
 RNG_STATE_VERSION = 1
 

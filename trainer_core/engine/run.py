@@ -225,7 +225,7 @@ def _wandb(plan: TrainPlan, hub: EventHub, run_dir: Path) -> AbstractContextMana
 def _refuse_a_live_run(run_dir: Path) -> None:
     """Two trainers in one run folder would interleave events and overwrite checkpoints: refuse early."""
     from trainer_core.contract.control_client import control_socket_path
-    from trainer_core.engine.control import socket_answers
+    from trainer_core.engine.control_server import socket_answers
 
     path = control_socket_path(run_dir)
     if path.is_socket() and socket_answers(path):
@@ -239,7 +239,7 @@ def _refuse_a_live_run(run_dir: Path) -> None:
 def _control_socket(run_dir: Path, control: ControlState, hub: EventHub) -> Iterator[None]:
     """The control socket while training; where the path is too long for a socket, train without one."""
     from trainer_core.contract.control_client import ControlError, check_socket_path_length, control_socket_path
-    from trainer_core.engine.control import ControlServer
+    from trainer_core.engine.control_server import ControlServer
 
     try:
         check_socket_path_length(control_socket_path(run_dir))

@@ -23,7 +23,7 @@ from trainer_core.engine.events import EventHub
 from trainer_core.engine.faults import FaultInjector
 from trainer_core.engine.grad_scaler import abandon_iteration
 from trainer_core.engine.loop_state import LoopState, halve_micro_batch
-from trainer_core.engine.memory import MemoryManager
+from trainer_core.engine.memory_manager import MemoryManager
 from trainer_core.engine.optimizers import OptimizerGroups
 from trainer_core.engine.precision import PrecisionPolicy
 from trainer_core.engine.profiler import StepProfiler

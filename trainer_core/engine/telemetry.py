@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from trainer_core.contract.profile import Profile
     from trainer_core.engine.events import EventHub
     from trainer_core.engine.loop_state import LoopState
-    from trainer_core.engine.memory import MemoryManager
+    from trainer_core.engine.memory_manager import MemoryManager
     from trainer_core.engine.profiler import StepProfiler
     from trainer_core.engine.run_length import RunLength
     from trainer_core.world import World

@@ -6,7 +6,7 @@
 - `RunLength` (engine.run_length): the schedule's length and warmup, the time budget;
 - `Telemetry` (engine.telemetry): step and profile events, the ETA;
 - `MemoryGuard` (engine.memory_guard): memory against its budget; releases, shrinks the micro-batch, pauses;
-- `Checkpointer` (engine.checkpointing): save and exact restore;
+- `Checkpointer` (engine.checkpointer): save and exact restore;
 - `Evaluator` (engine.evaluation): validation, samples, best model, early stopping;
 - `Controller` (engine.control_state): pause, resume, save, evaluate, stop (agreed over ranks under DDP).
 Set-up (device, task, precision) happens in `engine.setup`. Under torchrun every rank runs this same loop
@@ -24,8 +24,8 @@ import torch
 
 from trainer_core.contract.profile import Profile
 from trainer_core.contract.protocol import EpochEndEvent, EpochStartEvent, FinishedStatus
-from trainer_core.engine.checkpoint import CheckpointManager, read_best
-from trainer_core.engine.checkpointing import Checkpointer, plain_config
+from trainer_core.engine.checkpoint_manager import CheckpointManager, read_best
+from trainer_core.engine.checkpointer import Checkpointer, plain_config
 from trainer_core.engine.control_state import Controller, ControlState
 from trainer_core.engine.distributed import share_initial_weights, wrap_model
 from trainer_core.engine.evaluation import Evaluator
@@ -33,8 +33,8 @@ from trainer_core.engine.events import EventHub
 from trainer_core.engine.faults import FaultInjector
 from trainer_core.engine.group_step import GroupedStepRunner
 from trainer_core.engine.loop_state import LoopState
-from trainer_core.engine.memory import MemoryManager
 from trainer_core.engine.memory_guard import MemoryGuard
+from trainer_core.engine.memory_manager import MemoryManager
 from trainer_core.engine.nonfinite_guard import NonfiniteGuard
 from trainer_core.engine.optimizers import task_groups
 from trainer_core.engine.precision import NonfiniteTracker, PrecisionPolicy

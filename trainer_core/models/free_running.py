@@ -18,8 +18,8 @@ import numpy as np
 from trainer_core.data.audio import load_audio
 from trainer_core.data.mel import MelExtractor
 from trainer_core.models.eval_cache import EvalCache, digest
+from trainer_core.models.griffin_lim import mel_to_audio
 from trainer_core.models.griffin_lim_batch import evaluation_threads, mels_to_audio
-from trainer_core.models.vocoder import mel_to_audio
 from trainer_core.scoring.speech_scores import ItemScore, Recording, Scores, recording, score_heard
 
 if TYPE_CHECKING:

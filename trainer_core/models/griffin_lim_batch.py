@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from trainer_core.contract.fault_gate import EVAL_UNBUDGETED_ENV, switch_on
-from trainer_core.models.vocoder import MOMENTUM, log_mel_to_magnitude
+from trainer_core.models.griffin_lim import MOMENTUM, log_mel_to_magnitude
 
 if TYPE_CHECKING:
     import torch

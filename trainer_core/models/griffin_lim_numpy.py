@@ -1,7 +1,7 @@
 """Griffin-Lim in numpy alone: log-mels back to audio where torch is not installed (`synth --onnx` of a voice
 exported without a vocoder).
 
-The same steps as the torch version (`trainer_core.models.vocoder`): values at the log floor become silence, mel
+The same steps as the torch version (`trainer_core.models.griffin_lim`): values at the log floor become silence, mel
 power goes back to linear-frequency power by non-negative least squares (projected gradient from the clamped
 pseudo-inverse), its square root is the magnitude, and fast Griffin-Lim (momentum 0.99, a seeded random start)
 finds a phase. The STFT and its inverse match `torch.stft` / `torch.istft` with `center=True` and zero padding.
@@ -19,7 +19,7 @@ from trainer_core.contract.errors import VegaError
 from trainer_core.contract.profile import AudioSection
 from trainer_core.data.mel_filters import mel_filterbank
 
-# As in trainer_core.models.vocoder: the momentum, the least-squares refinement and the floor judgement.
+# As in trainer_core.models.griffin_lim: the momentum, the least-squares refinement and the floor judgement.
 MOMENTUM = 0.99
 NNLS_STEPS = 50
 FLOOR_TOLERANCE = 1e-5

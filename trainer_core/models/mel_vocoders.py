@@ -47,7 +47,7 @@ class MelVocoder:
     def __call__(self, mel: torch.Tensor | np.ndarray) -> np.ndarray:
         tensor = mel if isinstance(mel, torch.Tensor) else torch.from_numpy(np.asarray(mel, dtype=np.float32))
         if self.generator is None:
-            from trainer_core.models.vocoder import mel_to_audio
+            from trainer_core.models.griffin_lim import mel_to_audio
 
             return mel_to_audio(tensor, self.audio, self.griffin_lim_iters)
         device = next(self.generator.parameters()).device

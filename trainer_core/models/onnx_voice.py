@@ -154,7 +154,7 @@ class OnnxVoice:
     ) -> dict[str, Any]:
         """Speak `text` into `out` (16-bit WAV) as `speaker` (a name; None: the first); return what was written,
         as `synth` prints it."""
-        from trainer_core.models.vocoder import write_wav
+        from trainer_core.models.griffin_lim import write_wav
 
         speaker_id = self.speaker_id(speaker)
         ids = self.encoder.encode(text)

@@ -38,10 +38,10 @@ from trainer_core.models.gan_vocoder import (
     discriminator_loss,
     feature_matching_loss,
 )
+from trainer_core.models.griffin_lim import write_wav
 from trainer_core.models.loss_table import weighted_total
 from trainer_core.models.mel_vocoders import vocoder_config
 from trainer_core.models.registry import TaskRequest, register_task
-from trainer_core.models.vocoder import write_wav
 from trainer_core.models.voice_task import choose_where, samples_folder
 
 if TYPE_CHECKING:

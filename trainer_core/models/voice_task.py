@@ -41,13 +41,13 @@ from trainer_core.models.free_running import (
     evaluate_free_running,
     pick_sentences,
 )
+from trainer_core.models.griffin_lim import write_wav
 from trainer_core.models.griffin_lim_batch import evaluation_threads
 from trainer_core.models.loss_table import weighted_total
 from trainer_core.models.mel_vocoders import load_vocoder
 from trainer_core.models.registry import TaskRequest, register_task
 from trainer_core.models.text_frontend import TextEncoder
 from trainer_core.models.tts import AcousticModel, TtsConfig, build_tts_model
-from trainer_core.models.vocoder import write_wav
 from trainer_core.models.voice_views import ClipViews
 
 if TYPE_CHECKING:

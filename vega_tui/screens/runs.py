@@ -1,6 +1,6 @@
 """The runs screen: every run under the runs root, its state, results, disk use and loss curves.
 
-Listing (`vega_tui.runs.list_runs`, reading only the head and tail of each log), loading curves,
+Listing (`vega_tui.run_summary.list_runs`, reading only the head and tail of each log), loading curves,
 measuring folders and every file operation happen on background threads
 (`vega_tui.screens.runs_workers`) that post messages; the list refreshes every few seconds so live
 runs move on their own. Space marks runs: their loss curves are overlaid here (with none marked,
@@ -29,7 +29,7 @@ from textual_plotext import PlotextPlot
 from trainer_core.contract.profile_loader import display_path
 from trainer_core.contract.rundir import TRASH
 from trainer_core.contract.units import format_bytes
-from vega_tui.runs import RunSummary, default_runs_root
+from vega_tui.run_summary import RunSummary, default_runs_root
 from vega_tui.screens import run_in_background
 from vega_tui.screens.runs_messages import (
     Curve,

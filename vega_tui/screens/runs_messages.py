@@ -12,7 +12,7 @@ from textual.message import Message
 if TYPE_CHECKING:
     from vega_tui.run_compare import Comparison
     from vega_tui.run_notes import RunNotes
-    from vega_tui.runs import RunSummary
+    from vega_tui.run_summary import RunSummary
 
 Post = Callable[[Message], bool]
 Curve = tuple[str, list[float], list[float]]

@@ -15,7 +15,7 @@ from trainer_core.contract.errors import VegaError
 from vega_tui import run_trash
 from vega_tui.run_compare import compare_runs
 from vega_tui.run_notes import read_notes, write_notes
-from vega_tui.runs import RunSummary, list_runs, loss_curve
+from vega_tui.run_summary import RunSummary, list_runs, loss_curve
 from vega_tui.screens.runs_messages import (
     ComparisonLoaded,
     Curve,

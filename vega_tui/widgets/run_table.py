@@ -12,7 +12,7 @@ from rich.text import Text
 from textual.widgets import DataTable
 
 from trainer_core.contract.units import format_bytes, format_duration, format_number
-from vega_tui.runs import RunSummary
+from vega_tui.run_summary import RunSummary
 
 STATUS_STYLES = {
     "live": "bold green",

@@ -18,7 +18,7 @@ import torch
 
 from trainer_core.models.base import SampleResult
 from trainer_core.models.free_running import FreeRunning, FreeRunningResult, HeldOutSentence, pick_sentences
-from trainer_core.models.vocoder import write_wav
+from trainer_core.models.griffin_lim import write_wav
 from trainer_core.models.voice_task import MAX_SAMPLE_SPEAKERS, sample_name, samples_folder
 
 if TYPE_CHECKING:

@@ -3,7 +3,7 @@
 A checkpoint holds the loop's own state (model, every optimizer group with its schedule, the loss scaler,
 RNG, counters, data position) and, in `extra["model_config"]`, the task's model config (what an export's
 config.json holds under "model", e.g. a voice's speaker names); the file format and the atomic write live in
-`engine.checkpoint`.
+`engine.checkpoint_manager`.
 
 Under DDP every rank enters `save` at the same step (the loop's decisions agree), because the checkpoint
 gathers each rank's random streams; rank 0 alone writes the file, holding the unwrapped model's weights.
@@ -19,7 +19,7 @@ from typing import Any
 
 from trainer_core.contract.profile import Profile
 from trainer_core.contract.protocol import CheckpointSavedEvent
-from trainer_core.engine.checkpoint import (
+from trainer_core.engine.checkpoint_manager import (
     CheckpointError,
     CheckpointManager,
     check_model_compatible,
