@@ -1,11 +1,13 @@
-"""Shared helpers for the benchmark scripts in bench/: results, machine facts, timing, Vega runs, data.
+"""Shared helpers for the benchmark scripts in bench/: results, machine
+facts, timing, Vega runs, data.
 
 Every benchmark script builds a `Result` (figures with their targets), writes it as JSON under
 `--out` (default bench/.data/results) and prints it; `bench/run_all` runs the scripts and renders
 docs/benchmarks.md from those JSON files. Figures are ratios measured side by side in one process,
 repeated and reduced with the median, because this kind of machine is shared and noisy.
 
-Scripts import this module as `common` (it sits beside them, so running `python bench/x.py` finds it).
+Scripts import this module as `common` (it sits beside them, so running
+`python bench/x.py` finds it).
 """
 
 from __future__ import annotations
@@ -62,7 +64,8 @@ if TYPE_CHECKING:
     from trainer_core.engine.trainer import Trainer
     from trainer_core.plan import TrainPlan
 
-# `--tiny` smoke settings over the shipped lm-small / tts-small profiles: the tiny model of trainer_core.tiny_profiles.
+# `--tiny` smoke settings over the shipped lm-small / tts-small profiles: the tiny model
+# of trainer_core.tiny_profiles.
 LM_TINY = [*tiny_settings("lm"), "data.context_bytes=32", "train.batch_size=4"]
 TTS_TINY = tiny_settings("tts")
 VOCODER_TINY = [*tiny_settings("vocoder", ("vocoder",)), "train.batch_size=4"]
@@ -74,7 +77,8 @@ VOCODER_TINY = [*tiny_settings("vocoder", ("vocoder",)), "train.batch_size=4"]
 
 @dataclass
 class Figure:
-    """One measured figure: its value, what it should reach, and whether it did (None: no target)."""
+    """One measured figure: its value, what it should reach, and whether it
+    did (None: no target)."""
 
     name: str
     value: float | None
@@ -96,7 +100,8 @@ class Result:
     settings: dict[str, Any] = field(default_factory=dict)
     machine: dict[str, Any] = field(default_factory=dict)
     started: str = ""
-    commit: str = ""  # git HEAD measured, " dirty" when the tree had changes; "" in results from before
+    # git HEAD measured, " dirty" when the tree had changes; "" in results from before
+    commit: str = ""
     seconds: float = 0.0
     load_before: list[float] = field(default_factory=list)
     load_after: list[float] = field(default_factory=list)
@@ -120,7 +125,8 @@ class Result:
 
 
 def start_result(key: str, title: str, settings: dict[str, Any]) -> Result:
-    """A Result stamped with the command line, the machine, the commit, the date and the load average now."""
+    """A Result stamped with the command line, the machine, the commit, the
+    date and the load average now."""
     return Result(
         key=key,
         title=title,
@@ -194,12 +200,22 @@ def base_parser(description: str) -> argparse.ArgumentParser:
     """Options every benchmark has: --tiny (seconds-long smoke settings for the tests) and --out."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument(
-        "--tiny", action="store_true", help="smallest settings: checks the script runs, measures nothing"
+        "--tiny",
+        action="store_true",
+        help="smallest settings: checks the script runs, measures nothing",
     )
     parser.add_argument(
-        "--out", type=Path, default=RESULTS, help="folder for the JSON result (default: bench/.data/results)"
+        "--out",
+        type=Path,
+        default=RESULTS,
+        help="folder for the JSON result (default: bench/.data/results)",
     )
-    parser.add_argument("--repeats", type=int, default=None, help="interleaved repetitions (default depends on --tiny)")
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=None,
+        help="interleaved repetitions (default depends on --tiny)",
+    )
     return parser
 
 
@@ -220,12 +236,14 @@ def spread(values: Sequence[float]) -> str:
 
 
 def rotations(names: Sequence[str], repeats: int) -> list[list[str]]:
-    """The order of each repetition: rotated each time, so that slow drift of the machine hits every side."""
+    """The order of each repetition: rotated each time, so that slow drift
+    of the machine hits every side."""
     return [[names[(r + i) % len(names)] for i in range(len(names))] for r in range(repeats)]
 
 
 def timed(fn: Callable[..., Any], totals: dict[str, float], key: str) -> Callable[..., Any]:
-    """`fn` wrapped so that its run time adds to `totals[key]` (and a call count to `totals[key + '#']`)."""
+    """`fn` wrapped so that its run time adds to `totals[key]` (and a call
+    count to `totals[key + '#']`)."""
     clock = time.perf_counter
 
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -243,7 +261,9 @@ def steady_step_s(stamps: Sequence[float], warmup: int) -> float:
     """Mean seconds per step after `warmup` steps, from the end-of-step timestamps of every step."""
     measured = len(stamps) - warmup
     if warmup < 1 or measured < 1:
-        raise ValueError(f"need at least one warm-up step and one measured step, got {len(stamps)} stamps")
+        raise ValueError(
+            f"need at least one warm-up step and one measured step, got {len(stamps)} stamps"
+        )
     return (stamps[-1] - stamps[warmup - 1]) / measured
 
 
@@ -265,14 +285,18 @@ class VegaRun:
 
 
 def vega_plan(profile: str, overrides: Sequence[str], run_dir: Path) -> TrainPlan:
-    """The plan for a profile on the CPU, ignoring any per-user machine file (reproducible settings)."""
+    """The plan for a profile on the CPU, ignoring any per-user machine file
+    (reproducible settings)."""
     from trainer_core.plan import make_plan
 
-    return make_plan(profile, ["compute.mode=cpu", *overrides], run_dir=run_dir, use_machine_file=False)
+    return make_plan(
+        profile, ["compute.mode=cpu", *overrides], run_dir=run_dir, use_machine_file=False
+    )
 
 
 def build_vega(plan: TrainPlan, run_dir: Path) -> VegaRun:
-    """A trainer writing real events to `run_dir/events.jsonl`, with profiler and memory manager on."""
+    """A trainer writing real events to `run_dir/events.jsonl`, with
+    profiler and memory manager on."""
     from trainer_core.contract import rundir
     from trainer_core.contract.eventlog import EventWriter
     from trainer_core.engine.control_state import ControlState
@@ -288,11 +312,13 @@ def build_vega(plan: TrainPlan, run_dir: Path) -> VegaRun:
 
 
 def fit_steps(run: VegaRun, steps: int, hook: Callable[[], None] | None = None) -> list[float]:
-    """Run `Trainer.fit()` for `steps` optimizer steps, then stop it the way the control socket does.
+    """Run `Trainer.fit()` for `steps` optimizer steps, then stop it the way
+    the control socket does.
 
-    Returns the perf_counter time at the end of each step (after its events and monitoring), measured
-    from outside by wrapping the instance's `after_step`: the engine's code is not changed. `hook()` is
-    called right after each step's time is taken (a `Paired` reference step, a counter snapshot).
+    Returns the perf_counter time at the end of each step (after its events and
+    monitoring), measured from outside by wrapping the instance's `after_step`: the
+    engine's code is not changed. `hook()` is called right after each step's time is taken
+    (a `Paired` reference step, a counter snapshot).
     """
     trainer, stamps = run.trainer, run.stamps
     inner = trainer.after_step
@@ -316,8 +342,9 @@ def fit_steps(run: VegaRun, steps: int, hook: Callable[[], None] | None = None) 
 def train_shipped(
     profile: str, scratch: Path, name: str, sets: Sequence[str], extra: Sequence[str] = ()
 ) -> tuple[Path, float]:
-    """`trainer-core train --profile <profile>` as shipped (no machine file, CPU, no report) into scratch/name with
-    `--set` overrides; (run folder, wall seconds). SystemExit with the trainer's last stderr when it fails."""
+    """`trainer-core train --profile <profile>` as shipped (no machine file, CPU, no report) into
+    scratch/name with `--set` overrides; (run folder, wall seconds). SystemExit with the
+    trainer's last stderr when it fails."""
     run_dir = scratch / name
     argv = [*TRAINER_CORE, "train", "--profile", profile, "--run-dir", str(run_dir), *extra]
     for item in ["compute.mode=cpu", "logging.report=false", *sets]:
@@ -325,7 +352,9 @@ def train_shipped(
     env = {**os.environ, "VEGA_CONFIG_DIR": str(scratch / "config")}
     t0 = time.perf_counter()
     with open(scratch / f"{name}.err", "wb") as err:
-        status = subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=err, check=False).returncode
+        status = subprocess.run(
+            argv, env=env, stdout=subprocess.DEVNULL, stderr=err, check=False
+        ).returncode
     if status != 0:
         tail = (scratch / f"{name}.err").read_text(encoding="utf-8", errors="replace")[-2000:]
         raise SystemExit(f"{name}: training failed (exit {status}):\n{tail}")
@@ -339,11 +368,13 @@ def read_events(run_dir: Path) -> list[Any]:
 
 
 def data_wait_from_events(events: Sequence[Any], first_step: int) -> dict[str, float | None]:
-    """Data-wait fraction from `step` events (weighted by steps) and from `profile_breakdown` events,
-    counting only windows that end after `first_step` (the warm-up is left out)."""
+    """Data-wait fraction from `step` events (weighted by steps) and from `profile_breakdown`
+    events, counting only windows that end after `first_step` (the warm-up is left out)."""
     steps = [e for e in events if e.type == "step" and e.step > first_step]
     weights = sum(e.steps_in_window for e in steps)
-    from_steps = sum(e.data_wait_frac * e.steps_in_window for e in steps) / weights if weights else None
+    from_steps = (
+        sum(e.data_wait_frac * e.steps_in_window for e in steps) / weights if weights else None
+    )
     breakdowns = [e for e in events if e.type == "profile_breakdown"]
     phases = ("data_s", "transfer_s", "forward_s", "backward_s", "optimizer_s")
     total = sum(getattr(e, p) * e.steps for e in breakdowns for p in phases)
@@ -356,10 +387,12 @@ def data_wait_from_events(events: Sequence[Any], first_step: int) -> dict[str, f
 
 
 class RawLoop:
-    """A plain hand-written PyTorch loop, one step per `step()`: zero_grad, forward, backward, clip, step.
+    """A plain hand-written PyTorch loop, one step per `step()`: zero_grad,
+    forward, backward, clip, step.
 
-    `batches` is any iterator of batches (resident ones, or the corpus iterator); `scheduler` is stepped
-    after the optimizer when given. The loss is read back once per step, as a loop that logs it does.
+    `batches` is any iterator of batches (resident ones, or the corpus iterator);
+    `scheduler` is stepped after the optimizer when given. The loss is read back once per
+    step, as a loop that logs it does.
     """
 
     def __init__(
@@ -391,14 +424,21 @@ class RawLoop:
 
 
 class TwoOptimizerLoop:
-    """A hand-written GAN step over a task's optimizer groups, in their update order: for each group zero_grad,
-    its loss (`Task.group_losses`, the carry shared along the step), backward, clip, step; then every schedule
-    steps and the losses are read back once. Earlier groups are frozen during later groups' passes, as Vega
-    does (`freeze=False`: HiFi-GAN's reference loop, which also computes the discriminator's unused gradients
-    in the generator's backward). Nothing is snapshotted or guarded: the plain loop."""
+    """A hand-written GAN step over a task's optimizer groups, in their update order: for each group
+    zero_grad, its loss (`Task.group_losses`, the carry shared along the step), backward, clip,
+    step; then every schedule steps and the losses are read back once. Earlier groups are frozen
+    during later groups' passes, as Vega does (`freeze=False`: HiFi-GAN's reference loop, which also
+    computes the discriminator's unused gradients in the generator's backward). Nothing is
+    snapshotted or guarded: the plain loop."""
 
     def __init__(
-        self, task: Any, model: Any, batches: Iterable[Any], profile: Any, total_steps: int, freeze: bool = True
+        self,
+        task: Any,
+        model: Any,
+        batches: Iterable[Any],
+        profile: Any,
+        total_steps: int,
+        freeze: bool = True,
     ) -> None:
         names = {id(p): n for n, p in task.model.named_parameters()}
         params = dict(model.named_parameters())
@@ -406,8 +446,15 @@ class TwoOptimizerLoop:
         for spec in task.optimizer_groups():
             own = [params[names[id(p)]] for p in spec.params]
             optimizer = adamw_like_vega(own, profile, lr=spec.lr, betas=spec.betas)
-            self.groups.append((spec.name, own, optimizer, scheduler_like_vega(optimizer, profile, total_steps)))
-        self.task, self.model, self.batches, self.clip = task, model, iter(batches), profile.train.grad_clip
+            self.groups.append(
+                (spec.name, own, optimizer, scheduler_like_vega(optimizer, profile, total_steps))
+            )
+        self.task, self.model, self.batches, self.clip = (
+            task,
+            model,
+            iter(batches),
+            profile.train.grad_clip,
+        )
         self.freeze = freeze
         model.train()
 
@@ -435,12 +482,12 @@ class TwoOptimizerLoop:
 
 
 class Paired:
-    """Per-step pairing on a noisy machine: right after each step of a framework's loop, one step of the
-    reference loop runs and is timed on its own. Neighbouring steps see the same load, so the ratio of
-    each pair is far steadier than the ratio of two runs measured one after the other.
+    """Per-step pairing on a noisy machine: right after each step of a framework's loop, one step of
+    the reference loop runs and is timed on its own. Neighbouring steps see the same load, so the
+    ratio of each pair is far steadier than the ratio of two runs measured one after the other.
 
-    Call the instance after every framework step (it is the hook). The framework's step i lasts from the
-    end of the reference step after step i-1 to the end of step i: one whole loop iteration.
+    Call the instance after every framework step (it is the hook). The framework's step i lasts from
+    the end of the reference step after step i-1 to the end of step i: one whole loop iteration.
     """
 
     def __init__(self, reference_step: Callable[[], None]) -> None:
@@ -458,7 +505,8 @@ class Paired:
         self.resumes.append(t1)
 
     def framework_s(self, warmup: int) -> list[float]:
-        """Seconds of each framework step after `warmup` steps (at least 1: the first has no start mark)."""
+        """Seconds of each framework step after `warmup` steps (at least 1:
+        the first has no start mark)."""
         return [self.ends[i] - self.resumes[i - 1] for i in range(max(1, warmup), len(self.ends))]
 
     def reference_s(self, warmup: int) -> list[float]:
@@ -466,22 +514,28 @@ class Paired:
 
     def ratios(self, warmup: int) -> list[float]:
         """framework / reference seconds, one per measured pair."""
-        return [f / r for f, r in zip(self.framework_s(warmup), self.reference_s(warmup), strict=True)]
+        return [
+            f / r for f, r in zip(self.framework_s(warmup), self.reference_s(warmup), strict=True)
+        ]
 
 
 def adamw_like_vega(model: Any, profile: Any, lr: float | None = None, betas: Any = None) -> Any:
-    """The optimizer Vega builds for a profile on the CPU: AdamW with its hyper-parameters and torch's default
-    implementation there (Vega asks for `fused` only on CUDA). `model` may be a module or a parameter list;
-    `lr` and `betas` stand for an optimizer group's own settings."""
+    """The optimizer Vega builds for a profile on the CPU: AdamW with its hyper-parameters and
+    torch's default implementation there (Vega asks for `fused` only on CUDA). `model` may be a
+    module or a parameter list; `lr` and `betas` stand for an optimizer group's own settings."""
     import torch
 
     t = profile.train
     params = model.parameters() if hasattr(model, "parameters") else model
-    return torch.optim.AdamW(params, lr=lr or t.lr, betas=betas or t.betas, weight_decay=t.weight_decay)
+    return torch.optim.AdamW(
+        params, lr=lr or t.lr, betas=betas or t.betas, weight_decay=t.weight_decay
+    )
 
 
 def scheduler_like_vega(optimizer: Any, profile: Any, total_steps: int) -> Any:
     from trainer_core.engine.schedule import build_lr_scheduler
 
     t = profile.train
-    return build_lr_scheduler(optimizer, t.schedule, t.warmup_steps, total_steps, t.restart_period, t.restart_mult)
+    return build_lr_scheduler(
+        optimizer, t.schedule, t.warmup_steps, total_steps, t.restart_period, t.restart_mult
+    )

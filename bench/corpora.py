@@ -1,4 +1,5 @@
-"""Data the benchmarks train on: voice corpora spoken by espeak-ng, and English prose for text models."""
+"""Data the benchmarks train on: voice corpora spoken by espeak-ng, and
+English prose for text models."""
 
 from __future__ import annotations
 
@@ -17,8 +18,8 @@ def espeak_path() -> str | None:
 
 
 def espeak_speaker() -> Callable[[str, str, int], tuple[Any, int]] | None:
-    """speak(text, voice, words per minute) -> (float32 wave, rate) from espeak-ng's library (the wheel), else
-    from the espeak-ng program; None when neither is there."""
+    """speak(text, voice, words per minute) -> (float32 wave, rate) from espeak-ng's library (the
+    wheel), else from the espeak-ng program; None when neither is there."""
     import numpy as np
 
     from trainer_core.models.espeak_library import library_or_reason
@@ -40,7 +41,11 @@ def espeak_speaker() -> Callable[[str, str, int], tuple[Any, int]] | None:
 
         with tempfile.TemporaryDirectory() as folder:
             raw = Path(folder) / "speech.wav"
-            subprocess.run([exe, "-v", voice, "-s", str(wpm), "-w", str(raw), text], check=True, capture_output=True)
+            subprocess.run(
+                [exe, "-v", voice, "-s", str(wpm), "-w", str(raw), text],
+                check=True,
+                capture_output=True,
+            )
             return sf.read(str(raw), dtype="float32")
 
     return speak_program
@@ -61,18 +66,20 @@ def corpus_sentences(count: int, min_chars: int = 40, max_chars: int = 140) -> l
                 found.append(clean)
                 if len(found) == count:
                     return found
-    raise RuntimeError(f"the demo text holds only {len(found)} usable sentences, {count} were asked for")
+    raise RuntimeError(
+        f"the demo text holds only {len(found)} usable sentences, {count} were asked for"
+    )
 
 
 def espeak_voice_corpus(
     folder: Path, count: int, sample_rate: int = 44100, voices: tuple[str, ...] = ("en-us", "en-gb")
 ) -> Path:
-    """A voice folder of `count` espeak-ng recordings (16-bit WAV at `sample_rate`) with metadata.csv; the
-    sentences take turns among `voices` (one voice: a single-speaker corpus).
+    """A voice folder of `count` espeak-ng recordings (16-bit WAV at `sample_rate`) with
+    metadata.csv; the sentences take turns among `voices` (one voice: a single-speaker corpus).
 
     Reused when it already holds `count` files (generation is deterministic). espeak-ng speaks at
-    22050 Hz; the files are resampled to `sample_rate` so that loading them needs a resample, as real
-    44.1 kHz recordings do. RuntimeError when espeak-ng is not installed.
+    22050 Hz; the files are resampled to `sample_rate` so that loading them needs a resample, as
+    real 44.1 kHz recordings do. RuntimeError when espeak-ng is not installed.
     """
     done = folder / "metadata.csv"
     if done.is_file() and len(done.read_text(encoding="utf-8").splitlines()) == count:
@@ -80,8 +87,8 @@ def espeak_voice_corpus(
     speak = espeak_speaker()
     if speak is None:
         raise RuntimeError(
-            "espeak-ng is not available (pip install espeakng-loader, or apt-get install espeak-ng): "
-            "cannot generate the voice corpus"
+            "espeak-ng is not available (pip install espeakng-loader, or apt-get install"
+            " espeak-ng): cannot generate the voice corpus"
         )
     wavs = folder / "wavs"
     wavs.mkdir(parents=True, exist_ok=True)
@@ -102,7 +109,12 @@ def espeak_voice_corpus(
 
 
 def _save_speech(
-    speak: Callable[[str, str, int], tuple[Any, int]], text: str, path: Path, voice: str, speed: int, sample_rate: int
+    speak: Callable[[str, str, int], tuple[Any, int]],
+    text: str,
+    path: Path,
+    voice: str,
+    speed: int,
+    sample_rate: int,
 ) -> None:
     import numpy as np
     import soundfile as sf
@@ -121,8 +133,8 @@ def audio_seconds(paths: Iterable[Path]) -> float:
 
 
 def voice_data(files: int, tiny: bool, notes: list[str]) -> Path:
-    """The voice folder TTS benchmarks train on: the tests' 40-clip voice for --tiny, else `files` espeak-ng
-    recordings (the 40-clip voice, with a note saying so, when espeak-ng is missing)."""
+    """The voice folder TTS benchmarks train on: the tests' 40-clip voice for --tiny, else `files`
+    espeak-ng recordings (the 40-clip voice, with a note saying so, when espeak-ng is missing)."""
     if tiny:
         return SMALL_VOICE
     try:
@@ -133,14 +145,15 @@ def voice_data(files: int, tiny: bool, notes: list[str]) -> Path:
 
 
 def voice_overrides(folder: Path) -> list[str]:
-    """Profile overrides that point a TTS profile at `folder`, with the benchmarks' own feature cache."""
+    """Profile overrides that point a TTS profile at `folder`, with the
+    benchmarks' own feature cache."""
     return [f"data.path={folder}", f"data.cache_dir={FEATURE_CACHE}"]
 
 
 def docstring_corpus(folder: Path, target_bytes: int) -> Path:
-    """English prose that is not the bundled book: the docstrings of this Python's standard library, read with
-    `ast` (nothing is imported), in sorted file order, one text file per source file, until `target_bytes`.
-    Reused when already written."""
+    """English prose that is not the bundled book: the docstrings of this Python's standard library,
+    read with `ast` (nothing is imported), in sorted file order, one text file per source file,
+    until `target_bytes`. Reused when already written."""
     import ast
     import sysconfig
 
@@ -155,8 +168,13 @@ def docstring_corpus(folder: Path, target_bytes: int) -> Path:
             tree = ast.parse(source.read_text(encoding="utf-8"))
         except (SyntaxError, UnicodeDecodeError, OSError):
             continue
-        nodes = [tree, *(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.ClassDef))]
-        texts = [doc.strip() for node in nodes if (doc := ast.get_docstring(node)) and len(doc) > 80]
+        nodes = [
+            tree,
+            *(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.ClassDef)),
+        ]
+        texts = [
+            doc.strip() for node in nodes if (doc := ast.get_docstring(node)) and len(doc) > 80
+        ]
         if texts:
             text = "\n\n".join(texts) + "\n"
             (folder / f"{source.stem}.txt").write_text(text, encoding="utf-8")

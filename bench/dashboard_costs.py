@@ -1,5 +1,5 @@
-"""Parts of benchmark 5 (bench/dashboard_speed.py) kept apart: key presses while a big log's exact history is
-read, the in-process costs behind opening it, and the open profiled under py-spy."""
+"""Parts of benchmark 5 (bench/dashboard_speed.py) kept apart: key presses while a big log's exact
+history is read, the in-process costs behind opening it, and the open profiled under py-spy."""
 
 from __future__ import annotations
 
@@ -23,9 +23,10 @@ CHARTS_TAB = "learning rate"  # a chart title: on screen only while the Charts t
 def keys_during_history(
     term: Terminal, run_dir: Path, final_step: int, presses: int, in_thread: bool, timeout: float
 ) -> dict[str, object]:
-    """Open the big log; as soon as its preview shows, press 2 and 1 in turn (each timed until the screen shows
-    the other tab), then wait for the exact history: latencies (s) of presses sent while the status line still
-    said "history", and the seconds from spawn until the exact history replaced the preview."""
+    """Open the big log; as soon as its preview shows, press 2 and 1 in turn (each timed until
+    the screen shows the other tab), then wait for the exact history: latencies (s) of presses
+    sent while the status line still said "history", and the seconds from spawn until the
+    exact history replaced the preview."""
     env = ["env", "VEGA_HISTORY_WORKER=0"] if in_thread else []
     shown = re.compile(rf"\bstep {final_step}\b")
     t0 = term.open([*env, *VEGA_TUI, "attach", str(run_dir)], run_dir.parent)
@@ -40,16 +41,23 @@ def keys_during_history(
             marker = LOGS_TAB if to_logs else CHARTS_TAB
             answered, screen = wait_screen(term, lambda s, m=marker: m in s, 10)
             if "history" not in screen.splitlines()[0]:
-                break  # the exact history arrived: later presses would not be measured under its load
+                # the exact history arrived: later presses would not be measured under its load
+                break
             latencies.append(float("inf") if answered is None else answered - sent)
             time.sleep(0.05)
         done, _ = wait_screen(
-            term, lambda s: "history" not in s.split("\n", 1)[0] and f"step {final_step}" in s, timeout
+            term,
+            lambda s: "history" not in s.split("\n", 1)[0] and f"step {final_step}" in s,
+            timeout,
         )
         after = key_presses(term, presses // 2) if done is not None else []
     finally:
         term.close()
-    return {"latencies": latencies, "history_s": None if done is None else done - t0, "after": after}
+    return {
+        "latencies": latencies,
+        "history_s": None if done is None else done - t0,
+        "after": after,
+    }
 
 
 def key_presses(term: Terminal, presses: int) -> list[float]:
@@ -69,7 +77,8 @@ def key_presses(term: Terminal, presses: int) -> list[float]:
 
 
 def ingest_costs(run_dir: Path, sample: int) -> dict[str, float]:
-    """In-process costs behind opening a big log: one liveness check, and per line parse and store costs."""
+    """In-process costs behind opening a big log: one liveness check, and
+    per line parse and store costs."""
     import json
 
     from trainer_core.contract.event_lines import parse_event
@@ -93,12 +102,18 @@ def ingest_costs(run_dir: Path, sample: int) -> dict[str, float]:
     for first in range(0, sample, 5000):
         store.apply(events[first : first + 5000])
     apply = (time.perf_counter() - t0) / sample
-    return {"liveness_s": liveness, "parse_us": parse * 1e6, "json_us": plain * 1e6, "apply_us": apply * 1e6}
+    return {
+        "liveness_s": liveness,
+        "parse_us": parse * 1e6,
+        "json_us": plain * 1e6,
+        "apply_us": apply * 1e6,
+    }
 
 
 def history_costs(run_dir: Path) -> dict[str, float]:
-    """What the run screen's follower does with a big log, timed in-process (no UI sharing the core): seconds
-    to its preview store (head, sampled middle, tail) and to the store of the exact history."""
+    """What the run screen's follower does with a big log, timed in-process (no UI
+    sharing the core): seconds to its preview store (head, sampled middle, tail) and to
+    the store of the exact history."""
     from vega_tui.follow import EventFollower
     from vega_tui.store import RunStore
 
@@ -123,13 +138,27 @@ def history_costs(run_dir: Path) -> dict[str, float]:
 
 
 def profile_open(term: Terminal, run_dir: Path, final_step: int, timeout: float) -> list[str]:
-    """Run the open once under py-spy; the hottest functions (own and inclusive time) as note lines."""
+    """Run the open once under py-spy; the hottest functions (own and
+    inclusive time) as note lines."""
     spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     if not Path(spy).is_file():
         return ["py-spy is not installed (pip install py-spy): the open was not profiled"]
     raw = run_dir.parent / "open-profile.txt"
     raw.unlink(missing_ok=True)
-    argv = [spy, "record", "--rate", "100", "--format", "raw", "-o", str(raw), "--", *VEGA_TUI, "attach", str(run_dir)]
+    argv = [
+        spy,
+        "record",
+        "--rate",
+        "100",
+        "--format",
+        "raw",
+        "-o",
+        str(raw),
+        "--",
+        *VEGA_TUI,
+        "attach",
+        str(run_dir),
+    ]
     term.open(argv, run_dir.parent)
     shown = re.compile(rf"\bstep {final_step}\b")
     seen, _ = wait_screen(term, lambda s: bool(shown.search(s)), timeout)
@@ -147,7 +176,8 @@ def profile_open(term: Terminal, run_dir: Path, final_step: int, timeout: float)
 
 
 def short_frame(frame: str) -> str:
-    """`function (folder/file.py:line)` from py-spy's `function (/long/path/folder/file.py:line)`."""
+    """`function (folder/file.py:line)` from py-spy's `function
+    (/long/path/folder/file.py:line)`."""
     name, _, where = frame.partition(" (")
     return f"{name} ({'/'.join(where.split('/')[-2:])}" if where else frame
 

@@ -1,11 +1,11 @@
 """Benchmark 15: does the default demo run keep improving to its end?
 
-`trainer-core train --profile demo` exactly as shipped (the 330-clip demo voice, its own epochs and validation
-interval), on this machine's CPU. Figures: the validation curve (teacher-forced loss on the held-out clips), the
-step of the best checkpoint and where it falls in the run (target: in the last quarter, i.e. >= 0.75 of the
-run's steps), and the last validation against the best. The negative control trains the same profile for the
-same number of steps on 16 clips (the first of the tests' corpus): it overfits early, so its best checkpoint
-must fall before the last quarter.
+`trainer-core train --profile demo` exactly as shipped (the 330-clip demo voice, its own epochs and
+validation interval), on this machine's CPU. Figures: the validation curve (teacher-forced loss on
+the held-out clips), the step of the best checkpoint and where it falls in the run (target: in the
+last quarter, i.e. >= 0.75 of the run's steps), and the last validation against the best. The
+negative control trains the same profile for the same number of steps on 16 clips (the first of the
+tests' corpus): it overfits early, so its best checkpoint must fall before the last quarter.
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ CONTROL_CLIPS = 16
 
 
 def few_clips(folder: Path, count: int) -> Path:
-    """The first `count` clips of the tests' corpus, linked into `folder` with their metadata rows."""
+    """The first `count` clips of the tests' corpus, linked into `folder`
+    with their metadata rows."""
     (folder / "wavs").mkdir(parents=True)
     rows = (common.SMALL_VOICE / "metadata.csv").read_text(encoding="utf-8").splitlines()[:count]
     for row in rows:
@@ -38,7 +39,8 @@ def train(scratch: Path, name: str, sets: list[str]) -> tuple[Path, float]:
 
 
 def outcome(run_dir: Path) -> dict[str, Any]:
-    """The validation curve, the last best-model step and the run's last step, from the event log."""
+    """The validation curve, the last best-model step and the run's last
+    step, from the event log."""
     events = common.read_events(run_dir)
     curve = [(e.step, e.loss) for e in events if e.type == "validation" and e.loss is not None]
     best = [e.step for e in events if e.type == "best_model"]
@@ -63,7 +65,12 @@ def report(result: common.Result, run: dict[str, Any], wall_s: float) -> None:
         position >= LAST_QUARTER,
         f"best at step {run['best_step']} of {run['last_step']}; whole job {wall_s / 60:.1f} min",
     )
-    result.add("demo: last validation / best", curve[-1][1] / best_loss, "x", detail=f"best {best_loss:.4g}")
+    result.add(
+        "demo: last validation / best",
+        curve[-1][1] / best_loss,
+        "x",
+        detail=f"best {best_loss:.4g}",
+    )
 
 
 def main() -> int:
@@ -73,8 +80,13 @@ def main() -> int:
     result = common.start_result("demo_run", "15. The demo run", {})
     scratch = common.scratch_dir("demo-")
     try:
-        # --tiny: the tiny model on the 40-clip corpus for a few steps, so the smoke run takes seconds.
-        shrink = [*common.TTS_TINY, f"data.path={common.SMALL_VOICE}", "train.epochs=2"] if args.tiny else []
+        # --tiny: the tiny model on the 40-clip corpus for a few steps, so
+        # the smoke run takes seconds.
+        shrink = (
+            [*common.TTS_TINY, f"data.path={common.SMALL_VOICE}", "train.epochs=2"]
+            if args.tiny
+            else []
+        )
         tiny_eval = ["train.eval_every_steps=3", "train.warmup_steps=2"] if args.tiny else []
         run_dir, wall = train(scratch, "demo", [*shrink, *tiny_eval])
         demo = outcome(run_dir)
@@ -82,7 +94,9 @@ def main() -> int:
         same_steps = [f"train.max_steps={demo['last_step']}", "train.epochs=100000"]
         small = [*common.TTS_TINY] if args.tiny else []
         few = few_clips(scratch / "few", CONTROL_CLIPS)
-        control_dir, _ = train(scratch, "control", [*small, f"data.path={few}", *same_steps, *tiny_eval])
+        control_dir, _ = train(
+            scratch, "control", [*small, f"data.path={few}", *same_steps, *tiny_eval]
+        )
         control = outcome(control_dir)
         position = control["best_step"] / control["last_step"]
         result.add(
@@ -96,7 +110,9 @@ def main() -> int:
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     if args.tiny:
-        result.notes.append("--tiny: the tiny model on the 40-clip test voice for two epochs; smoke settings")
+        result.notes.append(
+            "--tiny: the tiny model on the 40-clip test voice for two epochs; smoke settings"
+        )
     common.finish_result(result, started, args.out)
     return 0
 

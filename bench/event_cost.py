@@ -1,16 +1,17 @@
 """Benchmark 4: what events and monitoring cost, and how fast the event log grows.
 
-Part 1, on the demo models (the `demo` TTS profile and `lm-small`): a real Vega run through the engine
-API, where the instance methods EventHub.emit (validation + EventWriter.emit), EventWriter.emit,
-MemoryGuard.observe, StepWindow.add/flush and StepProfiler.flush are wrapped with timers from outside.
-Their time between the end of the warm-up and the last measured step, over the wall time of those
-steps, is the fraction of step time they cost (target < 0.5 %). The profiler's per-phase context
-managers cannot be wrapped without changing the engine; their cost is measured with a micro-benchmark
-of `StepProfiler.phase` and multiplied by the phases per step.
+Part 1, on the demo models (the `demo` TTS profile and `lm-small`): a real Vega run through the
+engine API, where the instance methods EventHub.emit (validation + EventWriter.emit),
+EventWriter.emit, MemoryGuard.observe, StepWindow.add/flush and StepProfiler.flush are wrapped with
+timers from outside. Their time between the end of the warm-up and the last measured step, over the
+wall time of those steps, is the fraction of step time they cost (target < 0.5 %). The profiler's
+per-phase context managers cannot be wrapped without changing the engine; their cost is measured
+with a micro-benchmark of `StepProfiler.phase` and multiplied by the phases per step.
 
-Part 2: a synthetic step clock drives the real StepWindow + EventHub + EventWriter at 10, 100 and 1000
-steps/s of simulated time; event-log growth in lines/s (target: bounded by the coalescing window,
-1 / logging.step_interval_s) and bytes/s, and the real CPU cost of telemetry per simulated step.
+Part 2: a synthetic step clock drives the real StepWindow + EventHub + EventWriter at
+10, 100 and 1000 steps/s of simulated time; event-log growth in lines/s (target: bounded
+by the coalescing window, 1 / logging.step_interval_s) and bytes/s, and the real CPU
+cost of telemetry per simulated step.
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ RATES = (10, 100, 1000)
 
 
 def watch(run: common.VegaRun, totals: dict[str, float]) -> None:
-    """Wrap the monitoring methods of this run's objects (instance attributes: the classes are untouched)."""
+    """Wrap the monitoring methods of this run's objects (instance
+    attributes: the classes are untouched)."""
     owners = {
         "hub": run.hub,
         "writer": run.writer,
@@ -104,7 +106,9 @@ def synthetic_growth(rate: float, seconds: float, interval_s: float) -> dict[str
         for step in range(1, steps + 1):
             now[0] = step / rate
             loss = 2.0 + 1.0 / step
-            window.add(StepRecord(step, 0, loss, {"ce": loss}, 3e-4, 0.8, None, 16, 1.0 / rate, 0.0, 16, 1))
+            window.add(
+                StepRecord(step, 0, loss, {"ce": loss}, 3e-4, 0.8, None, 16, 1.0 / rate, 0.0, 16, 1)
+            )
             if window.due():
                 event = window.flush()
                 if event is not None:
@@ -113,13 +117,21 @@ def synthetic_growth(rate: float, seconds: float, interval_s: float) -> dict[str
     cpu = time.process_time() - cpu0
     lines, size = len(path.read_bytes().splitlines()), path.stat().st_size
     shutil.rmtree(folder, ignore_errors=True)
-    return {"lines_per_s": lines / seconds, "bytes_per_s": size / seconds, "cpu_us_per_step": cpu / steps * 1e6}
+    return {
+        "lines_per_s": lines / seconds,
+        "bytes_per_s": size / seconds,
+        "cpu_us_per_step": cpu / steps * 1e6,
+    }
 
 
 def main() -> int:
     parser = common.base_parser(__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=None, help="measured steps per model (default 30)")
-    parser.add_argument("--files", type=int, default=300, help="recordings in the generated voice folder")
+    parser.add_argument(
+        "--steps", type=int, default=None, help="measured steps per model (default 30)"
+    )
+    parser.add_argument(
+        "--files", type=int, default=300, help="recordings in the generated voice folder"
+    )
     args = parser.parse_args()
     steps, warmup = args.steps or (2 if args.tiny else 30), 1 if args.tiny else 3
     sim_s = 2.0 if args.tiny else 60.0
@@ -139,8 +151,8 @@ def main() -> int:
         report_model(result, label, measure_model(profile, overrides, warmup, steps), phase_s)
     report_growth(result, sim_s)
     result.notes.append(
-        f"profiler phase context manager: {phase_s * 1e6:.1f} µs each, 5 per step (data, transfer, forward, "
-        "backward, optimizer); included in 'all monitoring'"
+        f"profiler phase context manager: {phase_s * 1e6:.1f} µs each, 5 per step (data, transfer,"
+        " forward, backward, optimizer); included in 'all monitoring'"
     )
     if args.tiny:
         result.notes.append("--tiny: lm-small shrunk to hidden 32, 1 layer, context 32")
@@ -153,7 +165,9 @@ def report_model(result: common.Result, label: str, m: dict[str, Any], phase_s: 
     events = w.get("events", 0.0) / wall
     memory = w.get("memory", 0.0) / wall
     # hub.emit contains writer.emit, so the writer is not added again.
-    monitoring = sum(w.get(k, 0.0) for k in ("events", "memory", "window_add", "window_flush", "profiler_flush"))
+    monitoring = sum(
+        w.get(k, 0.0) for k in ("events", "memory", "window_add", "window_flush", "profiler_flush")
+    )
     everything = (monitoring + 5 * phase_s * steps) / wall
     step_ms = wall / steps * 1e3
     emits = int(w.get("events#", 0))
@@ -163,7 +177,8 @@ def report_model(result: common.Result, label: str, m: dict[str, Any], phase_s: 
         "% of step time",
         "< 0.5 %",
         events < 0.005,
-        f"{emits} events over {steps} steps of {step_ms:.0f} ms; writer alone {100 * w.get('writer', 0) / wall:.4f} %",
+        f"{emits} events over {steps} steps of {step_ms:.0f} ms; writer alone"
+        f" {100 * w.get('writer', 0) / wall:.4f} %",
     )
     result.add(
         f"{label}: MemoryGuard.observe",
@@ -195,8 +210,8 @@ def report_growth(result: common.Result, sim_s: float) -> None:
             "lines/s",
             f"<= {bound:g} (bounded)",
             g["lines_per_s"] <= bound * 1.01,
-            f"{g['bytes_per_s'] / 1024:.1f} KiB/s; telemetry "
-            f"{g['cpu_us_per_step']:.1f} µs CPU per step = {g['cpu_us_per_step'] * rate / 1e4:.2f} % at this rate",
+            f"{g['bytes_per_s'] / 1024:.1f} KiB/s; telemetry {g['cpu_us_per_step']:.1f} µs CPU per"
+            f" step = {g['cpu_us_per_step'] * rate / 1e4:.2f} % at this rate",
         )
 
 

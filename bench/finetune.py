@@ -1,14 +1,16 @@
-"""Benchmark 14: does starting from a trained voice beat starting from nothing on a small corpus of another speaker?
+"""Benchmark 14: does starting from a trained voice beat starting from nothing on a
+small corpus of another speaker?
 
-A base voice is the default demo run (`--profile demo`: the English demo voice, as shipped). Then two runs of
-the same profile on the Spanish second-speaker corpus (`trainer_core/demo/voice-es`, about 2 minutes, phonemes
-from espeak-ng's Spanish voice, so the symbol set differs) for the same N steps: one with `--init-from` the
-base run, one from scratch. Figures: the held-out validation mel loss of each (the best over the run and the
-last), and tuned / scratch (target <= 0.8: clearly lower). The negative control fine-tunes from an untrained
-base (the same demo run stopped at step 1) and must miss the target: the gain comes from what the base
-learned, not from the fine-tuning path. Each Spanish run is repeated with --seeds seeds (the runs' random
-initialisation and batch order) and a fifth of the corpus is held out, because on 60 clips one seed's luck moves
-the loss by a fifth; the figures compare the means.
+A base voice is the default demo run (`--profile demo`: the English demo voice, as shipped). Then
+two runs of the same profile on the Spanish second-speaker corpus (`trainer_core/demo/voice-es`,
+about 2 minutes, phonemes from espeak-ng's Spanish voice, so the symbol set differs) for the same N
+steps: one with `--init-from` the base run, one from scratch. Figures: the held-out validation mel
+loss of each (the best over the run and the last), and tuned / scratch (target <= 0.8: clearly
+lower). The negative control fine-tunes from an untrained base (the same demo run stopped at step 1)
+and must miss the target: the gain comes from what the base learned, not from the fine-tuning path.
+Each Spanish run is repeated with --seeds seeds (the runs' random initialisation and batch order)
+and a fifth of the corpus is held out, because on 60 clips one seed's luck moves the loss by a
+fifth; the figures compare the means.
 """
 
 from __future__ import annotations
@@ -24,7 +26,9 @@ SPANISH = common.REPO / "trainer_core" / "demo" / "voice-es"
 TARGET = 0.8
 
 
-def train(scratch: Path, name: str, sets: list[str], extra: tuple[str, ...] = ()) -> tuple[Path, float]:
+def train(
+    scratch: Path, name: str, sets: list[str], extra: tuple[str, ...] = ()
+) -> tuple[Path, float]:
     return common.train_shipped("demo", scratch, name, sets, extra)
 
 
@@ -62,11 +66,16 @@ def main() -> int:
     args = parser.parse_args()
     steps, eval_every, seeds = (6, 3, 1) if args.tiny else (args.steps, args.eval_every, args.seeds)
     started = time.monotonic()
-    result = common.start_result("finetune", "14. Fine-tuning from a voice", {"steps": steps, "seeds": seeds})
+    result = common.start_result(
+        "finetune", "14. Fine-tuning from a voice", {"steps": steps, "seeds": seeds}
+    )
     scratch = common.scratch_dir("finetune-")
     try:
-        # The smoke run's one-thread trainers go two at a time; real figures come from one run at a time.
-        shrink = [*common.TTS_TINY, "train.warmup_steps=2", "compute.num_threads=1"] if args.tiny else []
+        # The smoke run's one-thread trainers go two at a time; real figures
+        # come from one run at a time.
+        shrink = (
+            [*common.TTS_TINY, "train.warmup_steps=2", "compute.num_threads=1"] if args.tiny else []
+        )
         workers = 2 if args.tiny else 1
         english = [*shrink, f"data.cache_dir={scratch / 'cache'}"]
         english += [f"data.path={common.SMALL_VOICE}"] if args.tiny else []
@@ -75,7 +84,9 @@ def main() -> int:
             "untrained": [*english, "train.max_steps=1", "train.warmup_steps=0"],
         }
         with ThreadPoolExecutor(max_workers=workers) as pool:
-            (base, base_s), (untrained, _) = pool.map(lambda name: train(scratch, name, bases[name]), bases)
+            (base, base_s), (untrained, _) = pool.map(
+                lambda name: train(scratch, name, bases[name]), bases
+            )
         result.notes.append(f"base voice: the demo run as shipped, {base_s / 60:.1f} min")
         starts = {
             "fine-tuned from the demo voice": base,
@@ -86,20 +97,33 @@ def main() -> int:
                 for number, (name, start) in enumerate(starts.items())]  # fmt: skip
         with ThreadPoolExecutor(max_workers=workers) as pool:
             losses = pool.map(
-                lambda job: spanish_run(scratch, f"run{job[2]}-{job[1]}", steps, eval_every, shrink, job[3]), jobs
+                lambda job: spanish_run(
+                    scratch, f"run{job[2]}-{job[1]}", steps, eval_every, shrink, job[3]
+                ),
+                jobs,
             )
-            runs = {(name, seed): found for (name, seed, _, _), found in zip(jobs, losses, strict=True)}
+            runs = {
+                (name, seed): found for (name, seed, _, _), found in zip(jobs, losses, strict=True)
+            }
         report(result, runs, steps, seeds)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     if args.tiny:
-        result.notes.append("--tiny: the tiny model, a 6-step base on the 40-clip test voice; smoke settings")
+        result.notes.append(
+            "--tiny: the tiny model, a 6-step base on the 40-clip test voice; smoke settings"
+        )
     common.finish_result(result, started, args.out)
     return 0
 
 
-def report(result: common.Result, runs: dict[tuple[str, int], list[tuple[int, float]]], steps: int, seeds: int) -> None:
-    """Per seed the best held-out mel loss; per start the mean over seeds; the ratios of the means."""
+def report(
+    result: common.Result,
+    runs: dict[tuple[str, int], list[tuple[int, float]]],
+    steps: int,
+    seeds: int,
+) -> None:
+    """Per seed the best held-out mel loss; per start the mean over seeds;
+    the ratios of the means."""
     means: dict[str, float] = {}
     for name in dict.fromkeys(name for name, _ in runs):
         bests = [min(loss for _, loss in runs[(name, seed)]) for seed in range(1, seeds + 1)]
@@ -107,13 +131,24 @@ def report(result: common.Result, runs: dict[tuple[str, int], list[tuple[int, fl
             curve = ", ".join(f"{loss:.3g}" for _, loss in runs[(name, seed)])
             result.add(f"{name}, seed {seed}: best mel loss", best, detail=f"curve {curve}")
         means[name] = sum(bests) / len(bests)
-        result.add(f"{name}: mean best mel loss", means[name], detail=f"{seeds} seeds, {steps} steps each")
+        result.add(
+            f"{name}: mean best mel loss", means[name], detail=f"{seeds} seeds, {steps} steps each"
+        )
     scratch = means["from scratch"]
     for name in ("fine-tuned from the demo voice", "negative control (from an untrained base)"):
         must = " (negative control: must MISS)" if name.startswith("negative") else ""
         ratio = means[name] / scratch
-        detail = f"{means[name]:.4g} against {scratch:.4g}, means of {seeds} seeds after {steps} steps"
-        result.add(f"{name} / from scratch: best mel loss", ratio, "x", f"<= {TARGET}{must}", ratio <= TARGET, detail)
+        detail = (
+            f"{means[name]:.4g} against {scratch:.4g}, means of {seeds} seeds after {steps} steps"
+        )
+        result.add(
+            f"{name} / from scratch: best mel loss",
+            ratio,
+            "x",
+            f"<= {TARGET}{must}",
+            ratio <= TARGET,
+            detail,
+        )
 
 
 if __name__ == "__main__":

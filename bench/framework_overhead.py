@@ -1,32 +1,35 @@
 """Benchmark 2: framework overhead of Vega against a plain PyTorch loop and PyTorch Lightning.
 
-The same model (lm-small's byte transformer; and the same architecture shrunk to a tiny one, where the
-per-step cost of a framework is not lost in the compute), the same batches from the same corpus
-iterator, the same AdamW, LR schedule, gradient clipping and fp32 precision, interleaved in one process
-and repeated:
+The same model (lm-small's byte transformer; and the same architecture shrunk to a tiny one,
+where the per-step cost of a framework is not lost in the compute), the same batches from the
+same corpus iterator, the same AdamW, LR schedule, gradient clipping and fp32 precision,
+interleaved in one process and repeated:
 
-(a) raw: a hand-written loop (zero_grad, forward, backward, clip, step, scheduler step, loss.item());
-(b) Lightning: `lightning.Trainer` with progress bar, logger, checkpointing and model summary off (its
+(a) raw: a hand-written loop (zero_grad, forward, backward, clip, step, scheduler step,
+loss.item()); (b) Lightning: `lightning.Trainer` with progress bar, logger,
+checkpointing and model summary off (its
     parity-test settings), gradient_clip_val set, the scheduler stepped every step;
 (c) Vega: a real run through the engine API, events, profiler and memory manager on.
 
-vocoder-small (two optimizers: the discriminators, then the generator against them) is measured against a
-hand-written two-optimizer loop (`common.TwoOptimizerLoop`: per group zero_grad, loss, backward, step; the
-schedules after; the discriminators frozen in the generator's pass, as Vega does) on a generated voice corpus;
-Lightning is left out there (its GAN recipe is manual optimisation, i.e. the hand-written loop again). Target
-for it: Vega within 3 % of the raw loop. A third side is the same loop without the freezing, as HiFi-GAN's
-reference training script writes it: what a user's own loop usually costs.
+vocoder-small (two optimizers: the discriminators, then the generator against them) is measured
+against a hand-written two-optimizer loop (`common.TwoOptimizerLoop`: per group zero_grad, loss,
+backward, step; the schedules after; the discriminators frozen in the generator's pass, as Vega
+does) on a generated voice corpus; Lightning is left out there (its GAN recipe is manual
+optimisation, i.e. the hand-written loop again). Target for it: Vega within 3 % of the raw loop. A
+third side is the same loop without the freezing, as HiFi-GAN's reference training script writes it:
+what a user's own loop usually costs.
 
-mms is the MMS-shaped VITS step (the mms-finetune profile's model: 36 M generator parameters and the 47 M
-multi-period discriminator; batch and segment cut to what a CPU steps in seconds) against the same two-optimizer
-loop, with a bootstrap 95 % interval of the median ratio. Its negative control is Vega with 6 % of the paired raw
-step slept inside every step: that side must miss the 1.03 target, or the method could not see such a cost.
+mms is the MMS-shaped VITS step (the mms-finetune profile's model: 36 M generator parameters and the
+47 M multi-period discriminator; batch and segment cut to what a CPU steps in seconds) against the
+same two-optimizer loop, with a bootstrap 95 % interval of the median ratio. Its negative control is
+Vega with 6 % of the paired raw step slept inside every step: that side must miss the 1.03 target,
+or the method could not see such a cost.
 
-Every framework step is paired with one raw step run right after it (`common.Paired`; hooks: Lightning's
-`on_train_batch_end` callback, a wrapper around Vega's instance `after_step`), so each pair sees the same
-machine load. Figures: median framework / raw ratio over the step pairs after W warm-up steps, and the
-overhead in ms per step it means; raw paired with raw is the control that shows the method's own bias.
-Targets: Vega within 2 % of raw; faster than Lightning.
+Every framework step is paired with one raw step run right after it (`common.Paired`; hooks:
+Lightning's `on_train_batch_end` callback, a wrapper around Vega's instance `after_step`), so each
+pair sees the same machine load. Figures: median framework / raw ratio over the step pairs after W
+warm-up steps, and the overhead in ms per step it means; raw paired with raw is the control that
+shows the method's own bias. Targets: Vega within 2 % of raw; faster than Lightning.
 """
 
 from __future__ import annotations
@@ -61,11 +64,16 @@ MMS_TINY_WIDTHS = (
     "inter_channels", "hidden_channels", "filter_channels", "n_layers", "posterior_layers", "flow_layers",
     "flow_count", "discriminator_channels", "p_dropout",
 )  # fmt: skip
-# Vega / raw targets: a two-optimizer step does more bookkeeping (a snapshot to undo the first group's step).
+# Vega / raw targets: a two-optimizer step does more bookkeeping (a snapshot to
+# undo the first group's step).
 TARGETS = {"vocoder-small": 1.03, "mms": 1.03}
 # --tiny: MMS's audio and decoder layout (4 upsamplings, resblock 1) at the tiny profiles' widths.
 MMS_TINY = [
-    *(f"vits.{name}={value}" for name, value in TINY["vits"]["vits"].items() if name in MMS_TINY_WIDTHS),
+    *(
+        f"vits.{name}={value}"
+        for name, value in TINY["vits"]["vits"].items()
+        if name in MMS_TINY_WIDTHS
+    ),
     "vits.upsample_initial_channel=16",
     "vits.resblock_kernel_sizes=[3]",
     "vits.resblock_dilation_sizes=[[1, 3, 5]]",
@@ -73,16 +81,18 @@ MMS_TINY = [
     "train.batch_size=1",
 ]
 SLOWED = 0.06  # the negative control's extra time per step, as a fraction of the paired raw step
-# MMS-shaped on a CPU: fp32, a micro-batch of 2 and 8192-sample segments (the profile's), no accumulation.
-# The memory manager reports only: this process holds the raw loop's models beside Vega's, past the
-# profile's 7 GB budget (meant for an 8 GB card), and a paused trainer would wait here for ever.
+# MMS-shaped on a CPU: fp32, a micro-batch of 2 and 8192-sample segments (the profile's), no
+# accumulation. The memory manager reports only: this process holds the raw loop's models
+# beside Vega's, past the profile's 7 GB budget (meant for an 8 GB card), and a paused
+# trainer would wait here for ever.
 MMS_CPU = [
     "compute.mode=cpu", "train.precision=fp32", "train.batch_size=2", "train.grad_accum=1", "memory.act=false",
 ]  # fmt: skip
 
 
 class Baselines:
-    """The raw and Lightning sides of one model size: the task's initial model and its batch iterator."""
+    """The raw and Lightning sides of one model size: the task's initial
+    model and its batch iterator."""
 
     def __init__(self, plan: Any, total_steps: int) -> None:
         from trainer_core.models.registry import build_task
@@ -93,22 +103,30 @@ class Baselines:
         self.total_steps = total_steps
 
     def batches(self, steps: int):
-        """Epoch 0's batches from item 0, cut by the same corpus code Vega uses (the same data cost)."""
-        for number, (batch, _) in enumerate(self.task.train_batches(0, self.profile.train.batch_size)):
+        """Epoch 0's batches from item 0, cut by the same corpus code Vega
+        uses (the same data cost)."""
+        for number, (batch, _) in enumerate(
+            self.task.train_batches(0, self.profile.train.batch_size)
+        ):
             if number == steps:
                 return
             yield batch
 
     def raw_loop(self, steps: int, freeze: bool = True) -> Any:
-        """A hand-written loop on a fresh copy of the initial model, with Vega's optimizer and schedule."""
+        """A hand-written loop on a fresh copy of the initial model, with
+        Vega's optimizer and schedule."""
         model = copy.deepcopy(self.initial)
         if self.task.optimizer_groups():
             batches = self.batches(steps)
-            return common.TwoOptimizerLoop(self.task, model, batches, self.profile, self.total_steps, freeze)
+            return common.TwoOptimizerLoop(
+                self.task, model, batches, self.profile, self.total_steps, freeze
+            )
         optimizer = common.adamw_like_vega(model, self.profile)
         scheduler = common.scheduler_like_vega(optimizer, self.profile, self.total_steps)
         loss = lambda m, batch: self.task.compute_losses(m, batch)["total"]  # noqa: E731
-        return common.RawLoop(model, loss, self.batches(steps), optimizer, self.profile.train.grad_clip, scheduler)
+        return common.RawLoop(
+            model, loss, self.batches(steps), optimizer, self.profile.train.grad_clip, scheduler
+        )
 
     def run_raw(self, steps: int, hook: Any, freeze: bool = True) -> None:
         """The raw loop as a framework of its own (the A/A control: raw paired with raw)."""
@@ -170,7 +188,10 @@ def lightning_module(owner: Baselines, model: Any) -> Any:
         def configure_optimizers(self) -> Any:
             optimizer = common.adamw_like_vega(self.model, owner.profile)
             scheduler = common.scheduler_like_vega(optimizer, owner.profile, owner.total_steps)
-            return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+            return {
+                "optimizer": optimizer,
+                "lr_scheduler": {"scheduler": scheduler, "interval": "step"},
+            }
 
     return ByteLmModule()
 
@@ -203,17 +224,28 @@ def quiet_lightning() -> None:
     warnings.filterwarnings("ignore", message=".*does not have many workers.*")
 
 
-def measure_size(profile: str, overrides: list[str], warmup: int, steps: int, repeats: int) -> dict[str, list[float]]:
-    """Per-pair (framework / raw) ratios and step seconds of each side; sides rotated each repetition."""
+def measure_size(
+    profile: str, overrides: list[str], warmup: int, steps: int, repeats: int
+) -> dict[str, list[float]]:
+    """Per-pair (framework / raw) ratios and step seconds of each side;
+    sides rotated each repetition."""
     scratch = common.scratch_dir("overhead-")
     try:
         plan = common.vega_plan(profile, overrides, scratch / "plan")
         total = warmup + steps
         if total >= plan.steps_per_epoch:
-            raise SystemExit(f"{total} steps do not fit in one epoch of {plan.steps_per_epoch} steps; use fewer")
+            raise SystemExit(
+                f"{total} steps do not fit in one epoch of {plan.steps_per_epoch} steps; use fewer"
+            )
         base = Baselines(plan, plan.profile.train.epochs * plan.steps_per_epoch)
         out: dict[str, list[float]] = {}
-        sides = SIDES if not base.task.optimizer_groups() else MMS_SIDES if profile == "mms-finetune" else GAN_SIDES
+        sides = (
+            SIDES
+            if not base.task.optimizer_groups()
+            else MMS_SIDES
+            if profile == "mms-finetune"
+            else GAN_SIDES
+        )
         for rep, order in enumerate(common.rotations(sides, repeats)):
             for side in order:
                 paired = common.Paired(base.raw_loop(total).step)
@@ -222,7 +254,9 @@ def measure_size(profile: str, overrides: list[str], warmup: int, steps: int, re
                 elif side == "lightning":
                     base.run_lightning(total, paired)
                 elif side == "slowed":
-                    common.fit_steps(common.build_vega(plan, scratch / f"slow-{rep}"), total, slowed(paired))
+                    common.fit_steps(
+                        common.build_vega(plan, scratch / f"slow-{rep}"), total, slowed(paired)
+                    )
                 else:
                     common.fit_steps(common.build_vega(plan, scratch / f"run-{rep}"), total, paired)
                 out.setdefault(f"{side}/raw", []).extend(paired.ratios(warmup))
@@ -234,7 +268,8 @@ def measure_size(profile: str, overrides: list[str], warmup: int, steps: int, re
 
 
 def median_ci(values: list[float], level: float = 0.95, draws: int = 2000) -> tuple[float, float]:
-    """A bootstrap confidence interval of the median (fixed seed: the same samples give the same interval)."""
+    """A bootstrap confidence interval of the median (fixed seed: the same
+    samples give the same interval)."""
     if not values:
         return float("nan"), float("nan")
     rng = random.Random(0)
@@ -244,7 +279,8 @@ def median_ci(values: list[float], level: float = 0.95, draws: int = 2000) -> tu
 
 
 def slowed(paired: common.Paired) -> Any:
-    """The negative control's hook: sleep SLOWED of the last raw step inside the framework's step, then pair."""
+    """The negative control's hook: sleep SLOWED of the last raw step inside
+    the framework's step, then pair."""
 
     def hook() -> None:
         time.sleep(SLOWED * (paired.reference[-1] if paired.reference else 0.0))
@@ -257,7 +293,12 @@ def report_size(result: common.Result, label: str, m: dict[str, list[float]]) ->
     raw = common.median(m["raw beside vega"] + m.get("raw beside lightning", []))
     vega_ratio, target = common.median(m["vega/raw"]), TARGETS.get(label, 1.02)
     control = common.median(m["raw/raw"])
-    result.add(f"{label}: raw step time", raw * 1e3, "ms", detail=f"{len(m['vega/raw'])} step pairs per side")
+    result.add(
+        f"{label}: raw step time",
+        raw * 1e3,
+        "ms",
+        detail=f"{len(m['vega/raw'])} step pairs per side",
+    )
     result.add(
         f"{label}: Vega / raw",
         vega_ratio,
@@ -266,7 +307,12 @@ def report_size(result: common.Result, label: str, m: dict[str, list[float]]) ->
         vega_ratio <= target,
         f"{(vega_ratio - 1) * raw * 1e3:+.2f} ms/step; pairs {common.spread(m['vega/raw'])}",
     )
-    result.add(f"{label}: Vega steps/s", 1 / common.median(m["vega"]), "steps/s", detail="on this machine's CPU")
+    result.add(
+        f"{label}: Vega steps/s",
+        1 / common.median(m["vega"]),
+        "steps/s",
+        detail="on this machine's CPU",
+    )
     if "lightning/raw" in m:
         report_lightning(result, label, m, raw, vega_ratio)
     if "slowed/raw" in m:
@@ -274,20 +320,31 @@ def report_size(result: common.Result, label: str, m: dict[str, list[float]]) ->
     if "unfrozen/raw" in m:
         unfrozen = common.median(m["unfrozen/raw"])
         versus = f"Vega / it {vega_ratio / unfrozen:.3f}"
-        detail = f"the discriminators' unused gradients computed, as HiFi-GAN's script does; {versus}"
+        detail = (
+            f"the discriminators' unused gradients computed, as HiFi-GAN's script does; {versus}"
+        )
         result.add(f"{label}: loop without freezing / raw", unfrozen, "", detail=detail)
     result.add(
         f"{label}: control, raw / raw",
         control,
         "",
-        detail=f"the method's own bias and noise: ideally 1.000; pairs {common.spread(m['raw/raw'])}",
+        detail=(
+            f"the method's own bias and noise: ideally 1.000; pairs {common.spread(m['raw/raw'])}"
+        ),
     )
 
 
 def report_mms(result: common.Result, label: str, m: dict[str, list[float]], target: float) -> None:
     low, high = median_ci(m["vega/raw"])
     interval = f"{low:.4f}..{high:.4f}"
-    result.add(f"{label}: Vega / raw, 95 % interval (top)", high, "", f"<= {target}", high <= target, interval)
+    result.add(
+        f"{label}: Vega / raw, 95 % interval (top)",
+        high,
+        "",
+        f"<= {target}",
+        high <= target,
+        interval,
+    )
     slow = common.median(m["slowed/raw"])
     result.add(
         f"{label}, negative control (Vega + {SLOWED:.0%} of a step) / raw",
@@ -299,13 +356,17 @@ def report_mms(result: common.Result, label: str, m: dict[str, list[float]], tar
     )
 
 
-def report_lightning(result: common.Result, label: str, m: dict[str, list[float]], raw: float, vega: float) -> None:
+def report_lightning(
+    result: common.Result, label: str, m: dict[str, list[float]], raw: float, vega: float
+) -> None:
     lit_ratio = common.median(m["lightning/raw"])
     result.add(
         f"{label}: Lightning / raw",
         lit_ratio,
         "",
-        detail=f"{(lit_ratio - 1) * raw * 1e3:+.2f} ms/step; pairs {common.spread(m['lightning/raw'])}",
+        detail=(
+            f"{(lit_ratio - 1) * raw * 1e3:+.2f} ms/step; pairs {common.spread(m['lightning/raw'])}"
+        ),
     )
     result.add(
         f"{label}: Vega / Lightning",
@@ -318,8 +379,8 @@ def report_lightning(result: common.Result, label: str, m: dict[str, list[float]
 
 
 def size_settings(label: str, args: Any, notes: list[str]) -> tuple[str, list[str]]:
-    """(profile, overrides) of one size; the vocoder trains on a generated voice folder (one epoch must hold the
-    measured steps)."""
+    """(profile, overrides) of one size; the vocoder trains on a generated voice folder (one epoch
+    must hold the measured steps)."""
     if label == "mms":
         voice = common.voice_data(args.files, args.tiny, notes)
         tiny = MMS_TINY if args.tiny else []
@@ -338,34 +399,51 @@ def main() -> int:
         default="lm-small,lm-tiny,vocoder-small,mms",
         help="comma-separated: lm-small, lm-tiny, vocoder-small, mms",
     )
-    parser.add_argument("--files", type=int, default=300, help="recordings in the generated voice folder (vocoder)")
-    parser.add_argument("--steps", default=None, help="measured steps per size, e.g. lm-small=10,lm-tiny=200")
-    parser.add_argument("--warmup", type=int, default=None, help="warm-up steps per segment (default 3)")
+    parser.add_argument(
+        "--files", type=int, default=300, help="recordings in the generated voice folder (vocoder)"
+    )
+    parser.add_argument(
+        "--steps", default=None, help="measured steps per size, e.g. lm-small=10,lm-tiny=200"
+    )
+    parser.add_argument(
+        "--warmup", type=int, default=None, help="warm-up steps per segment (default 3)"
+    )
     args = parser.parse_args()
     steps = {"lm-small": 10, "lm-tiny": 150, "vocoder-small": 20, "mms": 8}
     if args.tiny:
         steps = {"lm-small": 2, "lm-tiny": 3, "vocoder-small": 3, "mms": 2}
     if args.steps:
         steps.update({k: int(v) for k, v in (item.split("=") for item in args.steps.split(","))})
-    warmup, repeats = args.warmup or (1 if args.tiny else 3), args.repeats or (1 if args.tiny else 3)
+    warmup, repeats = (
+        args.warmup or (1 if args.tiny else 3),
+        args.repeats or (1 if args.tiny else 3),
+    )
     quiet_lightning()
     sizes = args.sizes.split(",")
     general = [label for label in sizes if label != "mms"]
     if general:
         started = time.monotonic()
-        result = common.start_result("overhead", "2. Framework overhead", settings(steps, warmup, repeats, general))
+        result = common.start_result(
+            "overhead", "2. Framework overhead", settings(steps, warmup, repeats, general)
+        )
         measure_sizes(result, general, args, steps, warmup, repeats)
-        result.notes.append("lm-tiny = lm-small with hidden 64, 2 layers, 2 heads, context 64, batch 8")
+        result.notes.append(
+            "lm-tiny = lm-small with hidden 64, 2 layers, 2 heads, context 64, batch 8"
+        )
         if args.tiny:
             result.notes.append("--tiny: every size shrunk to hidden 32, one layer")
         common.finish_result(result, started, args.out)
     if "mms" in sizes:
         title = "17. Framework overhead of an MMS-shaped VITS step"
         started = time.monotonic()
-        result = common.start_result("overhead_mms", title, settings(steps, warmup, repeats, ["mms"]))
+        result = common.start_result(
+            "overhead_mms", title, settings(steps, warmup, repeats, ["mms"])
+        )
         measure_sizes(result, ["mms"], args, steps, warmup, repeats)
         if args.tiny:
-            result.notes.append("--tiny: MMS's layout at hidden 16, segments of 1024 samples, a micro-batch of 1")
+            result.notes.append(
+                "--tiny: MMS's layout at hidden 16, segments of 1024 samples, a micro-batch of 1"
+            )
         common.finish_result(result, started, args.out)
     return 0
 
@@ -376,7 +454,12 @@ def settings(steps: dict[str, int], warmup: int, repeats: int, sizes: list[str])
 
 
 def measure_sizes(
-    result: common.Result, sizes: list[str], args: Any, steps: dict[str, int], warmup: int, repeats: int
+    result: common.Result,
+    sizes: list[str],
+    args: Any,
+    steps: dict[str, int],
+    warmup: int,
+    repeats: int,
 ) -> None:
     for label in sizes:
         profile, overrides = size_settings(label, args, result.notes)

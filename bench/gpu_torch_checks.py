@@ -1,9 +1,11 @@
-"""The GPU checks that need plain torch rather than a whole training run (used by bench/gpu_check.py).
+"""The GPU checks that need plain torch rather than a whole training run
+(used by bench/gpu_check.py).
 
-Fused AdamW against the unfused one, pinned non-blocking copies overlapping compute on a second stream, a real
-CUDA OOM (memory filled until an allocation fails) in the forward pass and in the optimizer step, each retried
-in place after the ballast is freed, and torch.compile against eager. Each check runs under `guarded`, so one
-that raises is recorded as a failed figure with its error instead of ending the whole GPU check.
+Fused AdamW against the unfused one, pinned non-blocking copies overlapping compute on a second
+stream, a real CUDA OOM (memory filled until an allocation fails) in the forward pass and in the
+optimizer step, each retried in place after the ballast is freed, and torch.compile against eager.
+Each check runs under `guarded`, so one that raises is recorded as a failed figure with its error
+instead of ending the whole GPU check.
 """
 
 from __future__ import annotations
@@ -15,17 +17,26 @@ from typing import Any
 
 import common
 
-# Ballast chunks: big ones fill the GPU quickly, small ones leave less than one optimizer state free.
+# Ballast chunks: big ones fill the GPU quickly, small ones leave less than
+# one optimizer state free.
 BIG_CHUNK_BYTES = 1 << 30
 SMALL_CHUNK_BYTES = 16 << 20
 
 
 def guarded(result: common.Result, name: str, check: Callable[[common.Result], None]) -> None:
-    """Run one check; an exception becomes a failed figure naming the error (the other checks still run)."""
+    """Run one check; an exception becomes a failed figure naming the error
+    (the other checks still run)."""
     try:
         check(result)
     except Exception as exc:  # a broken GPU path is what this tool exists to find: record it, go on
-        result.add(f"{name}: ran", None, "", "runs without error", False, f"{type(exc).__name__}: {exc}"[:300])
+        result.add(
+            f"{name}: ran",
+            None,
+            "",
+            "runs without error",
+            False,
+            f"{type(exc).__name__}: {exc}"[:300],
+        )
         result.notes.append(f"{name} failed: {traceback.format_exc(limit=3)[-1500:]}")
 
 
@@ -37,7 +48,8 @@ def run_torch_checks(result: common.Result) -> None:
     guarded(result, "torch.compile", check_compile)
     import torch
 
-    torch.cuda.empty_cache()  # later checks run in subprocesses: hand this process's cached memory back
+    # later checks run in subprocesses: hand this process's cached memory back
+    torch.cuda.empty_cache()
 
 
 def _mlp(width: int = 2048, depth: int = 4) -> Any:
@@ -50,7 +62,8 @@ def _mlp(width: int = 2048, depth: int = 4) -> Any:
 
 
 def _timed_cuda(fn: Callable[[], Any], repeats: int = 20) -> float:
-    """Median seconds of `fn` after two warm-up calls, synchronised so the GPU's work is inside the timing."""
+    """Median seconds of `fn` after two warm-up calls, synchronised so the
+    GPU's work is inside the timing."""
     import torch
 
     for _ in range(2):
@@ -66,7 +79,8 @@ def _timed_cuda(fn: Callable[[], Any], repeats: int = 20) -> float:
 
 
 def check_fused_adamw(result: common.Result) -> None:
-    """Fused and for-each AdamW from the same weights and gradients: same update, and the fused one's speed."""
+    """Fused and for-each AdamW from the same weights and gradients: same
+    update, and the fused one's speed."""
     import torch
 
     torch.manual_seed(0)
@@ -80,14 +94,25 @@ def check_fused_adamw(result: common.Result) -> None:
     plain = torch.optim.AdamW(twin.parameters(), lr=1e-3, foreach=True)
     fused.step()
     plain.step()
-    diff = max((a - b).abs().max().item() for a, b in zip(model.parameters(), twin.parameters(), strict=True))
+    diff = max(
+        (a - b).abs().max().item()
+        for a, b in zip(model.parameters(), twin.parameters(), strict=True)
+    )
     result.add("fused AdamW minus for-each AdamW after one step", diff, "", "<= 1e-5", diff <= 1e-5)
     ratio = _timed_cuda(plain.step) / _timed_cuda(fused.step)
-    result.add("fused AdamW step speed / for-each", ratio, "x", "", None, "16.8M parameters, gradients kept")
+    result.add(
+        "fused AdamW step speed / for-each",
+        ratio,
+        "x",
+        "",
+        None,
+        "16.8M parameters, gradients kept",
+    )
 
 
 def check_copy_overlap(result: common.Result) -> None:
-    """Host-to-device copies from pinned memory on a side stream, overlapping matrix products on the main one."""
+    """Host-to-device copies from pinned memory on a side stream, overlapping
+    matrix products on the main one."""
     import torch
 
     host = [torch.randn(64, 1024, 1024).pin_memory() for _ in range(4)]  # 4 x 256 MiB
@@ -95,7 +120,8 @@ def check_copy_overlap(result: common.Result) -> None:
     side = torch.cuda.Stream()
 
     def compute() -> None:
-        # About as long as the copies (fp32 products, ~20 ms each on an H100): overlap can hide most of one.
+        # About as long as the copies (fp32 products, ~20 ms each on an H100):
+        # overlap can hide most of one.
         for _ in range(2):
             a @ a
 
@@ -115,12 +141,23 @@ def check_copy_overlap(result: common.Result) -> None:
 
     alone = _timed_cuda(compute, 5) + _timed_cuda(copies, 5)
     ratio = _timed_cuda(serial, 5) / _timed_cuda(overlapped, 5)
-    detail = f"1 GiB pinned host->device next to 2 fp32 8192^3 products; each alone, summed {alone * 1e3:.1f} ms"
-    result.add("copies overlapping compute: serial time / overlapped", ratio, "x", "> 1.1", ratio > 1.1, detail)
+    detail = (
+        "1 GiB pinned host->device next to 2 fp32 8192^3 products; each alone, summed"
+        f" {alone * 1e3:.1f} ms"
+    )
+    result.add(
+        "copies overlapping compute: serial time / overlapped",
+        ratio,
+        "x",
+        "> 1.1",
+        ratio > 1.1,
+        detail,
+    )
 
 
 def _fill_gpu() -> list[Any]:
-    """Allocate until an allocation fails: the GPU is full (a real CUDA OOM each time), the ballast is returned."""
+    """Allocate until an allocation fails: the GPU is full (a real CUDA OOM each
+    time), the ballast is returned."""
     import torch
 
     ballast: list[Any] = []
@@ -134,7 +171,8 @@ def _fill_gpu() -> list[Any]:
 
 
 def _recover(name: str, result: common.Result, action: Callable[[], Any]) -> None:
-    """`action` on a full GPU must raise a CUDA OOM; after freeing the ballast the same call must succeed."""
+    """`action` on a full GPU must raise a CUDA OOM; after freeing the
+    ballast the same call must succeed."""
     import torch
 
     ballast = _fill_gpu()
@@ -147,9 +185,17 @@ def _recover(name: str, result: common.Result, action: Callable[[], Any]) -> Non
     ballast.clear()
     torch.cuda.empty_cache()
     action()  # in place: the same model and optimizer objects, nothing rebuilt
-    detail = f"ballast {common.format_value(filled / 2**30, 'GiB')} until the allocator refused, then freed"
+    detail = (
+        f"ballast {common.format_value(filled / 2**30, 'GiB')} until the allocator refused, then"
+        " freed"
+    )
     result.add(
-        f"real CUDA OOM in the {name}, retried in place", float(raised), "", "1 (raised, then ran)", raised, detail
+        f"real CUDA OOM in the {name}, retried in place",
+        float(raised),
+        "",
+        "1 (raised, then ran)",
+        raised,
+        detail,
     )
 
 
@@ -162,7 +208,8 @@ def check_oom_forward(result: common.Result) -> None:
 
 
 def check_oom_optimizer(result: common.Result) -> None:
-    """The first AdamW step allocates its moments (twice the parameters): on a full GPU that step fails."""
+    """The first AdamW step allocates its moments (twice the parameters): on
+    a full GPU that step fails."""
     import torch
 
     model = _mlp(4096, 8)  # 134M parameters: 1 GiB of moments to allocate at the first step
@@ -175,15 +222,17 @@ def check_oom_optimizer(result: common.Result) -> None:
 
 
 def _step_dropping_half_made_state(optimizer: Any) -> None:
-    # An OOM inside AdamW's first step leaves a parameter's state half made (a step count, no moments; seen on an
-    # H200): the retry starts those parameters' state afresh, or it fails with KeyError 'exp_avg'.
+    # An OOM inside AdamW's first step leaves a parameter's state half made (a step count,
+    # no moments; seen on an H200): the retry starts those parameters' state afresh, or it
+    # fails with KeyError 'exp_avg'.
     for param in [p for p, state in optimizer.state.items() if "exp_avg" not in state]:
         del optimizer.state[param]
     optimizer.step()
 
 
 def check_compile(result: common.Result) -> None:
-    """A training step of the same MLP, torch.compile'd against eager (compile time reported, not in the ratio)."""
+    """A training step of the same MLP, torch.compile'd against eager (compile
+    time reported, not in the ratio)."""
     import torch
 
     model = _mlp()

@@ -1,4 +1,5 @@
-"""The kill drill's checks after every SIGKILL, and the tally they fill (bench/kill_loop.py runs them).
+"""The kill drill's checks after every SIGKILL, and the tally they fill
+(bench/kill_loop.py runs them).
 
 After each kill of a run folder:
 - the newest complete checkpoint loads (weights_only) ........................... unreadable_latest
@@ -100,18 +101,26 @@ def newest_loadable(run_dir: Path, tally: Tally, where: str) -> Path | None:
     """The newest checkpoint that loads, after counting an unreadable newest one."""
     complete = list_checkpoints(run_dir / "checkpoints")
     if complete and (why := loads(complete[0])) is not None:
-        tally.fail("unreadable_latest", f"{where}: the newest checkpoint {complete[0].name} does not load: {why}")
+        tally.fail(
+            "unreadable_latest",
+            f"{where}: the newest checkpoint {complete[0].name} does not load: {why}",
+        )
     return next((p for p in complete if loads(p) is None), None)
 
 
-def check_announced(run_dir: Path, events: list[Event], keep_last: int, tally: Tally, where: str) -> None:
-    """Every announced checkpoint exists and loads, or keep_last newer loadable ones made pruning it right."""
+def check_announced(
+    run_dir: Path, events: list[Event], keep_last: int, tally: Tally, where: str
+) -> None:
+    """Every announced checkpoint exists and loads, or keep_last newer
+    loadable ones made pruning it right."""
     folder = run_dir / "checkpoints"
     loadable = sorted(step_of(p) for p in list_checkpoints(folder) if loads(p) is None)
     for step in sorted({e.step for e in events if e.type == "checkpoint_saved"}):
         if step in loadable or sum(1 for s in loadable if s > step) >= keep_last:
             continue
-        tally.fail("lost_checkpoints", f"{where}: announced checkpoint step {step} is gone or unreadable")
+        tally.fail(
+            "lost_checkpoints", f"{where}: announced checkpoint step {step} is gone or unreadable"
+        )
 
 
 def best_problem(folder: Path, announced: int | None) -> str | None:
@@ -143,7 +152,8 @@ def check_best(run_dir: Path, events: list[Event], tally: Tally, where: str) -> 
 
 
 def check_event_log(run_dir: Path, cut_lines: int, tally: Tally, where: str) -> int:
-    """Every complete line parses except the cut lines earlier kills left; returns the new count of cut lines."""
+    """Every complete line parses except the cut lines earlier kills left;
+    returns the new count of cut lines."""
     data = (run_dir / "events.jsonl").read_bytes()
     *complete, tail = data.split(b"\n")
     broken, seqs = 0, []
@@ -153,25 +163,33 @@ def check_event_log(run_dir: Path, cut_lines: int, tally: Tally, where: str) -> 
         except ProtocolError:
             broken += 1
     if broken > cut_lines:
-        tally.fail("event_log_damage", f"{where}: {broken - cut_lines} complete line(s) do not parse")
+        tally.fail(
+            "event_log_damage", f"{where}: {broken - cut_lines} complete line(s) do not parse"
+        )
     if any(b <= a for a, b in pairwise(seqs)):
         tally.fail("event_log_damage", f"{where}: seq numbers repeat or go back")
     return cut_lines + (1 if tail else 0)
 
 
 def resumed_step(events: list[Event], expected: Path, tally: Tally, where: str) -> int | None:
-    """The step a segment said it resumed from, if it resumed from `expected`; else a failed resume."""
-    said = next((e for e in events if e.type == "log" and e.message.startswith("resumed from")), None)
+    """The step a segment said it resumed from, if it resumed from
+    `expected`; else a failed resume."""
+    said = next(
+        (e for e in events if e.type == "log" and e.message.startswith("resumed from")), None
+    )
     match = RESUMED_RE.match(said.message) if said is not None else None
     if match is None or Path(match["path"]).name != expected.name:
         got = said.message if said is not None else "no 'resumed from' message"
-        tally.fail("failed_resumes", f"{where}: expected to resume from {expected.name}; got: {got}")
+        tally.fail(
+            "failed_resumes", f"{where}: expected to resume from {expected.name}; got: {got}"
+        )
         return None
     return int(match["step"])
 
 
 def reached_step(events: list[Event], run_dir: Path) -> int:
-    """The latest step a segment trained: from its step and checkpoint events, or the newest file on disk."""
+    """The latest step a segment trained: from its step and checkpoint
+    events, or the newest file on disk."""
     stepped = [max(e.step_series or [e.step]) for e in events if e.type == "step"]
     saved = [e.step for e in events if e.type == "checkpoint_saved"]
     on_disk = [step_of(p) for p in list_checkpoints(run_dir / "checkpoints")[:1]]

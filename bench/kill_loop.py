@@ -60,8 +60,9 @@ from trainer_core.engine.faults import (
 )
 
 DEFAULT_KILLS = 36  # 3 in each of the 12 phases
-# Which arrival at the phase to hold: late enough that this process has announced a checkpoint (a fresh run
-# validates and samples at step 0; the vocoder's two optimizers each pass the step hook once per step).
+# Which arrival at the phase to hold: late enough that this process has announced a
+# checkpoint (a fresh run validates and samples at step 0; the vocoder's two optimizers each
+# pass the step hook once per step).
 NTH = {
     "write": 2, "rename": 2, "prune": 1, "step": 3, "validation": 2, "sampling": 2, "preload": 1,
     "preload_decode": 3, "cache_write": 1, "best_write": 1, "best_json": 1, "sample_write": 1,
@@ -140,10 +141,14 @@ def end_segment(run: Run, segment: Segment, tally: Tally) -> None:
     resumed = checks.resumed_step(segment.events, run.expect, tally, where)
     if resumed is None:
         return
-    said = next(e for e in segment.events if e.type == "log" and e.message.startswith("resumed from"))
+    said = next(
+        e for e in segment.events if e.type == "log" and e.message.startswith("resumed from")
+    )
     tally.resume_seconds.append(said.t - segment.started_wall)
     if checks.reached_step(segment.events, run.run_dir) <= resumed:
-        tally.fail("failed_resumes", f"{where}: resumed at step {resumed} but trained no later step")
+        tally.fail(
+            "failed_resumes", f"{where}: resumed at step {resumed} but trained no later step"
+        )
 
 
 def check_files(run: Run, segment: Segment, tally: Tally, where: str) -> None:
@@ -165,7 +170,10 @@ def kill_at(run: Run, kill: Kill, tally: Tally, extra_env: dict[str, str]) -> No
     segment.proc.kill()
     code = segment.proc.wait()
     if not held or code != -signal.SIGKILL:
-        tally.fail("vacuous_kills", f"{where}: the trainer was not held and killed there (exit status {code})")
+        tally.fail(
+            "vacuous_kills",
+            f"{where}: the trainer was not held and killed there (exit status {code})",
+        )
     else:
         tally.kills += 1
         tally.by_phase[kill.phase] += 1
@@ -179,7 +187,8 @@ def kill_at(run: Run, kill: Kill, tally: Tally, extra_env: dict[str, str]) -> No
 
 
 def finish_cleanly(run: Run, tally: Tally, extra_env: dict[str, str]) -> None:
-    """The last segment: resume, train a step further, SIGTERM; it must end `stopped` with exit status 0."""
+    """The last segment: resume, train a step further, SIGTERM; it must end
+    `stopped` with exit status 0."""
     segment = start_segment(run, None, extra_env)
     deadline = time.monotonic() + WAIT_S
     start = run.expect and checks.step_of(run.expect)
@@ -193,7 +202,10 @@ def finish_cleanly(run: Run, tally: Tally, extra_env: dict[str, str]) -> None:
     end = next((e for e in segment.events if e.type == "finished"), None)
     if code != 0 or end is None or end.status != "stopped":
         status = end.status if end is not None else "no finished event"
-        tally.fail("failed_resumes", f"{run.name}: the last segment did not stop cleanly (exit {code}, {status})")
+        tally.fail(
+            "failed_resumes",
+            f"{run.name}: the last segment did not stop cleanly (exit {code}, {status})",
+        )
     check_files(run, segment, tally, f"{run.name} last segment")
 
 
@@ -213,11 +225,15 @@ def count_announced(run: Run, tally: Tally) -> None:
     announced = sum(1 for e in run.events if e.type == "checkpoint_saved")
     tally.announced += announced
     if run.segments and announced == 0:
-        tally.fail("lost_checkpoints", f"{run.name}: no checkpoint was ever announced: the drill tested nothing")
+        tally.fail(
+            "lost_checkpoints",
+            f"{run.name}: no checkpoint was ever announced: the drill tested nothing",
+        )
 
 
 def control_vacuous(root: Path) -> Tally:
-    """Negative control: the trainer finishes (8 steps) before the step it is to be held at; the kill is vacuous."""
+    """Negative control: the trainer finishes (8 steps) before the step it is to
+    be held at; the kill is vacuous."""
     runs, tally = make_runs(root, lm_max_steps=8), Tally()
     kill_at(runs["lm"], Kill("lm", "step", 1000), tally, {})
     count_announced(runs["lm"], tally)
@@ -258,7 +274,13 @@ def run_control(name: str, root: Path) -> Tally:
 
 def report(tally: Tally, result: common.Result, plan: list[Kill], per_phase: int) -> None:
     wanted = len(plan)
-    result.add("kills", tally.kills, target=f"= {wanted}", met=tally.kills == wanted, detail="held, SIGKILL, exit -9")
+    result.add(
+        "kills",
+        tally.kills,
+        target=f"= {wanted}",
+        met=tally.kills == wanted,
+        detail="held, SIGKILL, exit -9",
+    )
     for phase in HOLD_PHASES:
         if any(kill.phase == phase for kill in plan):
             count = tally.by_phase[phase]
@@ -278,7 +300,10 @@ def report(tally: Tally, result: common.Result, plan: list[Kill], per_phase: int
         detail=common.spread(tally.resume_seconds),
     )
     result.add(
-        "checkpoint write (median)", common.median(tally.write_seconds), "s", detail=common.spread(tally.write_seconds)
+        "checkpoint write (median)",
+        common.median(tally.write_seconds),
+        "s",
+        detail=common.spread(tally.write_seconds),
     )
     result.notes.extend(tally.messages()[:20])
 
@@ -308,8 +333,8 @@ def report_control(name: str, tally: Tally, result: common.Result) -> None:
 
 
 def hide_workspace(result: common.Result, root: Path) -> None:
-    """Messages name files in the deleted temporary workspace: show them relative to it, as docs may not
-    point outside the repository."""
+    """Messages name files in the deleted temporary workspace: show them relative to it, as docs may
+    not point outside the repository."""
     result.notes = [note.replace(str(root), "WORKSPACE") for note in result.notes]
     for figure in result.figures:
         figure.detail = figure.detail.replace(str(root), "WORKSPACE")
@@ -319,14 +344,23 @@ def main(argv: list[str] | None = None) -> int:
     parser = common.base_parser(__doc__.split("\n\n")[0])
     kills = f"SIGKILLs in the drill (default {DEFAULT_KILLS}; --tiny: {len(TINY_SCHEDULE)})"
     parser.add_argument("--kills", type=int, default=DEFAULT_KILLS, help=kills)
-    parser.add_argument("--control", choices=sorted(CONTROLS), help="run only this negative control (must fail)")
-    parser.add_argument("--keep", action="store_true", help="keep the workspace (printed) instead of deleting it")
+    parser.add_argument(
+        "--control", choices=sorted(CONTROLS), help="run only this negative control (must fail)"
+    )
+    parser.add_argument(
+        "--keep", action="store_true", help="keep the workspace (printed) instead of deleting it"
+    )
     args = parser.parse_args(argv)
     if args.kills < 1:
         parser.error("--kills must be at least 1")
     plan = list(TINY_SCHEDULE) if args.tiny else schedule(args.kills)
     per_phase = 1 if args.tiny else max(1, min(3, args.kills // len(HOLD_PHASES)))
-    settings: dict[str, Any] = {"kills": len(plan), "control": args.control, "schedule": plan, "nth": NTH}
+    settings: dict[str, Any] = {
+        "kills": len(plan),
+        "control": args.control,
+        "schedule": plan,
+        "nth": NTH,
+    }
     settings["tiny"] = args.tiny
     title = "Kill drill: SIGKILLs held at every phase of training"
     result = common.start_result("kill", title, settings)

@@ -1,5 +1,6 @@
-"""Negative control for the soak: run a Python module (the trainer or the dashboard) with a thread that keeps
-memory it never frees, at a steady rate, so a soak that measures resident memory must see the process grow.
+"""Negative control for the soak: run a Python module (the trainer or the dashboard) with a
+thread that keeps memory it never frees, at a steady rate, so a soak that measures resident
+memory must see the process grow.
 
     python bench/leak_wrapper.py MIB_PER_MIN MODULE [ARGS...]
 """

@@ -1,20 +1,21 @@
 """Benchmarks 11 and 12: what a model learns in a fixed wall-clock budget.
 
-11 (`--sections voice`). Each variant trains `trainer-core train --set train.target_hours=M/60` (the same budget,
-one after the other on this machine, nothing else running) on a single-speaker corpus of espeak-ng speech of the
-bundled book's sentences (about 41 minutes; no one on the team recorded it); `trainer-core evaluate` then scores
-its last checkpoint on held-out sentences: synthesised from text alone, heard through Griffin-Lim, DTW-aligned
-log-mel L1 per bin against the recordings. "before" is the model as it was before this work (its old defaults
-pinned with --set), "after" the profile as shipped; each ablation row takes one change out of "after" (or adds
-one that was tried and left off), one row lets `model.size = "auto"` choose the size, and when "after" misses
-the target a last row trains it for twice the budget (is time the limit?). References measured in
-the same run: the floor (the recordings re-synthesised through Griffin-Lim), a wrong sentence (another
-recording's mel through the same Griffin-Lim, scored against each reference) and a negative control that must
-miss the target (the model stopped at step 2).
+11 (`--sections voice`). Each variant trains `trainer-core train --set train.target_hours=M/60` (the
+same budget, one after the other on this machine, nothing else running) on a single-speaker corpus
+of espeak-ng speech of the bundled book's sentences (about 41 minutes; no one on the team recorded
+it); `trainer-core evaluate` then scores its last checkpoint on held-out sentences: synthesised from
+text alone, heard through Griffin-Lim, DTW-aligned log-mel L1 per bin against the recordings.
+"before" is the model as it was before this work (its old defaults pinned with --set), "after" the
+profile as shipped; each ablation row takes one change out of "after" (or adds one that was tried
+and left off), one row lets `model.size = "auto"` choose the size, and when "after" misses the
+target a last row trains it for twice the budget (is time the limit?). References measured in the
+same run: the floor (the recordings re-synthesised through Griffin-Lim), a wrong sentence (another
+recording's mel through the same Griffin-Lim, scored against each reference) and a negative control
+that must miss the target (the model stopped at step 2).
 
-12 (`--sections lm`). lm-small as shipped against `model.size = "auto"` on text that is not the bundled book (the
-docstrings of this Python's standard library), same budget, bits per byte on the held-out text; the negative
-control stops the auto-sized model at step 2.
+12 (`--sections lm`). lm-small as shipped against `model.size = "auto"` on text that is not the
+bundled book (the docstrings of this Python's standard library), same budget, bits per byte on the
+held-out text; the negative control stops the auto-sized model at step 2.
 """
 
 from __future__ import annotations
@@ -32,14 +33,15 @@ from typing import Any
 
 import common
 
-# Today's model, before this work: the settings the changed defaults replaced, pinned for the baseline.
+# Today's model, before this work: the settings the changed defaults
+# replaced, pinned for the baseline.
 OLD_DECODER = ['model.decoder="transformer"']
 BEFORE = {
     "demo": [*OLD_DECODER, "model.decoder_layers=2", "model.dropout=0.1", "train.lr=1e-3"],
     "tts-small": [*OLD_DECODER, "model.decoder_layers=4", "model.dropout=0.1", "train.lr=3e-4"],
 }
-# One change taken out of "after" per row, and one option that was tried and left off (demo-size model only:
-# each row costs a full budget, so the post-net, left off earlier, is not re-run here).
+# One change taken out of "after" per row, and one option that was tried and left off (demo-size
+# model only: each row costs a full budget, so the post-net, left off earlier, is not re-run here).
 ABLATIONS = {
     "after with the transformer decoder": [*OLD_DECODER, "model.decoder_layers=2"],
     "after with the old learning rate": ["train.lr=1e-3"],
@@ -51,8 +53,8 @@ LM_TEXT_BYTES = 400_000
 LM_MINUTES = 4.0
 BITS_TARGET = 3.0  # the issue's target for model.size = "auto" on text that is not the bundled book
 EVAL_ITEMS = 16
-# The smoke run (--tiny): a few sentences, and the ablation whose model code differs most (the decoder; the
-# pitch predictor has its own tests).
+# The smoke run (--tiny): a few sentences, and the ablation whose model code differs most (the
+# decoder; the pitch predictor has its own tests).
 TINY_EVAL_ITEMS = 4
 TINY_ABLATIONS = ("after with the transformer decoder",)
 TINY_MINUTES = 0.04  # seconds a variant: the smoke checks the plumbing, not the learning
@@ -71,7 +73,8 @@ class Trained:
 
 @dataclass(frozen=True)
 class Setup:
-    """What every variant shares: the corpus, the budget, the scratch folder and any smoke-test shrinking."""
+    """What every variant shares: the corpus, the budget, the scratch folder
+    and any smoke-test shrinking."""
 
     corpus: Path
     minutes: float
@@ -88,15 +91,32 @@ class Setup:
 def train(setup: Setup, name: str, profile: str, sets: list[str]) -> Trained:
     corpus, minutes, scratch = setup.corpus, setup.minutes, setup.scratch
     run_dir = scratch / name
-    argv = [*common.TRAINER_CORE, "train", "--profile", profile, "--run-dir", str(run_dir), "--compute-mode", "cpu"]
-    settings = [*common.voice_overrides(corpus), f"train.target_hours={minutes / 60}", "logging.report=false"]
-    # The profiles' own device choice stays out of it: every variant runs on this machine's CPU cores.
+    argv = [
+        *common.TRAINER_CORE,
+        "train",
+        "--profile",
+        profile,
+        "--run-dir",
+        str(run_dir),
+        "--compute-mode",
+        "cpu",
+    ]
+    settings = [
+        *common.voice_overrides(corpus),
+        f"train.target_hours={minutes / 60}",
+        "logging.report=false",
+    ]
+    # The profiles' own device choice stays out of it: every variant runs on
+    # this machine's CPU cores.
     for item in [*settings, *setup.extra, *sets]:
         argv += ["--set", item]
-    env = {**os.environ, "VEGA_CONFIG_DIR": str(scratch / "config")}  # no machine file: the profile as shipped
+    # no machine file: the profile as shipped
+    env = {**os.environ, "VEGA_CONFIG_DIR": str(scratch / "config")}
     t0 = time.perf_counter()
     with open(scratch / f"{name}.err", "wb") as err:
-        status = subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=err, check=False).returncode
+        status = subprocess.run(
+            argv, env=env, stdout=subprocess.DEVNULL, stderr=err, check=False
+        ).returncode
     wall = time.perf_counter() - t0
     finished = [e for e in common.read_events(run_dir) if e.type == "finished"]
     return Trained(run_dir, wall, finished[-1].step if finished else 0, status)
@@ -106,27 +126,43 @@ def evaluate(run: Trained, corpus: Path, items: int = EVAL_ITEMS) -> dict[str, A
     """`trainer-core evaluate` on the run's last checkpoint: its scores and the floor, as JSON."""
     checkpoints = sorted((run.run_dir / "checkpoints").glob("step-*.pt"))
     if run.status != 0 or not checkpoints:
-        raise SystemExit(f"{run.run_dir.name}: training failed (exit {run.status}); see {run.run_dir}.err")
-    argv = [*common.TRAINER_CORE, "evaluate", str(checkpoints[-1]), "--data", str(corpus), "--items", str(items)]
+        raise SystemExit(
+            f"{run.run_dir.name}: training failed (exit {run.status}); see {run.run_dir}.err"
+        )
+    argv = [
+        *common.TRAINER_CORE,
+        "evaluate",
+        str(checkpoints[-1]),
+        "--data",
+        str(corpus),
+        "--items",
+        str(items),
+    ]
     done = subprocess.run([*argv, "--json"], capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise SystemExit(f"evaluate failed on {checkpoints[-1]}:\n{done.stderr[-1500:]}")
     return json.loads(done.stdout)
 
 
-def add_variant(result: common.Result, label: str, run: Trained, scores: dict[str, Any], target: str = "") -> float:
+def add_variant(
+    result: common.Result, label: str, run: Trained, scores: dict[str, Any], target: str = ""
+) -> float:
     s = scores["scores"]
     detail = (
-        f"{run.steps} steps, whole job {run.wall_s:.0f} s; before the vocoder {s['acoustic_distance']:.3f}; "
-        f"durations x{s['duration_ratio']:.2f}; voicing agrees {100 * s['vuv_agreement']:.0f} %"
+        f"{run.steps} steps, whole job {run.wall_s:.0f} s; before the vocoder"
+        f" {s['acoustic_distance']:.3f}; durations x{s['duration_ratio']:.2f}; voicing agrees"
+        f" {100 * s['vuv_agreement']:.0f} %"
     )
     result.add(f"{label}: free-running distance", s["distance"], "", target, None, detail)
     return float(s["distance"])
 
 
-def train_and_score(setup: Setup, profile: str, jobs: dict[str, list[str]]) -> dict[str, tuple[Trained, Any]]:
-    """Each job (run name -> its --set items) trained and scored; the smoke run (--tiny, one thread a trainer)
-    runs three at a time, the real one strictly one after the other (each run's budget is the machine's alone)."""
+def train_and_score(
+    setup: Setup, profile: str, jobs: dict[str, list[str]]
+) -> dict[str, tuple[Trained, Any]]:
+    """Each job (run name -> its --set items) trained and scored; the smoke run (--tiny, one
+    thread a trainer) runs three at a time, the real one strictly one after the other (each run's
+    budget is the machine's alone)."""
 
     def one(name: str) -> tuple[Trained, Any]:
         run = train(setup, name, profile, jobs[name])
@@ -137,7 +173,9 @@ def train_and_score(setup: Setup, profile: str, jobs: dict[str, list[str]]) -> d
         return {name: future.result() for name, future in futures.items()}
 
 
-def voice_profile(result: common.Result, setup: Setup, profile: str, ablate: bool) -> dict[str, Any]:
+def voice_profile(
+    result: common.Result, setup: Setup, profile: str, ablate: bool
+) -> dict[str, Any]:
     """Before, after (and the ablations) of one profile; returns the scores of "after"."""
     jobs = {f"{profile}-before": BEFORE[profile], f"{profile}-after": []}
     if ablate:
@@ -147,22 +185,38 @@ def voice_profile(result: common.Result, setup: Setup, profile: str, ablate: boo
             jobs[f"{profile}-after-twice"] = twice_the_budget_sets(setup)
     jobs[f"{profile}-one-step"] = ["train.max_steps=2", "train.warmup_steps=1"]
     done = train_and_score(setup, profile, jobs)
-    (before, scored_before), (after, scored_after) = done[f"{profile}-before"], done[f"{profile}-after"]
+    (before, scored_before), (after, scored_after) = (
+        done[f"{profile}-before"],
+        done[f"{profile}-after"],
+    )
     base = add_variant(result, f"{profile}, before", before, scored_before)
     new = add_variant(result, f"{profile}, after", after, scored_after)
     ratio = new / base
     target = f"<= {TARGET_RATIO}"
-    result.add(f"{profile}: after / before", ratio, "x", target, ratio <= TARGET_RATIO, "same budget, same sentences")
+    result.add(
+        f"{profile}: after / before",
+        ratio,
+        "x",
+        target,
+        ratio <= TARGET_RATIO,
+        "same budget, same sentences",
+    )
     if ablate:
         for label in setup.ablations:
             add_variant(result, f"{profile}, {label}", *done[label.replace(" ", "-")])
         sized, scored_sized = done[f"{profile}-auto"]
         add_variant(result, f'{profile}, after with model.size = "auto"', sized, scored_sized)
         result.notes.extend(f"{profile}: {line}" for line in sized_lines(sized))
-        if ratio > TARGET_RATIO or setup.twice_up_front:  # missed (or the smoke run): is time the limit?
+        # missed (or the smoke run): is time the limit?
+        if ratio > TARGET_RATIO or setup.twice_up_front:
             twice_the_budget(result, setup, profile, base, done.get(f"{profile}-after-twice"))
     floor = scored_after["floor"]["distance"]
-    result.add(f"{profile}: floor (recordings through Griffin-Lim)", floor, "", detail="the best any model can score")
+    result.add(
+        f"{profile}: floor (recordings through Griffin-Lim)",
+        floor,
+        "",
+        detail="the best any model can score",
+    )
     control = done[f"{profile}-one-step"][1]["scores"]["distance"] / base
     result.add(
         f"{profile}, negative control (after, stopped at step 2) / before",
@@ -181,11 +235,12 @@ def twice_the_budget_sets(setup: Setup) -> list[str]:
 def twice_the_budget(
     result: common.Result, setup: Setup, profile: str, base: float, done: tuple[Trained, Any] | None
 ) -> None:
-    """ "after" trained for twice the budget, against "before" at one budget: how far time alone goes."""
+    """ "after" trained for twice the budget, against "before" at one
+    budget: how far time alone goes."""
     if done is None:
-        done = train_and_score(setup, profile, {f"{profile}-after-twice": twice_the_budget_sets(setup)})[
-            f"{profile}-after-twice"
-        ]
+        done = train_and_score(
+            setup, profile, {f"{profile}-after-twice": twice_the_budget_sets(setup)}
+        )[f"{profile}-after-twice"]
     twice, scores = done
     longer = add_variant(result, f"{profile}, after with twice the budget", twice, scores)
     ratio = longer / base
@@ -194,14 +249,17 @@ def twice_the_budget(
 
 
 def lm_section(result: common.Result, setup: Setup) -> None:
-    """lm-small as shipped against model.size = "auto", same budget, on the standard library's docstrings."""
+    """lm-small as shipped against model.size = "auto", same budget, on the
+    standard library's docstrings."""
     jobs = {
         "lm-fixed": [],
         "lm-auto": ['model.size="auto"'],
         "lm-two-steps": ['model.size="auto"', "train.max_steps=2", "train.warmup_steps=1"],
     }
     with ThreadPoolExecutor(max_workers=setup.workers) as pool:
-        fixed, auto, negative = pool.map(lambda name: train(setup, name, "lm-small", jobs[name]), jobs)
+        fixed, auto, negative = pool.map(
+            lambda name: train(setup, name, "lm-small", jobs[name]), jobs
+        )
     target = f"< {BITS_TARGET:g}"
     for label, run, goal in (
         ("lm-small as shipped", fixed, ""),
@@ -213,38 +271,64 @@ def lm_section(result: common.Result, setup: Setup) -> None:
         ),
     ):
         bits, detail = bits_per_byte(run)
-        result.add(f"{label}: bits per byte", bits, "", goal, None if not goal else bits < BITS_TARGET, detail)
+        result.add(
+            f"{label}: bits per byte",
+            bits,
+            "",
+            goal,
+            None if not goal else bits < BITS_TARGET,
+            detail,
+        )
     result.notes.extend(f"lm-small: {line}" for line in sized_lines(auto))
 
 
 def bits_per_byte(run: Trained) -> tuple[float | None, str]:
     validations = [e for e in common.read_events(run.run_dir) if e.type == "validation"]
     if run.status != 0 or not validations:
-        raise SystemExit(f"{run.run_dir.name}: training failed (exit {run.status}); see {run.run_dir}.err")
+        raise SystemExit(
+            f"{run.run_dir.name}: training failed (exit {run.status}); see {run.run_dir}.err"
+        )
     last = validations[-1]
     return last.metrics.get("bits_per_byte"), f"{run.steps} steps, whole job {run.wall_s:.0f} s"
 
 
 def sized_lines(run: Trained) -> list[str]:
-    return [e.message for e in common.read_events(run.run_dir) if e.type == "log" and "model size" in e.message]
+    return [
+        e.message
+        for e in common.read_events(run.run_dir)
+        if e.type == "log" and "model size" in e.message
+    ]
 
 
 def wrong_sentence(result: common.Result, corpus: Path, scored: dict[str, Any]) -> None:
-    """Each held-out recording's mel, vocoded as the models' are (Griffin-Lim), scored against the next
-    sentence's recording: what an unrelated utterance scores on the same scale as the floor and the models."""
+    """Each held-out recording's mel, vocoded as the models' are (Griffin-Lim), scored
+    against the next sentence's recording: what an unrelated utterance scores on the same
+    scale as the floor and the models."""
     from trainer_core.contract.profile import AudioSection
     from trainer_core.models.free_running import FreeRunning, HeldOutSentence
     from trainer_core.scoring.speech_scores import Scores, score_heard
 
     ids = [item["item_id"] for item in scored["scores"]["items"]]
     audio = AudioSection()
-    free = FreeRunning([HeldOutSentence(i, "", corpus / "wavs" / f"{i}.wav") for i in ids], audio, _tts(), None)
+    free = FreeRunning(
+        [HeldOutSentence(i, "", corpus / "wavs" / f"{i}.wav") for i in ids], audio, _tts(), None
+    )
     refs = free.recordings()
     rate, hop = audio.sample_rate, audio.hop_length
     heard = [free.vocode(refs[(k + 1) % len(refs)].mel) for k in range(len(refs))]
-    scores = Scores([score_heard(r, wave, free.mel_of, rate, hop) for r, wave in zip(refs, heard, strict=True)])
-    detail = "no model: the scale's top; the other sentence's mel through the same Griffin-Lim as the scores"
-    result.add("wrong sentence (another recording, through Griffin-Lim)", scores.summary().distance, "", detail=detail)
+    scores = Scores(
+        [score_heard(r, wave, free.mel_of, rate, hop) for r, wave in zip(refs, heard, strict=True)]
+    )
+    detail = (
+        "no model: the scale's top; the other sentence's mel through the same Griffin-Lim as the"
+        " scores"
+    )
+    result.add(
+        "wrong sentence (another recording, through Griffin-Lim)",
+        scores.summary().distance,
+        "",
+        detail=detail,
+    )
 
 
 def _tts() -> Any:
@@ -255,11 +339,19 @@ def _tts() -> Any:
 
 def main() -> int:
     parser = common.base_parser(__doc__.splitlines()[0])
-    parser.add_argument("--minutes", type=float, default=12.0, help="voice: training budget per variant")
-    parser.add_argument("--lm-minutes", type=float, default=LM_MINUTES, help="lm: training budget per variant")
+    parser.add_argument(
+        "--minutes", type=float, default=12.0, help="voice: training budget per variant"
+    )
+    parser.add_argument(
+        "--lm-minutes", type=float, default=LM_MINUTES, help="lm: training budget per variant"
+    )
     parser.add_argument("--profiles", default="demo,tts-small", help="voice profiles to compare")
-    parser.add_argument("--no-ablation", action="store_true", help="skip the ablation rows (each costs a budget)")
-    parser.add_argument("--sections", default="voice,lm", help="voice (11. learning per minute), lm (12. sizing)")
+    parser.add_argument(
+        "--no-ablation", action="store_true", help="skip the ablation rows (each costs a budget)"
+    )
+    parser.add_argument(
+        "--sections", default="voice,lm", help="voice (11. learning per minute), lm (12. sizing)"
+    )
     args = parser.parse_args()
     sections = args.sections.split(",")
     if "voice" in sections:
@@ -273,14 +365,21 @@ def voice_result(args: argparse.Namespace) -> None:
     minutes = TINY_MINUTES if args.tiny else args.minutes
     profiles = "demo" if args.tiny else args.profiles
     started = time.monotonic()
-    settings = {"minutes": minutes, "profiles": profiles, "eval_items": EVAL_ITEMS, "corpus_files": CORPUS_FILES}
+    settings = {
+        "minutes": minutes,
+        "profiles": profiles,
+        "eval_items": EVAL_ITEMS,
+        "corpus_files": CORPUS_FILES,
+    }
     result = common.start_result("learning", "11. Learning per minute (free-running)", settings)
     scratch = common.scratch_dir("learning-")
     try:
         corpus = common.SMALL_VOICE if args.tiny else single_speaker_corpus(result)
         setup = Setup(corpus, minutes, scratch)
-        if args.tiny:  # the ablations that run other model code; the rest differ only in --set values
-            extra = (*common.TTS_TINY, "compute.num_threads=1")  # two trainers at once, one core each
+        # the ablations that run other model code; the rest differ only in --set values
+        if args.tiny:
+            # two trainers at once, one core each
+            extra = (*common.TTS_TINY, "compute.num_threads=1")
             setup = Setup(corpus, minutes, scratch, extra, TINY_EVAL_ITEMS, TINY_ABLATIONS, 3, True)
         scored = [
             voice_profile(result, setup, profile, ablate=number == 0 and not args.no_ablation)
@@ -291,8 +390,8 @@ def voice_result(args: argparse.Namespace) -> None:
         shutil.rmtree(scratch, ignore_errors=True)
     if args.tiny:
         result.notes.append(
-            f"--tiny: the demo profile shrunk, the 40-clip test voice, {TINY_MINUTES * 60:.1f} s per "
-            f"variant, one ablation, {TINY_EVAL_ITEMS} sentences scored; smoke settings"
+            f"--tiny: the demo profile shrunk, the 40-clip test voice, {TINY_MINUTES * 60:.1f} s"
+            f" per variant, one ablation, {TINY_EVAL_ITEMS} sentences scored; smoke settings"
         )
     common.finish_result(result, started, args.out)
 
@@ -301,29 +400,41 @@ def lm_result(args: argparse.Namespace) -> None:
     minutes = TINY_MINUTES if args.tiny else args.lm_minutes
     started = time.monotonic()
     settings = {"minutes": minutes, "text_bytes": LM_TEXT_BYTES, "profile": "lm-small"}
-    result = common.start_result("sizing", '12. Models sized for the budget (model.size = "auto")', settings)
+    result = common.start_result(
+        "sizing", '12. Models sized for the budget (model.size = "auto")', settings
+    )
     scratch = common.scratch_dir("sizing-")
     try:
-        text = common.docstring_corpus(common.DATA / "text-docstrings", 40_000 if args.tiny else LM_TEXT_BYTES)
+        text = common.docstring_corpus(
+            common.DATA / "text-docstrings", 40_000 if args.tiny else LM_TEXT_BYTES
+        )
         size = sum(f.stat().st_size for f in text.glob("*.txt"))
-        result.notes.append(f"text: docstrings of this Python's standard library, {size / 1000:.0f} kB")
+        result.notes.append(
+            f"text: docstrings of this Python's standard library, {size / 1000:.0f} kB"
+        )
         extra, workers = ((*common.LM_TINY, "compute.num_threads=1"), 2) if args.tiny else ((), 1)
         lm_section(result, Setup(text, minutes, scratch, extra, workers=workers))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     if args.tiny:
         seconds = TINY_MINUTES * 60
-        result.notes.append(f"--tiny: lm-small shrunk, 40 kB of text, {seconds:.1f} s per variant; smoke settings")
+        result.notes.append(
+            f"--tiny: lm-small shrunk, 40 kB of text, {seconds:.1f} s per variant; smoke settings"
+        )
     common.finish_result(result, started, args.out)
 
 
 def single_speaker_corpus(result: common.Result) -> Path:
     folder = common.espeak_voice_corpus(
-        common.DATA / f"voice-single-{CORPUS_FILES}", CORPUS_FILES, sample_rate=22050, voices=("en-us",)
+        common.DATA / f"voice-single-{CORPUS_FILES}",
+        CORPUS_FILES,
+        sample_rate=22050,
+        voices=("en-us",),
     )
     minutes = common.audio_seconds((folder / "wavs").glob("*.wav")) / 60
     result.notes.append(
-        f"corpus: {CORPUS_FILES} espeak-ng (en-us) recordings of sentences from the bundled book, {minutes:.1f} minutes"
+        f"corpus: {CORPUS_FILES} espeak-ng (en-us) recordings of sentences from the bundled book,"
+        f" {minutes:.1f} minutes"
     )
     return folder
 

@@ -1,4 +1,5 @@
-"""Machine facts a benchmark result records: CPU, versions, GPU, load, the command and the commit measured.
+"""Machine facts a benchmark result records: CPU, versions, GPU, load, the
+command and the commit measured.
 
 Imported by `common` (which re-exports these names); sits beside the scripts like it.
 """
@@ -37,7 +38,8 @@ def package_version(name: str) -> str | None:
 
 
 def machine_info() -> dict[str, Any]:
-    """CPU model, cores, RAM and the versions that decide the figures (torch read from metadata: no import)."""
+    """CPU model, cores, RAM and the versions that decide the figures (torch
+    read from metadata: no import)."""
     import psutil
 
     return {
@@ -54,7 +56,8 @@ def machine_info() -> dict[str, Any]:
 
 
 def gpu_model() -> str | None:
-    """The NVIDIA GPUs nvidia-smi lists ("name, memory" each), or None where there is none (no torch import)."""
+    """The NVIDIA GPUs nvidia-smi lists ("name, memory" each), or None where
+    there is none (no torch import)."""
     if shutil.which("nvidia-smi") is None:
         return None
     query = ["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"]
@@ -74,7 +77,8 @@ def load_average() -> list[float]:
 
 
 def this_command() -> str:
-    """The command that ran this script, relative to the repository (what docs/benchmarks.md prints)."""
+    """The command that ran this script, relative to the repository (what
+    docs/benchmarks.md prints)."""
     python = Path(sys.executable)
     shown_python = os.path.relpath(python, REPO) if python.is_relative_to(REPO) else python.name
     script = Path(sys.argv[0]).resolve()
@@ -83,7 +87,8 @@ def this_command() -> str:
 
 
 def git_commit() -> str:
-    """The commit the benchmark measures: HEAD's hash, with " dirty" when the tree has changes ("" outside git)."""
+    """The commit the benchmark measures: HEAD's hash, with " dirty" when the
+    tree has changes ("" outside git)."""
     head, changed = _git("rev-parse", "HEAD"), _git("status", "--porcelain")
     if not head:
         return ""
@@ -92,7 +97,9 @@ def git_commit() -> str:
 
 def _git(*args: str) -> str:
     try:
-        out = subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, timeout=30, check=False)
+        out = subprocess.run(
+            ["git", *args], cwd=REPO, capture_output=True, text=True, timeout=30, check=False
+        )
     except (OSError, subprocess.TimeoutExpired):
         return ""
     return out.stdout.strip() if out.returncode == 0 else ""

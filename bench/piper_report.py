@@ -154,28 +154,39 @@ def report_common(result: common.Result, m: Measured, case: Case, args: Any) -> 
         "machine load during the pairs",
         statistics.fmean(m.loads),
         "",
-        detail=f"1-minute load average at each session's start and end: {common.spread(m.loads)}; "
-        f"the benchmark's own torch threads count in it ({result.machine.get('cores')} cores)",
+        detail=(
+            f"1-minute load average at each session's start and end: {common.spread(m.loads)}; "
+            f"the benchmark's own torch threads count in it ({result.machine.get('cores')} cores)"
+        ),
     )
     departs = f" (departs from Piper's medium in: {'; '.join(m.differences)})"
     result.notes += [
         f"Model: Piper's medium voice in both: {PROFILE} with train.batch_size={case.batch} and "
         f"vits.segment_size={args.segment} for Vega; Piper's VitsModel from its own constructor "
         "with the same values" + (departs if m.differences else ""),
-        "Data: the recordings decoded once by Vega, written as float WAVs with Vega's phoneme ids "
-        "into Piper's phoneme_ids CSV and preprocessed by Piper's VitsDataModule.prepare_data "
-        "(silence trimming off: the samples are Vega's); the two steps of a pair take the same "
-        "items, in Vega's bucketed order, Piper's through the DataLoader its data module makes "
-        f"({PIPER_WORKERS} worker, prefetch 4, pinned memory)",
-        "Piper's loop: lightning.Trainer.fit as Piper's training command sets it up (its two "
-        "ModelCheckpoint callbacks, the default logger, manual optimisation: generator, then "
-        "discriminator), progress bar off; the turn passes at on_train_batch_end. Vega's: the "
-        "engine's Trainer.fit, the turn passing after after_step (events, telemetry)",
-        "Piper's wheel lacks its compiled alignment search (monotonic_align.core.maximum_path_c): "
-        f"its loop was given {ALIGNMENTS[args.alignment]} at that import path",
-        "Method: the two loops run in one process, in two threads taking turns step by step "
-        "(bench/turns.py); a step is timed from getting the turn to handing it over; sessions "
-        "alternate which loop goes first",
+        (
+            "Data: the recordings decoded once by Vega, written as float WAVs with Vega's phoneme"
+            " ids into Piper's phoneme_ids CSV and preprocessed by Piper's"
+            " VitsDataModule.prepare_data (silence trimming off: the samples are Vega's); the two"
+            " steps of a pair take the same items, in Vega's bucketed order, Piper's through the"
+            f" DataLoader its data module makes ({PIPER_WORKERS} worker, prefetch 4, pinned memory)"
+        ),
+        (
+            "Piper's loop: lightning.Trainer.fit as Piper's training command sets it up (its two "
+            "ModelCheckpoint callbacks, the default logger, manual optimisation: generator, then "
+            "discriminator), progress bar off; the turn passes at on_train_batch_end. Vega's: the "
+            "engine's Trainer.fit, the turn passing after after_step (events, telemetry)"
+        ),
+        (
+            "Piper's wheel lacks its compiled alignment search"
+            " (monotonic_align.core.maximum_path_c): its loop was given"
+            f" {ALIGNMENTS[args.alignment]} at that import path"
+        ),
+        (
+            "Method: the two loops run in one process, in two threads taking turns step by step "
+            "(bench/turns.py); a step is timed from getting the turn to handing it over; sessions "
+            "alternate which loop goes first"
+        ),
     ]
     if m.scheduler_steps and not any(m.scheduler_steps):
         result.notes.append(

@@ -1,15 +1,17 @@
 """Benchmark 5b: a chart redraw costs the same whatever the run's length.
 
-The real `ChartGrid` (every chart on screen, 160x48, headless under Textual's `run_test`) follows two
-stores fed with 1,000 real `step` events each: one holding 1,000 loss points (a step an event), one
-holding 1,000,000 (--tiny: 10,000; a window of steps an event, as a fast trainer coalesces them), so
-the once-an-event series (throughput, memory, loss parts) are alike. Each redraw follows one more step
-event, as in a live run, and times what the dashboard does for it: build every chart's data, draw it
-with plotext and render the picture. The figure is the median redraw time at the long run over the one
-at the short run (target < 1.5): the charts read each series' min/max levels at their width.
+The real `ChartGrid` (every chart on screen, 160x48, headless under Textual's `run_test`) follows
+two stores fed with 1,000 real `step` events each: one holding 1,000 loss points (a step an
+event), one holding 1,000,000 (--tiny: 10,000; a window of steps an event, as a fast trainer
+coalesces them), so the once-an-event series (throughput, memory, loss parts) are alike. Each
+redraw follows one more step event, as in a live run, and times what the dashboard does for it:
+build every chart's data, draw it with plotext and render the picture. The figure is the median
+redraw time at the long run over the one at the short run (target < 1.5): the charts read each
+series' min/max levels at their width.
 
-Negative control: the same redraws with the full-history path (every raw point handed to the chart and
-downsampled there, as before the envelope), switched on here only; its ratio must miss the target.
+Negative control: the same redraws with the full-history path (every raw point handed
+to the chart and downsampled there, as before the envelope), switched on here only;
+its ratio must miss the target.
 """
 
 from __future__ import annotations
@@ -35,11 +37,13 @@ from vega_tui.widgets import chart_data
 from vega_tui.widgets.chart_data import Line, finite_points
 from vega_tui.widgets.charts import ChartGrid, RunChart
 
-EVENTS = 1000  # step events in either history: the per-event series (throughput, memory, parts) alike
+# step events in either history: the per-event series (throughput, memory, parts) alike
+EVENTS = 1000
 SHORT = 1000
 SIZE = (160, 48)
 TARGET = 1.5
-# Every chart on screen, two per row (the roomy layout), the one of speech/validation not wanted hidden.
+# Every chart on screen, two per row (the roomy layout), the one of
+# speech/validation not wanted hidden.
 GRID_CSS = """
 ChartGrid { layout: grid; grid-size: 2 4; }
 ChartGrid RunChart.-off { display: none; }
@@ -54,10 +58,15 @@ class GridApp(App[None]):
 
 
 def step_event(seq: int, first: int, count: int, rng: random.Random) -> Event:
-    """A real `step` event covering `count` steps from `first`: a falling noisy loss with rare spikes."""
+    """A real `step` event covering `count` steps from `first`: a falling
+    noisy loss with rare spikes."""
     steps = list(range(first, first + count))
     losses = [
-        2.0 + 3.0 / (1.0 + s * 1e-4) + rng.uniform(-0.05, 0.05) + (5.0 if rng.random() < 1e-4 else 0.0) for s in steps
+        2.0
+        + 3.0 / (1.0 + s * 1e-4)
+        + rng.uniform(-0.05, 0.05)
+        + (5.0 if rng.random() < 1e-4 else 0.0)
+        for s in steps
     ]
     last = steps[-1]
     return parse_event(
@@ -89,7 +98,8 @@ def step_event(seq: int, first: int, count: int, rng: random.Random) -> Event:
 
 
 class RecordingSeries(Series):
-    """A store series that also keeps every raw point: the negative control's full history (bench only)."""
+    """A store series that also keeps every raw point: the negative
+    control's full history (bench only)."""
 
     def __init__(self, max_points: int = 2000) -> None:
         super().__init__(max_points)
@@ -115,7 +125,8 @@ def full_history_line(
     scatter: bool = False,
     right: bool = False,
 ) -> Line | None:
-    """The old path: every raw point of the run goes to the chart, which downsamples it at each draw."""
+    """The old path: every raw point of the run goes to the chart, which
+    downsamples it at each draw."""
     series = state.series.get(key)
     if not isinstance(series, RecordingSeries) or not series.raw_x:
         return None
@@ -126,7 +137,8 @@ def full_history_line(
 
 @contextmanager
 def full_history(on: bool) -> Iterator[None]:
-    """Switch the charts (and new store series) to the full-history path for the negative control."""
+    """Switch the charts (and new store series) to the full-history path for
+    the negative control."""
     if not on:
         yield
         return
@@ -139,7 +151,8 @@ def full_history(on: bool) -> Iterator[None]:
 
 
 def filled_store(points: int, control: bool, rng: random.Random) -> RunStore:
-    """A store holding `points` loss points from real step events (recording raw points for the control)."""
+    """A store holding `points` loss points from real step events (recording
+    raw points for the control)."""
     store = RunStore()
     if control:
         store.state.series = {key: RecordingSeries(store.max_points) for key in store.state.series}
@@ -152,7 +165,8 @@ def filled_store(points: int, control: bool, rng: random.Random) -> RunStore:
 
 
 def redraw_once(grid: ChartGrid, store: RunStore, rng: random.Random) -> float:
-    """One more step event, then the whole redraw it causes (build, plotext draw, render); seconds."""
+    """One more step event, then the whole redraw it causes (build, plotext
+    draw, render); seconds."""
     state = store.state
     store.apply([step_event(state.events_seen, state.step + 1, 1, rng)])
     started = time.perf_counter()
@@ -168,7 +182,10 @@ async def measure(long: int, repeats: int, control: bool) -> dict[str, list[floa
     rng = random.Random(31)
     times: dict[str, list[float]] = {"short": [], "long": []}
     with full_history(control):
-        stores = {"short": filled_store(SHORT, control, rng), "long": filled_store(long, control, rng)}
+        stores = {
+            "short": filled_store(SHORT, control, rng),
+            "long": filled_store(long, control, rng),
+        }
         async with GridApp().run_test(size=SIZE) as pilot:
             grid = pilot.app.query_one(ChartGrid)
             await pilot.pause()
@@ -181,11 +198,16 @@ async def measure(long: int, repeats: int, control: bool) -> dict[str, list[floa
     return times
 
 
-def report(result: common.Result, label: str, times: dict[str, list[float]], long: int, control: bool) -> None:
+def report(
+    result: common.Result, label: str, times: dict[str, list[float]], long: int, control: bool
+) -> None:
     short_s, long_s = statistics.median(times["short"]), statistics.median(times["long"])
     ratio = long_s / short_s
     count = len(times["long"])
-    detail = f"median of {count}: {long_s * 1e3:.1f} ms at {long:,} points, {short_s * 1e3:.1f} ms at {SHORT:,}"
+    detail = (
+        f"median of {count}: {long_s * 1e3:.1f} ms at {long:,} points, {short_s * 1e3:.1f} ms at"
+        f" {SHORT:,}"
+    )
     if control:
         result.add(label, ratio, "x", f">= {TARGET} (must miss)", ratio >= TARGET, detail)
     else:
@@ -195,7 +217,9 @@ def report(result: common.Result, label: str, times: dict[str, list[float]], lon
 
 def main() -> int:
     parser = common.base_parser(__doc__.splitlines()[0])
-    parser.add_argument("--points", type=int, default=None, help="loss points of the long run (default 1,000,000)")
+    parser.add_argument(
+        "--points", type=int, default=None, help="loss points of the long run (default 1,000,000)"
+    )
     args = parser.parse_args()
     long = args.points or (10_000 if args.tiny else 1_000_000)
     repeats = args.repeats or (2 if args.tiny else 15)
@@ -203,17 +227,32 @@ def main() -> int:
     result = common.start_result(
         "redraw_ratio",
         "5b. Chart redraw cost against run length",
-        {"short_points": SHORT, "long_points": long, "repeats": repeats, "size": list(SIZE), "events": EVENTS},
+        {
+            "short_points": SHORT,
+            "long_points": long,
+            "repeats": repeats,
+            "size": list(SIZE),
+            "events": EVENTS,
+        },
     )
     times = asyncio.run(measure(long, repeats, control=False))
     report(result, f"redraw time, {long:,} points / {SHORT:,} points", times, long, control=False)
     control = asyncio.run(measure(long, repeats, control=True))
-    report(result, "negative control (full-history downsampling): same ratio", control, long, control=True)
+    report(
+        result,
+        "negative control (full-history downsampling): same ratio",
+        control,
+        long,
+        control=True,
+    )
     result.notes.append(
-        "each redraw follows one new step event and covers every chart: data build, plotext draw, render"
+        "each redraw follows one new step event and covers every chart: data build, plotext draw,"
+        " render"
     )
     if args.tiny:
-        result.notes.append("--tiny: 10,000 points, 2 repeats: checks the script runs, measures nothing")
+        result.notes.append(
+            "--tiny: 10,000 points, 2 repeats: checks the script runs, measures nothing"
+        )
     common.finish_result(result, started, args.out)
     return 0
 

@@ -1,4 +1,5 @@
-"""Run every benchmark and rewrite the generated part of docs/benchmarks.md (`bench/run_all` calls this).
+"""Run every benchmark and rewrite the generated part of docs/benchmarks.md
+(`bench/run_all` calls this).
 
     bench/run_all                 every benchmark with its documented settings (about 4 hours: the learning
                                   benchmarks train 12 minutes per variant; --only skips them)
@@ -7,10 +8,11 @@
     bench/run_all --render-only   rewrite the document from the JSON results already in --out
 
 Each benchmark runs as its own process (`python bench/<script>.py ...`), one after the other, the
-ten-minute time-budget run last so that nothing else competes with it. Results are JSON files in --out;
-the document's part between the `bench:results` markers is regenerated from them, and the hand-written
-analysis around it is kept. Each section shows the date and commit its result measured; sections kept from
-earlier runs are listed with theirs ("commit not recorded" for results from before commits were recorded).
+ten-minute time-budget run last so that nothing else competes with it. Results are JSON files in
+--out; the document's part between the `bench:results` markers is regenerated from them, and the
+hand-written analysis around it is kept. Each section shows the date and commit its result measured;
+sections kept from earlier runs are listed with theirs ("commit not recorded" for results from
+before commits were recorded).
 """
 
 from __future__ import annotations
@@ -27,11 +29,14 @@ import common
 
 DOC = common.REPO / "docs" / "benchmarks.md"
 START, END = "<!-- bench:results:start -->", "<!-- bench:results:end -->"
-# Results rendered into docs/reliability.md (between the same markers) instead of docs/benchmarks.md.
+# Results rendered into docs/reliability.md (between the same markers)
+# instead of docs/benchmarks.md.
 RELIABILITY_DOC = common.REPO / "docs" / "reliability.md"
-# The soak (bench/soak.py) is not in BENCHES (30 minutes alone); its results are rendered when present.
+# The soak (bench/soak.py) is not in BENCHES (30 minutes alone); its results
+# are rendered when present.
 RELIABILITY_KEYS = ("kill", "soak", "soak_control", "bad_inputs")
-# Results with a document of their own, left out of docs/benchmarks.md (bench/gpu_check writes docs/gpu.md).
+# Results with a document of their own, left out of docs/benchmarks.md
+# (bench/gpu_check writes docs/gpu.md).
 OWN_DOC_KEYS = (*RELIABILITY_KEYS, "bad_inputs_crash", "bad_inputs_lost", "gpu")
 
 
@@ -40,7 +45,8 @@ class Bench:
     key: str
     script: str
     full: tuple[str, ...]
-    shared: tuple[str, ...] = ()  # arguments for both the full and the --tiny run (which part of a script)
+    # arguments for both the full and the --tiny run (which part of a script)
+    shared: tuple[str, ...] = ()
 
 
 # In run order: the long budgeted runs go last.
@@ -64,7 +70,16 @@ BENCHES = (
     Bench(
         "pipeline",
         "pipeline_efficiency.py",
-        ("--models", "lm-small,tts-small,vocoder-small", "--steps", "20", "--warmup", "2", "--files", "300"),
+        (
+            "--models",
+            "lm-small,tts-small,vocoder-small",
+            "--steps",
+            "20",
+            "--warmup",
+            "2",
+            "--files",
+            "300",
+        ),
     ),
     Bench(
         "dashboard",
@@ -73,7 +88,9 @@ BENCHES = (
     ),
     Bench("redraw_ratio", "redraw_ratio.py", ("--points", "1000000", "--repeats", "15")),
     Bench("scale", "scale.py", ("--hours", "24", "--steps", "100", "--eval-every", "50")),
-    Bench("synth", "synth_speed.py", ("--sentences", "40", "--train-steps", "20", "--repeats", "5")),
+    Bench(
+        "synth", "synth_speed.py", ("--sentences", "40", "--train-steps", "20", "--repeats", "5")
+    ),
     Bench("bad_inputs", "bad_inputs.py", ()),
     Bench("demo_run", "demo_run.py", ()),
     Bench("finetune", "finetune.py", ("--steps", "150", "--eval-every", "25")),
@@ -90,7 +107,11 @@ BENCHES = (
     ),
     Bench("kill", "kill_loop.py", ("--kills", "36")),
     Bench("budget", "time_budget.py", ("--busy", "--minutes", "3")),
-    Bench("budget_long", "time_budget.py", ("--busy", "--minutes", "15", "--key", "budget_long", "--no-controls")),
+    Bench(
+        "budget_long",
+        "time_budget.py",
+        ("--busy", "--minutes", "15", "--key", "budget_long", "--no-controls"),
+    ),
     Bench("vocoder", "vocoder_quality.py", ("--minutes", "30")),
     Bench("sizing", "learning.py", ("--lm-minutes", "4"), ("--sections", "lm")),
     Bench("learning", "learning.py", ("--minutes", "12"), ("--sections", "voice")),
@@ -106,7 +127,12 @@ BENCHES = (
 
 def run_bench(bench: Bench, tiny: bool, out: Path) -> tuple[int, float]:
     """Run one benchmark script; its exit status and wall seconds."""
-    argv = [sys.executable, str(common.BENCH / bench.script), *(("--tiny",) if tiny else bench.full), *bench.shared]
+    argv = [
+        sys.executable,
+        str(common.BENCH / bench.script),
+        *(("--tiny",) if tiny else bench.full),
+        *bench.shared,
+    ]
     if out != common.RESULTS:
         argv += ["--out", str(out)]
     print(f"[run_all] {bench.key}: {' '.join(argv[1:])}", flush=True)
@@ -120,7 +146,9 @@ def main() -> int:
     wanted = [b for b in BENCHES if not args.only or b.key in args.only.split(",")]
     if args.only and len(wanted) != len(args.only.split(",")):
         known = ", ".join(b.key for b in BENCHES)
-        print(f"error: --only {args.only}: unknown benchmark name (known: {known})", file=sys.stderr)
+        print(
+            f"error: --only {args.only}: unknown benchmark name (known: {known})", file=sys.stderr
+        )
         return 2
     failures, ran = [], []
     started, load = time.monotonic(), common.load_average()
@@ -151,19 +179,34 @@ def main() -> int:
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="bench/run_all", description=__doc__.splitlines()[0])
-    parser.add_argument("--tiny", action="store_true", help="smoke settings: checks everything runs, in about a minute")
     parser.add_argument(
-        "--only", default="", help="comma-separated benchmark names: " + ",".join(b.key for b in BENCHES)
+        "--tiny",
+        action="store_true",
+        help="smoke settings: checks everything runs, in about a minute",
     )
-    parser.add_argument("--out", type=Path, default=common.RESULTS, help="folder of the JSON results")
-    parser.add_argument("--doc", type=Path, default=DOC, help="the document to update (default docs/benchmarks.md)")
+    parser.add_argument(
+        "--only",
+        default="",
+        help="comma-separated benchmark names: " + ",".join(b.key for b in BENCHES),
+    )
+    parser.add_argument(
+        "--out", type=Path, default=common.RESULTS, help="folder of the JSON results"
+    )
+    parser.add_argument(
+        "--doc", type=Path, default=DOC, help="the document to update (default docs/benchmarks.md)"
+    )
     parser.add_argument(
         "--reliability-doc",
         type=Path,
         default=RELIABILITY_DOC,
-        help="where the kill drill's and the soak's results are rendered (default docs/reliability.md)",
+        help=(
+            "where the kill drill's and the soak's results are rendered (default"
+            " docs/reliability.md)"
+        ),
     )
-    parser.add_argument("--render-only", action="store_true", help="only rewrite the document from existing results")
+    parser.add_argument(
+        "--render-only", action="store_true", help="only rewrite the document from existing results"
+    )
     return parser.parse_args()
 
 
@@ -178,9 +221,12 @@ def generated_part(path: Path) -> str:
 
 
 def write_doc(path: Path, generated: str) -> None:
-    """Replace the part between the markers (or create the document around it), keeping everything else."""
+    """Replace the part between the markers (or create the document around
+    it), keeping everything else."""
     block = f"{START}\n{generated.rstrip()}\n{END}"
-    text = path.read_text(encoding="utf-8") if path.is_file() else f"# Benchmarks\n\n{START}\n{END}\n"
+    text = (
+        path.read_text(encoding="utf-8") if path.is_file() else f"# Benchmarks\n\n{START}\n{END}\n"
+    )
     if START in text and END in text:
         head, _, rest = text.partition(START)
         _, _, tail = rest.partition(END)
@@ -192,10 +238,13 @@ def write_doc(path: Path, generated: str) -> None:
 
 
 def render(out: Path, run_info: dict, earlier: str = "") -> str:
-    """The generated part: sections of the results in `out`, plus the sections of `earlier` (the document's
-    previous generated part) whose benchmark has no result file now, so `--only X` rewrites X alone."""
+    """The generated part: sections of the results in `out`, plus the sections of
+    `earlier` (the document's previous generated part) whose benchmark has no result file
+    now, so `--only X` rewrites X alone."""
     found = (common.load_result(p) for p in out.glob("*.json"))
-    results = sorted((r for r in found if r.key not in OWN_DOC_KEYS), key=lambda r: title_order(r.title))
+    results = sorted(
+        (r for r in found if r.key not in OWN_DOC_KEYS), key=lambda r: title_order(r.title)
+    )
     kept_sections, kept_rows = earlier_sections(earlier, {r.title for r in results})
     rows = [(r.title, row) for r in results for row in summary_rows(r)] + kept_rows
     sections = [(r.title, render_section(r)) for r in results] + list(kept_sections.items())
@@ -237,16 +286,22 @@ NO_COMMIT = "commit not recorded"
 def measured_line(result: common.Result) -> str:
     commit = f"at commit {result.commit}" if result.commit else f"({NO_COMMIT})"
     return (
-        f"Measured {result.started} {commit} in {result.seconds:.0f} s; load average "
-        f"{load_text(result.load_before)} before, {load_text(result.load_after)} after. Command: `{result.command}`"
+        f"Measured {result.started} {commit} in {result.seconds:.0f} s; load average"
+        f" {load_text(result.load_before)} before, {load_text(result.load_after)} after. Command:"
+        f" `{result.command}`"
     )
 
 
 def stamp_of(section: list[str]) -> str:
-    """A kept section's date and commit, read from its "Measured" line ("date unknown" without one)."""
+    """A kept section's date and commit, read from its "Measured" line
+    ("date unknown" without one)."""
     line = next((x for x in section if x.startswith("Measured ")), "")
     date = line.split()[1][:10] if line else "date unknown"
-    commit = line.partition(" at commit ")[2].partition(" in ")[0] if " at commit " in line else NO_COMMIT
+    commit = (
+        line.partition(" at commit ")[2].partition(" in ")[0]
+        if " at commit " in line
+        else NO_COMMIT
+    )
     return f"measured {date}, {commit}"
 
 
@@ -269,9 +324,11 @@ def title_order(title: str) -> tuple[int, str]:
     return (int(number), title) if number.isdigit() else (10**6, title)
 
 
-def earlier_sections(block: str, fresh: set[str]) -> tuple[dict[str, list[str]], list[tuple[str, str]]]:
-    """From a previous generated part: its sections (title -> lines) and summary rows (title, row), leaving out
-    the titles in `fresh` and the per-run header, which are rendered anew."""
+def earlier_sections(
+    block: str, fresh: set[str]
+) -> tuple[dict[str, list[str]], list[tuple[str, str]]]:
+    """From a previous generated part: its sections (title -> lines) and summary rows (title, row),
+    leaving out the titles in `fresh` and the per-run header, which are rendered anew."""
     sections: dict[str, list[str]] = {}
     rows: list[tuple[str, str]] = []
     title = ""
@@ -301,17 +358,25 @@ def render_header(results: list[common.Result], run_info: dict) -> list[str]:
             for key, status, seconds in run_info["ran"]
         )
         lines += [
-            f"Last run: `{run_info['command']}` on {run_info['date']}, {run_info['seconds'] / 60:.1f} min ({ran}); "
-            f"load average (1, 5, 15 min) {load_text(run_info['load_start'])} at its start and "
-            f"{load_text(run_info['load_end'])} at its end.",
+            (
+                f"Last run: `{run_info['command']}` on {run_info['date']},"
+                f" {run_info['seconds'] / 60:.1f} min ({ran}); load average (1, 5, 15 min)"
+                f" {load_text(run_info['load_start'])} at its start and"
+                f" {load_text(run_info['load_end'])} at its end."
+            ),
             "",
         ]
     else:
-        lines += [f"Rendered on {run_info['date']} from the results in `{shown_path(run_info['out'])}`.", ""]
+        lines += [
+            f"Rendered on {run_info['date']} from the results in `{shown_path(run_info['out'])}`.",
+            "",
+        ]
     lines += [
-        "Each section states when it was measured, the load average around it and its exact command. Other work "
-        "shared the machine, so every ratio is measured side by side in one process and reduced with a median; "
-        "absolute times are indicative only.",
+        (
+            "Each section states when it was measured, the load average around it and its exact"
+            " command. Other work shared the machine, so every ratio is measured side by side in"
+            " one process and reduced with a median; absolute times are indicative only."
+        ),
         "",
     ]
     return lines
@@ -319,15 +384,20 @@ def render_header(results: list[common.Result], run_info: dict) -> list[str]:
 
 def shown_path(path: Path) -> str:
     resolved = Path(path).resolve()
-    return str(resolved.relative_to(common.REPO)) if resolved.is_relative_to(common.REPO) else str(resolved)
+    return (
+        str(resolved.relative_to(common.REPO))
+        if resolved.is_relative_to(common.REPO)
+        else str(resolved)
+    )
 
 
 def machine_text(m: dict) -> str:
     # Results from before the GPU was recorded come from machines without one.
     gpu = f"GPU {m['gpu']}" if m.get("gpu") else "no GPU"
     return (
-        f"{m.get('cpu')}, {m.get('cores')} cores, {m.get('ram_gib')} GiB RAM, {m.get('os')}, Python {m.get('python')}, "
-        f"torch {m.get('torch')}, Lightning {m.get('lightning')}, Textual {m.get('textual')}; {gpu}"
+        f"{m.get('cpu')}, {m.get('cores')} cores, {m.get('ram_gib')} GiB RAM, {m.get('os')}, Python"
+        f" {m.get('python')}, torch {m.get('torch')}, Lightning {m.get('lightning')}, Textual"
+        f" {m.get('textual')}; {gpu}"
     )
 
 
@@ -340,12 +410,18 @@ def met_text(met: bool | None) -> str:
 
 
 SUMMARY_TITLE = "Targets at a glance"
-SUMMARY_HEAD = [f"### {SUMMARY_TITLE}", "", "| section | figure | value | target | met? |", "|---|---|---|---|---|"]
+SUMMARY_HEAD = [
+    f"### {SUMMARY_TITLE}",
+    "",
+    "| section | figure | value | target | met? |",
+    "|---|---|---|---|---|",
+]
 
 
 def summary_rows(result: common.Result) -> list[str]:
     return [
-        f"| {result.title} | {f.name} | {common.format_value(f.value, f.unit)} | {f.target} | {met_text(f.met)} |"
+        f"| {result.title} | {f.name} | {common.format_value(f.value, f.unit)} | {f.target} |"
+        f" {met_text(f.met)} |"
         for f in result.figures
         if f.target
     ]
@@ -361,8 +437,8 @@ def render_section(result: common.Result) -> list[str]:
     for f in result.figures:
         detail = f.detail.replace("|", "/")
         lines.append(
-            f"| {f.name} | {common.format_value(f.value, f.unit)} | {f.target} | {met_text(f.met)} | "
-            f"{detail} | `{result.command}` |"
+            f"| {f.name} | {common.format_value(f.value, f.unit)} | {f.target} | {met_text(f.met)}"
+            f" | {detail} | `{result.command}` |"
         )
     lines.append("")
     lines += [f"- {note}" for note in result.notes]

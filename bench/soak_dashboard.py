@@ -1,10 +1,10 @@
 """The dashboards of the soak (bench/soak.py), each `vega-tui attach` in a private tmux terminal.
 
-One is attached from the first step to the end and sampled with the trainer: resident memory of the vega-tui
-process together with its children (the child that reads a long log's history), and CPU. At the end, while the
-trainer still runs, it must show the trainer's latest step; then a second one attaches fresh to the long log,
-as after a dropped SSH session, and its peak memory (history child included) and time to the latest step are
-measured.
+One is attached from the first step to the end and sampled with the trainer: resident memory of the
+vega-tui process together with its children (the child that reads a long log's history), and CPU. At
+the end, while the trainer still runs, it must show the trainer's latest step; then a second one
+attaches fresh to the long log, as after a dropped SSH session, and its peak memory (history child
+included) and time to the latest step are measured.
 """
 
 from __future__ import annotations
@@ -54,8 +54,8 @@ def shown_step(screen: str) -> int:
 
 
 class Dashboard:
-    """`vega-tui attach RUN` in a terminal of its own; `command` starts vega-tui (through a wrapper in the leak
-    control)."""
+    """`vega-tui attach RUN` in a terminal of its own; `command` starts vega-tui (through
+    a wrapper in the leak control)."""
 
     def __init__(self, config_dir: Path, command: list[str] = VEGA_TUI) -> None:
         self.term = Terminal(app_env(config_dir))
@@ -67,7 +67,9 @@ class Dashboard:
         t0 = self.term.open([*self.command, "attach", str(run_dir)], run_dir.parent)
         seen, screen = wait_screen(self.term, lambda s: shown_step(s) > 0, ATTACH_TIMEOUT_S)
         if seen is None:
-            raise RuntimeError(f"the dashboard showed no step within {ATTACH_TIMEOUT_S:g} s; screen:\n{screen}")
+            raise RuntimeError(
+                f"the dashboard showed no step within {ATTACH_TIMEOUT_S:g} s; screen:\n{screen}"
+            )
         self.process = self.term.app_process()
         return seen - t0
 
@@ -75,7 +77,8 @@ class Dashboard:
         return self.process is not None and self.process.is_running()
 
     def memory(self) -> tuple[int, int]:
-        """Resident bytes of vega-tui and its children, and the number of children (0, 0 once it has gone)."""
+        """Resident bytes of vega-tui and its children, and the number of
+        children (0, 0 once it has gone)."""
         return tree_rss(self.process) if self.alive() else (0, 0)
 
     def cpu(self) -> float:
@@ -92,7 +95,8 @@ class Dashboard:
 
 
 def wait_history_read(dashboard: Dashboard, sample) -> object:
-    """Sample on until vega-tui has had no child for a second (the history read is over); its process."""
+    """Sample on until vega-tui has had no child for a second (the history
+    read is over); its process."""
     deadline, quiet_since = time.monotonic() + HISTORY_TIMEOUT_S, time.monotonic()
     while time.monotonic() < deadline and time.monotonic() - quiet_since < 1.0:
         sample()
@@ -104,7 +108,8 @@ def wait_history_read(dashboard: Dashboard, sample) -> object:
 
 
 def reattach(run_dir: Path, config_dir: Path, command: list[str] = VEGA_TUI) -> Reattach:
-    """A fresh dashboard attached to the long log: time until the latest step shows, and its memory meanwhile."""
+    """A fresh dashboard attached to the long log: time until the latest step
+    shows, and its memory meanwhile."""
     log = run_dir / "events.jsonl"
     latest, size = latest_step(log), log.stat().st_size
     fresh = Dashboard(config_dir, command)
@@ -119,7 +124,9 @@ def reattach(run_dir: Path, config_dir: Path, command: list[str] = VEGA_TUI) -> 
 
     try:
         t0 = fresh.term.open([*command, "attach", str(run_dir)], run_dir.parent)
-        seen, _ = wait_screen(fresh.term, lambda s: shown_step(s) >= latest, ATTACH_TIMEOUT_S, sample)
+        seen, _ = wait_screen(
+            fresh.term, lambda s: shown_step(s) >= latest, ATTACH_TIMEOUT_S, sample
+        )
         app = wait_history_read(fresh, sample)
         settled = tree_rss(app)[0] if app is not None else 0
     finally:

@@ -1,10 +1,14 @@
-"""Benchmark 8: speaking speed of `trainer-core synth`: one sentence cold, and many sentences in one process.
+"""Benchmark 8: speaking speed of `trainer-core synth`: one sentence cold, and
+many sentences in one process.
 
 A demo-profile voice is trained for a few steps by the real CLI (the model size users get), then:
-- cold: `trainer-core synth --checkpoint C --text S --out F` as a fresh process, spawn to exit (median);
-- negative control: the same command with librosa's inverse module and torch._dynamo imported first, which
+- cold: `trainer-core synth --checkpoint C --text S --out F` as a fresh
+  process, spawn to exit (median);
+- negative control: the same command with librosa's inverse module and
+  torch._dynamo imported first, which
   is what the old vocoder and the import-time compile decorator cost; it must miss the cold target;
-- batch: the loaded model speaks the demo corpus's 40 transcripts (what the slow synth was measured on:
+- batch: the loaded model speaks the demo corpus's 40 transcripts (what the
+  slow synth was measured on:
   1-2 s sentences) through the same code as `synth --text-file`, Griffin-Lim included; then N book sentences
   of 40-140 characters for the real-time factor on longer speech. The end-to-end CLI wall is a detail.
 """
@@ -43,11 +47,13 @@ def train_voice(scratch: Path, steps: int) -> Path:
 
 
 def bench_env(scratch: Path) -> dict[str, str]:
-    return {**os.environ, "VEGA_CONFIG_DIR": str(scratch / "config")}  # no machine file: the profile as shipped
+    # no machine file: the profile as shipped
+    return {**os.environ, "VEGA_CONFIG_DIR": str(scratch / "config")}
 
 
 def cold_seconds(checkpoint: Path, scratch: Path, repeats: int, preload: str = "") -> list[float]:
-    """Spawn-to-exit seconds of a one-sentence synth, `preload` run first in the same interpreter."""
+    """Spawn-to-exit seconds of a one-sentence synth, `preload` run first in
+    the same interpreter."""
     code = preload + "import sys\nfrom trainer_core.cli import main\nsys.exit(main(sys.argv[1:]))\n"
     times = []
     for n in range(repeats):
@@ -65,7 +71,9 @@ def cold_seconds(checkpoint: Path, scratch: Path, repeats: int, preload: str = "
             str(out),
         ]
         t0 = time.perf_counter()
-        done = subprocess.run(argv, env=bench_env(scratch), capture_output=True, text=True, check=False)
+        done = subprocess.run(
+            argv, env=bench_env(scratch), capture_output=True, text=True, check=False
+        )
         times.append(time.perf_counter() - t0)
         if done.returncode != 0 or not out.is_file():
             raise SystemExit(f"synth failed ({done.returncode}):\n{done.stderr[-1500:]}")
@@ -73,7 +81,8 @@ def cold_seconds(checkpoint: Path, scratch: Path, repeats: int, preload: str = "
 
 
 def batch_rate(checkpoint: Path, scratch: Path, sentences: list[str]) -> tuple[float, float]:
-    """(sentences per second, seconds of speech per second of work) for the loaded model speaking each line."""
+    """(sentences per second, seconds of speech per second of work) for the
+    loaded model speaking each line."""
     from trainer_core.cli.synth_batch import speak_lines
     from trainer_core.cli.synthesiser import load_from_checkpoint
 
@@ -81,7 +90,8 @@ def batch_rate(checkpoint: Path, scratch: Path, sentences: list[str]) -> tuple[f
     args = argparse.Namespace(out_dir=scratch / "batch", length_scale=None, griffin_lim_iters=None)
     args.out_dir.mkdir(parents=True)
     lines = list(enumerate(sentences, start=1))
-    speak_lines(synth, lines[:2], args)  # first calls allocate; the user's second sentence does not pay that
+    # first calls allocate; the user's second sentence does not pay that
+    speak_lines(synth, lines[:2], args)
     t0 = time.perf_counter()
     rows = speak_lines(synth, lines, args)
     wall = time.perf_counter() - t0
@@ -101,7 +111,14 @@ def demo_transcripts() -> list[str]:
 def cli_batch_wall(checkpoint: Path, scratch: Path, sentences: list[str]) -> float:
     script = scratch / "lines.txt"
     script.write_text("\n".join(sentences) + "\n", encoding="utf-8")
-    argv = [*common.TRAINER_CORE, "synth", "--checkpoint", str(checkpoint), "--text-file", str(script)]
+    argv = [
+        *common.TRAINER_CORE,
+        "synth",
+        "--checkpoint",
+        str(checkpoint),
+        "--text-file",
+        str(script),
+    ]
     argv += ["--out-dir", str(scratch / "cli-batch")]
     t0 = time.perf_counter()
     done = subprocess.run(argv, env=bench_env(scratch), capture_output=True, text=True, check=False)
@@ -112,10 +129,17 @@ def cli_batch_wall(checkpoint: Path, scratch: Path, sentences: list[str]) -> flo
 
 def main() -> int:
     parser = common.base_parser(__doc__.splitlines()[0])
-    parser.add_argument("--sentences", type=int, default=None, help="sentences in the batch (default 40)")
-    parser.add_argument("--train-steps", type=int, default=None, help="training steps of the voice (default 20)")
+    parser.add_argument(
+        "--sentences", type=int, default=None, help="sentences in the batch (default 40)"
+    )
+    parser.add_argument(
+        "--train-steps", type=int, default=None, help="training steps of the voice (default 20)"
+    )
     args = parser.parse_args()
-    count, steps = args.sentences or (4 if args.tiny else 40), args.train_steps or (2 if args.tiny else 20)
+    count, steps = (
+        args.sentences or (4 if args.tiny else 40),
+        args.train_steps or (2 if args.tiny else 20),
+    )
     repeats = args.repeats or (1 if args.tiny else 5)
     started = time.monotonic()
     result = common.start_result(
@@ -130,12 +154,16 @@ def main() -> int:
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     if args.tiny:
-        result.notes.append("--tiny: a 2-step voice, one cold run of each kind, 4 sentences; smoke settings")
+        result.notes.append(
+            "--tiny: a 2-step voice, one cold run of each kind, 4 sentences; smoke settings"
+        )
     common.finish_result(result, started, args.out)
     return 0
 
 
-def report(result: common.Result, checkpoint: Path, scratch: Path, count: int, repeats: int) -> None:
+def report(
+    result: common.Result, checkpoint: Path, scratch: Path, count: int, repeats: int
+) -> None:
     cold = cold_seconds(checkpoint, scratch, repeats)
     slow = cold_seconds(checkpoint, scratch, repeats, preload=SLOW_IMPORTS)
     transcripts = demo_transcripts()[:count]
@@ -161,7 +189,9 @@ def report(result: common.Result, checkpoint: Path, scratch: Path, count: int, r
         f"median of {repeats}: {common.spread(slow)}; the imports the old synth paid",
     )
     if slow_s < COLD_TARGET_S:
-        result.notes.append("negative control met the cold target: the benchmark cannot tell the slow path apart")
+        result.notes.append(
+            "negative control met the cold target: the benchmark cannot tell the slow path apart"
+        )
     else:
         result.notes.append("negative control (old imports) misses the cold target, as it should")
     result.add(
@@ -181,7 +211,12 @@ def report(result: common.Result, checkpoint: Path, scratch: Path, count: int, r
         f"{count} sentences of 40-140 characters (about 3 s of speech each)",
     )
     result.add(
-        "batch, book sentences: seconds of speech per second of work", realtime, "x", "", None, "real-time factor"
+        "batch, book sentences: seconds of speech per second of work",
+        realtime,
+        "x",
+        "",
+        None,
+        "real-time factor",
     )
     result.add(
         "synth --text-file end to end (spawn, load, speak all, index)",
@@ -192,8 +227,8 @@ def report(result: common.Result, checkpoint: Path, scratch: Path, count: int, r
         f"{count} sentences, {count / wall:.1f} sentences/s including start-up",
     )
     result.notes.append(
-        f"voice: demo profile trained {checkpoint.stem.removeprefix('step-').lstrip('0')} steps on CPU; "
-        "speed does not depend on how well it speaks, only on the frames it predicts"
+        f"voice: demo profile trained {checkpoint.stem.removeprefix('step-').lstrip('0')} steps on"
+        " CPU; speed does not depend on how well it speaks, only on the frames it predicts"
     )
 
 

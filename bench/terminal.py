@@ -1,4 +1,5 @@
-"""A private tmux terminal for the benchmarks that drive the real `vega-tui`, and the memory and CPU of its processes.
+"""A private tmux terminal for the benchmarks that drive the real `vega-tui`, and the
+memory and CPU of its processes.
 
 Scripts import this module as `terminal` (it sits beside them, like `common`).
 """
@@ -32,17 +33,31 @@ class Terminal:
 
     def tmux(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         command = ["tmux", "-L", self.socket, "-f", "/dev/null", *args]
-        return subprocess.run(command, env=self.env, capture_output=True, text=True, timeout=30, check=check)
+        return subprocess.run(
+            command, env=self.env, capture_output=True, text=True, timeout=30, check=check
+        )
 
     def open(self, argv: list[str], cwd: Path) -> float:
         """Start `argv` in a fresh session; returns the perf_counter time just before the spawn."""
         width, height = SIZE
         self.opened += 1
-        # A fresh server each time (one being killed can still hold the old name for a moment), and one of each
-        # terminal's own: two can be open at once.
+        # A fresh server each time (one being killed can still hold the old name for a moment), and
+        # one of each terminal's own: two can be open at once.
         self.socket = f"vega-bench-{os.getpid()}-{next(_SERVERS)}"
         t0 = time.perf_counter()
-        self.tmux("new-session", "-d", "-s", "b", "-x", str(width), "-y", str(height), "-c", str(cwd), shlex.join(argv))
+        self.tmux(
+            "new-session",
+            "-d",
+            "-s",
+            "b",
+            "-x",
+            str(width),
+            "-y",
+            str(height),
+            "-c",
+            str(cwd),
+            shlex.join(argv),
+        )
         return t0
 
     def screen(self) -> str:
@@ -57,14 +72,17 @@ class Terminal:
         """The python process running in the pane (psutil.Process), or None once it has gone."""
         import psutil
 
-        out = self.tmux("display-message", "-p", "-t", "b", "#{pane_pid}", check=False).stdout.strip()
+        out = self.tmux(
+            "display-message", "-p", "-t", "b", "#{pane_pid}", check=False
+        ).stdout.strip()
         try:
             pane = psutil.Process(int(out))
         except (ValueError, psutil.NoSuchProcess):
             return None
         pythons = []
         for p in tree_of(pane):
-            try:  # a child can finish, or be a zombie not yet reaped, between the listing and the reads
+            # a child can finish, or be a zombie not yet reaped, between the listing and the reads
+            try:
                 name, line = p.name(), " ".join(p.cmdline())
             except psutil.Error:
                 continue
@@ -80,9 +98,13 @@ class Terminal:
 
 
 def wait_screen(
-    term: Terminal, done: Callable[[str], bool], timeout: float, on_poll: Callable[[], None] | None = None
+    term: Terminal,
+    done: Callable[[str], bool],
+    timeout: float,
+    on_poll: Callable[[], None] | None = None,
 ) -> tuple[float | None, str]:
-    """Poll the screen until `done(screen)`; (perf_counter when seen or None on timeout, last screen)."""
+    """Poll the screen until `done(screen)`; (perf_counter when seen or None
+    on timeout, last screen)."""
     deadline = time.perf_counter() + timeout
     screen = ""
     while time.perf_counter() < deadline:
@@ -103,7 +125,8 @@ def app_env(config_dir: Path) -> dict[str, str]:
 
 
 def tree_of(proc) -> list:
-    """The process and all its children (the history child among them), as psutil.Process objects."""
+    """The process and all its children (the history child among them), as
+    psutil.Process objects."""
     import psutil
 
     try:
@@ -113,12 +136,14 @@ def tree_of(proc) -> list:
 
 
 def tree_rss(proc) -> tuple[int, int]:
-    """Resident bytes of the process and its living children together, and how many such children there were."""
+    """Resident bytes of the process and its living children together, and how
+    many such children there were."""
     import psutil
 
     total, living = 0, 0
     for p in tree_of(proc):
-        with contextlib.suppress(psutil.Error):  # a child can finish, or be a zombie, between the listing and the read
+        # a child can finish, or be a zombie, between the listing and the read
+        with contextlib.suppress(psutil.Error):
             if p.status() != psutil.STATUS_ZOMBIE:
                 total += p.memory_info().rss
                 living += 1

@@ -9,14 +9,14 @@ vocoder-small) runs at each budget (default 3 and 15 minutes) on a quiet machine
 again beside one CPU-bound process (a spinning interpreter whose CPU share is the load control).
 `bench/run_all` runs the 3-minute budgets as section 6 and the 15-minute ones as section 6b
 (`--key budget_long --no-controls`).
-The busy case's controls, run once with the first profile and budget: the process beside it idle (its
-load control must miss); each validation held 60 s, as slow as a loaded machine made evaluation
+The busy case's controls, run once with the first profile and budget: the process beside it idle
+(its load control must miss); each validation held 60 s, as slow as a loaded machine made evaluation
 (VEGA_FAULT_EVAL_SLEEP_S), counted by the budget and, the negative control, left out of it and run
-as before, one sentence at a time on every torch thread (VEGA_FAULT_EVAL_UNBUDGETED;
-the budget must miss). A held validation is a third of a 3-minute budget, so a step count can land a run
-early by up to one of them (one more step past a validation's step would pay for it): the pair's target
-is at most +10 % over and less than one held validation early. The runs' `finished` and
-`free_running` events are read back for the details.
+as before, one sentence at a time on every torch thread (VEGA_FAULT_EVAL_UNBUDGETED; the budget must
+miss). A held validation is a third of a 3-minute budget, so a step count can land a run early by up
+to one of them (one more step past a validation's step would pay for it): the pair's target is at
+most +10 % over and less than one held validation early. The runs' `finished` and `free_running`
+events are read back for the details.
 """
 
 from __future__ import annotations
@@ -37,7 +37,8 @@ FREE_RUNNING_SHARE = 0.05  # of the demo run's wall time
 BUSY_PASS_RATIO = 3.0  # a free-running pass beside the CPU-bound process, against its quiet time
 SPIN = "while True: pass"  # the CPU-bound process: one core's worth of interpreter work
 IDLE = "import time; time.sleep(86400)"  # the load control's negative control: beside, but idle
-# Evaluation as slow as the issue measured it under load: each validation held 60 s (the gate opens it).
+# Evaluation as slow as the issue measured it under load: each validation
+# held 60 s (the gate opens it).
 HOLD_S = 60.0
 SLOW_EVALUATION = (("VEGA_FAULTS", "1"), ("VEGA_FAULT_EVAL_SLEEP_S", f"{HOLD_S:g}"))
 # The negative control: the same, left out of the budget and run as before (one sentence at a time).
@@ -95,7 +96,9 @@ def profile_settings(name: str, tiny: bool, notes: list[str]) -> list[str]:
     return [*sets, *shrink, "train.eval_every_steps=4", "train.free_running_items=2"]
 
 
-def run_with_budget(profile: str, hours: float, sets: list[str], scratch: Path, case: Case) -> Outcome:
+def run_with_budget(
+    profile: str, hours: float, sets: list[str], scratch: Path, case: Case
+) -> Outcome:
     """One budgeted run as a user starts it, beside the case's process if it has one."""
     run_dir = scratch / "run"
     argv = [*common.TRAINER_CORE, "train", "--profile", profile, "--run-dir", str(run_dir)]
@@ -133,9 +136,13 @@ def main() -> int:
     parser.add_argument("--minutes", default="3,15", help="comma-separated budgets in minutes")
     parser.add_argument("--hours", type=float, default=None, help="one budget in hours instead")
     parser.add_argument("--busy", action="store_true", help="also beside a CPU-bound process")
-    parser.add_argument("--no-controls", action="store_true", help="leave out the negative controls")
     parser.add_argument(
-        "--key", default="budget", help="result name: budget (section 6) or budget_long (6b, long budgets)"
+        "--no-controls", action="store_true", help="leave out the negative controls"
+    )
+    parser.add_argument(
+        "--key",
+        default="budget",
+        help="result name: budget (section 6) or budget_long (6b, long budgets)",
     )
     args = parser.parse_args()
     profiles = [p for p in args.profiles.split(",") if p][: 1 if args.tiny else None]
@@ -146,7 +153,11 @@ def main() -> int:
         budgets = [TINY_HOURS] if args.tiny else [m / 60 for m in minutes]
     started = time.monotonic()
     settings = {"budgets_h": budgets, "profiles": profiles, "busy": args.busy}
-    title = "6. Time budget accuracy" if args.key == "budget" else "6b. Time budget accuracy, long budgets"
+    title = (
+        "6. Time budget accuracy"
+        if args.key == "budget"
+        else "6b. Time budget accuracy, long budgets"
+    )
     result = common.start_result(args.key, title, settings)
     for p, profile in enumerate(profiles):
         sets = profile_settings(profile, args.tiny, result.notes)
@@ -160,8 +171,11 @@ def main() -> int:
     return 0
 
 
-def measure(result: common.Result, profile: str, hours: float, sets: list[str], cases: list[Case]) -> None:
-    """Each case's run of `profile` at `hours`, and a busy free-running pass against the quiet one."""
+def measure(
+    result: common.Result, profile: str, hours: float, sets: list[str], cases: list[Case]
+) -> None:
+    """Each case's run of `profile` at `hours`, and a busy free-running pass
+    against the quiet one."""
     label = f"{profile}, {hours * 60:.4g} min"
     passes: dict[str, float | None] = {}
     for case in cases:
@@ -180,13 +194,16 @@ def measure(result: common.Result, profile: str, hours: float, sets: list[str], 
         )  # fmt: skip
 
 
-def report(result: common.Result, label: str, target_s: float, run: Outcome, case: Case) -> float | None:
+def report(
+    result: common.Result, label: str, target_s: float, run: Outcome, case: Case
+) -> float | None:
     """The run's figures; returns its mean free-running pass in seconds (None without one)."""
     wall, events = run.wall, run.events
     error = (wall - target_s) / target_s
     tolerance = QUIET_TOLERANCE if case.beside is None else BUSY_TOLERANCE
     miss = " (negative control: must MISS)"
-    early = max(tolerance, case.hold_s / target_s)  # a held validation can't be split: up to one early
+    # a held validation can't be split: up to one early
+    early = max(tolerance, case.hold_s / target_s)
     target = f"within ±{tolerance * 100:.0f} %" if early == tolerance else (
         f"-{early * 100:.0f} % to +{tolerance * 100:.0f} % (early by less than one {case.hold_s:g} s validation)"
     )  # fmt: skip

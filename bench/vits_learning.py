@@ -175,9 +175,11 @@ def learning_result(args: argparse.Namespace) -> None:
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     result.notes += [
-        f"budget: vits-small {minutes:g} min; tts-small {(1 - share) * minutes:g} min, then "
-        f"vocoder-small {share * minutes:g} min (--vocoder-share {share:g}), each its own "
-        "train.target_hours",
+        (
+            f"budget: vits-small {minutes:g} min; tts-small {(1 - share) * minutes:g} min, then "
+            f"vocoder-small {share * minutes:g} min (--vocoder-share {share:g}), each its own "
+            "train.target_hours"
+        ),
         *facts,
     ]
     if tiny:
@@ -263,9 +265,11 @@ def score_voices(
     }
     top = v.f_max or v.sample_rate / 2
     facts = [
-        f"scored at vits-small's [audio] settings: {v.sample_rate} Hz, n_fft {v.n_fft}, hop "
-        f"{v.hop_length}, {v.n_mels} mels from {v.f_min:g} to {top:g} Hz; "
-        f"the two-stage voice's {a.sample_rate} Hz audio resampled to it first",
+        (
+            f"scored at vits-small's [audio] settings: {v.sample_rate} Hz, n_fft {v.n_fft}, hop "
+            f"{v.hop_length}, {v.n_mels} mels from {v.f_min:g} to {top:g} Hz; "
+            f"the two-stage voice's {a.sample_rate} Hz audio resampled to it first"
+        ),
         f"text: vits-small reads {vits.encoder.units}, tts-small {acoustic.encoder.units}",
         f"{len(sentences)} held-out sentences: {', '.join(s.item_id for s in sentences)}",
     ]
@@ -289,16 +293,20 @@ def report_learning(
     result.add(
         "vits-small: free-running distance",
         scores["vits"].distance,
-        detail=f"{vits.facts()}; generator {millions(sizes['vits'])} parameters ({trained} "
-        f"trained, the discriminator's included); {how('vits')}",
+        detail=(
+            f"{vits.facts()}; generator {millions(sizes['vits'])} parameters ({trained} "
+            f"trained, the discriminator's included); {how('vits')}"
+        ),
     )
     two = scores["two-stage"].distance
     result.add(
         "tts-small + vocoder-small: free-running distance",
         two,
-        detail=f"tts-small {tts.facts()}, {millions(sizes['tts'])} parameters; vocoder-small "
-        f"{vocoder.facts()}, generator {millions(sizes['vocoder'])} parameters "
-        f"({millions(vocoder.trained_parameters)} trained); {how('two-stage')}",
+        detail=(
+            f"tts-small {tts.facts()}, {millions(sizes['tts'])} parameters; vocoder-small "
+            f"{vocoder.facts()}, generator {millions(sizes['vocoder'])} parameters "
+            f"({millions(vocoder.trained_parameters)} trained); {how('two-stage')}"
+        ),
     )
     result.add(
         "tts-small through Griffin-Lim: free-running distance",
@@ -393,9 +401,11 @@ def warm_result(args: argparse.Namespace) -> None:
         shutil.rmtree(scratch, ignore_errors=True)
     result.notes += [
         f"base: vits-small, English demo voice, {base_minutes:g} min: {base['base'].facts()}",
-        "negative control: --init-from vits-small stopped at step 1 on the English voice: it "
-        "starts as the warm start does (the base's symbol map, train.finetune_lr) from weights "
-        "that learned nothing",
+        (
+            "negative control: --init-from vits-small stopped at step 1 on the English voice: it "
+            "starts as the warm start does (the base's symbol map, train.finetune_lr) from weights "
+            "that learned nothing"
+        ),
     ]
     if tiny:
         result.notes.append("--tiny: the tiny vits, a 3 s base on the 40-clip test voice; smoke")

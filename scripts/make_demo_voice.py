@@ -1,10 +1,11 @@
-"""Build the bundled demo voice corpora from espeak-ng's library (the espeakng-loader wheel; no system package).
+"""Build the bundled demo voice corpora from espeak-ng's library (the
+espeakng-loader wheel; no system package).
 
-English (trainer_core/demo/voice): sentences from the bundled Pride and Prejudice text, one voice, varied speed.
-Spanish (trainer_core/demo/voice-es): the sentences in scripts/demo_sentences_es.txt, another voice: the second
-speaker for the fine-tuning and multi-speaker demos. Clips are trimmed, padded, peak-normalised and written as
-Ogg Vorbis so the package stays small. Deterministic: the same samples and, with the Ogg stream serial fixed,
-the same bytes on every run.
+English (trainer_core/demo/voice): sentences from the bundled Pride and Prejudice text, one voice,
+varied speed. Spanish (trainer_core/demo/voice-es): the sentences in scripts/demo_sentences_es.txt,
+another voice: the second speaker for the fine-tuning and multi-speaker demos. Clips are trimmed,
+padded, peak-normalised and written as Ogg Vorbis so the package stays small. Deterministic: the
+same samples and, with the Ogg stream serial fixed, the same bytes on every run.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ DEMO = ROOT / "trainer_core" / "demo"
 RATE = 22050
 # Vorbis quality 0.0-1.0 in libsndfile's scale; 0.1 keeps espeak's speech clear at about 40 kbit/s.
 VORBIS_QUALITY = 0.1
-OGG_SERIAL = 0x56454741  # "VEGA": libsndfile draws a random stream serial; a fixed one makes the bytes repeatable
+# "VEGA": libsndfile draws a random stream serial; a fixed one makes the bytes repeatable
+OGG_SERIAL = 0x56454741
 
 
 def english_sentences(count: int) -> list[str]:
@@ -35,12 +37,19 @@ def english_sentences(count: int) -> list[str]:
         # A full stop after a title does not end a sentence.
         for sentence in re.split(r"(?<!\bMr\.)(?<!\bMrs\.)(?<!\bDr\.)(?<=[.!?])\s+", text):
             clean = sentence.replace("_", "").replace('"', "").strip()
-            # Short, letters and plain punctuation only: no digits, quotes or dashes for the front end to guess.
-            if 25 <= len(clean) <= 80 and re.fullmatch(r"[A-Z][A-Za-z ,;'.!?]+", clean) and clean not in found:
+            # Short, letters and plain punctuation only: no digits, quotes or
+            # dashes for the front end to guess.
+            if (
+                25 <= len(clean) <= 80
+                and re.fullmatch(r"[A-Z][A-Za-z ,;'.!?]+", clean)
+                and clean not in found
+            ):
                 found.append(clean)
                 if len(found) == count:
                     return found
-    raise SystemExit(f"error: the demo text holds only {len(found)} usable sentences, {count} were asked for")
+    raise SystemExit(
+        f"error: the demo text holds only {len(found)} usable sentences, {count} were asked for"
+    )
 
 
 def spoken(sentence: str) -> str:
@@ -56,7 +65,8 @@ def spanish_sentences() -> list[str]:
 
 
 def tidy(wave: np.ndarray) -> np.ndarray:
-    """Trim silence below -45 dBFS at both ends, pad 80 ms before and 120 ms after, peak-normalise to -3 dBFS."""
+    """Trim silence below -45 dBFS at both ends, pad 80 ms before and 120 ms
+    after, peak-normalise to -3 dBFS."""
     loud = np.flatnonzero(np.abs(wave) > 10 ** (-45 / 20))
     if loud.size:
         wave = wave[loud[0] : loud[-1] + 1]
@@ -94,22 +104,36 @@ def fix_serial(data: bytes) -> bytes:
 
 
 def write_clip(path: Path, wave: np.ndarray) -> None:
-    sf.write(str(path), wave, RATE, format="OGG", subtype="VORBIS", compression_level=1.0 - VORBIS_QUALITY)
+    sf.write(
+        str(path),
+        wave,
+        RATE,
+        format="OGG",
+        subtype="VORBIS",
+        compression_level=1.0 - VORBIS_QUALITY,
+    )
     path.write_bytes(fix_serial(path.read_bytes()))
 
 
-def build(out: Path, prefix: str, sentences: list[str], voice: str, speeds: tuple[int, ...]) -> float:
-    """Speak every sentence into `out`/clips with metadata.csv (`id|text|text`); returns the minutes written."""
+def build(
+    out: Path, prefix: str, sentences: list[str], voice: str, speeds: tuple[int, ...]
+) -> float:
+    """Speak every sentence into `out`/clips with metadata.csv
+    (`id|text|text`); returns the minutes written."""
     from trainer_core.models.espeak_library import load_espeak_library
 
     library = load_espeak_library()
     if library.sample_rate != RATE:
-        raise SystemExit(f"error: espeak-ng speaks at {library.sample_rate} Hz, this script expects {RATE}")
+        raise SystemExit(
+            f"error: espeak-ng speaks at {library.sample_rate} Hz, this script expects {RATE}"
+        )
     shutil.rmtree(out / "clips", ignore_errors=True)
     (out / "clips").mkdir(parents=True)
     rows, seconds = [], 0.0
     for number, sentence in enumerate(sentences, start=1):
-        pcm = np.frombuffer(library.speak(spoken(sentence), voice, speeds[number % len(speeds)]), dtype=np.int16)
+        pcm = np.frombuffer(
+            library.speak(spoken(sentence), voice, speeds[number % len(speeds)]), dtype=np.int16
+        )
         wave = tidy(pcm.astype(np.float32) / 32768.0)
         item = f"{prefix}_{number:03d}"
         write_clip(out / "clips" / f"{item}.ogg", wave)
@@ -123,14 +147,22 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--clips", type=int, default=330, help="English clips (default 330)")
     parser.add_argument(
-        "--out", type=Path, default=DEMO, help="folder for voice/ and voice-es/ (default the package's)"
+        "--out",
+        type=Path,
+        default=DEMO,
+        help="folder for voice/ and voice-es/ (default the package's)",
     )
     args = parser.parse_args()
-    # espeak-ng's output depends a little on what it spoke before: the fixed Spanish set goes first so that the
-    # first N English clips are the same whatever --clips is.
+    # espeak-ng's output depends a little on what it spoke before: the fixed Spanish set goes first
+    # so that the first N English clips are the same whatever --clips is.
     spanish = build(args.out / "voice-es", "es", spanish_sentences(), "es", (145, 155, 165))
-    english = build(args.out / "voice", "demo", english_sentences(args.clips), "en-us", (150, 158, 166, 175))
-    print(f"demo/voice: {args.clips} clips, {english:.1f} min; demo/voice-es: {spanish:.1f} min", file=sys.stderr)
+    english = build(
+        args.out / "voice", "demo", english_sentences(args.clips), "en-us", (150, 158, 166, 175)
+    )
+    print(
+        f"demo/voice: {args.clips} clips, {english:.1f} min; demo/voice-es: {spanish:.1f} min",
+        file=sys.stderr,
+    )
     return 0
 
 

@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from textual.pilot import Pilot
+
 from dash_pilot import (
     WAIT_S,
     DashApp,
@@ -26,8 +28,6 @@ from dash_pilot import (
     status_text,
     wait_until,
 )
-from textual.pilot import Pilot
-
 from trainer_core.tiny_profiles import tiny_profile
 from vega_tui import runner
 from vega_tui.chart_specs import CHARTS, chart_spec

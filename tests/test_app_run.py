@@ -22,6 +22,9 @@ from typing import Any
 
 import psutil
 import pytest
+from textual.pilot import Pilot
+from textual.widgets import Input
+
 from dash_pilot import (
     GIB,
     STATUS_OF_FINISHED,
@@ -35,9 +38,6 @@ from dash_pilot import (
     status_text,
     wait_until,
 )
-from textual.pilot import Pilot
-from textual.widgets import Input
-
 from trainer_core.contract.eventlog import read_all
 from trainer_core.contract.resources import MachineResources
 from vega_tui import runner

@@ -8,9 +8,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from test_follow_preview import MIDDLE_MARKER, PLAN, STEPS, gone, write_long_run, write_run
 from textual.pilot import Pilot
 
+from test_follow_preview import MIDDLE_MARKER, PLAN, STEPS, gone, write_long_run, write_run
 from vega_tui import app as vega_app
 from vega_tui.app import VegaApp
 from vega_tui.screens import run as run_screen_module

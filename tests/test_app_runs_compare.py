@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dash_pilot import wait_until
 from textual.pilot import Pilot
 from textual.widgets import Input, Static, TextArea
 
+from dash_pilot import wait_until
 from trainer_core.contract.units import format_bytes
 from vega_tui import app as vega_app
 from vega_tui.app import VegaApp

@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dash_pilot import DashApp, copy_fixture, settled, wait_until
 from textual.app import App, ComposeResult
 
+from dash_pilot import DashApp, copy_fixture, settled, wait_until
 from trainer_core.contract.event_lines import parse_event
 from trainer_core.contract.eventlog import read_all
 from trainer_core.contract.protocol import Event, StepEvent

@@ -15,10 +15,10 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import TEST_VOICE, run_cli
-from corpus_builders import check_data_json, common_voice_folder, problem_key, scan, voice_items
 from rich.console import Console
 
+from conftest import TEST_VOICE, run_cli
+from corpus_builders import check_data_json, common_voice_folder, problem_key, scan, voice_items
 from trainer_core.cli.check_data_cmd import show_report
 from trainer_core.contract.errors import DataError
 from trainer_core.contract.profile import DataSection, Profile

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from corpus_builders import (
     check_data_json,
     parquet_folder,
@@ -25,7 +26,6 @@ from corpus_builders import (
     scan,
     voice_items,
 )
-
 from trainer_core.contract.errors import DataError
 from trainer_core.contract.profile import Profile
 from trainer_core.data import audio_probe

@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import FAULTS_ON, REPO, TEST_VOICE, TrainerLauncher, finished, of_type, set_args, step_rows
-from test_task_shadowing import shadow_package
 from textual.pilot import Pilot
 
+from conftest import FAULTS_ON, REPO, TEST_VOICE, TrainerLauncher, finished, of_type, set_args, step_rows
+from test_task_shadowing import shadow_package
 from trainer_core.contract.eventlog import read_all
 from trainer_core.contract.profile_loader import resolve_profile
 from trainer_core.contract.protocol import Event

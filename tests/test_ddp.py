@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 import torch
+
 from conftest import FAULTS_ON, TrainerLauncher, finished, of_type, set_args, step_rows
 from test_voice_dataset import batch_items, encode, features_of_lengths, varied_lengths
-
 from trainer_core.contract.errors import DeviceError, VegaError
 from trainer_core.contract.eventlog import read_all
 from trainer_core.contract.nvml import GpuInfo, StaticGpuSource

@@ -17,9 +17,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from conftest import FAULTS_ON, TRAINER_CORE, TrainerLauncher, finished, set_args, step_rows
 from test_ddp import DIGEST_RE
-
 from trainer_core.contract.eventlog import read_all
 from trainer_core.contract.protocol import Event
 from trainer_core.engine.checkpoint_manager import list_checkpoints, load_checkpoint

@@ -7,7 +7,6 @@ import sys
 from pathlib import Path
 
 from conftest import DEMO_VOICE, REPO
-
 from trainer_core.data.scan import scan_data
 
 SPANISH = DEMO_VOICE.parent / "voice-es"

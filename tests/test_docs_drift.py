@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 
 import pytest
+
 from doc_numbers import drifts
 
 REPO = Path(__file__).resolve().parents[1]

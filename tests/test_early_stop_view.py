@@ -8,9 +8,9 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import TrainerLauncher, TrainerProcess, finished, of_type
 from textual.pilot import Pilot
 
+from conftest import TrainerLauncher, TrainerProcess, finished, of_type
 from trainer_core.contract.resources import MachineResources
 from vega_tui import app as vega_app
 from vega_tui.app import VegaApp

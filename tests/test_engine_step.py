@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import TINY_PROFILE, write_corpus
 
+from conftest import TINY_PROFILE, write_corpus
 from trainer_core.contract import rundir
 from trainer_core.contract.eventlog import EventWriter, read_all
 from trainer_core.engine.checkpoint_manager import load_checkpoint

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 import torch
+
 from conftest import of_type, write_corpus
 from dash_pilot import DashApp, plain, run_screen, wait_until
-
 from trainer_core import fault_points
 from trainer_core.contract.eventlog import read_all
 from trainer_core.contract.fault_gate import GATE_ENV, IGNORED_CODE, ON_CODE

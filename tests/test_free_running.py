@@ -9,9 +9,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import TRAINER_CORE, tiny_voice_profile
 from pydantic import ValidationError
 
+from conftest import TRAINER_CORE, tiny_voice_profile
 from trainer_core.contract.event_lines import parse_event
 from trainer_core.contract.profile import TrainSection
 from vega_tui.store import RunStore

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import new_group_trainer, new_vocoder_trainer
 
+from conftest import new_group_trainer, new_vocoder_trainer
 from trainer_core.contract.errors import VegaError
 from trainer_core.engine.grad_scaler import VegaGradScaler
 from trainer_core.engine.group_step import GroupedStepRunner

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import TEST_VOICE, of_type, run_cli, set_args, tiny_voice_profile, write_corpus
 from textual.pilot import Pilot
 
+from conftest import TEST_VOICE, of_type, run_cli, set_args, tiny_voice_profile, write_corpus
 from trainer_core.contract.eventlog import read_all
 from trainer_core.contract.init_sources import InitSourceError, check_compatible, resolve_source
 from trainer_core.contract.profile import AudioSection

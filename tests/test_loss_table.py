@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import TEST_VOICE
 
+from conftest import TEST_VOICE
 from trainer_core.contract.profile import Profile
 from trainer_core.models import gan_vocoder
 from trainer_core.models.loss_table import LossTableError, weighted_total

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import FAULTS_ON, TINY_PROFILE, TrainerLauncher, finished, new_vocoder_trainer, of_type, write_corpus
 
+from conftest import FAULTS_ON, TINY_PROFILE, TrainerLauncher, finished, new_vocoder_trainer, of_type, write_corpus
 from trainer_core.contract import rundir
 from trainer_core.contract.errors import ProfileError
 from trainer_core.contract.eventlog import EventWriter, read_all

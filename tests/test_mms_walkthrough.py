@@ -21,10 +21,10 @@ from subprocess import PIPE
 
 import numpy as np
 import soundfile as sf
+
 from conftest import REPO, TRAINER_CORE, run_cli
 from corpus_builders import common_voice_folder, parquet_folder
 from hf_reference import VOCAB, hub_cache_with, make_folder
-
 from trainer_core.cli import main
 from trainer_core.engine.checkpoint_manager import read_best
 from trainer_core.models.griffin_lim import PEAK_LEVEL

@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 
 import pytest
-from notify_server import hanging_server, recording_server, refused_url
 
+from notify_server import hanging_server, recording_server, refused_url
 from trainer_core.contract.errors import ProfileError, VegaError
 from trainer_core.contract.eventlog import EventWriter
 from trainer_core.contract.notices import Notice, NoticeTracker

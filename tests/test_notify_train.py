@@ -9,7 +9,6 @@ from pathlib import Path
 
 from conftest import FAULTS_ON, TrainerLauncher
 from notify_server import recording_server
-
 from trainer_core.contract.errors import VegaError
 from trainer_core.contract.eventlog import EventWriter, read_all
 from trainer_core.contract.notices import Notice, NoticeTracker

@@ -21,9 +21,9 @@ import onnxruntime
 import pytest
 import soundfile
 import torch
+
 from conftest import TEST_VOICE, run_cli, tiny_voice_profile
 from test_speakers import copy_wav, demo_rows, speaker_of
-
 from trainer_core.cli import main
 from trainer_core.cli.evaluate_cmd import load_voice
 from trainer_core.cli.onnx_export import TOLERANCE

@@ -8,8 +8,8 @@ import math
 from pathlib import Path
 
 import pytest
-from notify_server import recording_server
 
+from notify_server import recording_server
 from trainer_core.contract.eventlog import EventWriter, read_all
 from trainer_core.contract.notices import NoticeTracker
 from trainer_core.contract.notify_config import NotifyConfig

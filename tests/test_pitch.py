@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 import soundfile as sf
 import torch
+
 from test_preload import make_profile
 from test_tts import _config, _losses, _synthetic_batch
 from test_voice_task import _profile
-
 from trainer_core.data.audio import decode_calls, load_audio
 from trainer_core.data.mel import MelExtractor
 from trainer_core.data.pitch import log_f0_feature

@@ -21,8 +21,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import REPO, TINY_PROFILE
 
+from conftest import REPO, TINY_PROFILE
 from trainer_core.contract.control_client import MAX_LINE_BYTES, ControlError, open_control_socket
 from trainer_core.contract.control_protocol import CommandReply
 from trainer_core.contract.eventlog import read_all

@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import soundfile as sf
-from test_scan import write_voice
 
+from test_scan import write_voice
 from trainer_core.data.scan import scan_data
 from trainer_core.data.scan_cache import ScanCache
 from trainer_core.data.scan_report import DataReport

@@ -25,8 +25,8 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import FAULTS_ON, REPO, TrainerLauncher
 
+from conftest import FAULTS_ON, REPO, TrainerLauncher
 from trainer_core.contract.errors import ProfileError
 from trainer_core.contract.profile_loader import load_profile
 from trainer_core.engine.checkpoint_manager import new_checkpoint_state

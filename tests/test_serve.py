@@ -17,10 +17,10 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-from chromium_cdp import Browser, chromium_path, in_ci, missing_reason
 from PIL import Image
-from serve_helpers import Forwarder, Served, Terminal, write_wav
 
+from chromium_cdp import Browser, chromium_path, in_ci, missing_reason
+from serve_helpers import Forwarder, Served, Terminal, write_wav
 from vega_tui.__main__ import build_parser, served_argv
 from vega_tui.__main__ import main as vega_main
 from vega_tui.serve.cli import announce

@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from dash_pilot import DashApp, copy_fixture, settled, wait_until
 from serve_helpers import write_wav
-
 from vega_tui import read_only
 from vega_tui.widgets.samples import SamplesPanel
 

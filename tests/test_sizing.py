@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import TEST_VOICE, TRAINER_CORE, write_corpus
 
+from conftest import TEST_VOICE, TRAINER_CORE, write_corpus
 from trainer_core.contract.profile_loader import load_profile_dict
 from trainer_core.data.scan import scan_data
 from trainer_core.models.size_probes import LmProbe, TtsProbe

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import TEST_VOICE, run_cli, tiny_voice_profile
 
+from conftest import TEST_VOICE, run_cli, tiny_voice_profile
 from trainer_core.contract.errors import DataError
 from trainer_core.data.scan import scan_data
 from trainer_core.data.scan_report import VoiceItem

@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import soundfile
-from conftest import run_cli, tiny_voice_profile
 
+from conftest import run_cli, tiny_voice_profile
 from trainer_core.contract.errors import VegaError
 
 REPO = Path(__file__).resolve().parent.parent

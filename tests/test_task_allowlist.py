@@ -16,8 +16,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO, run_cli, write_corpus
 
+from conftest import REPO, run_cli, write_corpus
 from trainer_core.contract.errors import ProfileError
 from trainer_core.contract.eventlog import read_all
 from trainer_core.contract.plan_report import PlanReport

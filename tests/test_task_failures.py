@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 import torch
+
 from broken_tasks import BREAK_AT_STEP, install, marked_line
 from conftest import FAULTS_ON, TEST_VOICE, TINY_PROFILE, TrainerLauncher, finished, of_type
 from dash_pilot import DashApp, log_view_text, plain, settled
-
 from trainer_core.contract import rundir
 from trainer_core.contract.eventlog import read_all
 from trainer_core.contract.protocol import Event

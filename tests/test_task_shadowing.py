@@ -22,8 +22,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import REPO, write_corpus
 
+from conftest import REPO, write_corpus
 from trainer_core.cli import main as cli_main
 from trainer_core.contract.import_path import SAFE_PATH_ENV, drop_working_folder, safe_env, search_path
 from trainer_core.contract.task_source import resolve_task

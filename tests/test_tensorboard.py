@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import of_type, tiny_voice_profile
 
+from conftest import of_type, tiny_voice_profile
 from trainer_core.contract.eventlog import read_all
 
 REPO = Path(__file__).resolve().parent.parent

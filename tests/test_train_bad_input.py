@@ -13,8 +13,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import FAULTS_ON, TrainerLauncher, TrainerProcess, finished, of_type
 
+from conftest import FAULTS_ON, TrainerLauncher, TrainerProcess, finished, of_type
 from trainer_core.engine.checkpoint_manager import load_checkpoint
 
 # The second save fails as on a full disk; the run keeps the checkpoints of steps 10 and 30.

@@ -10,7 +10,6 @@ import time
 from pathlib import Path
 
 from conftest import FAULTS_ON, TrainerLauncher, TrainerProcess, finished, of_type
-
 from trainer_core.contract.control_client import control_socket_path
 from trainer_core.contract.protocol import Event
 

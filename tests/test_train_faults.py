@@ -10,8 +10,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import FAULTS_ON, TrainerLauncher, TrainerProcess, finished, of_type, step_rows
 
+from conftest import FAULTS_ON, TrainerLauncher, TrainerProcess, finished, of_type, step_rows
 from trainer_core.engine.schedule import lr_factor
 
 PEAK_LR, WARMUP, STEPS = 3e-3, 5, 12

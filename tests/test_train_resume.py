@@ -6,7 +6,6 @@ import signal
 from pathlib import Path
 
 from conftest import FAULTS_ON, TrainerLauncher, finished, of_type, step_rows
-
 from trainer_core.contract.event_lines import parse_event
 from trainer_core.contract.protocol import ProtocolError
 

@@ -14,9 +14,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import TRAINER_CORE, TrainerLauncher, TrainerProcess, finished, of_type
 from safetensors.torch import load_file
 
+from conftest import TRAINER_CORE, TrainerLauncher, TrainerProcess, finished, of_type
 from trainer_core.contract.event_lines import parse_event
 from trainer_core.engine.checkpoint_manager import load_checkpoint, read_best
 

@@ -10,9 +10,9 @@ from typing import Any
 
 import jsonschema
 import pytest
-from conftest import TEST_VOICE
 from textual.message import Message
 
+from conftest import TEST_VOICE
 from trainer_core.cli import main
 from trainer_core.contract.data_report import CheckDataReport, VoiceItemEntry
 from trainer_core.contract.plan_report import LaunchInfo, PlanReport

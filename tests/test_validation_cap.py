@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 import torch
+
 from conftest import TRAINER_CORE
 from test_text_data import _write_docs
 from test_voice_dataset import TEST_VOICE, encode, features_of_lengths, varied_lengths
-
 from trainer_core.data.text import TextCorpus
 from trainer_core.data.validation_split import VAL_ITEM_COST, held_out_count, validation_share
 from trainer_core.data.voice_dataset import VoiceDataset, split_items

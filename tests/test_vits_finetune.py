@@ -8,7 +8,6 @@ import tomllib
 from pathlib import Path
 
 from conftest import DEMO_VOICE, TrainerLauncher, finished, of_type, step_rows
-
 from trainer_core.contract.piper_voice import read_pickled_document
 from trainer_core.engine.checkpoint_manager import list_checkpoints
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from hf_reference import hub_cache_with, make_folder, old_layout_copy, transformers_speech, vega_speech
 
+from hf_reference import hub_cache_with, make_folder, old_layout_copy, transformers_speech, vega_speech
 from trainer_core.contract.errors import InitSourceError
 from trainer_core.contract.hf_voice import hf_audio_section, hub_folder, read_hf_voice
 from trainer_core.models.vits.hf_config import vits_config_from_hf
@@ -185,7 +185,6 @@ def test_an_original_vits_discriminator_checkpoint_loads_into_vegas(tmp_path: Pa
     """D_*.pth as VITS's training wrote it (Meta's MMS checkpoints): {"model": ..., "iteration", "optimizer",
     "learning_rate"}, old weight-norm names, a "module." prefix; made from Piper's discriminator (VITS's own)."""
     from piper_reference import shared_discriminator
-
     from trainer_core.models.vits.discriminator import MultiPeriodDiscriminator
     from trainer_core.models.vits.hf_discriminator import read_discriminator
 
@@ -207,7 +206,6 @@ def test_the_plan_adopts_the_models_settings_and_warms_a_fresh_discriminator(
     folders: dict[str, Path], tmp_path: Path
 ) -> None:
     from conftest import TEST_VOICE
-
     from trainer_core.plan import make_plan
 
     base = [

@@ -10,9 +10,9 @@ import tomllib
 from pathlib import Path
 
 import torch
+
 from conftest import TEST_VOICE, TrainerLauncher, finished, of_type
 from hf_reference import make_folder, transformers_speech
-
 from trainer_core.cli import main
 from trainer_core.cli.vits_voice import voice_from_config
 from trainer_core.engine.checkpoint_manager import load_checkpoint

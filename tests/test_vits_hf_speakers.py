@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
 from conftest import of_type
 from corpus_builders import common_voice_folder
 from hf_reference import make_folder, transformers_speech, vega_speech
-
 from trainer_core.cli import main
 from trainer_core.contract import rundir
 from trainer_core.contract.eventlog import EventWriter, read_all
@@ -153,7 +153,6 @@ def test_a_one_speaker_vega_vits_export_starts_every_speaker_as_itself(tmp_path:
     from dataclasses import replace
 
     from conftest import new_vits_export
-
     from trainer_core.contract.init_sources import read_export_config
     from trainer_core.engine.export import load_exported
     from trainer_core.engine.model_source import load_model_source

@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REPO, TEST_VOICE
 from transformers import VitsTokenizer
 
+from conftest import REPO, TEST_VOICE
 from trainer_core.cli import main
 from trainer_core.contract.errors import ProfileError
 from trainer_core.contract.init_sources import VoiceStart

@@ -21,12 +21,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import DEMO_VOICE, TEST_VOICE
-from test_app_launch import text_of, wait_until
 from textual.events import Paste
 from textual.pilot import Pilot
 from textual.widgets import Button, Input, Static
 
+from conftest import DEMO_VOICE, TEST_VOICE
+from test_app_launch import text_of, wait_until
 from trainer_core.contract.eventlog import read_all
 from vega_tui.app import VegaApp
 from vega_tui.screens.launch import LaunchScreen

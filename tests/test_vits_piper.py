@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 import torch
 import torch.nn.functional as F
+
 from piper_reference import (
     Gauge,
     PiperReference,
@@ -35,7 +36,6 @@ from piper_reference import (
     resave_as_lightning_1x,
     save_with_foreign_global,
 )
-
 from trainer_core.contract.piper_voice import PiperCheckpointError, read_checkpoint_metadata
 from trainer_core.models.vits import losses, spectrogram
 from trainer_core.models.vits.config import QUALITY_PRESETS, VitsConfig

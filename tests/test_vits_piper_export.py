@@ -27,8 +27,8 @@ import numpy as np
 import pytest
 import soundfile
 import torch
-from conftest import DEMO_VOICE, REPO, TRAINER_CORE, TrainerLauncher
 
+from conftest import DEMO_VOICE, REPO, TRAINER_CORE, TrainerLauncher
 from trainer_core.cli import main as cli_main
 from trainer_core.models.griffin_lim import PEAK_LEVEL
 from trainer_core.models.vits.piper_export import TOLERANCE, PiperExport, export_piper
@@ -131,7 +131,6 @@ def exported(fine_tuned: Path) -> DashboardExport:
     runs `trainer-core export --piper RUN` in a subprocess (the module's one export of the run)."""
     from dash_pilot import DashApp
     from test_app_launch import wait_until
-
     from vega_tui.screens.run import RunScreen
 
     async def drive() -> DashboardExport:
@@ -250,7 +249,6 @@ def piper_built(quality: str, folder: Path, speakers: int = 1) -> tuple[Any, Any
     one: its hyperparameters and voice config make the VitsConfig, its tensors load strictly under
     Vega's names. Returns (Vega's Synthesizer, its SymbolTable)."""
     from piper_reference import build_piper_generator, write_voice_config
-
     from trainer_core.contract.piper_voice import read_voice_config
     from trainer_core.models.vits.piper_hparams import vits_config_from_piper
     from trainer_core.models.vits.piper_names import to_vega_names
@@ -355,7 +353,6 @@ def anyio_backend() -> str:
 async def test_the_dashboard_offers_no_piper_export_for_other_runs(tmp_path: Path) -> None:
     from dash_pilot import DashApp, copy_fixture
     from test_app_launch import wait_until
-
     from vega_tui.screens.run import RunScreen
 
     app = DashApp(copy_fixture("lm_completed", tmp_path))

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from piper_reference import gap, piper_alignment, piper_quality_arguments, quiet
 
+from piper_reference import gap, piper_alignment, piper_quality_arguments, quiet
 from trainer_core.models.vits.config import QUALITY_PRESETS, VitsConfig
 from trainer_core.models.vits.piper_names import to_vega_names
 from trainer_core.models.vits.spline import rational_quadratic_spline

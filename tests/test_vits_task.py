@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import soundfile as sf
 import torch
-from conftest import TEST_VOICE, new_group_trainer, new_vits_export
 
+from conftest import TEST_VOICE, new_group_trainer, new_vits_export
 from trainer_core.cli import main
 from trainer_core.cli.plan_document import plan_report
 from trainer_core.contract.errors import ProfileError

@@ -12,11 +12,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import FAULTS_ON, TEST_VOICE, TrainerLauncher, finished, new_vits_export, of_type, step_rows
 from safetensors.torch import load_file
+
+from conftest import FAULTS_ON, TEST_VOICE, TrainerLauncher, finished, new_vits_export, of_type, step_rows
 from test_ddp import two_ranks_stop_resume_and_end_identical
 from test_vocoder_train import group_rows
-
 from trainer_core.engine.checkpoint_manager import list_checkpoints, load_checkpoint
 from trainer_core.tiny_profiles import tiny_profile
 

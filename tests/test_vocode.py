@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 import soundfile
 import torch
+
 from conftest import TEST_VOICE, run_cli, tiny_voice_profile
 from test_scan import write_voice
-
 from trainer_core.contract.errors import VegaError
 from trainer_core.contract.profile import AudioSection
 from trainer_core.engine.checkpoint_manager import list_checkpoints

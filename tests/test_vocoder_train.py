@@ -11,10 +11,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import FAULTS_ON, TEST_VOICE, TrainerLauncher, finished, of_type, step_rows
 from safetensors.torch import load_file
-from test_ddp import two_ranks_stop_resume_and_end_identical
 
+from conftest import FAULTS_ON, TEST_VOICE, TrainerLauncher, finished, of_type, step_rows
+from test_ddp import two_ranks_stop_resume_and_end_identical
 from trainer_core.data.validation_split import validation_share
 from trainer_core.engine.checkpoint_manager import list_checkpoints, load_checkpoint
 from trainer_core.tiny_profiles import tiny_profile

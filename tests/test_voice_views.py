@@ -20,11 +20,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import TEST_VOICE, of_type, tiny_voice_profile
-from dash_pilot import DashApp, plain, settled, wait_until
 from PIL import Image
 from rich.console import Console
 
+from conftest import TEST_VOICE, of_type, tiny_voice_profile
+from dash_pilot import DashApp, plain, settled, wait_until
 from trainer_core.contract.eventlog import read_all
 from trainer_core.contract.profile import Profile
 from trainer_core.contract.protocol import Event

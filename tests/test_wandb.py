@@ -23,9 +23,8 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import pytest
-from conftest import FAULTS_ON, finished, of_type, step_rows, tiny_voice_profile
-from wandb_files import WandbFile, logged_steps, repeated, wandb_files
 
+from conftest import FAULTS_ON, finished, of_type, step_rows, tiny_voice_profile
 from trainer_core.contract import rundir
 from trainer_core.contract.errors import ProfileError
 from trainer_core.contract.eventlog import EventWriter, read_all
@@ -43,6 +42,7 @@ from trainer_core.engine.wandb_log import (
 )
 from trainer_core.engine.wandb_rows import replay_rows
 from trainer_core.engine.wandb_state import read_state
+from wandb_files import WandbFile, logged_steps, repeated, wandb_files
 
 REPO = Path(__file__).resolve().parent.parent
 TRAIN = [sys.executable, "-m", "trainer_core", "train"]

@@ -7,9 +7,9 @@ import json
 from pathlib import Path
 
 import pytest
+
 from conftest import FAULTS_ON, TrainerLauncher, finished, of_type, step_rows, write_corpus
 from test_validation_cap import dry_run
-
 from trainer_core.engine.schedule import lr_factor
 from trainer_core.warmup import WARMUP_FITTED_SHARE, WARMUP_MAX_SHARE, fitted_warmup
 

@@ -1,17 +1,21 @@
-"""The task API: everything a model from outside Vega needs to train under Vega's engine and dashboard.
+"""The task API: everything a model from outside Vega needs to train under
+Vega's engine and dashboard.
 
-Import this module, not Vega's internals: its names are the documented, versioned surface for task authors
-(docs/custom-tasks.md). A task is a `Task` subclass built by a factory that takes a `TaskRequest`; a profile
-names the factory with `model.task = "package.module:factory"` (or `trainer-core train --task ...`).
+Import this module, not Vega's internals: its names are the documented, versioned surface for task
+authors (docs/custom-tasks.md). A task is a `Task` subclass built by a factory that takes a
+`TaskRequest`; a profile names the factory with `model.task = "package.module:factory"` (or
+`trainer-core train --task ...`).
 
-`API_VERSION` is "MAJOR.MINOR": MINOR grows when names are added, MAJOR when one is removed or changes meaning.
-`tests/test_task_api.py` pins the exact set of names (`tests/task_api_names.txt`): removing one fails it.
-Everything here is re-exported from where it lives; nothing is copied.
+`API_VERSION` is "MAJOR.MINOR": MINOR grows when names are added, MAJOR when one is removed or
+changes meaning. `tests/test_task_api.py` pins the exact set of names (`tests/task_api_names.txt`):
+removing one fails it. Everything here is re-exported from where it lives; nothing is copied.
 
-- The Task interface: `Task`, `Batch`, `Carry`, `SampleKind`, `SampleResult`, optimizer groups (`GroupSpec`), and
+- The Task interface: `Task`, `Batch`, `Carry`, `SampleKind`, `SampleResult`,
+  optimizer groups (`GroupSpec`), and
   the helpers `batch_to`, `count_parameters`, `unwrap_model`; the registry: `TaskRequest`, `TaskFactory`,
   `register_task`; the profile a task reads (`Profile`, `AudioSection`) and the errors it raises for bad input.
-- Data: the data-folder scan (`scan_data`, `DataReport`, `VoiceItem`), preloading recordings as mel features
+- Data: the data-folder scan (`scan_data`, `DataReport`, `VoiceItem`),
+  preloading recordings as mel features
   (`preload_voice`, `VoiceFeatures`) or as samples (`preload_waves`, `Waves`) into RAM or the disk cache
   (`choose_where`), mel features (`MelExtractor`), text windows (`TextCorpus`), the stable train/validation split
   (`split_items`), length-bucketed voice batches (`VoiceDataset`), fixed-length audio segments (`SegmentDataset`),

@@ -3,10 +3,10 @@
 `trainer-core train --dry-run` prints it; a real run starts from the same object, so what the
 dashboard previews is exactly what the trainer will do. Torch is not imported here.
 
-Data-parallel runs: `plan_launch` decides, before torchrun starts, how many processes the compute mode
-allows on this machine (gpu mode with fewer GPUs than asked is an error; mixed falls back to fewer ranks,
-or to CPU ranks, with a warning). Under torchrun each rank's plan carries its `World`, and
-`select_rank_device` gives it cuda:LOCAL_RANK or the CPU, the same kind on every rank.
+Data-parallel runs: `plan_launch` decides, before torchrun starts, how many processes the compute
+mode allows on this machine (gpu mode with fewer GPUs than asked is an error; mixed falls back to
+fewer ranks, or to CPU ranks, with a warning). Under torchrun each rank's plan carries its `World`,
+and `select_rank_device` gives it cuda:LOCAL_RANK or the CPU, the same kind on every rank.
 """
 
 from __future__ import annotations
@@ -21,11 +21,22 @@ from trainer_core.contract.errors import DataError, DeviceError, VegaError
 from trainer_core.contract.init_sources import VoiceStart, audio_features, plan_start
 from trainer_core.contract.profile import Profile
 from trainer_core.contract.profile_loader import find_profile, load_profile, machine_file_path
-from trainer_core.contract.resources import DeviceChoice, GpuInfo, MachineResources, probe, select_device
+from trainer_core.contract.resources import (
+    DeviceChoice,
+    GpuInfo,
+    MachineResources,
+    probe,
+    select_device,
+)
 from trainer_core.contract.task_source import TaskSource, resolve_task
 from trainer_core.data.item_selection import scan_for_training
 from trainer_core.data.scan import DataReport, estimate_preload_bytes
-from trainer_core.data.validation_split import ValidationPlan, capped_away, held_out_count, plan_validation
+from trainer_core.data.validation_split import (
+    ValidationPlan,
+    capped_away,
+    held_out_count,
+    plan_validation,
+)
 from trainer_core.torch_check import TORCH
 from trainer_core.warmup import fitted_warmup, warmup_note
 from trainer_core.world import SINGLE, Nodes, World, launch_notes
@@ -72,8 +83,11 @@ class TrainPlan:
         return self.data.mode
 
 
-def start_settings(profile: Profile, kind: str, resume: str | None, run_dir: Path) -> tuple[Profile, list[str]]:
-    """The profile with what the start model decides (a Piper voice's shape and audio; a fine-tuning rate)."""
+def start_settings(
+    profile: Profile, kind: str, resume: str | None, run_dir: Path
+) -> tuple[Profile, list[str]]:
+    """The profile with what the start model decides (a Piper voice's shape
+    and audio; a fine-tuning rate)."""
     from trainer_core.models.vits.start_settings import adopt_start
 
     return adopt_start(profile, kind, resume, run_dir)
@@ -103,14 +117,19 @@ def choose_preload(profile: Profile, need: int, available: int) -> tuple[str, st
         return profile.data.preload, f"data.preload = {profile.data.preload!r} in the profile"
     if need <= available * RAM_MARGIN:
         return "ram", f"needs ~{need / gib:.2f} GiB, {available / gib:.1f} GiB available"
-    return "disk", f"needs ~{need / gib:.2f} GiB, more than half of the {available / gib:.1f} GiB available"
+    return (
+        "disk",
+        f"needs ~{need / gib:.2f} GiB, more than half of the {available / gib:.1f} GiB available",
+    )
 
 
 def estimate_split(profile: Profile, report: DataReport) -> tuple[int, int, int]:
-    """(training items, validation items, items the cap left out) estimated from the scan, before loading.
+    """(training items, validation items, items the cap left out) estimated
+    from the scan, before loading.
 
-    Voice: the capped-away items train (data.voice_dataset). Text: items are windows of context_bytes; the
-    held-out share is by bytes, and capped-away windows stay held out, unused (data.text).
+    Voice: the capped-away items train (data.voice_dataset). Text: items are
+    windows of context_bytes; the held-out share is by bytes, and capped-away
+    windows stay held out, unused (data.text).
     """
     d = profile.data
     if report.mode == "text":
@@ -126,41 +145,50 @@ def estimate_split(profile: Profile, report: DataReport) -> tuple[int, int, int]
 
 
 def estimate_steps_per_epoch(profile: Profile, report: DataReport, world_size: int = 1) -> int:
-    """Optimizer steps per epoch, from the usable items after the validation split (all ranks together)."""
+    """Optimizer steps per epoch, from the usable items after the validation
+    split (all ranks together)."""
     train_items = estimate_split(profile, report)[0]
     return max(1, train_items // (profile.train.batch_size * profile.train.grad_accum * world_size))
 
 
-def estimate_validation(profile: Profile, report: DataReport, world_size: int = 1) -> ValidationPlan:
-    """Validation items and the estimated share of wall time spent on them (data.validation_split)."""
+def estimate_validation(
+    profile: Profile, report: DataReport, world_size: int = 1
+) -> ValidationPlan:
+    """Validation items and the estimated share of wall time spent on them
+    (data.validation_split)."""
     t = profile.train
     _, val, capped = estimate_split(profile, report)
     step_items = t.batch_size * t.grad_accum * world_size
     spe = estimate_steps_per_epoch(profile, report, world_size)
     size = clip_segments(profile, report) if model_kind(profile, report.mode) == "vocoder" else 1.0
-    return plan_validation(val, capped, profile.data.val_max_items, t.eval_every_steps, spe, step_items, size)
+    return plan_validation(
+        val, capped, profile.data.val_max_items, t.eval_every_steps, spe, step_items, size
+    )
 
 
 def clip_segments(profile: Profile, report: DataReport) -> float:
-    """A vocoder's mean clip length in training segments: it validates whole clips and trains on segments."""
-    segment_s = profile.vocoder.segment_frames * profile.audio.hop_length / profile.audio.sample_rate
+    """A vocoder's mean clip length in training segments: it validates whole
+    clips and trains on segments."""
+    segment_s = (
+        profile.vocoder.segment_frames * profile.audio.hop_length / profile.audio.sample_rate
+    )
     return max(1.0, report.voice.hours_usable * 3600 / max(1, report.usable_count) / segment_s)
 
 
 def plan_warmup(profile: Profile, steps_per_epoch: int) -> tuple[int | None, str | None]:
-    """(warmup the run will use, note when it differs from train.warmup_steps), as engine.warmup decides.
+    """(warmup the run will use, note when it differs from
+    train.warmup_steps), as engine.warmup decides.
 
-    A time budget's steps are known only after calibration: (None, a note when the warmup may shrink then).
+    A time budget's steps are known only after calibration: (None, a note
+    when the warmup may shrink then).
     """
     t = profile.train
     if t.max_steps is not None:
         return t.warmup_steps, None
     if t.target_hours:
         note = (
-            (
-                f"train.warmup_steps ({t.warmup_steps}) is shortened to 10% of the steps the time budget plans "
-                "if it would take more than half of them (known after calibration)"
-            )
+            f"train.warmup_steps ({t.warmup_steps}) is shortened to 10% of the steps the time"
+            " budget plans if it would take more than half of them (known after calibration)"
             if t.warmup_steps
             else None
         )
@@ -169,7 +197,9 @@ def plan_warmup(profile: Profile, steps_per_epoch: int) -> tuple[int | None, str
     warmup = fitted_warmup(t.warmup_steps, planned)
     if warmup == t.warmup_steps:
         return warmup, None
-    return warmup, warmup_note(t.warmup_steps, warmup, planned, "planned (train.epochs x steps per epoch)")
+    return warmup, warmup_note(
+        t.warmup_steps, warmup, planned, "planned (train.epochs x steps per epoch)"
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -202,16 +232,17 @@ def _refuse_single_device(profile: Profile) -> None:
     device = (profile.compute.device or "").strip().lower()
     if device and device != "cpu":
         raise DeviceError(
-            f"compute.device / --device {profile.compute.device!r} names one device, but every data-parallel "
-            "process uses its own GPU (cuda:LOCAL_RANK); drop --device and choose GPUs with CUDA_VISIBLE_DEVICES"
+            f"compute.device / --device {profile.compute.device!r} names one device, but every"
+            " data-parallel process uses its own GPU (cuda:LOCAL_RANK); drop --device and choose"
+            " GPUs with CUDA_VISIBLE_DEVICES"
         )
 
 
 def plan_launch(
     profile: Profile, requested: int, resources: MachineResources, nodes: Nodes | None = None
 ) -> LaunchPlan:
-    """Processes per node for `--nproc-per-node requested`, following the compute mode (see the module
-    docstring), on this machine of `nodes`."""
+    """Processes per node for `--nproc-per-node requested`, following the compute mode (see the
+    module docstring), on this machine of `nodes`."""
     return dataclasses.replace(_plan_processes(profile, requested, resources), nodes=nodes)
 
 
@@ -226,8 +257,9 @@ def _plan_processes(profile: Profile, requested: int, resources: MachineResource
         return LaunchPlan(requested, requested, "cuda")
     if profile.compute.mode == "gpu":
         raise DeviceError(
-            f"compute mode gpu: --nproc-per-node {requested} needs {requested} CUDA GPUs, this machine has {have} "
-            f"({resources.accelerator_note}); use --nproc-per-node {max(1, have)}"
+            f"compute mode gpu: --nproc-per-node {requested} needs {requested} CUDA GPUs, this"
+            f" machine has {have} ({resources.accelerator_note}); use --nproc-per-node"
+            f" {max(1, have)}"
             + (" or --mode mixed" if have else ", or --mode cpu / mixed to train on the CPU")
         )
     if have:
@@ -244,26 +276,37 @@ def _plan_processes(profile: Profile, requested: int, resources: MachineResource
 
 
 def select_rank_device(profile: Profile, world: World, resources: MachineResources) -> DeviceChoice:
-    """This rank's device under torchrun: cuda:LOCAL_RANK when every local rank gets a GPU, else the CPU."""
+    """This rank's device under torchrun: cuda:LOCAL_RANK when every local
+    rank gets a GPU, else the CPU."""
     _refuse_single_device(profile)
     mode, who = profile.compute.mode, world.describe()
     if _wants_cpu(profile):
-        return DeviceChoice(mode=mode, device="cpu", kind="cpu", reason=f"{who} on the CPU (gloo): compute mode {mode}")
+        return DeviceChoice(
+            mode=mode,
+            device="cpu",
+            kind="cpu",
+            reason=f"{who} on the CPU (gloo): compute mode {mode}",
+        )
     gpus = _cuda_gpus(resources)
     if len(gpus) >= world.local_world_size:
         gpu = next((g for g in gpus if g.index == world.local_rank), None)
         reason = f"{who} on cuda:{world.local_rank} (NCCL)" + (f": {gpu.label}" if gpu else "")
-        return DeviceChoice(mode=mode, device=f"cuda:{world.local_rank}", kind="cuda", reason=reason, gpu=gpu)
+        return DeviceChoice(
+            mode=mode, device=f"cuda:{world.local_rank}", kind="cuda", reason=reason, gpu=gpu
+        )
     if mode == "gpu":
         raise DeviceError(
-            f"compute mode gpu: {world.local_world_size} processes on this node need as many CUDA GPUs, "
-            f"found {len(gpus)} ({resources.accelerator_note}); start fewer processes per node"
+            f"compute mode gpu: {world.local_world_size} processes on this node need as many CUDA"
+            f" GPUs, found {len(gpus)} ({resources.accelerator_note}); start fewer processes per"
+            " node"
         )
     reason = (
-        f"compute mode mixed: {world.local_world_size} processes on this node but {len(gpus)} usable CUDA "
-        f"GPU(s): every rank trains on the CPU (gloo); {who}"
+        f"compute mode mixed: {world.local_world_size} processes on this node but {len(gpus)}"
+        f" usable CUDA GPU(s): every rank trains on the CPU (gloo); {who}"
     )
-    return DeviceChoice(mode=mode, device="cpu", kind="cpu", reason=reason, fallback=True, warnings=[reason])
+    return DeviceChoice(
+        mode=mode, device="cpu", kind="cpu", reason=reason, fallback=True, warnings=[reason]
+    )
 
 
 def check_resume_request(resume: str | None, run_dir: Path | None, world: World = SINGLE) -> None:
@@ -274,8 +317,8 @@ def check_resume_request(resume: str | None, run_dir: Path | None, world: World 
     missing = resume not in (None, "auto") and not Path(str(resume)).expanduser().is_file()
     if missing and world.node_rank == 0:
         raise VegaError(
-            f"--resume {resume}: no such checkpoint file; pass a .pt file from a run's checkpoints/ folder, "
-            "or --resume auto with --run-dir"
+            f"--resume {resume}: no such checkpoint file; pass a .pt file from a run's checkpoints/"
+            " folder, or --resume auto with --run-dir"
         )
 
 
@@ -287,12 +330,18 @@ def make_plan(
     use_machine_file: bool = True,
     world: World = SINGLE,
 ) -> TrainPlan:
-    """The plan; `world` is this process's place under torchrun (its device is then cuda:LOCAL_RANK or the CPU)."""
+    """The plan; `world` is this process's place under torchrun (its device is
+    then cuda:LOCAL_RANK or the CPU)."""
     check_resume_request(resume, run_dir, world)
     path = find_profile(profile_ref)
     profile = load_profile(path, overrides, machine_file="default" if use_machine_file else None)
-    # Before anything else: a module this machine does not allow stops the plan here, having run none of its code.
-    task = resolve_task(profile.model.task, machine_file_path()) if profile.model.task is not None else None
+    # Before anything else: a module this machine does not allow stops the plan here,
+    # having run none of its code.
+    task = (
+        resolve_task(profile.model.task, machine_file_path())
+        if profile.model.task is not None
+        else None
+    )
     if profile.data.path is None:
         raise DataError(f"{path}: no data folder: set data.path in the profile or pass --data DIR")
     resources = probe(torch_check=TORCH if profile.compute.mode != "cpu" else None)
@@ -302,13 +351,20 @@ def make_plan(
         c = profile.compute
         device = select_device(c.mode, c.min_gpu_memory_gb, c.device, resources)
     report = scan_for_training(profile.data, profile.run.seed)
-    target = run_dir if run_dir is not None else rundir.propose_run_dir(profile.run.runs_dir, profile.run.name)
+    target = (
+        run_dir
+        if run_dir is not None
+        else rundir.propose_run_dir(profile.run.runs_dir, profile.run.name)
+    )
     if resume is not None and resume != "auto" and run_dir is None:
         # Resuming from a checkpoint file continues in that checkpoint's run folder.
         target = Path(resume).expanduser().resolve().parent.parent
-    profile, model_size = auto_size(profile, report, device.device, world, target if resume else None)
+    profile, model_size = auto_size(
+        profile, report, device.device, world, target if resume else None
+    )
     kind = model_kind(profile, report.mode)
-    # The model a run starts from may decide its shape and audio (a Piper voice): known before sizes and preload.
+    # The model a run starts from may decide its shape and audio (a Piper voice):
+    # known before sizes and preload.
     profile, adopted = start_settings(profile, kind, resume, target)
     a = profile.audio
     need = estimate_preload_bytes(report, a.sample_rate, a.hop_length, a.n_mels)
@@ -332,7 +388,9 @@ def make_plan(
         task=task,
     )
     audio = audio_features(profile.audio.model_dump())
-    plan.init_from = plan_start(profile.train.init_from, kind, audio, resume, target, profile.train.init_config)
+    plan.init_from = plan_start(
+        profile.train.init_from, kind, audio, resume, target, profile.train.init_config
+    )
     if plan.init_from is not None:
         plan.init_from["settings"] = adopted
     if kind == "vits":
@@ -351,17 +409,21 @@ def make_plan(
 def auto_size(
     profile: Profile, report: DataReport, device: str, world: World, resumed_run: Path | None
 ) -> tuple[Profile, dict[str, Any] | None]:
-    """`model.size = "auto"` resolved: measured here for a new run, read back from the run folder on resume."""
+    """`model.size = "auto"` resolved: measured here for a new run, read back
+    from the run folder on resume."""
     if profile.model.size != "auto":
         return profile, None
     if resumed_run is not None:
-        return _size_of_run(profile, resumed_run), {"reason": f"the size {resumed_run.name} was started with"}
+        return _size_of_run(profile, resumed_run), {
+            "reason": f"the size {resumed_run.name} was started with"
+        }
     if world.active:
         raise VegaError(
-            'model.size = "auto" is measured in one process: run `trainer-core train --dry-run` once and set '
-            "model.hidden, model.encoder_layers and model.heads to the size it prints"
+            'model.size = "auto" is measured in one process: run `trainer-core train --dry-run`'
+            " once and set model.hidden, model.encoder_layers and model.heads to the size it prints"
         )
-    from trainer_core.models.size_probes import size_model  # torch: only when a size is to be measured
+    # torch: only when a size is to be measured
+    from trainer_core.models.size_probes import size_model
 
     sized, choice = size_model(profile, report, model_kind(profile, report.mode), device)
     return sized, choice.to_dict()
@@ -376,6 +438,12 @@ def _size_of_run(profile: Profile, run_dir: Path) -> Profile:
         shape = {key: int(saved["model"][key]) for key in ("hidden", "encoder_layers", "heads")}
         dropout, lr = float(saved["model"]["dropout"]), float(saved["train"]["lr"])
     except (OSError, KeyError, ValueError, TypeError, tomllib.TOMLDecodeError) as exc:
-        raise VegaError(f"{frozen}: cannot read the model size this run was started with ({exc})") from exc
-    model = profile.model.model_copy(update={**shape, "dropout": dropout, "attention_dropout": None, "size": "fixed"})
-    return profile.model_copy(update={"model": model, "train": profile.train.model_copy(update={"lr": lr})})
+        raise VegaError(
+            f"{frozen}: cannot read the model size this run was started with ({exc})"
+        ) from exc
+    model = profile.model.model_copy(
+        update={**shape, "dropout": dropout, "attention_dropout": None, "size": "fixed"}
+    )
+    return profile.model_copy(
+        update={"model": model, "train": profile.train.model_copy(update={"lr": lr})}
+    )

@@ -1,7 +1,9 @@
-"""Tiny profiles: a model that trains in seconds on one CPU thread, for tests, benchmarks and trying a change.
+"""Tiny profiles: a model that trains in seconds on one CPU thread, for tests,
+benchmarks and trying a change.
 
-One definition per data mode, so that tests and benchmarks agree on what "tiny" means; callers change what
-they need through `sections` (TOML form) or `tiny_settings()` (`--set` form). Torch-free.
+One definition per data mode, so that tests and benchmarks agree on what "tiny"
+means; callers change what they need through `sections` (TOML form) or
+`tiny_settings()` (`--set` form). Torch-free.
 """
 
 from __future__ import annotations
@@ -55,7 +57,8 @@ TINY: dict[Kind, dict[str, dict[str, Any]]] = {
             "copy_items": 1,
         },
     },
-    # A VITS with every part present but a few thousand parameters each, at 16 kHz with a 64-sample hop.
+    # A VITS with every part present but a few thousand parameters each, at
+    # 16 kHz with a 64-sample hop.
     "vits": {
         **_COMMON,
         "run": {"name": "tiny-vits", "seed": 9},
@@ -101,7 +104,8 @@ def tiny_sections(kind: Kind = "lm", **sections: dict[str, Any]) -> dict[str, di
     out = copy.deepcopy(TINY[kind])
     for name, values in sections.items():
         out.setdefault(name, {}).update(values)
-    # A value of None removes the key: the profile default applies. Sections in the order profiles use.
+    # A value of None removes the key: the profile default applies. Sections
+    # in the order profiles use.
     ordered = sorted(out, key=lambda name: _ORDER.index(name) if name in _ORDER else len(_ORDER))
     return {name: {k: v for k, v in out[name].items() if v is not None} for name in ordered}
 
@@ -112,7 +116,8 @@ def tiny_profile(kind: Kind = "lm", **sections: dict[str, Any]) -> str:
 
 
 def tiny_settings(kind: Kind = "lm", sections: tuple[str, ...] = ("model",)) -> list[str]:
-    """`section.key=value` strings (for `--set`) making another profile tiny in the given sections."""
+    """`section.key=value` strings (for `--set`) making another profile tiny
+    in the given sections."""
     out = []
     for name in sections:
         for key, value in TINY[kind].get(name, {}).items():

@@ -1,7 +1,8 @@
-"""The torch side of resource probing: which NVML GPUs the installed torch can drive, and whether MPS works.
+"""The torch side of resource probing: which NVML GPUs the installed torch
+can drive, and whether MPS works.
 
-Kept out of the torch-free contract wing (`contract.resources` only declares `TorchCheck`); torch is imported
-inside the calls, so importing this module stays cheap.
+Kept out of the torch-free contract wing (`contract.resources` only declares `TorchCheck`); torch is
+imported inside the calls, so importing this module stays cheap.
 """
 
 from __future__ import annotations
@@ -35,16 +36,21 @@ def probe_with_torch(source: GpuSource | None = None) -> MachineResources:
 
 
 def _apply_torch_view(gpus: list[GpuInfo]) -> tuple[list[GpuInfo], str]:
-    """Mark which NVML GPUs the installed torch can drive, with torch's own indices and capability."""
+    """Mark which NVML GPUs the installed torch can drive, with torch's own
+    indices and capability."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
             import torch
         except (ImportError, OSError) as exc:
             # A torch built for another CUDA can fail at import; report it instead of a traceback.
-            return [dataclasses.replace(gpu, torch_usable=False) for gpu in gpus], f"torch cannot be imported ({exc})"
+            return [
+                dataclasses.replace(gpu, torch_usable=False) for gpu in gpus
+            ], f"torch cannot be imported ({exc})"
         usable = torch.cuda.is_available()
-        devices = [_torch_device(torch, i) for i in range(torch.cuda.device_count())] if usable else []
+        devices = (
+            [_torch_device(torch, i) for i in range(torch.cuda.device_count())] if usable else []
+        )
     if not usable:
         note = _torch_cuda_problem(torch, [str(w.message) for w in caught])
         return [dataclasses.replace(gpu, torch_usable=False) for gpu in gpus], note
@@ -69,7 +75,9 @@ def _uuid_key(uuid: str | None) -> str | None:
     return text.split("-", 1)[1] if text.startswith(("gpu-", "mig-")) else text
 
 
-def _match_torch_device(gpu: GpuInfo, position: int, devices: list[tuple[str | None, tuple[int, int]]]) -> GpuInfo:
+def _match_torch_device(
+    gpu: GpuInfo, position: int, devices: list[tuple[str | None, tuple[int, int]]]
+) -> GpuInfo:
     key = _uuid_key(gpu.uuid)
     if key and all(uuid for uuid, _ in devices):
         hits = [i for i, (uuid, _) in enumerate(devices) if uuid == key]
@@ -81,7 +89,9 @@ def _match_torch_device(gpu: GpuInfo, position: int, devices: list[tuple[str | N
         index = position
         if index >= len(devices):
             return dataclasses.replace(gpu, torch_usable=False)
-    return dataclasses.replace(gpu, index=index, torch_usable=True, compute_capability=devices[index][1])
+    return dataclasses.replace(
+        gpu, index=index, torch_usable=True, compute_capability=devices[index][1]
+    )
 
 
 def _torch_cuda_problem(torch: Any, messages: list[str]) -> str:

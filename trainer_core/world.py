@@ -1,8 +1,8 @@
 """Who this process is among the training processes, and how `--nproc-per-node N` (and `--nnodes`)
 relaunch under torchrun.
 
-Torch-free on purpose: the plan (`trainer_core.plan`) and the launcher need `World` before any torch import;
-the process group, DDP and rank agreement live in `engine.distributed`.
+Torch-free on purpose: the plan (`trainer_core.plan`) and the launcher need `World` before any torch
+import; the process group, DDP and rank agreement live in `engine.distributed`.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ NPROC_FLAG = "--nproc-per-node"
 LAUNCH_FLAGS = (NPROC_FLAG, "--nnodes", "--node-rank", "--master-addr", "--master-port")
 # torchrun's own default rendezvous port, used when --master-port is left out.
 DEFAULT_MASTER_PORT = 29500
-# The parent of a --nproc-per-node launch hands its warnings (fewer ranks, CPU fallback) to rank 0 through this.
+# The parent of a --nproc-per-node launch hands its warnings (fewer ranks, CPU
+# fallback) to rank 0 through this.
 LAUNCH_NOTES_ENV = "VEGA_LAUNCH_NOTES"
 
 
@@ -43,12 +44,16 @@ def _env_int(environ: Mapping[str, str], name: str, default: int | None = None) 
     raw = environ.get(name)
     if raw is None:
         if default is None:
-            raise DistributedError(f"{name} is not set, but other torchrun variables are: start ranks with torchrun")
+            raise DistributedError(
+                f"{name} is not set, but other torchrun variables are: start ranks with torchrun"
+            )
         return default
     try:
         return int(raw)
     except ValueError:
-        raise DistributedError(f"{name}={raw!r} is not a whole number; start the ranks with torchrun") from None
+        raise DistributedError(
+            f"{name}={raw!r} is not a whole number; start the ranks with torchrun"
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -79,14 +84,17 @@ class World:
         local_world_size = _env_int(env, "LOCAL_WORLD_SIZE", world_size)
         if not 0 <= rank < world_size or not 0 <= local_rank < local_world_size:
             raise DistributedError(
-                f"inconsistent torchrun environment: RANK={rank}, WORLD_SIZE={world_size}, LOCAL_RANK={local_rank}, "
-                f"LOCAL_WORLD_SIZE={local_world_size}"
+                f"inconsistent torchrun environment: RANK={rank}, WORLD_SIZE={world_size},"
+                f" LOCAL_RANK={local_rank}, LOCAL_WORLD_SIZE={local_world_size}"
             )
         node_rank = _env_int(env, "GROUP_RANK", rank // local_world_size)
         return cls(rank, world_size, local_rank, local_world_size, active=True, node_rank=node_rank)
 
     def describe(self) -> str:
-        return f"rank {self.rank} of {self.world_size} (local rank {self.local_rank} of {self.local_world_size})"
+        return (
+            f"rank {self.rank} of {self.world_size} (local rank {self.local_rank} of"
+            f" {self.local_world_size})"
+        )
 
 
 SINGLE = World()
@@ -98,7 +106,8 @@ SINGLE = World()
 
 @dataclass(frozen=True)
 class Nodes:
-    """Several machines: torchrun's static rendezvous at `master_addr:master_port` (node 0 listens)"""
+    """Several machines: torchrun's static rendezvous at
+    `master_addr:master_port` (node 0 listens)"""
 
     nnodes: int
     node_rank: int
@@ -118,23 +127,30 @@ class Nodes:
         ]
 
 
-def check_nodes(nnodes: int | None, node_rank: int | None, addr: str | None, port: int | None) -> Nodes | None:
+def check_nodes(
+    nnodes: int | None, node_rank: int | None, addr: str | None, port: int | None
+) -> Nodes | None:
     """The --nnodes family checked together; None for one machine (no --nnodes, or --nnodes 1)."""
     values = (node_rank, addr, port)
     given = [f for f, v in zip(LAUNCH_FLAGS[2:], values, strict=True) if v is not None]
     if nnodes is None or nnodes == 1:
         if given and nnodes is None:
-            raise DistributedError(f"{', '.join(given)} without --nnodes: add --nnodes N (the number of machines)")
+            raise DistributedError(
+                f"{', '.join(given)} without --nnodes: add --nnodes N (the number of machines)"
+            )
         if node_rank not in (None, 0):
             raise DistributedError(f"--node-rank {node_rank} with --nnodes 1: the only node is 0")
         return None
     if nnodes < 1:
         raise DistributedError(f"--nnodes must be at least 1, got {nnodes}")
     if node_rank is None:
-        raise DistributedError(f"--nnodes {nnodes} needs --node-rank R: 0 on the first machine, up to {nnodes - 1}")
+        raise DistributedError(
+            f"--nnodes {nnodes} needs --node-rank R: 0 on the first machine, up to {nnodes - 1}"
+        )
     if not 0 <= node_rank < nnodes:
         raise DistributedError(
-            f"--node-rank {node_rank} with --nnodes {nnodes}: node ranks are 0 to {nnodes - 1}, one per machine"
+            f"--node-rank {node_rank} with --nnodes {nnodes}: node ranks are 0 to {nnodes - 1}, one"
+            " per machine"
         )
     if not addr:
         raise DistributedError(
@@ -192,16 +208,19 @@ def launch_argv(
 
 
 def launch_env(notes: Sequence[str] = ()) -> dict[str, str]:
-    """torchrun's environment, which its workers inherit: PYTHONSAFEPATH=1 (the working folder off their import
-    path) and the parent's notes for rank 0."""
+    """torchrun's environment, which its workers inherit: PYTHONSAFEPATH=1 (the working folder off
+    their import path) and the parent's notes for rank 0."""
     env = safe_env()
     if notes:
         env[LAUNCH_NOTES_ENV] = json.dumps(list(notes))
     return env
 
 
-def relaunch(nproc: int, cli_args: Sequence[str], notes: Sequence[str] = (), nodes: Nodes | None = None) -> NoReturn:
-    """Replace this process by torchrun with `nproc` ranks (same pid: a dashboard keeps following it)."""
+def relaunch(
+    nproc: int, cli_args: Sequence[str], notes: Sequence[str] = (), nodes: Nodes | None = None
+) -> NoReturn:
+    """Replace this process by torchrun with `nproc` ranks (same pid: a
+    dashboard keeps following it)."""
     argv = launch_argv(nproc, cli_args, nodes=nodes)
     env = launch_env(notes)
     sys.stdout.flush()
@@ -210,7 +229,9 @@ def relaunch(nproc: int, cli_args: Sequence[str], notes: Sequence[str] = (), nod
         os.execve(argv[0], argv, env)
     except OSError as exc:
         why = exc.strerror or exc
-        raise DistributedError(f"cannot start torchrun ({argv[0]} -m torch.distributed.run): {why}") from exc
+        raise DistributedError(
+            f"cannot start torchrun ({argv[0]} -m torch.distributed.run): {why}"
+        ) from exc
     raise AssertionError("unreachable")  # pragma: no cover - execve does not return
 
 

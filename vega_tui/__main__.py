@@ -27,10 +27,14 @@ class UsageError(Exception):
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="vega-tui",
-        description="Terminal dashboard for Vega: start, follow, control and compare training runs.",
+        description=(
+            "Terminal dashboard for Vega: start, follow, control and compare training runs."
+        ),
     )
     parser.add_argument("--version", action="version", version=f"vega-tui {__version__}")
-    parser.add_argument("--runs-root", type=Path, metavar="DIR", help="folder holding run folders (default: ./runs)")
+    parser.add_argument(
+        "--runs-root", type=Path, metavar="DIR", help="folder holding run folders (default: ./runs)"
+    )
     parser.add_argument(
         "--set",
         dest="overrides",
@@ -43,10 +47,20 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--read-only", action="store_true", help=read_only_help)
     sub = parser.add_subparsers(dest="command", metavar="{launch,attach,runs,serve}")
     sub.add_parser("launch", help="choose profile, data and device, then start a run (the default)")
-    attach = sub.add_parser("attach", help="open one run's dashboard; the trainer keeps running when you leave")
-    attach.add_argument("run_dir", nargs="?", type=Path, metavar="RUN_DIR", help="run folder (default: the newest)")
+    attach = sub.add_parser(
+        "attach", help="open one run's dashboard; the trainer keeps running when you leave"
+    )
+    attach.add_argument(
+        "run_dir", nargs="?", type=Path, metavar="RUN_DIR", help="run folder (default: the newest)"
+    )
     runs = sub.add_parser("runs", help="list runs and overlay their loss curves")
-    runs.add_argument("root", nargs="?", type=Path, metavar="ROOT", help="runs folder (default: --runs-root or ./runs)")
+    runs.add_argument(
+        "root",
+        nargs="?",
+        type=Path,
+        metavar="ROOT",
+        help="runs folder (default: --runs-root or ./runs)",
+    )
     from vega_tui.serve.cli import add_arguments as add_serve_arguments
 
     serve = sub.add_parser("serve", help="serve the dashboard to a browser, behind a token")
@@ -61,7 +75,8 @@ def resolve_runs_root(given: Path | None) -> Path:
 
 
 def attach_target(run_dir: Path | None, runs_root: Path | None) -> Path:
-    """The run folder to open: the one named (it must be a run folder) or the newest under the runs root."""
+    """The run folder to open: the one named (it must be a run folder) or
+    the newest under the runs root."""
     from trainer_core.contract.rundir import EVENTS, is_run_dir
     from vega_tui.run_summary import newest_run
 
@@ -70,13 +85,16 @@ def attach_target(run_dir: Path | None, runs_root: Path | None) -> Path:
         if not run_dir.is_dir():
             raise UsageError(f"{run_dir} is not a folder; give a run folder (one holding {EVENTS})")
         if not is_run_dir(run_dir):
-            raise UsageError(f"{run_dir} is not a run folder (no {EVENTS} in it); try: vega-tui runs {run_dir}")
+            raise UsageError(
+                f"{run_dir} is not a run folder (no {EVENTS} in it); try: vega-tui runs {run_dir}"
+            )
         return run_dir
     root = resolve_runs_root(runs_root)
     newest = newest_run(root) if root.is_dir() else None
     if newest is None:
         raise UsageError(
-            f"no runs under {root}; start one with vega-tui, or name a run folder: vega-tui attach RUN_DIR"
+            f"no runs under {root}; start one with vega-tui, or name a run folder: vega-tui attach"
+            " RUN_DIR"
         )
     return newest
 
@@ -117,8 +135,8 @@ def served_argv(args: argparse.Namespace) -> list[str]:
 
 
 def ask_terminal_for_graphics() -> None:
-    """Whether the Samples tab can draw pictures with sixel or kitty graphics (the `images` extra): asked now,
-    because the terminal can be asked only before the app reads its input."""
+    """Whether the Samples tab can draw pictures with sixel or kitty graphics (the `images` extra):
+    asked now, because the terminal can be asked only before the app reads its input."""
     from vega_tui.widgets import image_protocol
 
     try:
@@ -131,7 +149,8 @@ def ask_terminal_for_graphics() -> None:
 
 def quiet_gc() -> None:
     """Move everything built so far (modules, classes, the app) out of the collector's sight: a full
-    collection then walks only what the dashboard made since, and pauses a key press for less time."""
+    collection then walks only what the dashboard made since, and pauses a
+    key press for less time."""
     gc.collect()
     gc.freeze()
 

@@ -28,7 +28,8 @@ StartScreen = Literal["launch", "attach", "runs"]
 
 
 class BaseScreen(Screen[None]):
-    """The empty screen under every other one: coming back to it means nothing is left open, so quit."""
+    """The empty screen under every other one: coming back to it means
+    nothing is left open, so quit."""
 
     def __init__(self) -> None:
         super().__init__(id="_default")
@@ -43,7 +44,8 @@ class BaseScreen(Screen[None]):
 
 
 class VegaApp(App[None]):
-    """`VegaApp(start, run_dir, runs_root)`: open on the launch screen, a run (attach), or the runs list."""
+    """`VegaApp(start, run_dir, runs_root)`: open on the launch screen, a
+    run (attach), or the runs list."""
 
     CSS_PATH = "app.tcss"
     TITLE = "Vega"
@@ -121,7 +123,8 @@ class VegaApp(App[None]):
     # ------------------------------------------------------------------ command palette
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
-        """The screen's own controls first (as in its footer), then Textual's commands not already listed."""
+        """The screen's own controls first (as in its footer), then
+        Textual's commands not already listed."""
         seen: set[str] = set()
         for command in self._screen_commands(screen):
             seen.add(command.title.lower())
@@ -135,5 +138,11 @@ class VegaApp(App[None]):
             binding = active.binding
             if not (binding.show and binding.description and active.enabled):
                 continue
-            help_text = f"key: {self.get_key_display(binding)}" + (f" - {binding.tooltip}" if binding.tooltip else "")
-            yield SystemCommand(binding.description, help_text, partial(self.run_action, binding.action, active.node))
+            help_text = f"key: {self.get_key_display(binding)}" + (
+                f" - {binding.tooltip}" if binding.tooltip else ""
+            )
+            yield SystemCommand(
+                binding.description,
+                help_text,
+                partial(self.run_action, binding.action, active.node),
+            )

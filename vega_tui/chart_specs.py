@@ -1,11 +1,11 @@
 """Every training chart, declared once: what it plots, which events feed it, its axis, its place.
 
-`CHARTS` is the one list to edit to add a chart (docs/architecture.md, "Where to change it"). From it:
-the store's generic feeder (`vega_tui.store_feed`) copies each declared event field into its
-series, the chart grid (`vega_tui.widgets.charts`) composes one chart per declaration and lays
-them out (`vega_tui.widgets.chart_layout`), and a chart without a builder of its own in
-`chart_data` draws its declared series as lines. tests/test_chart_specs.py fails when a
-declared series is never fed.
+`CHARTS` is the one list to edit to add a chart (docs/architecture.md, "Where to change it").
+From it: the store's generic feeder (`vega_tui.store_feed`) copies each declared event field
+into its series, the chart grid (`vega_tui.widgets.charts`) composes one chart per
+declaration and lays them out (`vega_tui.widgets.chart_layout`), and a chart without a
+builder of its own in `chart_data` draws its declared series as lines.
+tests/test_chart_specs.py fails when a declared series is never fed.
 
 Series keys are the `SeriesSpec` constants below, never strings matched by convention; a family
 (`PARTS`, `VAL_METRICS`, `GROUP_LR`) is one series per key of a dict field (`part:mel`, ...).

@@ -1,18 +1,22 @@
-"""Read a big event log's exact history in a child process, so the dashboard's interpreter stays free.
+"""Read a big event log's exact history in a child process, so the
+dashboard's interpreter stays free.
 
-Parsing a million lines takes ~25 s of pure Python (pydantic validation plus `RunStore.apply`). Done in a
-thread of the dashboard it holds the GIL that the UI thread needs to answer keys; done here, in
-`python -m vega_tui.history_worker`, it costs the dashboard nothing but a ~100 KiB pickle at the end.
+Parsing a million lines takes ~25 s of pure Python (pydantic validation plus
+`RunStore.apply`). Done in a thread of the dashboard it holds the GIL that the UI thread needs
+to answer keys; done here, in `python -m vega_tui.history_worker`, it costs the dashboard
+nothing but a ~100 KiB pickle at the end.
 
 Protocol (parent `HistoryChild` <-> child `main`), both ends in this module:
-- stdin: one pickled `HistoryRequest` (the log, the line end to stop at, an empty store to fold into).
+- stdin: one pickled `HistoryRequest` (the log, the line end to stop at, an
+  empty store to fold into).
   The parent then keeps stdin open and writes nothing more; EOF means the dashboard went away (closed,
   killed) and the child exits at once, so it never outlives the dashboard.
 - stdout: frames (`FRAME` header: kind byte, payload length) of pickles: progress fractions while
   reading, then one `HistoryResult` (the finished store and the reader's state at the stop offset).
 - stderr: a traceback or a one-line reason when it fails (exit status not 0).
 
-The child imports only trainer_core.contract.eventlog/protocol and vega_tui.store: no textual, no torch.
+The child imports only trainer_core.contract.eventlog/protocol and
+vega_tui.store: no textual, no torch.
 """
 
 from __future__ import annotations
@@ -45,7 +49,8 @@ EXIT_FAILED = 2
 
 
 class HistoryFailed(RuntimeError):
-    """The child could not deliver the history; the message says why (exit status, its last stderr line)."""
+    """The child could not deliver the history; the message says why (exit
+    status, its last stderr line)."""
 
 
 @dataclass
@@ -60,7 +65,8 @@ class HistoryRequest:
 
 @dataclass
 class HistoryResult:
-    """The store of every line before `end`, and what the parent's reader needs to go on from `end`."""
+    """The store of every line before `end`, and what the parent's reader
+    needs to go on from `end`."""
 
     store: RunStore
     end: int
@@ -77,12 +83,15 @@ class HistoryResult:
 
 
 def read_history(request: HistoryRequest, on_progress: Any) -> HistoryResult:
-    """Fold every line before `request.stop` into `request.store`; HistoryFailed if the file was replaced."""
+    """Fold every line before `request.stop` into `request.store`;
+    HistoryFailed if the file was replaced."""
     path = Path(request.path)
     info = os.stat(path)
     if (info.st_dev, info.st_ino) != tuple(request.identity):
         raise HistoryFailed(f"{path} was replaced after its preview was read")
-    reader = EventReader(path, max_bytes_per_poll=request.max_bytes_per_poll, stop_offset=request.stop)
+    reader = EventReader(
+        path, max_bytes_per_poll=request.max_bytes_per_poll, stop_offset=request.stop
+    )
     store = request.store
     next_report = time.monotonic() + request.progress_interval
     while True:
@@ -95,7 +104,9 @@ def read_history(request: HistoryRequest, on_progress: Any) -> HistoryResult:
             next_report = time.monotonic() + request.progress_interval
             on_progress(reader.offset / max(1, request.stop))
     if reader.offset != request.stop:
-        raise HistoryFailed(f"{path} ends at byte {reader.offset}, before the {request.stop} bytes its preview saw")
+        raise HistoryFailed(
+            f"{path} ends at byte {reader.offset}, before the {request.stop} bytes its preview saw"
+        )
     store.note_reader(reader.malformed, reader.gaps)
     dev, ino = request.identity  # a plain tuple, even if the request carried a list
     return HistoryResult(
@@ -117,8 +128,9 @@ def write_frame(out: BinaryIO, kind: bytes, payload: object) -> None:
 
 
 def _exit_when_parent_goes(fd: int) -> None:
-    """The parent never writes after the request: EOF on stdin means it closed the pipe or died. (Raw reads:
-    a daemon thread inside sys.stdin's buffered reader would abort the interpreter's shutdown.)"""
+    """The parent never writes after the request: EOF on stdin means it closed the
+    pipe or died. (Raw reads: a daemon thread inside sys.stdin's buffered reader would
+    abort the interpreter's shutdown.)"""
     while os.read(fd, 4096):
         pass
     os._exit(EXIT_PARENT_GONE)
@@ -142,9 +154,12 @@ def main() -> int:
 
 
 class HistoryChild:
-    """A running `python -m vega_tui.history_worker` (or `argv`) with `request` sent; `poll()` its frames."""
+    """A running `python -m vega_tui.history_worker` (or `argv`) with
+    `request` sent; `poll()` its frames."""
 
-    def __init__(self, request: HistoryRequest, argv: tuple[str, ...] | list[str] = WORKER_ARGV) -> None:
+    def __init__(
+        self, request: HistoryRequest, argv: tuple[str, ...] | list[str] = WORKER_ARGV
+    ) -> None:
         try:
             data = pickle.dumps(request, protocol=pickle.HIGHEST_PROTOCOL)
         except Exception as exc:  # noqa: BLE001 - e.g. a store factory whose class a child cannot import
@@ -170,7 +185,8 @@ class HistoryChild:
             pass  # the child is already gone: poll() reports why
 
     def poll(self, timeout: float) -> list[tuple[bytes, Any]]:
-        """Frames that arrived within `timeout` s, in order; HistoryFailed once the child ended without a result."""
+        """Frames that arrived within `timeout` s, in order; HistoryFailed once
+        the child ended without a result."""
         assert self.process.stdout is not None
         fd = self.process.stdout.fileno()
         if not self._eof and select.select([fd], [], [], timeout)[0]:
@@ -209,7 +225,9 @@ class HistoryChild:
         self._errors.seek(0)
         text = self._errors.read().decode("utf-8", "replace").strip()
         last = text.splitlines()[-1][-STDERR_TAIL_CHARS:] if text else "no message"
-        status = f"killed by signal {-code}" if code is not None and code < 0 else f"exit status {code}"
+        status = (
+            f"killed by signal {-code}" if code is not None and code < 0 else f"exit status {code}"
+        )
         return f"history worker (pid {self.pid}) ended without a result ({status}): {last}"
 
     def close(self) -> None:
@@ -233,6 +251,7 @@ class HistoryChild:
 
 
 if __name__ == "__main__":
-    from vega_tui import history_worker  # so results pickle as vega_tui.history_worker's classes, not __main__'s
+    # so results pickle as vega_tui.history_worker's classes, not __main__'s
+    from vega_tui import history_worker
 
     raise SystemExit(history_worker.main())

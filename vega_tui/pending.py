@@ -1,10 +1,11 @@
-"""Control requests still under way in the dashboard: "saving…" from the key press until the trainer's
-`checkpoint_saved` event, "evaluating…" until its `validation` event.
+"""Control requests still under way in the dashboard: "saving…" from the key press until the
+trainer's `checkpoint_saved` event, "evaluating…" until its `validation` event.
 
-The trainer acknowledges a command when it is queued and does the work at the end of its current step, so
-the acknowledgement alone does not mean a checkpoint exists. A request asked at wall time T is done once an
-event of the right kind carries a time at or after T (trainer and dashboard share the machine's clock: the
-control socket is local). Times survive the follower swapping a preview store for the exact one.
+The trainer acknowledges a command when it is queued and does the work at the end of its current
+step, so the acknowledgement alone does not mean a checkpoint exists. A request asked at wall time
+T is done once an event of the right kind carries a time at or after T (trainer and dashboard
+share the machine's clock: the control socket is local). Times survive the follower swapping a
+preview store for the exact one.
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ class PendingRequests:
         self.asked_at.pop(cmd, None)
 
     def settle(self, state: RunState) -> list[tuple[str, bool]]:
-        """(command, done) for each request that is over: done, or given up because the run has ended."""
+        """(command, done) for each request that is over: done, or given up
+        because the run has ended."""
         over = []
         for cmd, at in list(self.asked_at.items()):
             done = done_time(cmd, state) >= at

@@ -1,15 +1,17 @@
 """A quick first look at a big event log: its head, a sample of its middle and its tail.
 
-Parsing every line of a long run's events.jsonl takes tens of seconds (pydantic validation plus the store,
-~20 µs a line), far too long before the dashboard's first useful frame. A preview reads only:
+Parsing every line of a long run's events.jsonl takes tens of seconds (pydantic validation plus the
+store, ~20 µs a line), far too long before the dashboard's first useful frame. A preview reads only:
 
 - the head (`head_bytes`): hello, resources, device, data scan, calibration plan;
-- `samples` single lines spread evenly through the middle, of which `step` and `validation` events are kept:
+- `samples` single lines spread evenly through the middle, of which `step`
+  and `validation` events are kept:
   enough points for the charts to have the right shape;
 - the tail (`tail_bytes`): the latest steps, checkpoints, logs, status and the finished event.
 
-Folded into a `RunStore` in file order, they give the real latest state at once; the follower then reads the
-exact history in the background and swaps it in (vega_tui/follow.py). Pure Python, no widgets.
+Folded into a `RunStore` in file order, they give the real latest state at once; the
+follower then reads the exact history in the background and swaps it in
+(vega_tui/follow.py). Pure Python, no widgets.
 """
 
 from __future__ import annotations
@@ -22,8 +24,8 @@ from typing import BinaryIO
 from trainer_core.contract.eventlog import parse_lines
 from trainer_core.contract.protocol import Event
 
-# Event types taken from the sampled middle: series points. Others (pause, evaluate, best model) need
-# their neighbours to make sense and wait for the exact history.
+# Event types taken from the sampled middle: series points. Others (pause, evaluate, best model)
+# need their neighbours to make sense and wait for the exact history.
 SAMPLE_TYPES = frozenset({"step", "validation"})
 # Bytes read at each sample point: one line of a step event is ~400 bytes; more covers long windows.
 SAMPLE_READ_BYTES = 16 * 1024
@@ -44,8 +46,9 @@ DEFAULT_PLAN = PreviewPlan()
 
 @dataclass
 class Preview:
-    """The events of a preview in file order; `end` is the byte after the last complete line of the tail,
-    where following goes on; `size` and `identity` (st_dev, st_ino) describe the file when it was read."""
+    """The events of a preview in file order; `end` is the byte after the last complete
+    line of the tail, where following goes on; `size` and `identity` (st_dev, st_ino)
+    describe the file when it was read."""
 
     events: list[Event] = field(default_factory=list)
     end: int = 0
@@ -91,8 +94,8 @@ def read_preview(path: Path | str, plan: PreviewPlan = DEFAULT_PLAN) -> Preview 
 
 
 def _lines_between(handle: BinaryIO, start: int, stop: int) -> tuple[list[bytes], int]:
-    """Complete lines that start at or after `start` and end (newline included) by `stop`; and the offset
-    just after the last of them (`start` when there is none)."""
+    """Complete lines that start at or after `start` and end (newline included) by `stop`; and the
+    offset just after the last of them (`start` when there is none)."""
     if stop <= start:
         return [], start
     begin = start - 1 if start > 0 else 0  # one byte early: tells whether `start` begins a line
@@ -110,7 +113,8 @@ def _lines_between(handle: BinaryIO, start: int, stop: int) -> tuple[list[bytes]
 
 
 def _sampled_lines(handle: BinaryIO, start: int, stop: int, count: int) -> list[bytes]:
-    """About `count` whole lines evenly spread between byte offsets `start` and `stop`, in file order."""
+    """About `count` whole lines evenly spread between byte offsets `start`
+    and `stop`, in file order."""
     span = stop - start
     if span <= 0 or count <= 0:
         return []
@@ -128,7 +132,8 @@ def _sampled_lines(handle: BinaryIO, start: int, stop: int, count: int) -> list[
 
 
 def _line_after(handle: BinaryIO, point: int, stop: int) -> tuple[bytes | None, int]:
-    """The first complete line beginning at or after `point` and ending by `stop`, and the offset after it."""
+    """The first complete line beginning at or after `point` and ending by
+    `stop`, and the offset after it."""
     handle.seek(point - 1)
     data = handle.read(min(SAMPLE_READ_BYTES, stop - point + 1))
     first = data.find(b"\n")

@@ -1,8 +1,8 @@
 """What the dashboard knows about one run (`RunState`) and the bounded pieces it is made of.
 
-`Series` keeps at most `max_points` points by merging neighbours into min/max buckets (so a spike survives
-downsampling); the rows (markers, log lines, checkpoints, samples) are plain records. `vega_tui.store`
-fills a RunState from events. Pure Python: no Textual, no torch.
+`Series` keeps at most `max_points` points by merging neighbours into min/max buckets (so a spike
+survives downsampling); the rows (markers, log lines, checkpoints, samples) are plain records.
+`vega_tui.store` fills a RunState from events. Pure Python: no Textual, no torch.
 """
 
 from __future__ import annotations
@@ -16,7 +16,17 @@ from typing import Any
 from trainer_core.contract.units import format_number
 from vega_tui.chart_specs import declared_series
 
-STATUSES = ("starting", "preloading", "training", "paused", "evaluating", "finished", "stopped", "failed", "crashed")
+STATUSES = (
+    "starting",
+    "preloading",
+    "training",
+    "paused",
+    "evaluating",
+    "finished",
+    "stopped",
+    "failed",
+    "crashed",
+)
 # finished-event status -> dashboard status
 FINISHED_STATUS = {"completed": "finished", "stopped": "stopped", "failed": "failed"}
 ENDED = frozenset({"finished", "stopped", "failed", "crashed"})
@@ -38,14 +48,15 @@ MAX_LOG_MESSAGE = 2000
 class Series:
     """An x/y series of at most `max_points` points that keeps its extremes when it downsamples.
 
-    Points are grouped into buckets; each bucket stores its lowest and its highest point. While there is room
-    every bucket holds one point. When the buckets fill up, neighbouring pairs merge (halving their number and
-    doubling how many raw points a bucket spans), and new points gather into a bucket of the current span
-    before it is sealed. The global min and max of y therefore always remain in `ys`. Non-finite y is skipped.
+    Points are grouped into buckets; each bucket stores its lowest and its highest point. While
+    there is room every bucket holds one point. When the buckets fill up, neighbouring pairs merge
+    (halving their number and doubling how many raw points a bucket spans), and new points gather
+    into a bucket of the current span before it is sealed. The global min and max of y therefore
+    always remain in `ys`. Non-finite y is skipped.
 
-    Coarser levels (pairs of buckets, pairs of pairs, ...) are kept up to date as buckets seal (amortised
-    O(1) a point), so `envelope(columns)` reads at most about 2 * `columns` buckets: a chart's cost follows its
-    width, not the length of the run.
+    Coarser levels (pairs of buckets, pairs of pairs, ...) are kept up to date as buckets seal
+    (amortised O(1) a point), so `envelope(columns)` reads at most about 2 * `columns` buckets: a
+    chart's cost follows its width, not the length of the run.
     """
 
     __slots__ = (
@@ -112,7 +123,8 @@ class Series:
             self._merge_pairs()
 
     def _lift(self, below: list[list[float]], level: int) -> None:
-        """A level that just got an even count passes its last pair up, and so on (a binary counter)."""
+        """A level that just got an even count passes its last pair up, and
+        so on (a binary counter)."""
         upper = self._upper
         while len(below) % 2 == 0:
             if level == len(upper):
@@ -130,7 +142,8 @@ class Series:
         self._buckets = merged
         self.span *= 2
         if len(old) % 2 == 0:
-            self._upper = self._upper[1:]  # the pairs level is the new bottom; the others shift down
+            # the pairs level is the new bottom; the others shift down
+            self._upper = self._upper[1:]
         else:  # a leftover bucket of the old span breaks the pairing: rebuild (once per doubling)
             self._upper, below = [], merged
             while len(below) >= 2:
@@ -138,9 +151,10 @@ class Series:
                 self._upper.append(below)
 
     def envelope(self, columns: int) -> tuple[list[float], list[float]]:
-        """The series for a chart `columns` wide: each bucket's lowest and highest point, read from the finest
-        level with at most 2 * `columns` buckets (plus the few not yet paired): O(columns), however long
-        the run. A bucket covers consecutive points, so the min/max envelope of the full history is kept."""
+        """The series for a chart `columns` wide: each bucket's lowest and highest point, read from
+        the finest level with at most 2 * `columns` buckets (plus the few not yet paired):
+        O(columns), however long the run. A bucket covers consecutive points, so the min/max
+        envelope of the full history is kept."""
         levels = [self._buckets, *self._upper]
         level = 0
         while level + 1 < len(levels) and len(levels[level]) + level > max(1, 2 * columns):
@@ -196,7 +210,8 @@ class Series:
 
 
 def _merge_two(a: list[float], b: list[float]) -> list[float]:
-    """One bucket for two neighbours: the lower min and the higher max (the earlier one on a tie)."""
+    """One bucket for two neighbours: the lower min and the higher max (the
+    earlier one on a tie)."""
     low = a if a[1] <= b[1] else b
     high = a if a[3] >= b[3] else b
     return [low[0], low[1], high[2], high[3]]
@@ -220,7 +235,8 @@ def _bucket_points(buckets: list[list[float]]) -> tuple[list[float], list[float]
 
 
 class Ema:
-    """Exponential moving average with bias correction, so the first values are not pulled towards 0."""
+    """Exponential moving average with bias correction, so the first values
+    are not pulled towards 0."""
 
     __slots__ = ("weight", "_raw", "_power")
 
@@ -241,9 +257,10 @@ class Ema:
 
 @dataclass(frozen=True, slots=True)
 class Marker:
-    """A notable moment on the charts' step axis: kind is "oom", "nonfinite", "checkpoint", "best", "passed"
-    (the validation metric first beat the reference), "early_stop" (train.early_stopping_patience ended the run),
-    "memory" (the memory manager released caches, shrank the micro-batch or paused the run) or "overtraining"."""
+    """A notable moment on the charts' step axis: kind is "oom", "nonfinite", "checkpoint", "best",
+    "passed" (the validation metric first beat the reference), "early_stop"
+    (train.early_stopping_patience ended the run), "memory" (the memory manager released caches,
+    shrank the micro-batch or paused the run) or "overtraining"."""
 
     kind: str
     step: int
@@ -253,7 +270,8 @@ class Marker:
 
 @dataclass(frozen=True, slots=True)
 class LogLine:
-    """One line of the log pane; `kind` is the event type it came from (or "reader", "trainer.log")."""
+    """One line of the log pane; `kind` is the event type it came from (or
+    "reader", "trainer.log")."""
 
     t: float
     level: str
@@ -291,7 +309,8 @@ class RunState:
 
     `series`: the series vega_tui/chart_specs.py declares, by their keys (`LOSS.key`,
     `PARTS.of("mel")`, ...); x is the step.
-    `total_steps` comes from a calibration plan, or is estimated from the trainer's ETA and the step rate.
+    `total_steps` comes from a calibration plan, or is estimated from the
+    trainer's ETA and the step rate.
     """
 
     run_dir: Path | None = None
@@ -314,7 +333,8 @@ class RunState:
     precision: str | None = None
     data_mode: str | None = None
     world_size: int = 1
-    # DDP: each rank's own samples/s and data-wait fraction over the latest step window, in rank order.
+    # DDP: each rank's own samples/s and data-wait fraction over the latest
+    # step window, in rank order.
     rank_samples_per_s: list[float] = field(default_factory=list)
     rank_data_wait_frac: list[float] = field(default_factory=list)
     pid: int | None = None
@@ -322,7 +342,8 @@ class RunState:
     series: dict[str, Series] = field(default_factory=lambda: new_series(2000))
     markers: list[Marker] = field(default_factory=list)
     breakdown: dict[str, float] | None = None
-    # Several optimizers: forward/backward/optimizer seconds per step of each group (None: one optimizer).
+    # Several optimizers: forward/backward/optimizer seconds per step of each
+    # group (None: one optimizer).
     breakdown_groups: dict[str, dict[str, float]] | None = None
     logs: deque[LogLine] = field(default_factory=lambda: deque(maxlen=5000))
     checkpoints: dict[int, CheckpointRow] = field(default_factory=dict)
@@ -343,29 +364,33 @@ class RunState:
     lr: float | None = None
     # The latest step event's named loss parts (the window's last step), e.g. "generator.mel".
     losses: dict[str, float] = field(default_factory=dict)
-    # Optimizer groups in update order (empty for one-optimizer runs) and the one `loss` and `lr` belong to.
+    # Optimizer groups in update order (empty for one-optimizer runs) and the
+    # one `loss` and `lr` belong to.
     groups: list[str] = field(default_factory=list)
     primary_group: str | None = None
     grad_norm: float | None = None
     loss_scale: float | None = None
     val_loss: float | None = None
     best_val_loss: float | None = None
-    # Event times of the latest validation and checkpoint: a "save"/"evaluate" asked at time T is done
-    # once one of these reaches T (vega_tui.pending).
+    # Event times of the latest validation and checkpoint: a "save"/"evaluate" asked at time T is
+    # done once one of these reaches T (vega_tui.pending).
     last_validation_t: float = 0.0
     last_checkpoint_t: float = 0.0
     last_checkpoint_path: str = ""
     best_step: int | None = None
-    # What the trainer does between steps (step, phase, done, total), from `phase` events; None while stepping.
+    # What the trainer does between steps (step, phase, done, total), from `phase`
+    # events; None while stepping.
     phase: tuple[int, str, int | None, int | None] | None = None
-    # The step where train.early_stopping_patience ended the run (the finished event's summary), else None.
+    # The step where train.early_stopping_patience ended the run (the finished
+    # event's summary), else None.
     early_stopped_step: int | None = None
-    # The latest free-running evaluation (voice runs): its summary, and the vocoder's floor distance.
+    # The latest free-running evaluation (voice runs): its summary, and the
+    # vocoder's floor distance.
     free_running: dict[str, Any] | None = None
     free_running_floor: float | None = None
     metrics: dict[str, float] = field(default_factory=dict)
-    # The validation metric charted (the event's metric_name), and the same metrics for a reference the model
-    # should beat (a vocoder: Griffin-Lim), with the step whose validation first beat it.
+    # The validation metric charted (the event's metric_name), and the same metrics for a reference
+    # the model should beat (a vocoder: Griffin-Lim), with the step whose validation first beat it.
     metric_name: str | None = None
     reference: dict[str, float] = field(default_factory=dict)
     reference_name: str | None = None
@@ -373,27 +398,30 @@ class RunState:
     data_scan: dict[str, Any] | None = None
     # The init_from event's fields when the run started from a trained model (train.init_from).
     init_from: dict[str, Any] | None = None
-    # The task event's fields: which task trains (a built-in kind or model.task), whose code, and whether it speaks
-    # (None: a log from before the event existed).
+    # The task event's fields: which task trains (a built-in kind or model.task), whose code, and
+    # whether it speaks (None: a log from before the event existed).
     task: dict[str, Any] | None = None
     memory_level: str | None = None
     pause_reason: str | None = None
     """Why the trainer paused itself (memory near its budget), while paused; None for a client's pause."""
     last_error: str | None = None
-    # Where the last error happened (the error event's file and line: a task's own code where it failed).
+    # Where the last error happened (the error event's file and line: a
+    # task's own code where it failed).
     last_error_file: str | None = None
     last_error_line: int | None = None
     crash_log: list[str] = field(default_factory=list)
-    # The trainer's `fault_injection_on` warning (a test or drill run): the banner says so while it is followed.
+    # The trainer's `fault_injection_on` warning (a test or drill run): the banner
+    # says so while it is followed.
     fault_injection: str | None = None
-    # The latest `overtraining` event (step, best_step, best_path, message) until a new best model ends it.
+    # The latest `overtraining` event (step, best_step, best_path, message)
+    # until a new best model ends it.
     overtraining: dict[str, Any] | None = None
     unknown_fields: int = 0
     bad_events: int = 0
     events_seen: int = 0
     paused_s: float = 0.0
-    # Set while this state is a preview of a big log (head, sample, tail): how much of the exact history the
-    # follower has read so far (0..1). None once the state reflects every line.
+    # Set while this state is a preview of a big log (head, sample, tail): how much of the exact
+    # history the follower has read so far (0..1). None once the state reflects every line.
     history_progress: float | None = None
 
 
@@ -410,8 +438,8 @@ def finite_or_none(value: Any) -> float | None:
 
 
 def group_losses_text(state: RunState) -> str:
-    """`training losses at step 12: discriminator 0.811 · generator 146 (mel 3.24, adversarial 0.786, ...)`:
-    each optimizer group's total and its named parts, from the latest step event."""
+    """`training losses at step 12: discriminator 0.811 · generator 146 (mel 3.24, adversarial
+    0.786, ...)`: each optimizer group's total and its named parts, from the latest step event."""
     groups = []
     for group in state.groups:
         prefix = f"{group}."

@@ -1,11 +1,12 @@
-"""The runs under a runs root: a summary row per run folder, the newest run, loss curves for overlays.
+"""The runs under a runs root: a summary row per run folder, the newest run,
+loss curves for overlays.
 
-A summary never reads a whole event log: it takes session.json when the run wrote one, otherwise the first
-lines (the hello event) and the last few hundred kilobytes of events.jsonl. The status comes from
-`runner.run_status` (the log's last hello/finished event plus the process table), so a run resumed into
-its folder shows as live even though an older session.json says finished.
-A folder with a profile or checkpoints but no event log, or with an unreadable profile, is listed
-with its `problem`; the user's tags (`vega_tui.run_notes`) come with each summary.
+A summary never reads a whole event log: it takes session.json when the run wrote one, otherwise the
+first lines (the hello event) and the last few hundred kilobytes of events.jsonl. The status comes
+from `runner.run_status` (the log's last hello/finished event plus the process table), so a run
+resumed into its folder shows as live even though an older session.json says finished. A folder with
+a profile or checkpoints but no event log, or with an unreadable profile, is listed with its
+`problem`; the user's tags (`vega_tui.run_notes`) come with each summary.
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ _STEP_RE = re.compile(rb'"type"\s*:\s*"step"')
 
 @dataclass(frozen=True)
 class RunSummary:
-    """One row of the runs screen. `started` is a unix time; numbers are None when the run never told."""
+    """One row of the runs screen. `started` is a unix time; numbers are
+    None when the run never told."""
 
     path: Path
     name: str
@@ -106,7 +108,8 @@ def summarize_run(run_dir: Path | str) -> RunSummary:
     status = run_status(path)
     head = _head_events(path / rundir.EVENTS)
     tail = _tail_events(path / rundir.EVENTS)
-    # A live run may have been resumed into a folder whose session.json describes the previous trainer.
+    # A live run may have been resumed into a folder whose session.json
+    # describes the previous trainer.
     session = _read_session(path / rundir.SESSION) if status != "live" else None
     hello = next((e for e in head if e.get("type") == "hello"), {})
     facts = _facts_from_events(head + tail)
@@ -182,7 +185,11 @@ def _facts_from_events(events: list[dict[str, Any]]) -> dict[str, Any]:
 
 def _facts_from_finished(event: dict[str, Any]) -> dict[str, Any]:
     summary = event.get("summary") or {}
-    facts = {"step": event.get("step"), "duration_s": _number(event.get("seconds")), "finished_seconds": True}
+    facts = {
+        "step": event.get("step"),
+        "duration_s": _number(event.get("seconds")),
+        "finished_seconds": True,
+    }
     for key in ("final_loss", "best_val_loss"):
         if _number(summary.get(key)) is not None:
             facts[key] = _number(summary.get(key))
@@ -277,16 +284,18 @@ def _mtime(path: Path) -> float | None:
 # Loss curves for overlays
 
 
-# (events.jsonl, max_points) -> (device, inode, bytes read, curve so far, cut last line): the runs screen
-# asks again on every refresh, and a long run's log must be read once, then only what was appended since.
+# (events.jsonl, max_points) -> (device, inode, bytes read, curve so far, cut last line):
+# the runs screen asks again on every refresh, and a long run's log must be read once, then
+# only what was appended since.
 _curve_cache: dict[tuple[Path, int], tuple[int, int, int, Series, bytes]] = {}
 
 
 def loss_curve(run_dir: Path | str, max_points: int = 500) -> tuple[list[float], list[float]]:
-    """(steps, training losses) of a run, downsampled to at most `max_points` points keeping min and max.
+    """(steps, training losses) of a run, downsampled to at most
+    `max_points` points keeping min and max.
 
-    Reads the step events of RUN/events.jsonl (bad lines skipped) in windows of CURVE_READ_BYTES, the first
-    time whole, later only the bytes appended since; ([], []) when there are none.
+    Reads the step events of RUN/events.jsonl (bad lines skipped) in windows of CURVE_READ_BYTES,
+    the first time whole, later only the bytes appended since; ([], []) when there are none.
     """
     path = (Path(run_dir) / rundir.EVENTS).absolute()
     key = (path, max(4, max_points))
@@ -299,7 +308,8 @@ def loss_curve(run_dir: Path | str, max_points: int = 500) -> tuple[list[float],
         info = os.fstat(handle.fileno())
         cached = _curve_cache.get(key)
         if cached is None or not _same_log(handle, info, cached[:3], cached[4]):
-            cached = (info.st_dev, info.st_ino, 0, Series(key[1]), b"")  # new, replaced or truncated: from 0
+            # new, replaced or truncated: from 0
+            cached = (info.st_dev, info.st_ino, 0, Series(key[1]), b"")
         _, _, offset, series, partial = cached
         handle.seek(offset)
         while chunk := handle.read(CURVE_READ_BYTES):
@@ -314,9 +324,11 @@ def loss_curve(run_dir: Path | str, max_points: int = 500) -> tuple[list[float],
     return [x for x, _ in points], [y for _, y in points]
 
 
-def _same_log(handle: BinaryIO, info: os.stat_result, read: tuple[int, int, int], partial: bytes) -> bool:
-    """Whether the file is the one read before, only longer: same identity, not shorter, and the last line
-    read whole still ends where it did (a file rewritten in place fails this)."""
+def _same_log(
+    handle: BinaryIO, info: os.stat_result, read: tuple[int, int, int], partial: bytes
+) -> bool:
+    """Whether the file is the one read before, only longer: same identity, not shorter, and the
+    last line read whole still ends where it did (a file rewritten in place fails this)."""
     dev, ino, offset = read
     if (info.st_dev, info.st_ino) != (dev, ino) or info.st_size < offset:
         return False

@@ -1,14 +1,18 @@
 """Start, find and talk to trainer processes; no widgets (docs/architecture.md, "Two processes").
 
 - `train_argv` builds the `trainer_core train` command line the launch screen runs.
-- `TrainerProcess.spawn` starts it in its own session with stdout/stderr going to files in the run folder, so
+- `TrainerProcess.spawn` starts it in its own session with stdout/stderr going
+  to files in the run folder, so
   the trainer never blocks on a pipe nobody drains and outlives the dashboard (closed laptop, dropped SSH).
-- `trainer_pid`, `is_alive` and `run_status` tell a live run from a finished or crashed one using the log's
+- `trainer_pid`, `is_alive` and `run_status` tell a live run from a finished
+  or crashed one using the log's
   `hello`/`finished` events and the process table (PID reuse is ruled out by the command line and start time).
-- `send` delivers a control command; a dead trainer's stale socket is reported at once, never waited on.
+- `send` delivers a control command; a dead trainer's stale socket is
+  reported at once, never waited on.
 - `run_report` runs a `trainer_core` CLI command (check-data, train --dry-run) and parses its typed
   document (`trainer_core.contract.report_model`); `run_json` parses another command's JSON object.
-Every process started here gets PYTHONSAFEPATH=1: the working folder never shadows a package it imports.
+Every process started here gets PYTHONSAFEPATH=1: the working folder never
+shadows a package it imports.
 """
 
 from __future__ import annotations
@@ -34,7 +38,8 @@ if TYPE_CHECKING:
     from trainer_core.contract.report_model import Report
 
 STDOUT_LOG = "stdout.log"
-# How long `send` waits for a live trainer's reply: long enough for a busy step, short enough for a UI.
+# How long `send` waits for a live trainer's reply: long enough for a busy
+# step, short enough for a UI.
 SEND_TIMEOUT_S = 3.0
 # A run whose trainer lives on another host (shared storage) counts as live while its log moves.
 REMOTE_STALE_AFTER_S = 120.0
@@ -49,7 +54,8 @@ _TRAINER_MARKERS = ("trainer_core", "trainer-core")
 
 
 class RunnerError(VegaError):
-    """A trainer_core command the dashboard ran failed; the message is the command's own `error: ...` line."""
+    """A trainer_core command the dashboard ran failed; the message is the
+    command's own `error: ...` line."""
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -57,7 +63,8 @@ class RunnerError(VegaError):
 
 
 def trainer_command(*args: str) -> list[str]:
-    """[python, -m, trainer_core, *args] with this interpreter: the dashboard and trainer share a venv."""
+    """[python, -m, trainer_core, *args] with this interpreter: the
+    dashboard and trainer share a venv."""
     return [sys.executable, "-m", "trainer_core", *args]
 
 
@@ -76,7 +83,8 @@ def train_argv(
     dry_run: bool = False,
     json: bool = False,
 ) -> list[str]:
-    """The `trainer_core train` argument list (never a shell string); None/empty options are left out."""
+    """The `trainer_core train` argument list (never a shell string);
+    None/empty options are left out."""
     argv = trainer_command("train", "--profile", str(profile))
     options = {
         "--run-dir": run_dir,
@@ -115,13 +123,16 @@ class TrainerProcess:
 
     @classmethod
     def spawn(cls, argv: Sequence[str], run_dir: Path | str) -> TrainerProcess:
-        """Start `argv` in its own session: stdin from /dev/null, stdout to RUN/stdout.log, stderr appended to
-        RUN/trainer.log. Files, never pipes: nothing the dashboard does can block the trainer."""
+        """Start `argv` in its own session: stdin from /dev/null, stdout to
+        RUN/stdout.log, stderr appended to RUN/trainer.log. Files, never pipes: nothing
+        the dashboard does can block the trainer."""
         folder = Path(run_dir)
         try:
             folder.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise RunnerError(f"cannot create run folder {folder}: {exc.strerror or exc}; choose another") from exc
+            raise RunnerError(
+                f"cannot create run folder {folder}: {exc.strerror or exc}; choose another"
+            ) from exc
         with open(folder / STDOUT_LOG, "ab") as out, open(folder / rundir.LOG, "ab") as err:
             try:
                 popen = subprocess.Popen(
@@ -134,7 +145,9 @@ class TrainerProcess:
                     env=trainer_env(),
                 )
             except OSError as exc:
-                raise RunnerError(f"cannot start the trainer ({argv[0]}): {exc.strerror or exc}") from exc
+                raise RunnerError(
+                    f"cannot start the trainer ({argv[0]}): {exc.strerror or exc}"
+                ) from exc
         return cls(popen, folder, list(argv))
 
     @property
@@ -153,11 +166,15 @@ class TrainerProcess:
         return self.popen.wait(timeout)
 
     def __repr__(self) -> str:
-        return f"TrainerProcess(pid={self.pid}, run_dir={str(self.run_dir)!r}, returncode={self.popen.returncode})"
+        return (
+            f"TrainerProcess(pid={self.pid}, run_dir={str(self.run_dir)!r},"
+            f" returncode={self.popen.returncode})"
+        )
 
 
 def trainer_env() -> dict[str, str]:
-    """This environment for a trainer: the working folder off its import path (contract.import_path)."""
+    """This environment for a trainer: the working folder off its import
+    path (contract.import_path)."""
     env = safe_env()
     env["PYTHONUNBUFFERED"] = "1"  # stdout.log shows output as it happens
     return env
@@ -168,7 +185,8 @@ def trainer_env() -> dict[str, str]:
 
 
 def _tail_bytes(path: Path, want_newlines: int, max_bytes: int = 4 * 1024 * 1024) -> bytes:
-    """The end of a file holding at least `want_newlines` newlines (or all of it), read backwards in chunks."""
+    """The end of a file holding at least `want_newlines` newlines (or all of
+    it), read backwards in chunks."""
     with open(path, "rb") as handle:
         end = handle.seek(0, os.SEEK_END)
         data = b""
@@ -181,7 +199,8 @@ def _tail_bytes(path: Path, want_newlines: int, max_bytes: int = 4 * 1024 * 1024
 
 
 def log_tail(run_dir: Path | str, lines: int = 30) -> list[str]:
-    """The last `lines` lines of RUN/trainer.log ([] when there is none); reads only the end of the file."""
+    """The last `lines` lines of RUN/trainer.log ([] when there is none);
+    reads only the end of the file."""
     path = Path(run_dir) / rundir.LOG
     if lines <= 0:
         return []
@@ -194,17 +213,20 @@ def log_tail(run_dir: Path | str, lines: int = 30) -> list[str]:
 
 
 def last_lifecycle_event(run_dir: Path | str) -> dict[str, Any] | None:
-    """The newest `hello` or `finished` event of RUN/events.jsonl as a dict, scanning backwards from its end."""
+    """The newest `hello` or `finished` event of RUN/events.jsonl as a dict,
+    scanning backwards from its end."""
     return _newest_cached(Path(run_dir) / rundir.EVENTS, ("hello", "finished"))
 
 
 def _last_hello(run_dir: Path | str) -> dict[str, Any] | None:
-    """The newest hello (the current or last trainer of the run), even when a finished event follows it."""
+    """The newest hello (the current or last trainer of the run), even when
+    a finished event follows it."""
     return _newest_cached(Path(run_dir) / rundir.EVENTS, ("hello",))
 
 
-# (events.jsonl, types) -> (device, inode, bytes already scanned, newest event): liveness checks run every
-# second, and a long run's only hello is on line 1, so each check after the first reads only what was appended.
+# (events.jsonl, types) -> (device, inode, bytes already scanned, newest event): liveness checks
+# run every second, and a long run's only hello is on line 1, so each check after the first
+# reads only what was appended.
 _scan_cache: dict[tuple[Path, tuple[str, ...]], tuple[int, int, int, dict[str, Any] | None]] = {}
 
 
@@ -230,8 +252,9 @@ def _newest_cached(path: Path, types: tuple[str, ...]) -> dict[str, Any] | None:
 def _newest_event(
     path: Path, types: tuple[str, ...], stop_at: int = 0, end: int | None = None
 ) -> dict[str, Any] | None:
-    """The newest event of one of `types` between `stop_at` and `end`, reading backwards in windows of
-    SCAN_WINDOW bytes (memory stays bounded however long the log) and searching each in C, not line by line."""
+    """The newest event of one of `types` between `stop_at` and `end`, reading backwards
+    in windows of SCAN_WINDOW bytes (memory stays bounded however long the log) and
+    searching each in C, not line by line."""
     try:
         handle = open(path, "rb")  # noqa: SIM115 - the `with` below owns it; only open() errors are caught here
     except (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError):
@@ -239,17 +262,23 @@ def _newest_event(
     needles = [f'"{kind}"'.encode() for kind in types]
     with handle:
         end = handle.seek(0, os.SEEK_END) if end is None else end
-        carry = b""  # the start of a line cut by the window's end, completed by the window before it
+        # the start of a line cut by the window's end, completed by the window before it
+        carry = b""
         while end > stop_at:
             start = max(stop_at, end - SCAN_WINDOW)
             handle.seek(start)
-            window = handle.read(end - start)  # searched in place: copying 8 MiB costs more than the search
+            # searched in place: copying 8 MiB costs more than the search
+            window = handle.read(end - start)
             first, last = window.find(b"\n"), window.rfind(b"\n")
             if last < 0:  # no line ends here: all of it belongs to one (giant) line
                 carry = window + carry if len(window) + len(carry) <= MAX_LIFECYCLE_LINE else b""
                 end = start
                 continue
-            found = _event_of(window[last + 1 :] + carry, types) if carry or last + 1 < len(window) else None
+            found = (
+                _event_of(window[last + 1 :] + carry, types)
+                if carry or last + 1 < len(window)
+                else None
+            )
             lo = first + 1 if start > 0 else 0
             found = found or _newest_in(window, lo, last, needles, types)
             if found is not None:
@@ -259,9 +288,12 @@ def _newest_event(
     return None
 
 
-def _newest_in(data: bytes, lo: int, hi: int, needles: list[bytes], types: tuple[str, ...]) -> dict[str, Any] | None:
-    """The last line within data[lo:hi] that is an event of one of `types`: find a type name with rfind,
-    then check that its line really is such an event (the name may also appear inside a message)."""
+def _newest_in(
+    data: bytes, lo: int, hi: int, needles: list[bytes], types: tuple[str, ...]
+) -> dict[str, Any] | None:
+    """The last line within data[lo:hi] that is an event of one of `types`: find a type
+    name with rfind, then check that its line really is such an event (the name may
+    also appear inside a message)."""
     while hi > lo:
         hit = max(data.rfind(needle, lo, hi) for needle in needles)
         if hit < 0:
@@ -296,7 +328,8 @@ def _same_host(hello: dict[str, Any]) -> bool:
 
 
 def _is_trainer_process(pid: int, started_by: float | None) -> bool:
-    """True when `pid` is a running (not zombie) trainer_core process that started before `started_by`."""
+    """True when `pid` is a running (not zombie) trainer_core process that
+    started before `started_by`."""
     import psutil  # imported here: only the runs/attach paths need it
 
     try:
@@ -329,12 +362,15 @@ def is_alive(run_dir: Path | str) -> bool:
 
 
 def run_status(run_dir: Path | str) -> str:
-    """ "live", "finished", "stopped", "failed", "crashed" (died without a finished event) or "empty"."""
+    """ "live", "finished", "stopped", "failed", "crashed" (died without a
+    finished event) or "empty"."""
     event = last_lifecycle_event(run_dir)
     if event is None:
         return "crashed" if _has_events(run_dir) else "empty"
     if event.get("type") == "finished":
-        return {"completed": "finished", "stopped": "stopped"}.get(str(event.get("status")), "failed")
+        return {"completed": "finished", "stopped": "stopped"}.get(
+            str(event.get("status")), "failed"
+        )
     if not _same_host(event):
         return "live" if _recently_written(run_dir) else "crashed"
     return "live" if is_alive(run_dir) else "crashed"
@@ -361,8 +397,8 @@ def _recently_written(run_dir: Path | str) -> bool:
 def send(run_dir: Path | str, cmd: str, timeout: float = SEND_TIMEOUT_S) -> CommandReply:
     """Send a control command (pause, resume, save, evaluate, stop) and return the trainer's reply.
 
-    Raises ControlError with a clear message when the run has no live trainer (a missing or stale socket) or
-    no reply comes within `timeout` seconds; it never hangs.
+    Raises ControlError with a clear message when the run has no live trainer (a missing or stale
+    socket) or no reply comes within `timeout` seconds; it never hangs.
     """
     if cmd not in COMMAND_NAMES:
         raise ControlError(f"unknown command {cmd!r}; expected one of: {', '.join(COMMAND_NAMES)}")
@@ -380,13 +416,14 @@ def _check_not_stale(run_dir: Path) -> None:
     if hello is None or not _same_host(hello) or trainer_pid(run_dir) is not None:
         return
     raise ControlError(
-        f"the trainer of {run_dir} (pid {hello.get('pid')}) is not running: {rundir.SOCKET} is stale; "
-        "the run crashed or was killed — resume it from a checkpoint"
+        f"the trainer of {run_dir} (pid {hello.get('pid')}) is not running: {rundir.SOCKET} is"
+        " stale; the run crashed or was killed — resume it from a checkpoint"
     )
 
 
 def socket_ready(run_dir: Path | str) -> bool:
-    """True when RUN/control.sock exists and accepts a connection (the trainer is ready for commands)."""
+    """True when RUN/control.sock exists and accepts a connection (the
+    trainer is ready for commands)."""
     path = control_socket_path(run_dir)
     if not path.exists():
         return False
@@ -406,8 +443,9 @@ def socket_ready(run_dir: Path | str) -> bool:
 def run_json(argv: Sequence[str], timeout: float = 120.0) -> dict[str, Any]:
     """Run a trainer_core CLI command that prints a JSON object (`export --piper --json`).
 
-    RunnerError carries the command's `error: ...` message on exit 2, the end of stderr on other failures,
-    and says so when the output is not a JSON object or the command outlives `timeout` seconds.
+    RunnerError carries the command's `error: ...` message on exit 2, the end of
+    stderr on other failures, and says so when the output is not a JSON object or the
+    command outlives `timeout` seconds.
     """
     name, stdout = _run_command(argv, timeout)
     return _parse_json_object(name, stdout)
@@ -426,7 +464,11 @@ def run_report(argv: Sequence[str], model: type[Report], timeout: float = 120.0)
 
 def _run_command(argv: Sequence[str], timeout: float) -> tuple[str, str]:
     """(the command's short name, its stdout) once it exited 0; RunnerError otherwise."""
-    name = " ".join(argv[3:5]) if len(argv) > 3 and argv[1:3] == ["-m", "trainer_core"] else " ".join(argv[:2])
+    name = (
+        " ".join(argv[3:5])
+        if len(argv) > 3 and argv[1:3] == ["-m", "trainer_core"]
+        else " ".join(argv[:2])
+    )
     try:
         done = subprocess.run(
             list(argv),
@@ -450,7 +492,8 @@ def _failure_message(name: str, code: int, stderr: str) -> str:
     lines = [line for line in stderr.splitlines() if line.strip()]
     starts = [n for n, line in enumerate(lines) if line.startswith("error: ")]
     if starts:
-        # The last error with the lines it continues on (a refusal's lines to add to the machine file, say).
+        # The last error with the lines it continues on (a refusal's lines to
+        # add to the machine file, say).
         return "\n".join(lines[starts[-1] :])[len("error: ") :]
     tail = " | ".join(lines[-3:]) if lines else "no output on stderr"
     return f"`{name}` failed with exit code {code}: {tail}"

@@ -1,14 +1,14 @@
-"""The launch screen's "Start from" choices: nothing (from scratch), or a model of the profile's kind found under
-the runs folder, to fine-tune from (`train --init-from PATH`); for vits profiles also the Piper
-voices under the machine file's `[voices] dirs` (`vega_tui.piper_voices`); and a typed path or
-hub id (`hf:ORG/NAME`), checked here.
+"""The launch screen's "Start from" choices: nothing (from scratch), or a model of the profile's
+kind found under the runs folder, to fine-tune from (`train --init-from PATH`); for vits profiles
+also the Piper voices under the machine file's `[voices] dirs` (`vega_tui.piper_voices`); and a
+typed path or hub id (`hf:ORG/NAME`), checked here.
 
-A candidate is a run folder that is not training now and holds an export or a checkpoint, or an export folder
-(model.safetensors + config.json) directly under the runs folder or one folder down. Its kind comes from its
-JSON and TOML files (`trainer_core.contract.init_sources`, imported when first used: it builds pydantic models),
-never from loading weights: the dashboard stays torch-free. `find_start_points` and
-`typed_start_point` read the disk: call them from worker threads (`post_start_points`,
-`post_start_path`), which post messages.
+A candidate is a run folder that is not training now and holds an export or a checkpoint, or an
+export folder (model.safetensors + config.json) directly under the runs folder or one folder down.
+Its kind comes from its JSON and TOML files (`trainer_core.contract.init_sources`, imported when
+first used: it builds pydantic models), never from loading weights: the dashboard stays torch-free.
+`find_start_points` and `typed_start_point` read the disk: call them from worker threads
+(`post_start_points`, `post_start_path`), which post messages.
 """
 
 from __future__ import annotations
@@ -36,7 +36,8 @@ MAX_POINTS = 50
 
 
 def start_kind(profile: Profile, data_mode: str | None, detected_mode: str | None) -> str | None:
-    """The model kind a run of this profile trains, as the trainer decides it (None until the data mode is known)."""
+    """The model kind a run of this profile trains, as the trainer decides it (None
+    until the data mode is known)."""
     if profile.model.task is not None:
         return "custom"  # a task of one's own: none of Vega's kinds to start from
     if profile.model.kind != "auto":
@@ -57,7 +58,8 @@ def start_points_key(
 
 
 def post_start_points(key: tuple[str, str | None], post: Post) -> None:
-    """A worker's job: find the models for `key` and post them to the launch screen (never touching a widget)."""
+    """A worker's job: find the models for `key` and post them to the launch
+    screen (never touching a widget)."""
     from vega_tui.piper_voices import machine_piper_voices
     from vega_tui.screens.launch_messages import BackgroundProblem, StartPointsScanned
 
@@ -130,11 +132,17 @@ def _hub_point(given: str, kind: str | None) -> StartPoint:
     parse_hub_id(given)  # a malformed id is refused now
     folder = cached_hub_folder(given)
     if folder is None:
-        return StartPoint(Path(given), given, "hub model · not cached: downloaded when the run starts", 0.0)
+        return StartPoint(
+            Path(given), given, "hub model · not cached: downloaded when the run starts", 0.0
+        )
     facts = peek_source(resolve_source(folder))
     if kind is not None and facts.kind != kind:
-        raise InitSourceError(f"{given} holds a {facts.kind} model, but this profile trains a {kind} model")
-    return StartPoint(Path(given), given, f"transformers VITS voice · cached in {folder}", _modified(folder))
+        raise InitSourceError(
+            f"{given} holds a {facts.kind} model, but this profile trains a {kind} model"
+        )
+    return StartPoint(
+        Path(given), given, f"transformers VITS voice · cached in {folder}", _modified(folder)
+    )
 
 
 def _facts(path: Path) -> SourceFacts | None:
@@ -158,7 +166,9 @@ def _facts_point(path: Path, facts: SourceFacts, status: str | None) -> StartPoi
     form = facts.file.form
     what = facts.file.chosen.removeprefix("its ") or {"export": "export folder"}.get(form, form)
     parts = [status, what, f"step {facts.step}" if facts.step is not None else None]
-    return StartPoint(path, path.name, " · ".join(part for part in parts if part), _modified(facts.file.path))
+    return StartPoint(
+        path, path.name, " · ".join(part for part in parts if part), _modified(facts.file.path)
+    )
 
 
 def _modified(path: Path) -> float:
@@ -169,7 +179,8 @@ def _modified(path: Path) -> float:
 
 
 def _candidates(runs_dir: Path) -> list[tuple[Path, bool]]:
-    """(folder, is a run folder) under `runs_dir`: run folders and export folders, and exports one level down."""
+    """(folder, is a run folder) under `runs_dir`: run folders and export
+    folders, and exports one level down."""
     from trainer_core.contract.init_sources import is_export
 
     try:
@@ -184,14 +195,19 @@ def _candidates(runs_dir: Path) -> list[tuple[Path, bool]]:
             found.append((child, False))
         else:
             try:
-                found += [(sub, False) for sub in sorted(child.iterdir()) if sub.is_dir() and is_export(sub)]
+                found += [
+                    (sub, False)
+                    for sub in sorted(child.iterdir())
+                    if sub.is_dir() and is_export(sub)
+                ]
             except OSError:
                 continue
     return found
 
 
 def find_start_points(runs_dir: Path, kind: str | None) -> list[StartPoint]:
-    """Models of `kind` to start from under `runs_dir`, newest first; live runs are left out (still training)."""
+    """Models of `kind` to start from under `runs_dir`, newest first; live runs
+    are left out (still training)."""
     from vega_tui.runner import run_status
 
     if kind is None:
@@ -208,7 +224,8 @@ def find_start_points(runs_dir: Path, kind: str | None) -> list[StartPoint]:
 
 
 def start_choices(points: list[StartPoint], kind: str | None) -> list[Choice]:
-    """ "nothing (from scratch)" first, then each model to start from by folder name, with what it holds."""
+    """ "nothing (from scratch)" first, then each model to start from by
+    folder name, with what it holds."""
     if kind is None:
         why = "choose a data folder: its mode decides the model kind"
     else:

@@ -7,8 +7,8 @@ bounded however long the run: every `Series` keeps at most `max_points` points b
 neighbours into min/max buckets (so a spike survives downsampling), logs are a fixed-size ring,
 markers, samples and checkpoints are capped.
 
-Pure Python: no Textual, no torch. The screens read `state` on the app thread; `state.version` tells them
-whether anything changed since their last redraw.
+Pure Python: no Textual, no torch. The screens read `state` on the app thread; `state.version` tells
+them whether anything changed since their last redraw.
 """
 
 from __future__ import annotations
@@ -63,8 +63,8 @@ from vega_tui.run_state import (
 )
 from vega_tui.store_lifecycle import RunLifecycleHandlers
 
-# The trainer's own log line when the validation metric first beats the reference ("step 24: mel_l1 0.2 passes
-# griffin_lim's 0.21"); it comes just before that validation event.
+# The trainer's own log line when the validation metric first beats the reference ("step 24: mel_l1
+# 0.2 passes griffin_lim's 0.21"); it comes just before that validation event.
 TRAINER_PASSES = re.compile(r"^step (\d+): \S+ \S+ passes ")
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -72,7 +72,8 @@ TRAINER_PASSES = re.compile(r"^step (\d+): \S+ \S+ passes ")
 
 
 class RunStore(RunLifecycleHandlers):
-    """Folds events into `state`. One store per run; call `apply` from one thread (the app thread)."""
+    """Folds events into `state`. One store per run; call `apply` from one
+    thread (the app thread)."""
 
     def __init__(
         self,
@@ -117,10 +118,12 @@ class RunStore(RunLifecycleHandlers):
             FinishedEvent: self._on_finished,
         }
 
-    # -- public API -------------------------------------------------------------------------------------------
+    # -- public API
+    # -------------------------------------------------------------------------------------------
 
     def apply(self, events: Iterable[Event]) -> bool:
-        """Fold events into the state; True when anything changed (then `state.version` went up by one)."""
+        """Fold events into the state; True when anything changed (then
+        `state.version` went up by one)."""
         state, handlers = self.state, self._handlers
         changed = False
         for event in events:
@@ -145,40 +148,63 @@ class RunStore(RunLifecycleHandlers):
         return changed
 
     def note_reader(self, malformed: int, gaps: int) -> None:
-        """Record the reader's running totals of malformed lines and seq gaps (a log line when they grow)."""
+        """Record the reader's running totals of malformed lines and seq
+        gaps (a log line when they grow)."""
         state = self.state
         if malformed == state.malformed_lines and gaps == state.seq_gaps:
             return
         new_bad, new_gaps = malformed - state.malformed_lines, gaps - state.seq_gaps
         if new_bad > 0:
-            self._log("warning", "reader", f"{new_bad} malformed line(s) in events.jsonl skipped ({malformed} in all)")
+            self._log(
+                "warning",
+                "reader",
+                f"{new_bad} malformed line(s) in events.jsonl skipped ({malformed} in all)",
+            )
         if new_gaps > 0:
-            self._log("warning", "reader", f"{new_gaps} gap(s) in the event sequence: some lines were lost")
+            self._log(
+                "warning",
+                "reader",
+                f"{new_gaps} gap(s) in the event sequence: some lines were lost",
+            )
         state.malformed_lines, state.seq_gaps = malformed, gaps
         state.version += 1
 
     def note_dashboard(self, level: str, message: str) -> None:
-        """A line of the dashboard's own (not the trainer's) in the Logs tab, e.g. how the history was read."""
+        """A line of the dashboard's own (not the trainer's) in the Logs tab,
+        e.g. how the history was read."""
         self._log(level, "dashboard", message)
 
     def mark_crashed(self, log_tail: list[str]) -> None:
-        """The trainer died without a `finished` event: show it as crashed with the end of its trainer.log."""
+        """The trainer died without a `finished` event: show it as crashed
+        with the end of its trainer.log."""
         state = self.state
-        if state.finished is not None or (state.status == "crashed" and state.crash_log == list(log_tail)):
+        if state.finished is not None or (
+            state.status == "crashed" and state.crash_log == list(log_tail)
+        ):
             return
         state.status = "crashed"
         state.crash_log = list(log_tail)
-        self._log("error", "crashed", "the trainer exited without a finished event; last lines of trainer.log:")
+        self._log(
+            "error",
+            "crashed",
+            "the trainer exited without a finished event; last lines of trainer.log:",
+        )
         for line in log_tail:
             self._log("error", "trainer.log", line)
         state.version += 1
 
-    # -- start-up events ----------------------------------------------------------------------------------------
+    # -- start-up events
+    # ----------------------------------------------------------------------------------------
 
     def _on_hello(self, e: HelloEvent) -> None:
         state = self.state
         if state.started_t is not None:
-            self._log("info", "hello", f"trainer restarted (pid {e.pid}){' resuming' if e.resumed else ''}", e.t)
+            self._log(
+                "info",
+                "hello",
+                f"trainer restarted (pid {e.pid}){' resuming' if e.resumed else ''}",
+                e.t,
+            )
         # A new trainer in the same folder (a resume) starts a new life: clear the previous ending.
         state.status, state.finished, state.crash_log = "starting", None, []
         state.early_stopped_step = state.fault_injection = state.overtraining = None
@@ -189,7 +215,10 @@ class RunStore(RunLifecycleHandlers):
             state.run_dir = Path(e.run_dir)
             state.name = state.run_dir.name
         self._log(
-            "info", "hello", f"trainer {e.trainer_version} pid {e.pid} on {e.host}; profile {e.profile_path}", e.t
+            "info",
+            "hello",
+            f"trainer {e.trainer_version} pid {e.pid} on {e.host}; profile {e.profile_path}",
+            e.t,
         )
 
     def _on_resources(self, e: ResourcesEvent) -> None:
@@ -205,7 +234,12 @@ class RunStore(RunLifecycleHandlers):
     def _on_data_scan(self, e: DataScanEvent) -> None:
         state = self.state
         state.data_mode = e.data_mode
-        state.data_scan = {"usable": e.usable, "skipped": e.skipped, "hours": e.total_hours, "reason": e.reason}
+        state.data_scan = {
+            "usable": e.usable,
+            "skipped": e.skipped,
+            "hours": e.total_hours,
+            "reason": e.reason,
+        }
         hours = f", {e.total_hours:.2f} h" if e.total_hours else ""
         speakers = f", {len(e.speakers)} speakers" if e.speakers else ""
         text = f"data: {e.data_mode}, {e.usable} usable, {e.skipped} skipped{hours}{speakers}"
@@ -218,7 +252,12 @@ class RunStore(RunLifecycleHandlers):
     def _on_preload_done(self, e: PreloadDoneEvent) -> None:
         self.state.preload = (e.items, e.items)
         where = f"{e.where} ({format_bytes(e.bytes)})"
-        self._log("info", "preload_done", f"preloaded {e.items} items in {e.seconds:.1f} s into {where}", e.t)
+        self._log(
+            "info",
+            "preload_done",
+            f"preloaded {e.items} items in {e.seconds:.1f} s into {where}",
+            e.t,
+        )
 
     def _on_calibration(self, e: CalibrationEvent) -> None:
         state = self.state
@@ -226,7 +265,8 @@ class RunStore(RunLifecycleHandlers):
         self._log(
             "info",
             "calibration",
-            f"calibrated {e.samples_per_s:.1f} samples/s: {e.planned_epochs} epochs, {e.planned_steps} steps",
+            f"calibrated {e.samples_per_s:.1f} samples/s: {e.planned_epochs} epochs,"
+            f" {e.planned_steps} steps",
             e.t,
         )
 
@@ -241,7 +281,8 @@ class RunStore(RunLifecycleHandlers):
         code = f": code from {e.module} ({e.file})" if e.module else ""
         self._log("info", "task", f"task {e.name}{size}{code}", e.t)
 
-    # -- training progress ----------------------------------------------------------------------------------
+    # -- training progress
+    # ----------------------------------------------------------------------------------
 
     def _on_epoch_start(self, e: EpochStartEvent) -> None:
         state = self.state
@@ -258,10 +299,15 @@ class RunStore(RunLifecycleHandlers):
         state = self.state
         state.step, state.epoch = e.step, e.epoch
         state.loss, state.lr = finite_or_none(e.loss), e.lr
-        state.losses = {name: value for name, value in e.losses.items() if finite_or_none(value) is not None}
+        state.losses = {
+            name: value for name, value in e.losses.items() if finite_or_none(value) is not None
+        }
         state.grad_norm, state.loss_scale = e.grad_norm, e.loss_scale
         state.samples_per_s, state.data_wait_frac = e.samples_per_s, e.data_wait_frac
-        state.rank_samples_per_s, state.rank_data_wait_frac = list(e.rank_samples_per_s), list(e.rank_data_wait_frac)
+        state.rank_samples_per_s, state.rank_data_wait_frac = (
+            list(e.rank_samples_per_s),
+            list(e.rank_data_wait_frac),
+        )
         state.micro_batch, state.grad_accum, state.eta_s = e.micro_batch, e.grad_accum, e.eta_s
         if state.phase is not None and e.step > state.phase[0]:
             state.phase = None  # steps go on: whatever the trainer was doing between them is over
@@ -293,20 +339,25 @@ class RunStore(RunLifecycleHandlers):
             self._append_group_lrs(e)
 
     def _note_groups(self, e: StepEvent) -> None:
-        """Learn the optimizer groups, and which one `loss` and `lr` belong to (its loss total is `loss`)."""
+        """Learn the optimizer groups, and which one `loss` and `lr` belong
+        to (its loss total is `loss`)."""
         state = self.state
         if list(e.lrs) != state.groups:
             state.groups = list(e.lrs)
         if state.primary_group in e.lrs:
             return
-        by_loss = [group for group in e.lrs if e.loss is not None and e.losses.get(f"{group}.total") == e.loss]
+        by_loss = [
+            group
+            for group in e.lrs
+            if e.loss is not None and e.losses.get(f"{group}.total") == e.loss
+        ]
         by_lr = [group for group, lr in e.lrs.items() if lr == e.lr]
         found = by_loss if len(by_loss) == 1 else by_lr
         state.primary_group = found[0] if len(found) == 1 else None
 
     def _append_group_lrs(self, e: StepEvent) -> None:
-        """One `lr:<group>` series per optimizer group. `lrs` holds the window's last step only; the primary
-        group's rate is `lr`, whose lr_series has every step of the window."""
+        """One `lr:<group>` series per optimizer group. `lrs` holds the window's last step only; the
+        primary group's rate is `lr`, whose lr_series has every step of the window."""
         every_step = 0 < len(e.step_series) == len(e.lr_series)
         for group, value in e.lrs.items():
             series = self._series(GROUP_LR.of(group))
@@ -324,7 +375,8 @@ class RunStore(RunLifecycleHandlers):
     def _step_status(self) -> None:
         status = self.state.status
         if status == "evaluating":
-            # The trainer flushes one step event right before it evaluates; a second one means it is done.
+            # The trainer flushes one step event right before it evaluates; a
+            # second one means it is done.
             self._steps_while_evaluating += 1
             if self._steps_while_evaluating >= 2:
                 self._set_status(self._status_before_eval)
@@ -334,7 +386,8 @@ class RunStore(RunLifecycleHandlers):
             self._set_status("training")  # the resumed event was lost (a seq gap), but steps go on
 
     def _estimate_total_steps(self, e: Any) -> None:
-        """Without a calibration plan, infer the total from the trainer's ETA and our own step rate."""
+        """Without a calibration plan, infer the total from the trainer's
+        ETA and our own step rate."""
         state = self.state
         if state.planned_epochs is not None or e.eta_s is None or self._train_start_t is None:
             return
@@ -370,7 +423,10 @@ class RunStore(RunLifecycleHandlers):
     def _on_oom_recovered(self, e: OomRecoveredEvent) -> None:
         state = self.state
         state.micro_batch, state.grad_accum = e.micro_batch, e.grad_accum
-        text = f"out of memory at step {e.step}: micro-batch now {e.micro_batch} x accumulation {e.grad_accum}"
+        text = (
+            f"out of memory at step {e.step}: micro-batch now {e.micro_batch} x accumulation"
+            f" {e.grad_accum}"
+        )
         self._mark("oom", e.step, e.t, text)
         self._log("warning", "oom_recovered", text, e.t)
 
@@ -380,7 +436,8 @@ class RunStore(RunLifecycleHandlers):
         self._mark("nonfinite", e.step, e.t, text)
         self._log("warning", "nonfinite", text, e.t)
 
-    # -- evaluation, checkpoints, samples --------------------------------------------------------------------
+    # -- evaluation, checkpoints, samples
+    # --------------------------------------------------------------------
 
     def _on_validation(self, e: ValidationEvent) -> None:
         state = self.state
@@ -388,22 +445,31 @@ class RunStore(RunLifecycleHandlers):
         state.metrics = dict(e.metrics)
         state.metric_name = e.metric_name or state.metric_name
         if e.reference:
-            state.reference = {name: v for name, v in e.reference.items() if finite_or_none(v) is not None}
+            state.reference = {
+                name: v for name, v in e.reference.items() if finite_or_none(v) is not None
+            }
             state.reference_name = e.reference_name or state.reference_name
         metric = f", {e.metric_name} {format_number(e.metric_value)}" if e.metric_name else ""
         reference = state.reference.get(e.metric_name or "")
         if reference is not None:
             metric += f" ({state.reference_name or 'reference'} {format_number(reference)})"
-        self._log("info", "validation", f"validation at step {e.step}: loss {format_number(e.loss)}{metric}", e.t)
+        self._log(
+            "info",
+            "validation",
+            f"validation at step {e.step}: loss {format_number(e.loss)}{metric}",
+            e.t,
+        )
         if len(state.groups) > 1 and state.losses:
-            self._log("info", "losses", group_losses_text(state), e.t)  # a GAN's parts, once per validation
+            # a GAN's parts, once per validation
+            self._log("info", "losses", group_losses_text(state), e.t)
         self._note_reference_passed(e)
         state.last_validation_t = max(state.last_validation_t, e.t)
         self._end_evaluating()
 
     def _note_reference_passed(self, e: ValidationEvent) -> None:
-        """The first validation after step 0 whose metric beats the reference: a chart marker, and a log line
-        unless the trainer wrote its own just before (the untrained model at step 0 is no achievement)."""
+        """The first validation after step 0 whose metric beats the reference: a chart
+        marker, and a log line unless the trainer wrote its own just before (the untrained
+        model at step 0 is no achievement)."""
         state, name = self.state, e.metric_name
         if state.reference_passed_step is not None or e.step <= 0 or name is None:
             return
@@ -412,7 +478,10 @@ class RunStore(RunLifecycleHandlers):
             return
         state.reference_passed_step = e.step
         label = state.reference_name or "the reference"
-        text = f"step {e.step}: {name} {format_number(value)} passes {label} {format_number(reference)}"
+        text = (
+            f"step {e.step}: {name} {format_number(value)} passes {label}"
+            f" {format_number(reference)}"
+        )
         self._mark("passed", e.step, e.t, text)
         if self._trainer_passed_step != e.step:
             self._log("info", "validation", text, e.t)
@@ -430,7 +499,11 @@ class RunStore(RunLifecycleHandlers):
             f"(floor {format_number(e.floor_distance)} through {e.vocoder}), "
             f"durations x{format_number(e.duration_ratio)}, "
             f"voicing agrees {format_number(100 * e.vuv_agreement)} %"
-            + (f", pitch off {format_number(e.f0_error_cents)} cents" if e.f0_error_cents is not None else "")
+            + (
+                f", pitch off {format_number(e.f0_error_cents)} cents"
+                if e.f0_error_cents is not None
+                else ""
+            )
         )
         self._log("info", "free_running", text, e.t)
 
@@ -444,7 +517,8 @@ class RunStore(RunLifecycleHandlers):
             del samples[: len(samples) - MAX_SAMPLES]
         self._log("info", "sample", f"{e.kind} sample at step {e.step}: {e.path}", e.t)
 
-    # -- messages and control --------------------------------------------------------------------------------
+    # -- messages and control
+    # --------------------------------------------------------------------------------
 
     def _on_log(self, e: LogEvent) -> None:
         passed = TRAINER_PASSES.match(e.message)
@@ -463,4 +537,9 @@ class RunStore(RunLifecycleHandlers):
         state.last_error, state.last_error_file, state.last_error_line = e.message, e.file, e.line
         where = f"{e.file}:{e.line}" if e.file and e.line is not None else None
         # A task's failure names its line in the message already; other failures get it added here.
-        self._log("error", "error", e.message if not where or where in e.message else f"{e.message} (at {where})", e.t)
+        self._log(
+            "error",
+            "error",
+            e.message if not where or where in e.message else f"{e.message} (at {where})",
+            e.t,
+        )

@@ -50,12 +50,18 @@ class StoreBase:
         self._train_start_t: float | None = None
         self._status_before_eval = "training"
         self._steps_while_evaluating = 0
-        self._trainer_passed_step: int | None = None  # the step of the trainer's "passes the reference" line
+        # the step of the trainer's "passes the reference" line
+        self._trainer_passed_step: int | None = None
 
     def _bad_event(self, event: Event, exc: Exception) -> None:
         self.state.bad_events += 1
         if self.state.bad_events <= 10:
-            self._log("warning", "reader", f"could not use a {event.type!r} event (seq {event.seq}): {exc}", event.t)
+            self._log(
+                "warning",
+                "reader",
+                f"could not use a {event.type!r} event (seq {event.seq}): {exc}",
+                event.t,
+            )
 
     def _log(self, level: str, kind: str, message: str, t: float | None = None) -> None:
         if len(message) > MAX_LOG_MESSAGE:

@@ -19,7 +19,8 @@ from vega_tui.store_base import StoreBase
 
 
 class RunLifecycleHandlers(StoreBase):
-    """How a run saves, picks its best model, obeys commands, pauses and ends, as the state shows it."""
+    """How a run saves, picks its best model, obeys commands, pauses and
+    ends, as the state shows it."""
 
     def _on_checkpoint_saved(self, e: CheckpointSavedEvent) -> None:
         if e.t >= self.state.last_checkpoint_t:
@@ -27,14 +28,19 @@ class RunLifecycleHandlers(StoreBase):
         rows = self.state.checkpoints
         row = rows.get(e.step)
         if row is None:
-            rows[e.step] = CheckpointRow(e.step, e.path, e.bytes, finite_or_none(e.val_loss), e.t, epoch=e.epoch)
+            rows[e.step] = CheckpointRow(
+                e.step, e.path, e.bytes, finite_or_none(e.val_loss), e.t, epoch=e.epoch
+            )
             self._mark("checkpoint", e.step, e.t, f"checkpoint at step {e.step}")
             self._trim_checkpoints()
         else:  # the same step saved again (e.g. as best): refresh, no second marker
             row.path, row.bytes, row.t, row.epoch = e.path, e.bytes, e.t, e.epoch
             row.val_loss = finite_or_none(e.val_loss) if e.val_loss is not None else row.val_loss
         self._log(
-            "info", "checkpoint_saved", f"checkpoint saved at step {e.step}: {e.path} ({format_bytes(e.bytes)})", e.t
+            "info",
+            "checkpoint_saved",
+            f"checkpoint saved at step {e.step}: {e.path} ({format_bytes(e.bytes)})",
+            e.t,
         )
 
     def _trim_checkpoints(self) -> None:
@@ -50,7 +56,9 @@ class RunLifecycleHandlers(StoreBase):
             other.best = False
         row = state.checkpoints.get(e.step)
         if row is None:
-            row = state.checkpoints[e.step] = CheckpointRow(e.step, e.path, None, finite_or_none(e.val_loss), e.t)
+            row = state.checkpoints[e.step] = CheckpointRow(
+                e.step, e.path, None, finite_or_none(e.val_loss), e.t
+            )
         row.best, row.path = True, e.path
         state.best_val_loss, state.best_step = finite_or_none(e.val_loss), e.step
         why = (
@@ -75,7 +83,9 @@ class RunLifecycleHandlers(StoreBase):
         state.last_ack = {"cmd": e.cmd, "id": e.id, "ok": e.ok, "detail": e.detail, "t": e.t}
         outcome = "accepted" if e.ok else "refused"
         detail = f" ({e.detail})" if e.detail else ""
-        self._log("info" if e.ok else "warning", "command_ack", f"command {e.cmd} {outcome}{detail}", e.t)
+        self._log(
+            "info" if e.ok else "warning", "command_ack", f"command {e.cmd} {outcome}{detail}", e.t
+        )
         if e.cmd == "evaluate" and e.ok and state.status in ("training", "paused"):
             self._status_before_eval, self._steps_while_evaluating = state.status, 0
             self._set_status("evaluating")
@@ -91,7 +101,9 @@ class RunLifecycleHandlers(StoreBase):
             self._set_status("paused")
         state.pause_reason = e.reason
         if e.reason:
-            self._log("warning", "paused", f"the trainer paused itself at step {e.step}: {e.reason}", e.t)
+            self._log(
+                "warning", "paused", f"the trainer paused itself at step {e.step}: {e.reason}", e.t
+            )
         else:
             self._log("info", "paused", f"paused at step {e.step}", e.t)
 
@@ -109,7 +121,12 @@ class RunLifecycleHandlers(StoreBase):
 
     def _on_finished(self, e: FinishedEvent) -> None:
         state = self.state
-        state.finished = {"status": e.status, "summary": dict(e.summary), "step": e.step, "seconds": e.seconds}
+        state.finished = {
+            "status": e.status,
+            "summary": dict(e.summary),
+            "step": e.step,
+            "seconds": e.seconds,
+        }
         state.status = FINISHED_STATUS.get(e.status, "failed")
         state.step, state.eta_s = max(state.step, e.step), None
         if e.status == "completed":
@@ -119,12 +136,15 @@ class RunLifecycleHandlers(StoreBase):
             state.best_val_loss = float(best)
         self._note_best_from_summary(e.summary.get("best_step"))
         level = {"completed": "info", "stopped": "warning"}.get(e.status, "error")
-        self._log(level, "finished", f"run {e.status} at step {e.step} after {e.seconds:.1f} s", e.t)
+        self._log(
+            level, "finished", f"run {e.status} at step {e.step} after {e.seconds:.1f} s", e.t
+        )
         if e.summary.get("early_stopped") is True:
             self._note_early_stop(e)
 
     def _note_best_from_summary(self, step: Any) -> None:
-        """The summary's best step marks its checkpoint row when no best_model event did (e.g. a lost line)."""
+        """The summary's best step marks its checkpoint row when no
+        best_model event did (e.g. a lost line)."""
         state = self.state
         if not isinstance(step, int) or any(row.best for row in state.checkpoints.values()):
             return
@@ -134,7 +154,8 @@ class RunLifecycleHandlers(StoreBase):
             state.best_step = step
 
     def _note_early_stop(self, e: FinishedEvent) -> None:
-        """Early stopping ended the run: a chart marker at the last step and a log line naming the best step."""
+        """Early stopping ended the run: a chart marker at the last step and a
+        log line naming the best step."""
         state = self.state
         state.early_stopped_step = e.step
         best = e.summary.get("best_step")

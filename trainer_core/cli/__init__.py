@@ -19,8 +19,9 @@ from trainer_core.contract.errors import VegaError
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
-    """The argument parser, with `command`'s own parser registered (its module imported) and the others
-    listed by name and summary only, so that neither `--help` nor one command imports the rest."""
+    """The argument parser, with `command`'s own parser registered (its module
+    imported) and the others listed by name and summary only, so that neither `--help`
+    nor one command imports the rest."""
     parser = argparse.ArgumentParser(
         prog="trainer-core",
         description="Vega's headless trainer: profiles, data checks, resources and training.",

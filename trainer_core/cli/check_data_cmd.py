@@ -28,7 +28,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
         "check-data",
         help=SUMMARIES["check-data"],
-        description="Scan a data folder (audio with transcripts, or text files) and report what training would use.",
+        description=(
+            "Scan a data folder (audio with transcripts, or text files) and report what training"
+            " would use."
+        ),
     )
     parser.add_argument("path", metavar="DIR", type=Path, help="the data folder")
     parser.add_argument(
@@ -40,25 +43,44 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="how clips get their speaker, as data.speakers (default: auto)",
     )  # fmt: skip
     corpus = parser.add_argument_group("Common Voice and datasets folders")
-    corpus.add_argument("--min-up-votes", type=int, default=0, metavar="N", help="data.min_up_votes")
+    corpus.add_argument(
+        "--min-up-votes", type=int, default=0, metavar="N", help="data.min_up_votes"
+    )
     corpus.add_argument(
         "--common-voice-train", choices=["validated", "train"], default="validated",
         help="data.common_voice_train: validated (minus dev/test, the default) or train",
     )  # fmt: skip
     corpus.add_argument("--text-column", metavar="NAME", help="the text column (data.text_column)")
-    corpus.add_argument("--audio-column", metavar="NAME", help="the audio column (data.audio_column)")
+    corpus.add_argument(
+        "--audio-column", metavar="NAME", help="the audio column (data.audio_column)"
+    )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
-    parser.add_argument("--items", action="store_true", help="with --json: include every usable item")
-    parser.add_argument("--min-duration", type=float, default=0.3, metavar="S", help="shortest usable clip (s)")
-    parser.add_argument("--max-duration", type=float, default=20.0, metavar="S", help="longest usable clip (s)")
-    parser.add_argument("--workers", type=int, default=2, metavar="N", help="parallel file probes (default: 2)")
+    parser.add_argument(
+        "--items", action="store_true", help="with --json: include every usable item"
+    )
+    parser.add_argument(
+        "--min-duration", type=float, default=0.3, metavar="S", help="shortest usable clip (s)"
+    )
+    parser.add_argument(
+        "--max-duration", type=float, default=20.0, metavar="S", help="longest usable clip (s)"
+    )
+    parser.add_argument(
+        "--workers", type=int, default=2, metavar="N", help="parallel file probes (default: 2)"
+    )
     parser.add_argument(
         "--cache-dir",
         type=Path,
         metavar="DIR",
-        help="cache folder, as data.cache_dir (default: the user cache folder); unchanged files are not read again",
+        help=(
+            "cache folder, as data.cache_dir (default: the user cache folder); unchanged files are"
+            " not read again"
+        ),
     )
-    parser.add_argument("--no-cache", action="store_true", help="read every file, neither using nor writing the cache")
+    parser.add_argument(
+        "--no-cache",
+        action="store_true",
+        help="read every file, neither using nor writing the cache",
+    )
     parser.add_argument(
         "--tokenizer", metavar="FOLDER|hf:ORG/NAME",
         help="a transformers VITS voice folder (vocab.json, tokenizer_config.json; e.g. an MMS voice) or hub id: "
@@ -68,8 +90,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    # Imported here: every sub-command's parser is built at start-up, and only this one needs numpy/soundfile.
-    from trainer_core.cli.tokenizer_report import load_front_end, show_tokenizer_report, tokenizer_report
+    # Imported here: every sub-command's parser is built at start-up, and only
+    # this one needs numpy/soundfile.
+    from trainer_core.cli.tokenizer_report import (
+        load_front_end,
+        show_tokenizer_report,
+        tokenizer_report,
+    )
     from trainer_core.data.cache_location import cache_folder
     from trainer_core.data.corpus_layout import CorpusOptions
     from trainer_core.data.scan import scan_data
@@ -142,10 +169,13 @@ def _corpus_rows(report: DataReport) -> list[tuple[str, str]]:
 
 
 def speakers_text(speakers: dict[str, SpeakerFigures], reason: str) -> str:
-    """'2 — alice 20 clips, 0.4 min · bob …' (and how they were read), or 'one' for single-speaker data."""
+    """'2 — alice 20 clips, 0.4 min · bob …' (and how they were read), or
+    'one' for single-speaker data."""
     if not speakers:
         return f"one ({reason})" if reason else "one"
-    listing = " · ".join(f"{name} {f.clips} clips, {f.hours * 60:.1f} min" for name, f in speakers.items())
+    listing = " · ".join(
+        f"{name} {f.clips} clips, {f.hours * 60:.1f} min" for name, f in speakers.items()
+    )
     return f"{len(speakers)} — {listing} ({reason})"
 
 
@@ -189,8 +219,14 @@ def show_report(report: DataReport, console: Console) -> None:
     console.print(f"[bold]Mode[/bold] {report.mode} — {report.reason}", soft_wrap=True)
     console.print(_summary_table(report))
     if report.problems:
-        console.print(_problem_table(f"Skipped ({len(report.problems)})", report.problems, report.path))
+        console.print(
+            _problem_table(f"Skipped ({len(report.problems)})", report.problems, report.path)
+        )
     if report.warnings:
-        console.print(_problem_table(f"Warnings ({len(report.warnings)})", report.warnings, report.path))
+        console.print(
+            _problem_table(f"Warnings ({len(report.warnings)})", report.warnings, report.path)
+        )
     noun = "recordings" if report.mode == "voice" else "text files"
-    console.print(f"[green]OK[/green]: {report.usable_count} usable {noun}; {len(report.problems)} skipped.")
+    console.print(
+        f"[green]OK[/green]: {report.usable_count} usable {noun}; {len(report.problems)} skipped."
+    )

@@ -1,6 +1,8 @@
-"""The sub-commands of `trainer-core`: name, module and one-line summary, known without importing any of them.
+"""The sub-commands of `trainer-core`: name, module and one-line summary, known
+without importing any of them.
 
-`trainer-core --help` lists them from here; only the command being run is imported (`trainer_core.cli`).
+`trainer-core --help` lists them from here; only the command being run is
+imported (`trainer_core.cli`).
 """
 
 from __future__ import annotations
@@ -28,8 +30,16 @@ SUMMARIES: dict[str, str] = {
     "check-data": "scan a data folder: counts, hours, formats and every problem file",
     "ctl": "send a command (pause, resume, save, evaluate, stop) to a running trainer",
     "synth": "synthesise speech from text with a trained TTS checkpoint or export",
-    "evaluate": "score a voice (run, checkpoint or export) on held-out sentences of a voice folder, free-running",
-    "vocode": "re-synthesise a recording through a trained vocoder or Griffin-Lim, to judge the vocoder by ear",
-    "export": "export a trained voice as ONNX (onnxruntime, no torch), or a vits voice as a transformers folder or a "
-    "Piper voice",
+    "evaluate": (
+        "score a voice (run, checkpoint or export) on held-out sentences of a voice folder,"
+        " free-running"
+    ),
+    "vocode": (
+        "re-synthesise a recording through a trained vocoder or Griffin-Lim, to judge the vocoder"
+        " by ear"
+    ),
+    "export": (
+        "export a trained voice as ONNX (onnxruntime, no torch), or a vits voice as a transformers"
+        " folder or a Piper voice"
+    ),
 }

@@ -1,9 +1,9 @@
 """`trainer-core ctl RUN_DIR COMMAND`: send pause/resume/save/evaluate/stop to a live trainer.
 
-`save` and `evaluate` wait until the work is done and print the checkpoint's path / the validation loss
-(the trainer acknowledges on queueing and works at the end of its step); `--no-wait` only queues them.
-Exits 0 when the trainer accepted (and, when waiting, finished) the command, 2 when it refuses it, cannot be
-reached, or the run ends or the time runs out before the work is done.
+`save` and `evaluate` wait until the work is done and print the checkpoint's path / the validation
+loss (the trainer acknowledges on queueing and works at the end of its step); `--no-wait` only
+queues them. Exits 0 when the trainer accepted (and, when waiting, finished) the command, 2 when it
+refuses it, cannot be reached, or the run ends or the time runs out before the work is done.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from trainer_core.contract.control_client import DEFAULT_TIMEOUT_S, ControlConne
 from trainer_core.contract.control_protocol import COMMAND_NAMES
 from trainer_core.contract.protocol import Event
 
-# A save of a big model or a validation of a capped set takes seconds to minutes; an hour means stuck.
+# A save of a big model or a validation of a capped set takes seconds to
+# minutes; an hour means stuck.
 DEFAULT_WAIT_S = 3600.0
 
 
@@ -27,10 +28,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
         "ctl",
         help=SUMMARIES["ctl"],
-        description="Send one command to the trainer serving RUN_DIR over its control socket and print the reply.",
+        description=(
+            "Send one command to the trainer serving RUN_DIR over its control socket and print the"
+            " reply."
+        ),
     )
-    parser.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="the run folder of a live trainer")
-    parser.add_argument("action", choices=COMMAND_NAMES, metavar="COMMAND", help=", ".join(COMMAND_NAMES))
+    parser.add_argument(
+        "run_dir", type=Path, metavar="RUN_DIR", help="the run folder of a live trainer"
+    )
+    parser.add_argument(
+        "action", choices=COMMAND_NAMES, metavar="COMMAND", help=", ".join(COMMAND_NAMES)
+    )
     parser.add_argument(
         "--timeout",
         type=positive_seconds,
@@ -44,9 +52,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=DEFAULT_WAIT_S,
         metavar="S",
         dest="wait",
-        help=f"save/evaluate: seconds to wait for the checkpoint / validation (default {DEFAULT_WAIT_S:g})",
+        help=(
+            "save/evaluate: seconds to wait for the checkpoint / validation (default"
+            f" {DEFAULT_WAIT_S:g})"
+        ),
     )
-    parser.add_argument("--no-wait", action="store_true", help="save/evaluate: return once the command is queued")
+    parser.add_argument(
+        "--no-wait", action="store_true", help="save/evaluate: return once the command is queued"
+    )
     parser.add_argument("--json", action="store_true", help="print the reply as JSON")
     parser.set_defaults(handler=run_ctl)
 
@@ -55,7 +68,9 @@ def positive_seconds(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"--timeout must be a number of seconds, got {text!r}") from None
+        raise argparse.ArgumentTypeError(
+            f"--timeout must be a number of seconds, got {text!r}"
+        ) from None
     if not value > 0:
         raise argparse.ArgumentTypeError(f"--timeout must be more than 0 seconds, got {text!r}")
     return value
@@ -72,9 +87,18 @@ def run_ctl(args: argparse.Namespace) -> int:
             print_json(reply.model_dump(mode="json"))
         print(f"error: the trainer refused {args.action!r}: {reply.error}", file=sys.stderr)
         return 2
-    done = wait_until_done(args.run_dir, args.action, offset, args.wait, trainer_pid) if waits else None
+    done = (
+        wait_until_done(args.run_dir, args.action, offset, args.wait, trainer_pid)
+        if waits
+        else None
+    )
     if args.json:
-        print_json({**reply.model_dump(mode="json"), "done": done.model_dump(mode="json") if done else None})
+        print_json(
+            {
+                **reply.model_dump(mode="json"),
+                "done": done.model_dump(mode="json") if done else None,
+            }
+        )
     elif done is None:
         print(f"{reply.cmd}: ok" + (" (queued; not waiting)" if args.action in DONE_EVENT else ""))
     else:
@@ -83,9 +107,15 @@ def run_ctl(args: argparse.Namespace) -> int:
 
 
 def done_text(cmd: str, event: Event) -> str:
-    """`save: checkpoint written: PATH (step N, 1.2 MiB)` or `evaluate: validation loss X at step N`."""
+    """`save: checkpoint written: PATH (step N, 1.2 MiB)` or `evaluate:
+    validation loss X at step N`."""
     data = event.model_dump()
     if cmd == "save":
-        return f"save: checkpoint written: {data['path']} (step {data['step']}, {data['bytes'] / 2**20:.1f} MiB)"
+        return (
+            f"save: checkpoint written: {data['path']} (step {data['step']},"
+            f" {data['bytes'] / 2**20:.1f} MiB)"
+        )
     loss = data.get("loss")
-    return f"evaluate: validation loss {'—' if loss is None else f'{loss:.4g}'} at step {data['step']}"
+    return (
+        f"evaluate: validation loss {'—' if loss is None else f'{loss:.4g}'} at step {data['step']}"
+    )

@@ -1,15 +1,16 @@
-"""`trainer-core evaluate`: score a trained voice on sentences of a voice folder, spoken without teacher forcing.
+"""`trainer-core evaluate`: score a trained voice on sentences of a voice folder,
+spoken without teacher forcing.
 
     trainer-core evaluate runs/demo-…                 --data my-voice/     # the run's best (else newest) checkpoint
     trainer-core evaluate runs/demo-…/checkpoints/step-00000400.pt --data my-voice/ --json
     trainer-core evaluate runs/demo-…/export          --data my-voice/ --all
 
-The sentences are the folder's held-out split (the same rule training uses, by item id, so a run's own data
-folder gives its validation sentences), spread over their lengths; `--all` scores every item. Two runs
-evaluated on the same folder are scored on the same sentences. Each score is printed beside the floor: the
-recordings re-synthesised through the same vocoder. A voice with several speakers says each sentence as the
-speaker of its recording (read by the run's data.speakers); a speaker the voice does not know is spoken by its
-first speaker, and a note says how many were.
+The sentences are the folder's held-out split (the same rule training uses, by item id, so a run's
+own data folder gives its validation sentences), spread over their lengths; `--all` scores every
+item. Two runs evaluated on the same folder are scored on the same sentences. Each score is printed
+beside the floor: the recordings re-synthesised through the same vocoder. A voice with several
+speakers says each sentence as the speaker of its recording (read by the run's data.speakers); a
+speaker the voice does not know is spoken by its first speaker, and a note says how many were.
 """
 
 from __future__ import annotations
@@ -34,20 +35,33 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
         "evaluate",
         help=SUMMARIES["evaluate"],
-        description="Speak held-out sentences of DIR with a trained voice and score them against their recordings: "
-        "DTW-aligned log-mel distance, duration ratio and voicing agreement, beside the vocoder's floor.",
+        description=(
+            "Speak held-out sentences of DIR with a trained voice and score them against their"
+            " recordings: DTW-aligned log-mel distance, duration ratio and voicing agreement,"
+            " beside the vocoder's floor."
+        ),
     )
-    parser.add_argument("source", type=Path, metavar="RUN|CHECKPOINT|EXPORT", help="a run folder, .pt or export")
-    parser.add_argument("--data", type=Path, required=True, metavar="DIR", help="a voice folder with transcripts")
+    parser.add_argument(
+        "source", type=Path, metavar="RUN|CHECKPOINT|EXPORT", help="a run folder, .pt or export"
+    )
+    parser.add_argument(
+        "--data", type=Path, required=True, metavar="DIR", help="a voice folder with transcripts"
+    )
     how_many = parser.add_mutually_exclusive_group()
-    how_many.add_argument("--items", type=int, default=None, metavar="N", help="sentences to score (default 8)")
-    how_many.add_argument("--all", action="store_true", help="score every item of the folder, not the held-out ones")
+    how_many.add_argument(
+        "--items", type=int, default=None, metavar="N", help="sentences to score (default 8)"
+    )
+    how_many.add_argument(
+        "--all", action="store_true", help="score every item of the folder, not the held-out ones"
+    )
     parser.add_argument(
         "--vocoder",
         default="griffin-lim",
         metavar="V",
-        help='what the sentences and the floor are heard through: "griffin-lim" (default, the same for every '
-        "voice) or a trained vocoder's run folder, checkpoint or export",
+        help=(
+            'what the sentences and the floor are heard through: "griffin-lim" (default, the same'
+            " for every voice) or a trained vocoder's run folder, checkpoint or export"
+        ),
     )
     parser.add_argument("--device", default="cpu", help="torch device for the model (default: cpu)")
     parser.add_argument("--json", action="store_true", help="print the scores as JSON")
@@ -69,28 +83,37 @@ def resolve_source(source: Path) -> tuple[str, Path]:
     found = list_checkpoints(folder)
     if found:
         return "checkpoint", found[-1]
-    raise VegaError(f"{source}: not a checkpoint file, an export folder or a run folder with checkpoints")
+    raise VegaError(
+        f"{source}: not a checkpoint file, an export folder or a run folder with checkpoints"
+    )
 
 
 def load_voice(source: Path, device: str) -> tuple[Synthesiser | VitsVoice, Path]:
     from trainer_core.cli.synthesiser import load_from_checkpoint, load_from_export
 
     kind, path = resolve_source(source)
-    synth = load_from_checkpoint(path, device) if kind == "checkpoint" else load_from_export(path, device)
+    synth = (
+        load_from_checkpoint(path, device)
+        if kind == "checkpoint"
+        else load_from_export(path, device)
+    )
     return synth, path
 
 
 def choose_sentences(
     synth: Synthesiser | VitsVoice, items: list[VoiceItem], count: int | None, every: bool
 ) -> list[Any]:
-    """The held-out split of `items` by the run's data settings (an export: the defaults), spread by length."""
+    """The held-out split of `items` by the run's data settings (an export:
+    the defaults), spread by length."""
     from trainer_core.contract.profile import DataSection
     from trainer_core.data.voice_dataset import split_items
     from trainer_core.models.free_running import HeldOutSentence, pick_sentences
 
     ids = {name: number for number, name in enumerate(synth.speaker_names)}
     sentences = [
-        HeldOutSentence(i.item_id, i.text, i.path, ids.get(i.speaker)) for i in items if synth.encoder.encode(i.text)
+        HeldOutSentence(i.item_id, i.text, i.path, ids.get(i.speaker))
+        for i in items
+        if synth.encoder.encode(i.text)
     ]
     if every:
         return sentences
@@ -118,17 +141,24 @@ def run(args: argparse.Namespace) -> int:
     if args.items is not None and args.items < 1:
         raise VegaError(f"--items must be at least 1, got {args.items}")
     synth, path = load_voice(args.source, _check_device(args.device))
-    report = scan_data(args.data, mode="voice", speakers=synth.data.speakers if synth.data else "auto")
+    report = scan_data(
+        args.data, mode="voice", speakers=synth.data.speakers if synth.data else "auto"
+    )
     items = [item for item in report.items if isinstance(item, VoiceItem)]
     sentences: list[HeldOutSentence] = choose_sentences(synth, items, args.items, args.all)
     if not sentences:
-        raise VegaError(f"{args.data}: no transcript has a symbol this voice knows; nothing to evaluate")
+        raise VegaError(
+            f"{args.data}: no transcript has a symbol this voice knows; nothing to evaluate"
+        )
     _note_unknown_speakers(synth, sentences, items)
     if isinstance(synth, VitsVoice):  # it speaks audio itself: its own decoder makes the floor
         result = synth.free_running(sentences)
     else:
-        vocoder = load_vocoder(args.vocoder, synth.audio, synth.model_device, synth.tts.griffin_lim_iters)
-        cache = EvalCache(cache_folder(None) / "evaluation")  # the floor, kept beside the feature cache
+        vocoder = load_vocoder(
+            args.vocoder, synth.audio, synth.model_device, synth.tts.griffin_lim_iters
+        )
+        # the floor, kept beside the feature cache
+        cache = EvalCache(cache_folder(None) / "evaluation")
         trained = vocoder if vocoder.trained else None
         free = FreeRunning(sentences, synth.audio, synth.tts, vocoder=trained, cache=cache)
         result = evaluate_free_running(free, synth.model, synth.encoder)
@@ -147,25 +177,32 @@ def run(args: argparse.Namespace) -> int:
 def _note_unknown_speakers(
     synth: Synthesiser | VitsVoice, sentences: list[HeldOutSentence], items: list[VoiceItem]
 ) -> None:
-    """A multi-speaker voice hears recordings of speakers it was not trained on with its first speaker: say so."""
+    """A multi-speaker voice hears recordings of speakers it was not trained on
+    with its first speaker: say so."""
     if len(synth.speaker_names) < 2:
         return
     speaker_of = {item.path: item.speaker for item in items}
     unknown = sorted({speaker_of[s.path] or "(none)" for s in sentences if s.speaker is None})
     if unknown:
         print(
-            f"note: speakers this voice does not know ({', '.join(unknown)}) are spoken by its first speaker, "
-            f"{synth.speaker_names[0]}",
+            f"note: speakers this voice does not know ({', '.join(unknown)}) are spoken by its"
+            f" first speaker, {synth.speaker_names[0]}",
             file=sys.stderr,
         )
 
 
 def print_table(out: dict[str, Any]) -> None:
     scores, floor = out["scores"], out["floor"]
-    print(f"{out['source']} on {len(scores['items'])} sentences of {out['data']} (vocoder: {out['vocoder']})")
+    print(
+        f"{out['source']} on {len(scores['items'])} sentences of {out['data']} (vocoder:"
+        f" {out['vocoder']})"
+    )
     print(f"{'item':<28} {'distance':>9} {'floor':>7} {'duration':>9} {'voicing':>8} {'pitch':>11}")
     for mine, base in zip(scores["items"], floor["items"], strict=True):
-        print(f"{mine['item_id'][:28]:<28} {mine['distance']:>9.3f} {base['distance']:>7.3f} {_rest(mine)}")
+        print(
+            f"{mine['item_id'][:28]:<28} {mine['distance']:>9.3f} {base['distance']:>7.3f}"
+            f" {_rest(mine)}"
+        )
     print(f"{'mean':<28} {scores['distance']:>9.3f} {floor['distance']:>7.3f} {_rest(scores)}")
 
 

@@ -20,12 +20,17 @@ from trainer_core.contract.errors import VegaError
 def default_out(source: Path) -> Path:
     from trainer_core.contract import rundir
 
-    run = source if rundir.is_run_dir(source) else next((p for p in source.parents if rundir.is_run_dir(p)), None)
+    run = (
+        source
+        if rundir.is_run_dir(source)
+        else next((p for p in source.parents if rundir.is_run_dir(p)), None)
+    )
     return run / "hf" if run is not None else source.with_name(source.name + "-hf")
 
 
 def _model_config(path: Path) -> dict[str, Any]:
-    """The voice's model config, read without its tensors (an export's config.json, a checkpoint's extra)."""
+    """The voice's model config, read without its tensors (an export's
+    config.json, a checkpoint's extra)."""
     from trainer_core.contract.checkpoint_peek import read_model_config
     from trainer_core.contract.init_sources import read_export_config
 
@@ -41,10 +46,15 @@ def run_hf(args: argparse.Namespace) -> int:
 
     source: Path = args.hf
     if not source.exists():
-        raise VegaError(f"--hf {source}: no such file or folder; name a vits run folder, checkpoint or export")
+        raise VegaError(
+            f"--hf {source}: no such file or folder; name a vits run folder, checkpoint or export"
+        )
     voice, path = load_voice(source, "cpu")
     if not isinstance(voice, VitsVoice):
-        raise VegaError(f"{path} is a two-stage voice (acoustic model and vocoder); export --hf writes vits voices")
+        raise VegaError(
+            f"{path} is a two-stage voice (acoustic model and vocoder); export --hf writes vits"
+            " voices"
+        )
     config = _model_config(path)
     speaker = voice.speaker
     scales = {"noise_scale": speaker.noise_scale, "noise_scale_w": speaker.noise_scale_w,

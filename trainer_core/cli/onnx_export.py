@@ -1,11 +1,13 @@
-"""Writing a voice as ONNX (`trainer-core export --onnx`): the graphs, a check against torch, and config.json.
+"""Writing a voice as ONNX (`trainer-core export --onnx`): the graphs, a check
+against torch, and config.json.
 
-The acoustic model (and the vocoder, when it is a trained one) are exported (`models.onnx_graphs`), then run with
-onnxruntime on the same inputs as the torch models: PARITY_TEXTS at two speaking rates for the acoustic graph (the
-durations must agree exactly, the log-mels within TOLERANCE), and the torch mels of those for the vocoder graph
-(the audio within TOLERANCE). A graph that misses is an error and nothing is left half-written: the files go in
-atomically, config.json last, so a folder with a config.json is a complete export. config.json records the
-measured differences beside the tolerance (its layout: `models.onnx_voice`).
+The acoustic model (and the vocoder, when it is a trained one) are exported (`models.onnx_graphs`),
+then run with onnxruntime on the same inputs as the torch models: PARITY_TEXTS at two speaking rates
+for the acoustic graph (the durations must agree exactly, the log-mels within TOLERANCE), and the
+torch mels of those for the vocoder graph (the audio within TOLERANCE). A graph that misses is an
+error and nothing is left half-written: the files go in atomically, config.json last, so a folder
+with a config.json is a complete export. config.json records the measured differences beside the
+tolerance (its layout: `models.onnx_voice`).
 """
 
 from __future__ import annotations
@@ -37,8 +39,9 @@ if TYPE_CHECKING:
     from trainer_core.cli.synthesiser import Synthesiser
     from trainer_core.models.mel_vocoders import MelVocoder
 
-# Largest absolute difference allowed between onnxruntime and torch: on log-mels (natural log of mel power) and
-# on audio samples (full scale 1). Measured differences on the tiny test voices are about 1e-6.
+# Largest absolute difference allowed between onnxruntime and torch: on log-mels
+# (natural log of mel power) and on audio samples (full scale 1). Measured differences
+# on the tiny test voices are about 1e-6.
 TOLERANCE = 1e-4
 PARITY_TEXTS = ("The quick brown fox jumps over the lazy dog.", "Hello, world!", "A")
 PARITY_SCALES = (1.0, 1.3)
@@ -60,7 +63,8 @@ VOCODER_IO = {
 
 
 def default_out(source: Path) -> Path:
-    """Where an export goes by default: `onnx/` in the source's run folder, else beside the source."""
+    """Where an export goes by default: `onnx/` in the source's run folder,
+    else beside the source."""
     source = source.resolve()
     for folder in (source, source.parent, source.parent.parent):
         if is_run_dir(folder):
@@ -68,22 +72,30 @@ def default_out(source: Path) -> Path:
     return source.with_name(f"{source.stem}-onnx")
 
 
-def export_voice(synth: Synthesiser, vocoder: MelVocoder, out: Path, source: Path) -> dict[str, Any]:
-    """Export `synth` (and `vocoder` when trained) to `out` as ONNX; check both against torch; return config.json."""
+def export_voice(
+    synth: Synthesiser, vocoder: MelVocoder, out: Path, source: Path
+) -> dict[str, Any]:
+    """Export `synth` (and `vocoder` when trained) to `out` as ONNX; check both
+    against torch; return config.json."""
     from trainer_core.models.onnx_graphs import OPSET, export_acoustic, export_vocoder
 
     model = synth.model.cpu().eval()
     if out.exists() and not out.is_dir():
-        raise VegaError(f"--out {out} is a file; name a folder for the ONNX files (it is created when missing)")
+        raise VegaError(
+            f"--out {out} is a file; name a folder for the ONNX files (it is created when missing)"
+        )
     acoustic_bytes = export_acoustic(model)
-    vocoder_bytes = export_vocoder(vocoder.generator.cpu().eval()) if vocoder.generator is not None else None
+    vocoder_bytes = (
+        export_vocoder(vocoder.generator.cpu().eval()) if vocoder.generator is not None else None
+    )
     measured = _check_parity(synth, vocoder, acoustic_bytes, vocoder_bytes, out)
     _make_folder(out)
     _write(out / ACOUSTIC_FILENAME, acoustic_bytes)
     if vocoder_bytes is not None:
         _write(out / VOCODER_FILENAME, vocoder_bytes)
     else:
-        (out / VOCODER_FILENAME).unlink(missing_ok=True)  # an earlier export's vocoder is not this voice's
+        # an earlier export's vocoder is not this voice's
+        (out / VOCODER_FILENAME).unlink(missing_ok=True)
     acoustic_io: dict[str, Any] = copy.deepcopy(ACOUSTIC_IO)
     if model.speaker_embedding is not None:
         acoustic_io["inputs"]["speaker"] = SPEAKER_INPUT
@@ -96,7 +108,11 @@ def export_voice(synth: Synthesiser, vocoder: MelVocoder, out: Path, source: Pat
         "source": str(source),
         "opset": OPSET,
         "acoustic": {"file": ACOUSTIC_FILENAME, **acoustic_io},
-        "vocoder": {"file": VOCODER_FILENAME, "source": vocoder.name, **VOCODER_IO} if vocoder_bytes else None,
+        "vocoder": (
+            {"file": VOCODER_FILENAME, "source": vocoder.name, **VOCODER_IO}
+            if vocoder_bytes
+            else None
+        ),
         "text": synth.encoder.state_dict(),
         "audio": synth.audio.model_dump(mode="json"),
         "tts": synth.tts.model_dump(mode="json"),
@@ -108,7 +124,9 @@ def export_voice(synth: Synthesiser, vocoder: MelVocoder, out: Path, source: Pat
             "inputs": {"texts": list(PARITY_TEXTS), "length_scales": list(PARITY_SCALES)},
         },
     }
-    atomic_write_text(out / CONFIG_FILENAME, json.dumps(document, indent=2, ensure_ascii=False) + "\n")
+    atomic_write_text(
+        out / CONFIG_FILENAME, json.dumps(document, indent=2, ensure_ascii=False) + "\n"
+    )
     return document
 
 
@@ -136,20 +154,32 @@ def _check_parity(
 
     graph = AcousticGraph(synth.model).eval()
     # A voice with speakers is checked as its first and its last speaker.
-    speakers = [0, synth.model.config.speakers - 1] if synth.model.speaker_embedding is not None else [None]
+    speakers = (
+        [0, synth.model.config.speakers - 1]
+        if synth.model.speaker_embedding is not None
+        else [None]
+    )
     acoustic_session = start_session(acoustic, out / ACOUSTIC_FILENAME)
-    vocoder_session = start_session(generator, out / VOCODER_FILENAME) if generator is not None else None
+    vocoder_session = (
+        start_session(generator, out / VOCODER_FILENAME) if generator is not None else None
+    )
     worst_mel, worst_audio = 0.0, 0.0
     for text, scale, speaker in itertools.product(PARITY_TEXTS, PARITY_SCALES, speakers):
         ids = synth.encoder.encode(text)
-        feeds = {"ids": np.asarray([ids], dtype=np.int64), "length_scale": np.asarray([scale], dtype=np.float32)}
+        feeds = {
+            "ids": np.asarray([ids], dtype=np.int64),
+            "length_scale": np.asarray([scale], dtype=np.float32),
+        }
         if speaker is not None:
             feeds["speaker"] = np.asarray([speaker], dtype=np.int64)
         with torch.no_grad():
             mel, durations = graph(*(torch.from_numpy(value) for value in feeds.values()))
         onnx_mel, onnx_durations = acoustic_session.run(["mel", "durations"], feeds)
         if not np.array_equal(onnx_durations, durations.numpy()):
-            raise VegaError(f"the ONNX acoustic graph gives other durations than torch for {text!r}; not written")
+            raise VegaError(
+                f"the ONNX acoustic graph gives other durations than torch for {text!r}; not"
+                " written"
+            )
         worst_mel = max(worst_mel, float(np.abs(onnx_mel - mel.numpy()).max()))
         if vocoder_session is not None and vocoder.generator is not None:
             with torch.no_grad():
@@ -159,7 +189,7 @@ def _check_parity(
     for name, worst in (("log-mel", worst_mel), ("audio", worst_audio)):
         if worst > TOLERANCE:
             raise VegaError(
-                f"the ONNX graphs differ from torch by up to {worst:.2e} in the {name}, more than {TOLERANCE:.0e}; "
-                "nothing was written"
+                f"the ONNX graphs differ from torch by up to {worst:.2e} in the {name}, more than"
+                f" {TOLERANCE:.0e}; nothing was written"
             )
     return {"mel": worst_mel, "audio": worst_audio if vocoder_session is not None else None}

@@ -12,7 +12,8 @@ from trainer_core.plan import TrainPlan
 
 
 def describe_model(m: PlanModel) -> str:
-    """The plan's model row: a vocoder's generator and discriminators, or the transformer's shape."""
+    """The plan's model row: a vocoder's generator and discriminators, or
+    the transformer's shape."""
     if m.task:
         return f"custom task {m.task}"
     if (vits := m.vits) is not None:
@@ -41,7 +42,9 @@ def speakers_row(data: PlanData) -> str:
 
 def validation_text(v: ValidationPlan) -> str:
     """One line: items, those the cap left out, and the estimated share of wall time."""
-    capped = f" ({v.capped} more capped away by data.val_max_items = {v.max_items})" if v.capped else ""
+    capped = (
+        f" ({v.capped} more capped away by data.val_max_items = {v.max_items})" if v.capped else ""
+    )
     when = f"every {v.every_steps} steps" if v.every_steps else "each epoch"
     size = f" x {v.item_size:.0f} segments per whole clip" if v.item_size > 1 else ""
     return (
@@ -95,14 +98,23 @@ def render_plan(plan: TrainPlan) -> None:
         for change in start.settings or []:
             table.add_row("adopted", change)
     table.add_row("run folder", d.run_dir + (f"  (resume {plan.resume})" if plan.resume else ""))
-    notify = read_notify_config(machine_file_path())  # a bad setting fails here, before any training
-    table.add_row("notify", notify.where() if notify else f"off ([notify] in {machine_file_path()} or {URL_ENV})")
+    # a bad setting fails here, before any training
+    notify = read_notify_config(machine_file_path())
+    table.add_row(
+        "notify",
+        notify.where() if notify else f"off ([notify] in {machine_file_path()} or {URL_ENV})",
+    )
     if plan.launch is not None:
         launch = plan.launch
-        table.add_row("processes", f"{launch.nproc} per node on {launch.device_kind} (asked for {launch.requested})")
+        table.add_row(
+            "processes",
+            f"{launch.nproc} per node on {launch.device_kind} (asked for {launch.requested})",
+        )
         if (nodes := launch.nodes) is not None:
             where = f"{nodes.master_addr}:{nodes.master_port}"
-            table.add_row("nodes", f"node {nodes.node_rank} of {nodes.nnodes}, rendezvous at {where}")
+            table.add_row(
+                "nodes", f"node {nodes.node_rank} of {nodes.nnodes}, rendezvous at {where}"
+            )
         for note in launch.notes:
             table.add_row("note", note)
     for note in plan.notes:
@@ -112,4 +124,7 @@ def render_plan(plan: TrainPlan) -> None:
     for problem in plan.data.problems[:20]:
         console.print(f"  skipped {problem.path}: {problem.reason}")
     if len(plan.data.problems) > 20:
-        console.print(f"  … and {len(plan.data.problems) - 20} more (trainer-core check-data {plan.data.path})")
+        console.print(
+            f"  … and {len(plan.data.problems) - 20} more (trainer-core check-data"
+            f" {plan.data.path})"
+        )

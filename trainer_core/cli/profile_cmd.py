@@ -49,7 +49,9 @@ def _register_show(actions: argparse._SubParsersAction) -> None:
     parser = actions.add_parser("show", help="print the fully resolved profile as TOML")
     parser.add_argument("file", metavar="FILE", help="profile file or name")
     add_set_option(parser)
-    parser.add_argument("--describe", action="store_true", help="write each field's description above it")
+    parser.add_argument(
+        "--describe", action="store_true", help="write each field's description above it"
+    )
     parser.set_defaults(handler=run_show)
 
 
@@ -78,7 +80,9 @@ def run_validate(args: argparse.Namespace) -> int:
 
 def run_show(args: argparse.Namespace) -> int:
     loaded = _load(args.file, args)
-    print(f"# Resolved profile: {display_path(loaded.path)}" if loaded.path else "# Resolved profile")
+    print(
+        f"# Resolved profile: {display_path(loaded.path)}" if loaded.path else "# Resolved profile"
+    )
     print("# Built from, in order applied:")
     for source in loaded.sources:
         print(f"#   {source}".replace("\n", "\\n"))  # a --set value may hold a newline

@@ -1,4 +1,5 @@
-"""`trainer-core resources`: CPU, RAM, GPUs and MPS on this machine, and what each compute mode would pick.
+"""`trainer-core resources`: CPU, RAM, GPUs and MPS on this machine, and
+what each compute mode would pick.
 
 `--mode` / `--device` also check one choice: the report is printed either way, and the command
 exits 2 with the reason when that choice cannot be satisfied, so scripts can ask "can this box do
@@ -30,14 +31,21 @@ def register(sub: Any) -> None:
     parser = sub.add_parser(
         "resources",
         help=SUMMARIES["resources"],
-        description="Show this machine's CPU, RAM, GPUs (NVML) and MPS, and the device each compute mode would pick.",
+        description=(
+            "Show this machine's CPU, RAM, GPUs (NVML) and MPS, and the device each compute mode"
+            " would pick."
+        ),
     )
-    parser.add_argument("--json", action="store_true", help="print one JSON document instead of tables")
+    parser.add_argument(
+        "--json", action="store_true", help="print one JSON document instead of tables"
+    )
     parser.add_argument(
         "--compute-mode", "--mode", dest="compute_mode", choices=MODES,
         help="check this compute mode: exit 2 if it cannot be satisfied; --mode is the older spelling",
     )  # fmt: skip
-    parser.add_argument("--device", help="check an explicit device (cpu, mps, cuda, cuda:N) under --mode")
+    parser.add_argument(
+        "--device", help="check an explicit device (cpu, mps, cuda, cuda:N) under --mode"
+    )
     parser.add_argument(
         "--min-gpu-memory-gb",
         type=_non_negative_float,
@@ -69,7 +77,9 @@ def run(args: argparse.Namespace) -> int:
     selected: DeviceChoice | DeviceError | None = None
     if args.compute_mode is not None or args.device is not None:
         try:
-            selected = select_device(args.compute_mode or "mixed", args.min_gpu_memory_gb, args.device, resources)
+            selected = select_device(
+                args.compute_mode or "mixed", args.min_gpu_memory_gb, args.device, resources
+            )
         except DeviceError as exc:
             selected = exc
     if args.json:
@@ -115,7 +125,10 @@ def _machine_table(resources: MachineResources) -> Any:
     table.add_column("what", style="bold")
     table.add_column("value")
     table.add_row("CPU", Text(_cpu_text(resources)))
-    ram = f"{format_bytes(resources.ram_total_bytes)} total, {format_bytes(resources.ram_available_bytes)} available"
+    ram = (
+        f"{format_bytes(resources.ram_total_bytes)} total,"
+        f" {format_bytes(resources.ram_available_bytes)} available"
+    )
     table.add_row("RAM", Text(ram))
     table.add_row("NVIDIA GPUs", Text(str(len(resources.gpus))))
     table.add_row("Apple MPS", Text("available" if resources.mps_available else "not available"))

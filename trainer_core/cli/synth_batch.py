@@ -1,8 +1,10 @@
-"""`trainer-core synth --text-file FILE --out-dir DIR`: many lines, one loaded model, one wav per line.
+"""`trainer-core synth --text-file FILE --out-dir DIR`: many lines, one
+loaded model, one wav per line.
 
 Files are named by their line number in FILE (`0007.wav` is line 7), so editing one line of a script
-replaces one file. `index.json` and `index.csv` list every non-empty line: its file, text and seconds, or
-the error that kept it from being spoken (the other lines are still written; the exit status is then 1).
+replaces one file. `index.json` and `index.csv` list every non-empty line: its file, text
+and seconds, or the error that kept it from being spoken (the other lines are still
+written; the exit status is then 1).
 """
 
 from __future__ import annotations
@@ -26,18 +28,24 @@ INDEX_FIELDS = ("line", "file", "text", "seconds", "error")
 
 
 def read_lines(path: Path) -> list[tuple[int, str]]:
-    """(line number, text) of every non-empty line; a clear error for a missing, unreadable or empty file."""
+    """(line number, text) of every non-empty line; a clear error for a
+    missing, unreadable or empty file."""
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise VegaError(f"--text-file {path}: no such file") from None
     except UnicodeDecodeError as exc:
         raise VegaError(
-            f"--text-file {path}: not UTF-8 text ({exc.reason} at byte {exc.start}); save it as UTF-8"
+            f"--text-file {path}: not UTF-8 text ({exc.reason} at byte {exc.start}); save it as"
+            " UTF-8"
         ) from None
     except OSError as exc:
         raise VegaError(f"--text-file {path}: cannot be read ({exc.strerror or exc})") from None
-    lines = [(number, line.strip()) for number, line in enumerate(text.splitlines(), start=1) if line.strip()]
+    lines = [
+        (number, line.strip())
+        for number, line in enumerate(text.splitlines(), start=1)
+        if line.strip()
+    ]
     if not lines:
         raise VegaError(f"--text-file {path}: has no non-empty line to speak")
     return lines
@@ -45,7 +53,9 @@ def read_lines(path: Path) -> list[tuple[int, str]]:
 
 def prepare_out_dir(path: Path) -> None:
     if path.exists() and not path.is_dir():
-        raise VegaError(f"--out-dir {path} is a file, not a folder; name a folder (it is created when missing)")
+        raise VegaError(
+            f"--out-dir {path} is a file, not a folder; name a folder (it is created when missing)"
+        )
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -53,17 +63,28 @@ def prepare_out_dir(path: Path) -> None:
 
 
 def speak_lines(
-    synth: Synthesiser | VitsVoice | OnnxVoice, lines: list[tuple[int, str]], args: argparse.Namespace
+    synth: Synthesiser | VitsVoice | OnnxVoice,
+    lines: list[tuple[int, str]],
+    args: argparse.Namespace,
 ) -> list[dict[str, Any]]:
-    """Speak each line into the out folder; one index row per line (with `error` set where it failed)."""
+    """Speak each line into the out folder; one index row per line (with
+    `error` set where it failed)."""
     width = max(4, len(str(lines[-1][0])))
     speaker = getattr(args, "speaker", None)  # callers other than the CLI may leave it out
     rows = []
     for number, text in lines:
         name = f"{number:0{width}d}.wav"
-        row: dict[str, Any] = {"line": number, "file": name, "text": text, "seconds": None, "error": None}
+        row: dict[str, Any] = {
+            "line": number,
+            "file": name,
+            "text": text,
+            "seconds": None,
+            "error": None,
+        }
         try:
-            done = synth.speak_to_wav(text, args.out_dir / name, args.length_scale, args.griffin_lim_iters, speaker)
+            done = synth.speak_to_wav(
+                text, args.out_dir / name, args.length_scale, args.griffin_lim_iters, speaker
+            )
             row["seconds"] = round(done["seconds"], 4)
         except VegaError as exc:
             row["file"], row["error"] = None, str(exc)
@@ -77,5 +98,5 @@ def write_index(folder: Path, rows: list[dict[str, Any]]) -> None:
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=INDEX_FIELDS, lineterminator="\n")
     writer.writeheader()
-    writer.writerows({k: ("" if v is None else v) for k, v in row.items()} for row in rows)
+    writer.writerows({k: "" if v is None else v for k, v in row.items()} for row in rows)
     atomic_write_text(folder / "index.csv", buffer.getvalue())

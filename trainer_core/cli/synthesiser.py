@@ -1,7 +1,7 @@
 """A TTS model rebuilt from a checkpoint or an export, and speaking one sentence into a WAV file.
 
-Used by `trainer-core synth` (one line or `--text-file`) and by benchmarks; only what speaking needs is
-imported, so a cold call is quick.
+Used by `trainer-core synth` (one line or `--text-file`) and by benchmarks; only what speaking needs
+is imported, so a cold call is quick.
 """
 
 from __future__ import annotations
@@ -45,7 +45,8 @@ class Synthesiser:
         return list(self.model.config.speaker_names)
 
     def speaker_id(self, name: str | None) -> int | None:
-        """The id of speaker `name` (None: the voice's first speaker); a clear error for a name it does not know."""
+        """The id of speaker `name` (None: the voice's first speaker); a clear
+        error for a name it does not know."""
         from trainer_core.data.speakers import speaker_index
 
         return None if name is None else speaker_index(self.speaker_names, name, "this voice")
@@ -58,7 +59,8 @@ class Synthesiser:
         iters: int | None = None,
         speaker: str | None = None,
     ) -> dict[str, Any]:
-        """Speak `text` into `out` as `speaker` (a name; None: the first); return what was written."""
+        """Speak `text` into `out` as `speaker` (a name; None: the first);
+        return what was written."""
         return synthesise_to_wav(self, text, out, length_scale, iters, speaker)
 
 
@@ -78,25 +80,33 @@ def _profile_from_checkpoint(state: dict[str, Any], path: Path):
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise VegaError(f"checkpoint {path}: its profile TOML does not parse ({exc}); use another checkpoint") from exc
+        raise VegaError(
+            f"checkpoint {path}: its profile TOML does not parse ({exc}); use another checkpoint"
+        ) from exc
     return load_profile_dict(data, base_dir=path.parent, source=f"{path} (profile_toml)")
 
 
-def _checkpoint_speaker_names(state: dict[str, Any], weights: dict[str, Any], path: Path) -> list[str]:
-    """The speaker names a checkpoint's model config holds (extra["model_config"]["speaker_names"])."""
+def _checkpoint_speaker_names(
+    state: dict[str, Any], weights: dict[str, Any], path: Path
+) -> list[str]:
+    """The speaker names a checkpoint's model config holds
+    (extra["model_config"]["speaker_names"])."""
     config = (state.get("extra") or {}).get("model_config") or {}
     names = [str(name) for name in config.get("speaker_names") or []]
-    if "speaker_embedding.weight" in weights and len(names) != len(weights["speaker_embedding.weight"]):
+    if "speaker_embedding.weight" in weights and len(names) != len(
+        weights["speaker_embedding.weight"]
+    ):
         raise VegaError(
-            f"checkpoint {path} has a speaker embedding but {len(names)} speaker name(s) for its "
-            f"{len(weights['speaker_embedding.weight'])} rows; use another checkpoint or the run's export"
+            f"checkpoint {path} has a speaker embedding but {len(names)} speaker name(s) for its"
+            f" {len(weights['speaker_embedding.weight'])} rows; use another checkpoint or the run's"
+            " export"
         )
     return names
 
 
 def load_from_checkpoint(path: Path, device: str = "cpu") -> Synthesiser | VitsVoice:
-    """Rebuild the model and text encoder from a training checkpoint (loaded weights-only); a vits run's
-    checkpoint gives a VitsVoice."""
+    """Rebuild the model and text encoder from a training checkpoint (loaded weights-only); a vits
+    run's checkpoint gives a VitsVoice."""
     from trainer_core.cli.vits_voice import vits_from_checkpoint
     from trainer_core.engine.checkpoint_manager import check_model_compatible, load_checkpoint
     from trainer_core.models.text_frontend import TextEncoder
@@ -109,8 +119,8 @@ def load_from_checkpoint(path: Path, device: str = "cpu") -> Synthesiser | VitsV
     weights = _strip_wrappers(state.get("model") or {})
     if "text_symbols" not in weights:
         raise VegaError(
-            f"checkpoint {path} is not a TTS model (no text vocabulary in it); synth, evaluate and export --onnx "
-            "need a voice run"
+            f"checkpoint {path} is not a TTS model (no text vocabulary in it); synth, evaluate and"
+            " export --onnx need a voice run"
         )
     profile = _profile_from_checkpoint(state, path)
     names = _checkpoint_speaker_names(state, weights, path)
@@ -118,7 +128,9 @@ def load_from_checkpoint(path: Path, device: str = "cpu") -> Synthesiser | VitsV
     phonemes = "text_phonemes" in weights and int(weights["text_phonemes"]) == 1
     t = profile.tts
     units: TextUnits = "phonemes" if phonemes else "chars"
-    encoder = TextEncoder.from_symbol_codes(codes, units, t.lowercase, t.espeak_voice, t.espeak_backend)
+    encoder = TextEncoder.from_symbol_codes(
+        codes, units, t.lowercase, t.espeak_voice, t.espeak_backend
+    )
     model = AcousticModel(TtsConfig.from_profile(profile, len(codes), names), codes, phonemes)
     check_model_compatible(model, weights)
     model.load_state_dict(weights)
@@ -126,8 +138,8 @@ def load_from_checkpoint(path: Path, device: str = "cpu") -> Synthesiser | VitsV
 
 
 def load_from_export(folder: Path, device: str = "cpu") -> Synthesiser | VitsVoice:
-    """Rebuild the model and text encoder from an export folder (safetensors weights + config.json); a vits
-    export gives a VitsVoice."""
+    """Rebuild the model and text encoder from an export folder (safetensors weights + config.json);
+    a vits export gives a VitsVoice."""
     from pydantic import ValidationError
 
     from trainer_core.cli.vits_voice import is_vits_config, voice_from_config
@@ -147,7 +159,10 @@ def load_from_export(folder: Path, device: str = "cpu") -> Synthesiser | VitsVoi
         return voice_from_config(config, weights, folder, device)
     if config.get("kind") != "tts":
         kind = config.get("kind", "unknown")
-        raise VegaError(f"{folder} holds a {kind!r} model, not a TTS voice; synth, evaluate and export --onnx need one")
+        raise VegaError(
+            f"{folder} holds a {kind!r} model, not a TTS voice; synth, evaluate and export --onnx"
+            " need one"
+        )
     try:
         encoder = TextEncoder.from_state(config.get("text") or {})
         phonemes = encoder.units == "phonemes"
@@ -175,7 +190,8 @@ def synthesise_to_wav(
     iters: int | None = None,
     speaker: str | None = None,
 ) -> dict[str, Any]:
-    """Speak `text` into `out` (in the voice of `speaker`, a name; None: the first); return what was written."""
+    """Speak `text` into `out` (in the voice of `speaker`, a name; None: the
+    first); return what was written."""
     from trainer_core.models.griffin_lim import mel_to_audio, write_wav
 
     ids = synth.encoder.encode(text)

@@ -1,8 +1,10 @@
-"""`check-data --tokenizer FOLDER|hf:ORG/NAME`: what an MMS voice's text front end drops from a corpus.
+"""`check-data --tokenizer FOLDER|hf:ORG/NAME`: what an MMS voice's text
+front end drops from a corpus.
 
-A transformers VITS voice keeps only the characters of its vocabulary (after lowercasing, and romanising when
-its tokenizer says so); the rest are dropped without a word at training time. This counts them, per character,
-and the transcripts they come from, so a practitioner sees before training what the voice will not say.
+A transformers VITS voice keeps only the characters of its vocabulary (after lowercasing, and
+romanising when its tokenizer says so); the rest are dropped without a word at training time. This
+counts them, per character, and the transcripts they come from, so a practitioner sees before
+training what the voice will not say.
 """
 
 from __future__ import annotations
@@ -28,10 +30,12 @@ LISTED = 30
 
 
 def load_front_end(given: str) -> MmsText:
-    """The text front end of the voice in folder `given` or hub id `hf:ORG/NAME` (from huggingface_hub's cache),
-    checked before the corpus is scanned (uroman when needed)."""
+    """The text front end of the voice in folder `given` or hub id `hf:ORG/NAME` (from
+    huggingface_hub's cache), checked before the corpus is scanned (uroman when needed)."""
     hub = given.startswith(HUB_PREFIX)
-    encoder = MmsText(read_tokenizer_folder(hub_folder(given) if hub else Path(given), given if hub else None))
+    encoder = MmsText(
+        read_tokenizer_folder(hub_folder(given) if hub else Path(given), given if hub else None)
+    )
     encoder.check_ready()
     return encoder
 
@@ -58,8 +62,9 @@ def tokenizer_report(encoder: MmsText, report: DataReport) -> TokenizerDrops:
 
 def show_tokenizer_report(found: TokenizerDrops, console: Console) -> None:
     console.print(
-        f"[bold]Dropped by the tokenizer of[/bold] {found.folder}: {found.characters_dropped} characters "
-        f"in {found.transcripts_with_drops} of {found.transcripts} transcripts of {found.corpus}",
+        f"[bold]Dropped by the tokenizer of[/bold] {found.folder}: {found.characters_dropped}"
+        f" characters in {found.transcripts_with_drops} of {found.transcripts} transcripts of"
+        f" {found.corpus}",
         soft_wrap=True,
     )
     if not found.dropped:

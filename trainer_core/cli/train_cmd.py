@@ -1,10 +1,11 @@
 """`trainer-core train`: the one command line the dashboard, scripts and users share.
 
-Data-parallel: `--nproc-per-node N` plans the processes for the compute mode, then re-executes this command
-under `python -m torch.distributed.run --standalone` (same arguments, the run folder fixed); `torchrun -m
-trainer_core train ...` (multi-node too) lands here directly, and each rank joins the process group before
-it agrees with rank 0 on the run folder. `--nnodes N --node-rank R --master-addr A` runs the same
-command on N machines, joined by torchrun's static rendezvous at A (docs/architecture.md).
+Data-parallel: `--nproc-per-node N` plans the processes for the compute mode, then re-executes
+this command under `python -m torch.distributed.run --standalone` (same arguments, the run
+folder fixed); `torchrun -m trainer_core train ...` (multi-node too) lands here directly, and
+each rank joins the process group before it agrees with rank 0 on the run folder. `--nnodes N
+--node-rank R --master-addr A` runs the same command on N machines, joined by torchrun's static
+rendezvous at A (docs/architecture.md).
 """
 
 from __future__ import annotations
@@ -24,9 +25,13 @@ def register(sub) -> None:
         help=SUMMARIES["train"],
         description="Train from a profile. Flags below override the profile for this run only.",
     )
-    p.add_argument("--profile", default="demo", help="profile file, or the name of a shipped/user profile")
+    p.add_argument(
+        "--profile", default="demo", help="profile file, or the name of a shipped/user profile"
+    )
     p.add_argument("--data", type=Path, help="data folder (overrides data.path)")
-    p.add_argument("--run-dir", type=Path, help="run folder to create (default: <runs_dir>/<name>-<time>)")
+    p.add_argument(
+        "--run-dir", type=Path, help="run folder to create (default: <runs_dir>/<name>-<time>)"
+    )
     p.add_argument(
         "--compute-mode", "--mode", dest="compute_mode", choices=["gpu", "cpu", "mixed"],
         help="compute mode (overrides compute.mode); --mode is the older spelling",
@@ -35,40 +40,57 @@ def register(sub) -> None:
         "--data-mode", "--voice-mode", dest="data_mode", choices=["voice", "text", "auto"],
         help="data mode (overrides data.mode); --voice-mode is the older spelling",
     )  # fmt: skip
-    p.add_argument("--device", help="explicit device: cuda:N, mps or cpu (overrides compute.device)")
     p.add_argument(
-        "--resume", metavar="auto|PATH", help="resume: 'auto' (newest complete checkpoint of --run-dir) or a file"
+        "--device", help="explicit device: cuda:N, mps or cpu (overrides compute.device)"
+    )
+    p.add_argument(
+        "--resume",
+        metavar="auto|PATH",
+        help="resume: 'auto' (newest complete checkpoint of --run-dir) or a file",
     )
     p.add_argument(
         "--init-from",
         type=Path,
         metavar="PATH",
-        help="start from a trained model of the same kind: a run folder, checkpoint or export, a Piper checkpoint, "
-        "a transformers VITS folder or hub model hf:ORG/NAME[@REVISION] (overrides train.init_from); optimizer and "
-        "schedule start fresh",
+        help=(
+            "start from a trained model of the same kind: a run folder, checkpoint or export, a"
+            " Piper checkpoint, a transformers VITS folder or hub model hf:ORG/NAME[@REVISION]"
+            " (overrides train.init_from); optimizer and schedule start fresh"
+        ),
     )
     p.add_argument(
         "--init-discriminator",
         type=Path,
         metavar="PATH",
-        help="with --init-from a transformers VITS: its discriminator, an original VITS D_*.pth or a converted "
-        '"-train" folder (overrides train.init_discriminator; without one it starts fresh and warms up first)',
+        help=(
+            "with --init-from a transformers VITS: its discriminator, an original VITS D_*.pth or a"
+            ' converted "-train" folder (overrides train.init_discriminator; without one it starts'
+            " fresh and warms up first)"
+        ),
     )
     p.add_argument(
         "--task",
         metavar="PACKAGE.MODULE:FACTORY",
-        help="train a task from an installed package (overrides model.task); a module outside Vega must be allowed "
-        "by this machine's file ([tasks] allowed in machine.toml)",
+        help=(
+            "train a task from an installed package (overrides model.task); a module outside Vega"
+            " must be allowed by this machine's file ([tasks] allowed in machine.toml)"
+        ),
     )
     p.add_argument("--events", choices=["-"], help="'-' also prints events as JSON lines on stdout")
-    p.add_argument("--dry-run", action="store_true", help="resolve profile, device and data, print the plan, stop")
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="resolve profile, device and data, print the plan, stop",
+    )
     p.add_argument("--json", action="store_true", help="with --dry-run: print the plan as JSON")
     p.add_argument(
         "--nproc-per-node",
         type=int,
         metavar="N",
-        help="data-parallel training with N processes on this machine (one per GPU, or CPU processes), "
-        "started through torchrun",
+        help=(
+            "data-parallel training with N processes on this machine (one per GPU, or CPU"
+            " processes), started through torchrun"
+        ),
     )
     p.add_argument(
         "--nnodes",
@@ -76,7 +98,9 @@ def register(sub) -> None:
         metavar="N",
         help="machines taking part: run this command on each, with its --node-rank",
     )
-    p.add_argument("--node-rank", type=int, metavar="R", help="with --nnodes: this machine's number, 0 to N-1")
+    p.add_argument(
+        "--node-rank", type=int, metavar="R", help="with --nnodes: this machine's number, 0 to N-1"
+    )
     p.add_argument(
         "--master-addr",
         metavar="ADDRESS",
@@ -106,13 +130,19 @@ def flag_overrides(args: argparse.Namespace) -> list[str]:
     if args.init_from is not None:
         given = str(args.init_from)
         hub_id = given.startswith("hf:")  # a Hugging Face hub id, not a path
-        out.append(f"train.init_from={json.dumps(given if hub_id else str(args.init_from.expanduser().resolve()))}")
+        out.append(
+            f"train.init_from={json.dumps(given if hub_id else str(args.init_from.expanduser().resolve()))}"
+        )
     if args.init_discriminator is not None:
         path = str(args.init_discriminator.expanduser().resolve())
         out.append(f"train.init_discriminator={json.dumps(path)}")
     if args.task is not None:
         # The task chooses the model: whatever kind and sizing the profile names are Vega's models'.
-        out += [f"model.task={json.dumps(checked_task(args.task))}", 'model.kind="auto"', 'model.size="fixed"']
+        out += [
+            f"model.task={json.dumps(checked_task(args.task))}",
+            'model.kind="auto"',
+            'model.size="fixed"',
+        ]
     return out
 
 
@@ -128,14 +158,15 @@ def checked_task(text: str) -> str:
 
 
 def check_start_flags(args: argparse.Namespace) -> None:
-    """--resume continues a run's own checkpoint; --init-from starts a new run from another model: not both."""
+    """--resume continues a run's own checkpoint; --init-from starts a new
+    run from another model: not both."""
     from trainer_core.contract.errors import VegaError
 
     if args.resume is not None and args.init_from is not None:
         raise VegaError(
-            f"--resume {args.resume} and --init-from {args.init_from} together: --resume continues this run from "
-            "its own checkpoint (optimizer and schedule included), --init-from starts a new run from another "
-            "model's weights; pass one of them"
+            f"--resume {args.resume} and --init-from {args.init_from} together: --resume continues"
+            " this run from its own checkpoint (optimizer and schedule included), --init-from"
+            " starts a new run from another model's weights; pass one of them"
         )
 
 
@@ -161,7 +192,10 @@ def run(args: argparse.Namespace) -> int:
     if launching and not world.active:
         plan.launch = plan_launch(plan.profile, args.nproc_per_node or 1, plan.resources, nodes)
     elif launching and world.is_main:
-        plan.notes.append(f"--nproc-per-node is ignored under torchrun, which started {world.world_size} process(es)")
+        plan.notes.append(
+            f"--nproc-per-node is ignored under torchrun, which started {world.world_size}"
+            " process(es)"
+        )
     if args.dry_run:
         if args.json:
             print(plan_report(plan).to_json())
@@ -178,7 +212,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _relaunch_under_torchrun(args: argparse.Namespace, plan) -> None:
-    """Become torchrun with the planned number of processes; the run folder is fixed here for every rank."""
+    """Become torchrun with the planned number of processes; the run folder
+    is fixed here for every rank."""
     from trainer_core.world import relaunch
 
     cli_args = sys.argv[1:]
@@ -188,7 +223,8 @@ def _relaunch_under_torchrun(args: argparse.Namespace, plan) -> None:
 
 
 def _run_rank(plan, events_to_stdout: bool) -> int:
-    """One torchrun rank: join the process group, agree on the run folder, train, leave the group."""
+    """One torchrun rank: join the process group, agree on the run folder,
+    train, leave the group."""
     from trainer_core.engine.distributed import agreed_run_dir, connect, disconnect, finish_together
     from trainer_core.engine.run import run_training
 

@@ -1,8 +1,9 @@
-"""A VITS voice rebuilt from a checkpoint or an export, speaking into WAV files and scored free-running.
+"""A VITS voice rebuilt from a checkpoint or an export, speaking into WAV
+files and scored free-running.
 
-`trainer-core synth` and `trainer-core evaluate` take a vits run's checkpoint or export as they take a two-stage
-voice's; `VitsVoice` answers the same calls as `Synthesiser` (speak_to_wav, speaker_id, speaker_names, encoder,
-audio, data) and speaks audio directly: there is no vocoder to choose.
+`trainer-core synth` and `trainer-core evaluate` take a vits run's checkpoint or export as they take
+a two-stage voice's; `VitsVoice` answers the same calls as `Synthesiser` (speak_to_wav, speaker_id,
+speaker_names, encoder, audio, data) and speaks audio directly: there is no vocoder to choose.
 """
 
 from __future__ import annotations
@@ -61,7 +62,8 @@ class VitsVoice:
         iters: int | None = None,
         speaker: str | None = None,
     ) -> dict[str, Any]:
-        """Speak `text` into `out` as `speaker` (a name; None: the first); `iters` is Griffin-Lim's, unused here."""
+        """Speak `text` into `out` as `speaker` (a name; None: the first); `iters`
+        is Griffin-Lim's, unused here."""
         from trainer_core.models.griffin_lim import write_wav
 
         speaker_id = self.speaker_id(speaker)
@@ -82,7 +84,8 @@ class VitsVoice:
         }
 
     def free_running(self, sentences: list[HeldOutSentence]) -> FreeRunningResult:
-        """`sentences` spoken from text and scored; the floor is each recording re-made through the posterior."""
+        """`sentences` spoken from text and scored; the floor is each recording
+        re-made through the posterior."""
         from trainer_core.data.audio import load_audio
         from trainer_core.models.free_running import FreeRunning, FreeRunningResult
         from trainer_core.models.vits.batch_audio import BatchAudio
@@ -95,11 +98,15 @@ class VitsVoice:
         def remake(sentence: HeldOutSentence) -> Any:
             import torch
 
-            wave = load_audio(sentence.path, a.sample_rate, a.trim_silence, a.trim_top_db, a.normalize)
+            wave = load_audio(
+                sentence.path, a.sample_rate, a.trim_silence, a.trim_top_db, a.normalize
+            )
             return reconstruct_wave(self.model, torch.from_numpy(wave), audio, sentence.speaker)
 
         floor = free.floor_of(remake)
-        scores = free.score_speech(lambda s: (self.speaker.speak(self.model, s.text, s.speaker), None))
+        scores = free.score_speech(
+            lambda s: (self.speaker.speak(self.model, s.text, s.speaker), None)
+        )
         return FreeRunningResult(scores, floor, "vits", time.perf_counter() - started)
 
 
@@ -108,7 +115,11 @@ def is_vits_config(config: dict[str, Any]) -> bool:
 
 
 def voice_from_config(
-    config: dict[str, Any], weights: dict[str, Any], where: Path, device: str, data: DataSection | None = None
+    config: dict[str, Any],
+    weights: dict[str, Any],
+    where: Path,
+    device: str,
+    data: DataSection | None = None,
 ) -> VitsVoice:
     """Rebuild a VITS voice from its model config (an export's config.json "model", a checkpoint's
     extra.model_config) and the generator's weights."""
@@ -127,20 +138,29 @@ def voice_from_config(
         held_out = config.get("held_out")
         data = data or (DataSection(**held_out) if isinstance(held_out, dict) else None)
     except (KeyError, TypeError, ValueError, ValidationError) as exc:
-        raise VegaError(f"{where}: its vits model config is incomplete or damaged ({exc}); export it again") from exc
+        raise VegaError(
+            f"{where}: its vits model config is incomplete or damaged ({exc}); export it again"
+        ) from exc
     names = [str(name) for name in config.get("speaker_names") or []]
     model = Synthesizer(shape)
     missing, unexpected = model.load_state_dict(weights, strict=False)
     if missing or unexpected:
         listed = ", ".join([*missing[:3], *unexpected[:3]])
-        raise VegaError(f"{where}: its weights do not fit its vits config ({listed}); export it again")
-    scales = config.get("inference") or {"noise_scale": 0.667, "noise_scale_w": 0.8, "length_scale": 1.0}
+        raise VegaError(
+            f"{where}: its weights do not fit its vits config ({listed}); export it again"
+        )
+    scales = config.get("inference") or {
+        "noise_scale": 0.667,
+        "noise_scale_w": 0.8,
+        "length_scale": 1.0,
+    }
     speaker = VitsSpeaker(symbols, scales, names, audio.sample_rate)
     return VitsVoice(model.to(device).eval(), speaker, audio, TtsSection(), data)
 
 
 def vits_from_checkpoint(state: dict[str, Any], path: Path, device: str) -> VitsVoice | None:
-    """The voice a vits run's checkpoint holds (its generator), or None for any other kind of checkpoint."""
+    """The voice a vits run's checkpoint holds (its generator), or None for
+    any other kind of checkpoint."""
     from trainer_core.contract.profile_loader import load_profile_dict
 
     config = (state.get("extra") or {}).get("model_config") or {}
@@ -153,7 +173,9 @@ def vits_from_checkpoint(state: dict[str, Any], path: Path, device: str) -> Vits
         if name.startswith("model_g."):
             weights[name.removeprefix("model_g.")] = tensor
     try:
-        profile = load_profile_dict(tomllib.loads(state.get("profile_toml") or ""), base_dir=path.parent)
+        profile = load_profile_dict(
+            tomllib.loads(state.get("profile_toml") or ""), base_dir=path.parent
+        )
         data = profile.data
     except (tomllib.TOMLDecodeError, VegaError):
         data = None

@@ -1,12 +1,14 @@
-"""`trainer-core vocode`: re-synthesise a recording through a vocoder, to judge the vocoder on your own audio.
+"""`trainer-core vocode`: re-synthesise a recording through a vocoder, to judge
+the vocoder on your own audio.
 
     trainer-core vocode --vocoder runs/vocoder-small-…/ --in my-voice.flac --out heard.wav
     trainer-core vocode --vocoder griffin-lim --in my-voice.mp3 --out heard.wav
 
-The recording (wav, flac, ogg or mp3; any sample rate; stereo is mixed down) is decoded and resampled to the
-vocoder's sample rate, turned into a log-mel by Vega's own mel code with the vocoder's audio features, and
-turned back into audio by the vocoder. Griffin-Lim uses the [audio] settings of `--profile` (default: the
-defaults every shipped profile uses). Nothing is trimmed or normalised, so the result lines up with the input.
+The recording (wav, flac, ogg or mp3; any sample rate; stereo is mixed down) is decoded and
+resampled to the vocoder's sample rate, turned into a log-mel by Vega's own mel code with the
+vocoder's audio features, and turned back into audio by the vocoder. Griffin-Lim uses the [audio]
+settings of `--profile` (default: the defaults every shipped profile uses). Nothing is trimmed or
+normalised, so the result lines up with the input.
 """
 
 from __future__ import annotations
@@ -27,11 +29,23 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="V",
         help='"griffin-lim", or a trained vocoder\'s run folder, checkpoint or export folder',
     )
-    parser.add_argument("--in", dest="source", type=Path, required=True, metavar="CLIP", help="wav/flac/ogg/mp3")
-    parser.add_argument("--out", type=Path, required=True, metavar="FILE.wav", help="where to write the result")
-    parser.add_argument("--profile", metavar="P", help="Griffin-Lim only: take the [audio] settings from this profile")
-    parser.add_argument("--griffin-lim-iters", type=int, default=32, metavar="N", help="Griffin-Lim iterations")
-    parser.add_argument("--device", default="cpu", help="torch device to run the vocoder on (default: cpu)")
+    parser.add_argument(
+        "--in", dest="source", type=Path, required=True, metavar="CLIP", help="wav/flac/ogg/mp3"
+    )
+    parser.add_argument(
+        "--out", type=Path, required=True, metavar="FILE.wav", help="where to write the result"
+    )
+    parser.add_argument(
+        "--profile",
+        metavar="P",
+        help="Griffin-Lim only: take the [audio] settings from this profile",
+    )
+    parser.add_argument(
+        "--griffin-lim-iters", type=int, default=32, metavar="N", help="Griffin-Lim iterations"
+    )
+    parser.add_argument(
+        "--device", default="cpu", help="torch device to run the vocoder on (default: cpu)"
+    )
     parser.add_argument("--json", action="store_true", help="print what was written as JSON")
     parser.set_defaults(handler=run)
 
@@ -51,7 +65,9 @@ def run(args: argparse.Namespace) -> int:
 
     if not args.source.is_file():
         raise VegaError(f"--in {args.source}: no such file")
-    vocoder = open_vocoder(args.vocoder, _audio_settings(args.profile), args.device, args.griffin_lim_iters)
+    vocoder = open_vocoder(
+        args.vocoder, _audio_settings(args.profile), args.device, args.griffin_lim_iters
+    )
     audio = vocoder.audio
     try:
         wave = load_audio(args.source, audio.sample_rate, trim_silence=False, normalize=False)
@@ -69,5 +85,8 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json(result)
     else:
-        print(f"wrote {path} ({result['seconds']:.2f} s at {audio.sample_rate} Hz) through {vocoder.name}")
+        print(
+            f"wrote {path} ({result['seconds']:.2f} s at {audio.sample_rate} Hz) through"
+            f" {vocoder.name}"
+        )
     return 0

@@ -1,4 +1,5 @@
-"""Crash-safe file replacement: write a temp file beside the target, fsync, rename, fsync the folder.
+"""Crash-safe file replacement: write a temp file beside the target, fsync,
+rename, fsync the folder.
 
 A crash at any moment leaves either the old file or the complete new one, never a torn file.
 Temp names start with "." and end with ".<pid>.tmp" so they never match what they replace.

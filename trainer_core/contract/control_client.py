@@ -1,8 +1,8 @@
 """Client side of the control channel: send pause/resume/save/evaluate/stop to a live trainer.
 
-The trainer listens on `RUN/control.sock` (a unix stream socket, mode 0600). The wire format is one JSON
-object per line each way: `{"cmd": "pause", "id": "..."}` out, `{"ok": true, "cmd": "pause", "id": "..."}`
-back. Torch-free: the dashboard imports this module, and `trainer-core ctl` uses it.
+The trainer listens on `RUN/control.sock` (a unix stream socket, mode 0600). The wire format is one
+JSON object per line each way: `{"cmd": "pause", "id": "..."}` out, `{"ok": true, "cmd": "pause",
+"id": "..."}` back. Torch-free: the dashboard imports this module, and `trainer-core ctl` uses it.
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ class ControlError(VegaError):
 
 
 def control_socket_path(run_dir: Path | str) -> Path:
-    """Absolute path of a run's control socket (absolute: a relative bind would depend on the cwd)."""
+    """Absolute path of a run's control socket (absolute: a relative bind
+    would depend on the cwd)."""
     return Path(run_dir).absolute() / SOCKET
 
 
@@ -40,8 +41,9 @@ def check_socket_path_length(path: Path) -> None:
     length = len(str(path).encode())
     if length > MAX_SOCKET_PATH_BYTES:
         raise ControlError(
-            f"control socket path {path} is {length} bytes, longer than the {MAX_SOCKET_PATH_BYTES} bytes a "
-            "unix socket path may have; use a shorter runs folder (e.g. --run-dir under ~/runs or /tmp)"
+            f"control socket path {path} is {length} bytes, longer than the {MAX_SOCKET_PATH_BYTES}"
+            " bytes a unix socket path may have; use a shorter runs folder (e.g. --run-dir under"
+            " ~/runs or /tmp)"
         )
 
 
@@ -59,18 +61,22 @@ def decode_reply(line: bytes, path: Path) -> CommandReply:
         return CommandReply.model_validate_json(line)
     except ValueError as exc:  # pydantic's ValidationError, bad JSON included
         snippet = line[:200].decode(errors="replace")
-        raise ControlError(f"unreadable reply from {path}: {snippet!r} ({exc.__class__.__name__})") from exc
+        raise ControlError(
+            f"unreadable reply from {path}: {snippet!r} ({exc.__class__.__name__})"
+        ) from exc
 
 
 def open_control_socket(run_dir: Path | str, timeout: float = DEFAULT_TIMEOUT_S) -> socket.socket:
-    """Connect to a run's control socket, turning every failure into a ControlError that says what it means."""
+    """Connect to a run's control socket, turning every failure into a
+    ControlError that says what it means."""
     run_dir = Path(run_dir)
     path = control_socket_path(run_dir)
     if not run_dir.is_dir():
         raise ControlError(f"run folder {run_dir} does not exist")
     if not path.exists():
         raise ControlError(
-            f"no trainer is listening in {run_dir}: {SOCKET} not found — the run has finished or crashed"
+            f"no trainer is listening in {run_dir}: {SOCKET} not found — the run has finished or"
+            " crashed"
         )
     check_socket_path_length(path)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -87,19 +93,25 @@ def connect_error(exc: OSError, run_dir: Path, path: Path, timeout: float) -> Co
     """Translate a failed connect() into the message a person needs."""
     if isinstance(exc, ConnectionRefusedError):
         return ControlError(
-            f"no trainer is listening in {run_dir}: {path} is stale (its trainer died without removing it)"
+            f"no trainer is listening in {run_dir}: {path} is stale (its trainer died without"
+            " removing it)"
         )
     if isinstance(exc, FileNotFoundError):
-        return ControlError(f"no trainer is listening in {run_dir}: {SOCKET} disappeared — the run has just ended")
+        return ControlError(
+            f"no trainer is listening in {run_dir}: {SOCKET} disappeared — the run has just ended"
+        )
     if isinstance(exc, PermissionError):
         return ControlError(f"permission denied on {path}: the trainer runs as another user")
     if isinstance(exc, TimeoutError):
-        return ControlError(f"the trainer in {run_dir} did not accept a connection within {timeout:g} s")
+        return ControlError(
+            f"the trainer in {run_dir} did not accept a connection within {timeout:g} s"
+        )
     return ControlError(f"cannot connect to {path}: {exc.strerror or exc}")
 
 
 class ControlConnection:
-    """One connection to a trainer's control socket, reused for many commands (the dashboard keeps one).
+    """One connection to a trainer's control socket, reused for many
+    commands (the dashboard keeps one).
 
     Thread-safe: a lock makes each send-and-wait-for-reply atomic, so replies never cross. A broken
     connection is closed and the next `send` reconnects.
@@ -122,7 +134,8 @@ class ControlConnection:
             self._ensure_connected()
 
     def send(self, cmd: str, id: str | None = None) -> CommandReply:
-        """Send one command and wait for its reply; `ok` false in the reply means the trainer refused it."""
+        """Send one command and wait for its reply; `ok` false in the reply
+        means the trainer refused it."""
         with self._lock:
             sock = self._ensure_connected()
             try:
@@ -170,7 +183,8 @@ class ControlConnection:
         try:
             sock.sendall(request)
         except OSError as send_error:
-            # The server may have answered and closed first (e.g. refusing our uid): read that answer.
+            # The server may have answered and closed first (e.g. refusing
+            # our uid): read that answer.
             try:
                 return self._read_line(sock)
             except OSError:
@@ -181,7 +195,9 @@ class ControlConnection:
         """Read up to the next newline; keep anything after it for the next reply."""
         while b"\n" not in self._buffer:
             if len(self._buffer) > MAX_LINE_BYTES:
-                raise ControlError(f"reply from {control_socket_path(self.run_dir)} exceeds {MAX_LINE_BYTES} bytes")
+                raise ControlError(
+                    f"reply from {control_socket_path(self.run_dir)} exceeds {MAX_LINE_BYTES} bytes"
+                )
             chunk = sock.recv(4096)
             if not chunk:
                 raise ConnectionResetError("the trainer closed the connection without replying")
@@ -191,9 +207,13 @@ class ControlConnection:
 
     def _io_error(self, exc: OSError, cmd: str) -> ControlError:
         if isinstance(exc, TimeoutError):
-            return ControlError(f"no reply to {cmd!r} from the trainer in {self.run_dir} within {self.timeout:g} s")
+            return ControlError(
+                f"no reply to {cmd!r} from the trainer in {self.run_dir} within {self.timeout:g} s"
+            )
         reason = exc.strerror or str(exc)
-        return ControlError(f"lost the connection to the trainer in {self.run_dir} while sending {cmd!r}: {reason}")
+        return ControlError(
+            f"lost the connection to the trainer in {self.run_dir} while sending {cmd!r}: {reason}"
+        )
 
     def _close_socket(self) -> None:
         if self._sock is not None:
@@ -207,7 +227,8 @@ def send_command(
 ) -> CommandReply:
     """Connect, send one command, return the trainer's reply and disconnect.
 
-    Raises ControlError when nothing listens, the socket is stale, or no reply comes within `timeout`.
+    Raises ControlError when nothing listens, the socket is stale, or no
+    reply comes within `timeout`.
     """
     with ControlConnection(run_dir, timeout) as connection:
         return connection.send(cmd, id)

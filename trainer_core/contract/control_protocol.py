@@ -1,7 +1,7 @@
 """The control wire: commands a client sends on a run's socket, and the trainer's replies.
 
-One JSON object per line each way (`{"cmd": "pause", "id": "<optional client id>"}`); the socket itself is in
-`contract.control_client` (client) and `engine.control_server` (server).
+One JSON object per line each way (`{"cmd": "pause", "id": "<optional client id>"}`); the socket
+itself is in `contract.control_client` (client) and `engine.control_server` (server).
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from trainer_core.contract.event_lines import describe_validation_error, load_js
 from trainer_core.contract.protocol import ProtocolError
 
 # ---------------------------------------------------------------------------------------------------------------
-# Control commands: `{"cmd": "pause", "id": "<optional client id>"}` one per line, answered by CommandReply
+# Control commands: `{"cmd": "pause", "id": "<optional client id>"}` one per
+# line, answered by CommandReply
 
 
 class CommandBase(BaseModel):
@@ -27,7 +28,9 @@ class CommandBase(BaseModel):
 
     model_config = ConfigDict(extra="ignore")
 
-    id: str | None = Field(default=None, description="client id, echoed in the reply and the command_ack event")
+    id: str | None = Field(
+        default=None, description="client id, echoed in the reply and the command_ack event"
+    )
 
 
 class PauseCommand(CommandBase):
@@ -63,7 +66,9 @@ COMMAND_MODELS: tuple[type[Command], ...] = (
     EvaluateCommand,
     StopCommand,
 )
-COMMAND_NAMES: tuple[str, ...] = tuple(model.model_fields["cmd"].default for model in COMMAND_MODELS)
+COMMAND_NAMES: tuple[str, ...] = tuple(
+    model.model_fields["cmd"].default for model in COMMAND_MODELS
+)
 _COMMAND_TYPES: dict[str, type[Command]] = dict(zip(COMMAND_NAMES, COMMAND_MODELS, strict=True))
 
 Command = Annotated[
@@ -73,7 +78,8 @@ Command = Annotated[
 
 
 class CommandReply(BaseModel):
-    """The trainer's answer on the socket: ok, or an error saying what was wrong with the request."""
+    """The trainer's answer on the socket: ok, or an error saying what was
+    wrong with the request."""
 
     model_config = ConfigDict(extra="allow")
 
@@ -84,11 +90,14 @@ class CommandReply(BaseModel):
 
 
 def parse_command(obj: str | bytes | bytearray | dict[str, Any]) -> Command:
-    """One command from a request line or a decoded object; ProtocolError says what is wrong and what to send."""
+    """One command from a request line or a decoded object; ProtocolError says
+    what is wrong and what to send."""
     if isinstance(obj, (str, bytes, bytearray)):
         obj = load_json_object(obj)
     if not isinstance(obj, dict):
-        raise ProtocolError(f'a command must be a JSON object like {{"cmd": "pause"}}, got {type(obj).__name__}')
+        raise ProtocolError(
+            f'a command must be a JSON object like {{"cmd": "pause"}}, got {type(obj).__name__}'
+        )
     name = obj.get("cmd")
     choices = ", ".join(COMMAND_NAMES)
     if name is None:

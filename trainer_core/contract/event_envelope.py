@@ -12,15 +12,19 @@ PROTOCOL_VERSION = 1
 
 
 class Event(BaseModel):
-    """The envelope shared by every event. Extra fields are kept so that newer trainers never fail a reader."""
+    """The envelope shared by every event. Extra fields are kept so that
+    newer trainers never fail a reader."""
 
     model_config = ConfigDict(extra="allow")
 
     v: Count = Field(default=PROTOCOL_VERSION, ge=1, description="protocol version of the writer")
-    seq: Count = Field(default=0, ge=0, description="line number in the log, from 0, one per line: a jump is a gap")
+    seq: Count = Field(
+        default=0, ge=0, description="line number in the log, from 0, one per line: a jump is a gap"
+    )
     t: Timestamp = Field(default_factory=time.time, description="unix time the event was written")
     type: str = Field(description="event type: the discriminator")
 
 
 class UnknownEvent(Event):
-    """An event type this reader does not know (a newer trainer); every field is kept as an extra."""
+    """An event type this reader does not know (a newer trainer); every
+    field is kept as an extra."""

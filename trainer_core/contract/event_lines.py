@@ -1,4 +1,5 @@
-"""Event lines: one JSON line <-> one protocol event (`contract.protocol`), with the wire rules enforced."""
+"""Event lines: one JSON line <-> one protocol event (`contract.protocol`),
+with the wire rules enforced."""
 
 from __future__ import annotations
 
@@ -34,7 +35,8 @@ def parse_event(obj: str | bytes | bytearray | dict[str, Any]) -> Event:
     """
     if isinstance(obj, (str, bytes, bytearray)):
         try:
-            # Fast path: pydantic parses and dispatches in one go; errors and unknown types go the slow way.
+            # Fast path: pydantic parses and dispatches in one go; errors and
+            # unknown types go the slow way.
             event = event_adapter().validate_json(obj)
         except ValidationError:
             event = _validate_object(load_json_object(obj))
@@ -52,7 +54,9 @@ def load_json_object(text: str | bytes | bytearray) -> dict[str, Any]:
     except UnicodeDecodeError as exc:
         raise ProtocolError(f"not UTF-8 text ({exc.reason}): {_snippet(text)}") from None
     except json.JSONDecodeError as exc:
-        raise ProtocolError(f"not JSON ({exc.msg} at column {exc.colno}): {_snippet(text)}") from None
+        raise ProtocolError(
+            f"not JSON ({exc.msg} at column {exc.colno}): {_snippet(text)}"
+        ) from None
     if not isinstance(obj, dict):
         raise ProtocolError(f"expected a JSON object, got {type(obj).__name__}: {_snippet(text)}")
     return obj
@@ -93,8 +97,9 @@ def _snippet(text: str | bytes | bytearray, limit: int = 80) -> str:
 
 
 def event_to_json(event: Event) -> str:
-    """One compact line (no newline) for an event. Non-finite floats become null (see the module docstring);
-    numeric scalars in free-form fields (numpy, torch) become numbers, other odd objects their str()."""
+    """One compact line (no newline) for an event. Non-finite floats become null (see the
+    module docstring); numeric scalars in free-form fields (numpy, torch) become numbers,
+    other odd objects their str()."""
     return event.model_dump_json(fallback=_json_fallback)
 
 

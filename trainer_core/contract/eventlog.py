@@ -1,16 +1,16 @@
 """The append-only event log: `EventWriter` (trainer side) and `EventReader` (dashboard side).
 
-`RUN/events.jsonl` is the source of truth for live, reattached and finished runs (docs/architecture.md). The
-writer stamps each event with the next `seq` and the current time, appends one line and makes it visible
-to readers at once (one unbuffered `write` per line on an O_APPEND descriptor). It never raises an I/O
-error into the training loop: a failed write is counted, reported once on stderr, and retried on the next
-event; the lost line shows up to readers as a `seq` gap. An optional copy to stdout goes through a bounded
-queue drained by a daemon thread, so a pipe nobody reads can never block training (lines are dropped and
-counted instead).
+`RUN/events.jsonl` is the source of truth for live, reattached and finished runs
+(docs/architecture.md). The writer stamps each event with the next `seq` and the current time,
+appends one line and makes it visible to readers at once (one unbuffered `write` per line on an
+O_APPEND descriptor). It never raises an I/O error into the training loop: a failed write is
+counted, reported once on stderr, and retried on the next event; the lost line shows up to readers
+as a `seq` gap. An optional copy to stdout goes through a bounded queue drained by a daemon thread,
+so a pipe nobody reads can never block training (lines are dropped and counted instead).
 
-The reader follows a growing file incrementally: each `poll()` reads only bytes appended since the last
-one (at most `max_bytes_per_poll`), keeps a partial last line until its newline arrives, counts malformed
-lines and `seq` gaps, and starts over when the file is truncated or replaced.
+The reader follows a growing file incrementally: each `poll()` reads only bytes appended since the
+last one (at most `max_bytes_per_poll`), keeps a partial last line until its newline arrives, counts
+malformed lines and `seq` gaps, and starts over when the file is truncated or replaced.
 
 Torch-free: the dashboard imports this module. Only stdlib and pydantic (through `protocol`).
 """
@@ -50,7 +50,8 @@ class EventLogError(VegaError):
 
 
 def _write_all(fd: int, data: bytes) -> None:
-    """Write every byte to a descriptor: regular files may accept a partial write when the disk fills."""
+    """Write every byte to a descriptor: regular files may accept a partial
+    write when the disk fills."""
     view = memoryview(data)
     while view:
         written = os.write(fd, view)
@@ -70,11 +71,12 @@ def _report(message: str) -> None:
 
 
 class LineMirror:
-    """Copies lines to a stream from a daemon thread; `offer()` never blocks, it drops when the queue is full.
+    """Copies lines to a stream from a daemon thread; `offer()` never blocks,
+    it drops when the queue is full.
 
-    When the stream has a file descriptor, the thread writes to a private duplicate of it with os.write:
-    a thread stuck on a full pipe then holds no Python-level lock, so interpreter shutdown is never stuck
-    behind it. The thread owns that duplicate and closes it when it ends.
+    When the stream has a file descriptor, the thread writes to a private duplicate of it with
+    os.write: a thread stuck on a full pipe then holds no Python-level lock, so interpreter shutdown
+    is never stuck behind it. The thread owns that duplicate and closes it when it ends.
     """
 
     def __init__(self, stream: TextIO, max_lines: int = DEFAULT_STDOUT_QUEUE_LINES) -> None:
@@ -93,7 +95,8 @@ class LineMirror:
             stream.flush()  # earlier buffered text goes out before our first raw line
             return os.dup(stream.fileno())
         except (AttributeError, OSError, ValueError):
-            return None  # no real descriptor (StringIO, pytest capture): write through the stream object
+            # no real descriptor (StringIO, pytest capture): write through the stream object
+            return None
 
     def offer(self, line: bytes) -> None:
         if self._broken or self._stop.is_set():
@@ -105,7 +108,8 @@ class LineMirror:
             self.dropped += 1
 
     def close(self, timeout: float = 1.0) -> None:
-        """Let queued lines go out for up to `timeout` seconds, then stop; a thread stuck on a pipe is left."""
+        """Let queued lines go out for up to `timeout` seconds, then stop; a
+        thread stuck on a pipe is left."""
         if not self._thread.is_alive():
             return  # the stream broke earlier; nothing is listening to the queue
         deadline = time.monotonic() + timeout
@@ -127,7 +131,8 @@ class LineMirror:
                 os.close(self._fd)
 
     def _write(self, line: bytes) -> bool:
-        """Write one line; False when the stream is gone (closed, broken pipe) and mirroring should stop."""
+        """Write one line; False when the stream is gone (closed, broken
+        pipe) and mirroring should stop."""
         try:
             if self._fd is None:
                 self._stream.write(line.decode("utf-8"))
@@ -145,7 +150,8 @@ class LineMirror:
             try:
                 view = view[os.write(fd, view) :]
             except BlockingIOError:
-                # Someone left the descriptor non-blocking: wait until it drains instead of giving up.
+                # Someone left the descriptor non-blocking: wait until it
+                # drains instead of giving up.
                 if self._stop.is_set():
                     return
                 select.select([], [fd], [], 0.5)
@@ -156,11 +162,12 @@ class LineMirror:
 
 
 class EventWriter:
-    """Appends events to `path` (None: no file) and optionally copies them to stdout (True, or a stream).
+    """Appends events to `path` (None: no file) and optionally copies them
+    to stdout (True, or a stream).
 
-    Thread-safe: the training loop and the control thread both emit. `emit()` never raises an I/O error.
-    Counters: `write_errors` (failed file writes), `lost_lines` (lines that never reached the file),
-    `stdout_dropped` (lines the stdout copy skipped because its reader was too slow or gone).
+    Thread-safe: the training loop and the control thread both emit. `emit()` never raises an I/O
+    error. Counters: `write_errors` (failed file writes), `lost_lines` (lines that never reached the
+    file), `stdout_dropped` (lines the stdout copy skipped because its reader was too slow or gone).
     """
 
     def __init__(
@@ -185,7 +192,8 @@ class EventWriter:
 
     @classmethod
     def resume(cls, path: Path | str, stdout: bool | TextIO = False, **options: Any) -> EventWriter:
-        """A writer appending to an existing log, numbering on from its last valid `seq` (from 0 if none)."""
+        """A writer appending to an existing log, numbering on from its last
+        valid `seq` (from 0 if none)."""
         last = last_seq(path)
         return cls(path, stdout, start_seq=0 if last is None else last + 1, **options)
 
@@ -198,10 +206,11 @@ class EventWriter:
         return self._mirror.dropped if self._mirror is not None else 0
 
     def emit(self, event: Event | Mapping[str, Any]) -> Event:
-        """Stamp `seq` and `t`, append the line and return the stamped event (the argument is not changed).
+        """Stamp `seq` and `t`, append the line and return the stamped event
+        (the argument is not changed).
 
-        A mapping is validated like a line read back (ProtocolError if it is not a valid event); I/O errors
-        are never raised. After close() events are counted as lost.
+        A mapping is validated like a line read back (ProtocolError if it is not a valid event); I/O
+        errors are never raised. After close() events are counted as lost.
         """
         model = _as_event(event)
         with self._lock:
@@ -227,12 +236,16 @@ class EventWriter:
         return self
 
     def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
     ) -> None:
         self.close()
 
     def _append(self, line: bytes) -> None:
-        """Write one line to the file, or count it as lost; a failing file is retried on every emit."""
+        """Write one line to the file, or count it as lost; a failing file
+        is retried on every emit."""
         if self.path is None:
             return
         if self._closed:
@@ -245,7 +258,9 @@ class EventWriter:
             return
         if self._failing:
             self._failing = False
-            _report(f"event log {self.path} is writable again; {self.lost_lines} event(s) were lost")
+            _report(
+                f"event log {self.path} is writable again; {self.lost_lines} event(s) were lost"
+            )
 
     def _open(self, path: Path) -> int:
         if self._fd is None:
@@ -266,7 +281,10 @@ class EventWriter:
         self._close_fd()  # reopen next time: the folder may come back, the disk may free up
         if not self._reported:
             self._reported = True
-            _report(f"cannot write the event log {self.path}: {exc}; events are dropped until it works again")
+            _report(
+                f"cannot write the event log {self.path}: {exc}; events are dropped until it works"
+                " again"
+            )
 
     def _close_fd(self) -> None:
         if self._fd is not None:
@@ -287,21 +305,27 @@ def _as_event(event: Event | Mapping[str, Any]) -> Event:
     if isinstance(event, Event):
         return event
     if isinstance(event, Mapping):
-        # The writer stamps seq and t; supply the envelope so a plain dict validates like a read-back line.
+        # The writer stamps seq and t; supply the envelope so a plain dict
+        # validates like a read-back line.
         return parse_event({"v": PROTOCOL_VERSION, "seq": 0, "t": 0.0, **event})
     raise TypeError(f"emit() takes an Event model or a mapping, got {type(event).__name__}")
 
 
 def _terminate_partial_line(fd: int) -> None:
-    """If the file ends in the middle of a line (a crash or a full disk cut a write), end that line first,
-    so the next event starts on a line of its own and readers lose one line, not two."""
+    """If the file ends in the middle of a line (a crash or a full disk cut a write), end that line
+    first, so the next event starts on a line of its own and readers lose one line, not two."""
     info = os.fstat(fd)
-    if stat.S_ISREG(info.st_mode) and info.st_size > 0 and os.pread(fd, 1, info.st_size - 1) != b"\n":
+    if (
+        stat.S_ISREG(info.st_mode)
+        and info.st_size > 0
+        and os.pread(fd, 1, info.st_size - 1) != b"\n"
+    ):
         _write_all(fd, b"\n")
 
 
 def last_seq(path: Path | str) -> int | None:
-    """The `seq` of the last valid event in a log, reading backwards from its end; None if there is none."""
+    """The `seq` of the last valid event in a log, reading backwards from
+    its end; None if there is none."""
     try:
         handle = open(path, "rb")  # noqa: SIM115 - the `with` below owns it; only open() errors are caught here
     except FileNotFoundError:
@@ -336,14 +360,15 @@ def _seq_of(line: bytes) -> int | None:
 
 
 class EventReader:
-    """Follows a growing event log. Each `poll()` returns the events appended since the previous one.
+    """Follows a growing event log. Each `poll()` returns the events
+    appended since the previous one.
 
-    Counters and state: `malformed` (lines that are not events; `last_error` says why for the latest),
-    `gaps` (places where `seq` jumped) and `missing` (how many seq numbers those jumps skipped),
-    `restarts` (times the file was truncated or replaced and reading began again from byte 0),
-    `pending_bytes` (bytes already in the file that a further poll will read: 0 means caught up).
-    With `stop_offset`, bytes from there on are treated as not written yet (reading a history up to a known
-    line end while the file grows).
+    Counters and state: `malformed` (lines that are not events; `last_error` says why for the
+    latest), `gaps` (places where `seq` jumped) and `missing` (how many seq numbers those jumps
+    skipped), `restarts` (times the file was truncated or replaced and reading began again from byte
+    0), `pending_bytes` (bytes already in the file that a further poll will read: 0 means caught
+    up). With `stop_offset`, bytes from there on are treated as not written yet (reading a history
+    up to a known line end while the file grows).
     """
 
     def __init__(
@@ -373,13 +398,14 @@ class EventReader:
         self._identity = identity if self.offset > 0 else None
 
     def poll(self) -> list[Event]:
-        """Events from the bytes appended since the last call (at most `max_bytes_per_poll` of them).
-        A file that does not exist yet gives []."""
+        """Events from the bytes appended since the last call (at most `max_bytes_per_poll` of
+        them). A file that does not exist yet gives []."""
         return self._parse_chunk(self._read_new_bytes())
 
     def read_to_end(self, include_partial: bool = True) -> list[Event]:
-        """Every event up to the current end of the file, in as many slices as it takes. For a finished log,
-        `include_partial` also parses a last line that lacks its newline (a trainer killed mid-write)."""
+        """Every event up to the current end of the file, in as many slices as it takes.
+        For a finished log, `include_partial` also parses a last line that lacks its
+        newline (a trainer killed mid-write)."""
         events = self.poll()
         while self.pending_bytes > 0:
             events.extend(self.poll())
@@ -411,8 +437,8 @@ class EventReader:
         return data
 
     def _was_replaced(self, handle: BinaryIO, info: os.stat_result) -> bool:
-        """A different file under the same name, a truncated one, or one rewritten in place (the byte before
-        our offset should still end the last complete line we read)."""
+        """A different file under the same name, a truncated one, or one rewritten in place (the
+        byte before our offset should still end the last complete line we read)."""
         if self._identity is None or self.offset == 0:
             return False
         if (info.st_dev, info.st_ino) != self._identity or info.st_size < self.offset:
@@ -466,18 +492,23 @@ class EventReader:
         if self.last_seq is not None and seq > self.last_seq + 1:
             self.gaps += 1
             self.missing += seq - self.last_seq - 1
-        # A seq at or below the last one means a new writer numbering afresh: follow it without a gap.
+        # A seq at or below the last one means a new writer numbering
+        # afresh: follow it without a gap.
         self.last_seq = seq
 
 
-def follow_from(path: Path | str, offset: int, identity: tuple[int, int] | None = None, **options: Any) -> EventReader:
-    """A reader whose first poll starts at byte `offset`, the end of a complete line already read another way
-    (a preview of a big log). `identity` (st_dev, st_ino) of the file read then lets it notice a replaced file."""
+def follow_from(
+    path: Path | str, offset: int, identity: tuple[int, int] | None = None, **options: Any
+) -> EventReader:
+    """A reader whose first poll starts at byte `offset`, the end of a complete line already
+    read another way (a preview of a big log). `identity` (st_dev, st_ino) of the file read then
+    lets it notice a replaced file."""
     return EventReader(path, start_offset=offset, identity=identity, **options)
 
 
 def parse_lines(lines: list[bytes]) -> tuple[list[Event], int]:
-    """(events, malformed count) from complete lines that need not be consecutive: no seq gap tracking."""
+    """(events, malformed count) from complete lines that need not be
+    consecutive: no seq gap tracking."""
     events: list[Event] = []
     malformed = 0
     for line in lines:
@@ -491,8 +522,11 @@ def parse_lines(lines: list[bytes]) -> tuple[list[Event], int]:
 
 
 def read_all(path: Path | str) -> list[Event]:
-    """Every event of a finished log (malformed lines skipped). EventLogError if the file is missing."""
+    """Every event of a finished log (malformed lines skipped).
+    EventLogError if the file is missing."""
     reader = EventReader(path)
     if not reader.path.is_file():
-        raise EventLogError(f"event log {reader.path} not found (or not a file); is this a run folder?")
+        raise EventLogError(
+            f"event log {reader.path} not found (or not a file); is this a run folder?"
+        )
     return reader.read_to_end()

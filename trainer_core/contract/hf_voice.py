@@ -29,7 +29,8 @@ VOCAB = "vocab.json"
 TOKENIZER_CONFIG = "tokenizer_config.json"
 MODEL_CARD = "README.md"
 MODEL_TYPE = "vits"
-# MMS was trained on 80 mel bands from 0 Hz to the Nyquist frequency, with a window as long as the FFT.
+# MMS was trained on 80 mel bands from 0 Hz to the Nyquist frequency, with a
+# window as long as the FFT.
 MEL_BANDS = 80
 
 
@@ -48,7 +49,8 @@ class HfVoice:
 
     @property
     def num_symbols(self) -> int:
-        """Rows of the text embedding: the config's vocab_size (at least one past the highest id)."""
+        """Rows of the text embedding: the config's vocab_size (at least one
+        past the highest id)."""
         top = max(self.vocab.values(), default=-1) + 1
         return max(int(self.config.get("vocab_size") or 0), top)
 
@@ -57,12 +59,17 @@ class HfVoice:
 
     @property
     def speaker_names(self) -> list[str]:
-        """transformers numbers a multi-speaker voice's speakers (its speaker_id): "0", "1", ...; [] for one."""
+        """transformers numbers a multi-speaker voice's speakers (its
+        speaker_id): "0", "1", ...; [] for one."""
         count = int(self.config.get("num_speakers") or 1)
         return [str(index) for index in range(count)] if count > 1 else []
 
     def describe(self) -> str:
-        return f"transformers VITS {self.repo_id}" if self.repo_id else f"transformers VITS folder {self.folder}"
+        return (
+            f"transformers VITS {self.repo_id}"
+            if self.repo_id
+            else f"transformers VITS folder {self.folder}"
+        )
 
 
 def hf_audio_section(config: dict[str, Any]) -> dict[str, Any]:
@@ -95,7 +102,9 @@ def _json(path: Path, what: str) -> Any:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError as exc:
-        raise InitSourceError(f"{path.parent}: no {path.name} ({what}); a transformers VITS folder needs it") from exc
+        raise InitSourceError(
+            f"{path.parent}: no {path.name} ({what}); a transformers VITS folder needs it"
+        ) from exc
     except (OSError, ValueError) as exc:
         raise InitSourceError(f"{path}: not readable JSON ({exc})") from exc
 
@@ -118,14 +127,19 @@ def read_license(folder: Path) -> str | None:
 
 
 def read_hf_voice(folder: Path, repo_id: str | None = None) -> HfVoice:
-    """Read a transformers VITS folder's JSON files; InitSourceError naming the file that is missing or wrong."""
+    """Read a transformers VITS folder's JSON files; InitSourceError naming the
+    file that is missing or wrong."""
     config = _json(folder / CONFIG, "the model's shape")
     if not isinstance(config, dict) or config.get("model_type") != MODEL_TYPE:
         kind = config.get("model_type") if isinstance(config, dict) else None
-        raise InitSourceError(f'{folder / CONFIG}: model_type is {kind!r}, not "vits"; name a VITS model')
+        raise InitSourceError(
+            f'{folder / CONFIG}: model_type is {kind!r}, not "vits"; name a VITS model'
+        )
     weights = next((folder / name for name in WEIGHT_FILES if (folder / name).is_file()), None)
     if weights is None:
-        raise InitSourceError(f"{folder}: no weights ({' or '.join(WEIGHT_FILES)}); download the whole model")
+        raise InitSourceError(
+            f"{folder}: no weights ({' or '.join(WEIGHT_FILES)}); download the whole model"
+        )
     vocab = _json(folder / VOCAB, "the symbol -> id table")
     if not isinstance(vocab, dict) or not all(isinstance(i, int) for i in vocab.values()):
         raise InitSourceError(f"{folder / VOCAB}: expected a JSON object of symbol -> integer id")
@@ -136,11 +150,13 @@ def read_hf_voice(folder: Path, repo_id: str | None = None) -> HfVoice:
                    str(license_name) if license_name else None, repo_id)  # fmt: skip
 
 
-# ------------------------------------------------------------------------------------------------ the hub
+# ------------------------------------------------------------------------------------------------
+# the hub
 
 
 def parse_hub_id(given: str) -> tuple[str, str | None]:
-    """`hf:ORG/NAME[@REVISION]` -> (ORG/NAME, REVISION or None); InitSourceError for another shape."""
+    """`hf:ORG/NAME[@REVISION]` -> (ORG/NAME, REVISION or None);
+    InitSourceError for another shape."""
     spec = given[len(HUB_PREFIX) :]
     repo, _, revision = spec.partition("@")
     if repo.count("/") != 1 or not all(repo.split("/")) or (spec.endswith("@") and not revision):
@@ -154,28 +170,33 @@ def hub_repo(given: object) -> str | None:
     return parse_hub_id(text)[0] if text.startswith(HUB_PREFIX) else None
 
 
-@functools.lru_cache(maxsize=8)  # the plan, the start settings and the loader each ask: one hub query
+# the plan, the start settings and the loader each ask: one hub query
+@functools.lru_cache(maxsize=8)
 def hub_folder(given: str) -> Path:
-    """The cached folder of `hf:ORG/NAME[@REVISION]`, downloaded into huggingface_hub's cache unless offline."""
+    """The cached folder of `hf:ORG/NAME[@REVISION]`, downloaded into
+    huggingface_hub's cache unless offline."""
     repo, revision = parse_hub_id(given)
     try:
         from huggingface_hub import snapshot_download
         from huggingface_hub.errors import LocalEntryNotFoundError
     except ImportError as exc:
         raise InitSourceError(
-            f"{given}: hub models need huggingface_hub (pip install 'vega[hf]'), or name a downloaded folder"
+            f"{given}: hub models need huggingface_hub (pip install 'vega[hf]'), or name a"
+            " downloaded folder"
         ) from exc
     fetch = f"hf download {repo}" + (f" --revision {revision}" if revision else "")
     try:
         return Path(snapshot_download(repo, revision=revision))
     except LocalEntryNotFoundError as exc:
         raise InitSourceError(
-            f"{given}: {repo} is not in the Hugging Face cache and this machine is offline (HF_HUB_OFFLINE); "
-            f"fetch it where there is internet with `{fetch}` (or `huggingface-cli download {repo}`) and copy the "
-            "cache, or name the downloaded folder"
+            f"{given}: {repo} is not in the Hugging Face cache and this machine is offline"
+            f" (HF_HUB_OFFLINE); fetch it where there is internet with `{fetch}` (or"
+            f" `huggingface-cli download {repo}`) and copy the cache, or name the downloaded folder"
         ) from exc
     except Exception as exc:  # noqa: BLE001 - the hub's errors are many; each is the user's to fix
-        raise InitSourceError(f"{given}: could not fetch {repo} from the hub ({exc}); try `{fetch}`") from exc
+        raise InitSourceError(
+            f"{given}: could not fetch {repo} from the hub ({exc}); try `{fetch}`"
+        ) from exc
 
 
 def cached_hub_folder(given: str) -> Path | None:

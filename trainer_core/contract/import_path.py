@@ -1,11 +1,13 @@
-"""The working folder stays off the trainer's import path: no folder there stands in for an installed package.
+"""The working folder stays off the trainer's import path: no folder there
+stands in for an installed package.
 
-`python -m` and `python -c` put the working folder first on `sys.path`, so a same-named folder in it (one shipped
-beside a downloaded profile, say) would be imported instead of the package an allowed `model.task` names. Every
-trainer process Vega starts (the dashboard's launches and helper commands, torchrun and its workers) gets
-PYTHONSAFEPATH=1 (Python 3.11+), which leaves that entry out; `python -m trainer_core` typed by hand drops it in
-`trainer_core.__main__`; and `search_path` is what the task's file is resolved against (`contract.task_source`).
-Stdlib only, importing nothing that is not loaded at start-up: `__main__` calls it before anything else runs.
+`python -m` and `python -c` put the working folder first on `sys.path`, so a same-named folder in it
+(one shipped beside a downloaded profile, say) would be imported instead of the package an allowed
+`model.task` names. Every trainer process Vega starts (the dashboard's launches and helper commands,
+torchrun and its workers) gets PYTHONSAFEPATH=1 (Python 3.11+), which leaves that entry out; `python
+-m trainer_core` typed by hand drops it in `trainer_core.__main__`; and `search_path` is what the
+task's file is resolved against (`contract.task_source`). Stdlib only, importing nothing that is not
+loaded at start-up: `__main__` calls it before anything else runs.
 """
 
 from __future__ import annotations
@@ -20,9 +22,10 @@ VEGA_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__f
 
 
 def safe_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
-    """A copy of `base` (default: this process's environment) with PYTHONSAFEPATH=1; Vega's own folder goes on
-    PYTHONPATH when the child could not import this trainer_core without the working folder (a checkout run
-    from its root, not installed), so the child never loads another copy or none."""
+    """A copy of `base` (default: this process's environment) with PYTHONSAFEPATH=1;
+    Vega's own folder goes on PYTHONPATH when the child could not import this trainer_core
+    without the working folder (a checkout run from its root, not installed), so the child
+    never loads another copy or none."""
     env = dict(os.environ if base is None else base)
     env[SAFE_PATH_ENV] = "1"
     if not _found_without_working_folder():
@@ -31,7 +34,8 @@ def safe_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
 
 
 def _found_without_working_folder() -> bool:
-    """True when the import system finds this very trainer_core without the working folder on the path."""
+    """True when the import system finds this very trainer_core without the
+    working folder on the path."""
     for finder in sys.meta_path:
         find_spec = getattr(finder, "find_spec", None)
         spec = find_spec("trainer_core", search_path()) if find_spec is not None else None
@@ -49,9 +53,9 @@ def _working_folder() -> str | None:
 
 
 def drop_working_folder(path: list[str] | None = None) -> bool:
-    """Remove the entry for the working folder that `python -m` or `-c` put first on `path` (default sys.path),
-    unless PYTHONSAFEPATH already left it out; True when one was removed. An explicit PYTHONPATH entry for the
-    same folder comes later and stays."""
+    """Remove the entry for the working folder that `python -m` or `-c` put first on `path` (default
+    sys.path), unless PYTHONSAFEPATH already left it out; True when one was removed. An explicit
+    PYTHONPATH entry for the same folder comes later and stays."""
     entries = sys.path if path is None else path
     if sys.flags.safe_path or not entries:
         return False
@@ -63,10 +67,15 @@ def drop_working_folder(path: list[str] | None = None) -> bool:
 
 
 def search_path() -> list[str]:
-    """sys.path without the working folder ('' or its full path), unless PYTHONPATH names it: what a task's
-    module is resolved against, so a same-named folder there never becomes the file the plan names."""
+    """sys.path without the working folder ('' or its full path), unless PYTHONPATH names
+    it: what a task's module is resolved against, so a same-named folder there never
+    becomes the file the plan names."""
     here = _working_folder()
     named = {os.path.realpath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p}
     if here is not None and here in named:
         return list(sys.path)
-    return [entry for entry in sys.path if entry != "" and (here is None or os.path.realpath(entry) != here)]
+    return [
+        entry
+        for entry in sys.path
+        if entry != "" and (here is None or os.path.realpath(entry) != here)
+    ]

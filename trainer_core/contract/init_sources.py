@@ -1,12 +1,14 @@
-"""Where a model to start from lives (`train.init_from`, `train --init-from`), found and named without torch.
+"""Where a model to start from lives (`train.init_from`, `train --init-from`),
+found and named without torch.
 
-A source is a run folder (its export, else its best checkpoint, else its newest one), a checkpoint file, an export
-folder (model.safetensors + config.json), a Piper checkpoint, or a transformers VITS folder (form "hf", also named
-as a hub model `hf:ORG/NAME[@REVISION]`, `contract.hf_voice`). `resolve_source` picks the file to read;
-`peek_source` says what it holds from the JSON and TOML beside it (an export's config.json; a checkpoint's run
-folder: profile.toml and session.json), so the plan can check it and the dashboard can list candidates without
-loading weights. A checkpoint outside any run folder says what it is only when loaded (`engine.model_source`).
-`check_compatible` refuses a source of another model kind or made from other audio features.
+A source is a run folder (its export, else its best checkpoint, else its newest one), a checkpoint
+file, an export folder (model.safetensors + config.json), a Piper checkpoint, or a transformers VITS
+folder (form "hf", also named as a hub model `hf:ORG/NAME[@REVISION]`, `contract.hf_voice`).
+`resolve_source` picks the file to read; `peek_source` says what it holds from the JSON and TOML
+beside it (an export's config.json; a checkpoint's run folder: profile.toml and session.json), so
+the plan can check it and the dashboard can list candidates without loading weights. A checkpoint
+outside any run folder says what it is only when loaded (`engine.model_source`). `check_compatible`
+refuses a source of another model kind or made from other audio features.
 """
 
 from __future__ import annotations
@@ -21,7 +23,13 @@ from typing import Any, Literal
 from trainer_core.contract import rundir
 from trainer_core.contract.confined_path import inside_or_none
 from trainer_core.contract.errors import InitSourceError
-from trainer_core.contract.hf_voice import HUB_PREFIX, hf_audio_section, hub_folder, hub_repo, is_hf_folder
+from trainer_core.contract.hf_voice import (
+    HUB_PREFIX,
+    hf_audio_section,
+    hub_folder,
+    hub_repo,
+    is_hf_folder,
+)
 from trainer_core.contract.mms_tokenizer import MmsTokenizer
 from trainer_core.contract.profile import AudioSection
 
@@ -31,8 +39,18 @@ EXPORT_CONFIG = "config.json"
 EXPORT_WEIGHTS = "model.safetensors"
 BEST_FILE = "best.json"
 STEP_FILE = re.compile(r"^step-(\d{8})\.pt$")
-# The audio settings a log-mel's numbers depend on: a model trained on other ones has learned other numbers.
-AUDIO_FEATURES = ("sample_rate", "n_fft", "hop_length", "win_length", "n_mels", "f_min", "f_max", "log_floor")
+# The audio settings a log-mel's numbers depend on: a model trained on other
+# ones has learned other numbers.
+AUDIO_FEATURES = (
+    "sample_rate",
+    "n_fft",
+    "hop_length",
+    "win_length",
+    "n_mels",
+    "f_min",
+    "f_max",
+    "log_floor",
+)
 KINDS_WITH_AUDIO = ("tts", "vocoder", "vits")
 # A Lightning checkpoint: Piper's voices (Vega's own checkpoints are step-<8 digits>.pt).
 PIPER_SUFFIX = ".ckpt"
@@ -45,8 +63,9 @@ __all__ = ["InitSourceError"]  # raised here, defined with the other user-facing
 
 @dataclass(frozen=True)
 class VoiceStart:
-    """What a VITS task must know before it builds its model about the model it starts from (or, on a resume,
-    its own checkpoints): the symbol map it keeps and how many text embedding rows that model has."""
+    """What a VITS task must know before it builds its model about the model it starts from
+    (or, on a resume, its own checkpoints): the symbol map it keeps and how many text
+    embedding rows that model has."""
 
     id_map: dict[str, list[int]]
     num_symbols: int
@@ -69,7 +88,8 @@ class SourceFile:
     """Why this file, when a run folder was named ("its export", "its best checkpoint", ...)."""
 
     def describe(self) -> str:
-        """`run NAME: its export`, `checkpoint step-00000400.pt of run NAME`, `export folder PATH`."""
+        """`run NAME: its export`, `checkpoint step-00000400.pt of run
+        NAME`, `export folder PATH`."""
         if self.form == "piper":
             return f"Piper checkpoint {self.path.name}"
         if self.form == "hf":
@@ -78,13 +98,18 @@ class SourceFile:
         if self.chosen and self.run_dir is not None:
             return f"run {self.run_dir.name}: {self.chosen}"
         if self.form == "checkpoint":
-            return f"checkpoint {self.path.name}" + (f" of run {self.run_dir.name}" if self.run_dir else "")
-        return f"export of run {self.run_dir.name}" if self.run_dir else f"export folder {self.path}"
+            return f"checkpoint {self.path.name}" + (
+                f" of run {self.run_dir.name}" if self.run_dir else ""
+            )
+        return (
+            f"export of run {self.run_dir.name}" if self.run_dir else f"export folder {self.path}"
+        )
 
 
 @dataclass(frozen=True)
 class SourceFacts:
-    """What a source is, as far as its JSON and TOML files tell (None: only loading it would tell)."""
+    """What a source is, as far as its JSON and TOML files tell (None: only
+    loading it would tell)."""
 
     file: SourceFile
     kind: str | None
@@ -92,7 +117,8 @@ class SourceFacts:
     step: int | None
 
 
-# ------------------------------------------------------------------------------------------------ resolving
+# ------------------------------------------------------------------------------------------------
+# resolving
 
 
 def is_export(folder: Path) -> bool:
@@ -108,7 +134,9 @@ def checkpoint_files(run_dir: Path) -> list[Path]:
     """A run folder's checkpoint files, newest (highest step) first."""
     folder = run_dir / rundir.CHECKPOINTS
     try:
-        found = [(step, p) for p in folder.iterdir() if (step := _step_of(p)) is not None and p.is_file()]
+        found = [
+            (step, p) for p in folder.iterdir() if (step := _step_of(p)) is not None and p.is_file()
+        ]
     except OSError:
         return []
     return [p for _, p in sorted(found, reverse=True)]
@@ -131,15 +159,18 @@ def _owning_run(folder: Path, sub: str) -> Path | None:
 
 
 def resolve_source(given: Path | str) -> SourceFile:
-    """The checkpoint or export a source names; InitSourceError naming the path when there is none."""
-    if str(given).startswith(HUB_PREFIX):  # hf:ORG/NAME[@REVISION]: a folder of huggingface_hub's cache
+    """The checkpoint or export a source names; InitSourceError naming the
+    path when there is none."""
+    # hf:ORG/NAME[@REVISION]: a folder of huggingface_hub's cache
+    if str(given).startswith(HUB_PREFIX):
         return SourceFile(Path(str(given)), hub_folder(str(given)), "hf", None)
     given = Path(given)
     path = given.expanduser()
     if not path.exists():
         raise InitSourceError(
-            f"{FIELD}: {given} does not exist; name a run folder, a checkpoint (.pt), an export folder, a Piper "
-            "checkpoint (.ckpt), a transformers VITS folder or a hub model (hf:ORG/NAME)"
+            f"{FIELD}: {given} does not exist; name a run folder, a checkpoint (.pt), an export"
+            " folder, a Piper checkpoint (.ckpt), a transformers VITS folder or a hub model"
+            " (hf:ORG/NAME)"
         )
     if path.is_file() and path.suffix == PIPER_SUFFIX:
         return SourceFile(given, path, "piper", None)
@@ -156,18 +187,23 @@ def resolve_source(given: Path | str) -> SourceFile:
         return SourceFile(given, best, "checkpoint", path, f"its best checkpoint ({best.name})")
     newest = checkpoint_files(path)
     if newest:
-        return SourceFile(given, newest[0], "checkpoint", path, f"its newest checkpoint ({newest[0].name})")
+        return SourceFile(
+            given, newest[0], "checkpoint", path, f"its newest checkpoint ({newest[0].name})"
+        )
     raise InitSourceError(
-        f"{FIELD}: {given} holds no model to start from (no {rundir.EXPORT}/ with {EXPORT_CONFIG} and "
-        f"{EXPORT_WEIGHTS}, no {rundir.CHECKPOINTS}/step-*.pt); name a run folder, a checkpoint or an export folder"
+        f"{FIELD}: {given} holds no model to start from (no {rundir.EXPORT}/ with {EXPORT_CONFIG}"
+        f" and {EXPORT_WEIGHTS}, no {rundir.CHECKPOINTS}/step-*.pt); name a run folder, a"
+        " checkpoint or an export folder"
     )
 
 
-# ------------------------------------------------------------------------------------------------ peeking
+# ------------------------------------------------------------------------------------------------
+# peeking
 
 
 def peek_source(file: SourceFile, init_config: Path | None = None) -> SourceFacts:
-    """Kind, audio features and step from the files beside the source (None where they do not say)."""
+    """Kind, audio features and step from the files beside the source (None
+    where they do not say)."""
     if file.form == "piper":
         return _peek_piper(file, init_config)
     if file.form == "hf":  # a vits model; its audio features from its config.json
@@ -188,11 +224,14 @@ def peek_source(file: SourceFile, init_config: Path | None = None) -> SourceFact
         return SourceFacts(file, None, None, _step_of(file.path))
     kind = profile_kind(frozen, run_data_mode(file.run_dir) if file.run_dir else None)
     audio = frozen.get("audio")
-    return SourceFacts(file, kind, audio_features(audio) if isinstance(audio, dict) else None, _step_of(file.path))
+    return SourceFacts(
+        file, kind, audio_features(audio) if isinstance(audio, dict) else None, _step_of(file.path)
+    )
 
 
 def _peek_piper(file: SourceFile, init_config: Path | None) -> SourceFacts:
-    """A Piper checkpoint is a vits model; its audio features from its voice config and hyperparameters."""
+    """A Piper checkpoint is a vits model; its audio features from its voice
+    config and hyperparameters."""
     from trainer_core.contract.piper_voice import (
         audio_settings,
         find_voice_config,
@@ -204,7 +243,9 @@ def _peek_piper(file: SourceFile, init_config: Path | None) -> SourceFacts:
     facts = read_checkpoint_metadata(file.path)
     audio = audio_settings(facts.hyperparameters, voice)
     step = facts.extra.get("global_step")
-    return SourceFacts(file, "vits", audio_features(audio.audio_section()), step if isinstance(step, int) else None)
+    return SourceFacts(
+        file, "vits", audio_features(audio.audio_section()), step if isinstance(step, int) else None
+    )
 
 
 def read_export_config(folder: Path) -> dict[str, Any]:
@@ -212,9 +253,13 @@ def read_export_config(folder: Path) -> dict[str, Any]:
     try:
         document = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        raise InitSourceError(f"{FIELD}: {path} is not readable JSON ({exc}); export the model again") from exc
+        raise InitSourceError(
+            f"{FIELD}: {path} is not readable JSON ({exc}); export the model again"
+        ) from exc
     if not isinstance(document, dict) or document.get("format") != "vega-export":
-        raise InitSourceError(f'{FIELD}: {path} is not a Vega export config (no "format": "vega-export")')
+        raise InitSourceError(
+            f'{FIELD}: {path} is not a Vega export config (no "format": "vega-export")'
+        )
     return document
 
 
@@ -238,7 +283,8 @@ def profile_kind(profile: dict[str, Any], data_mode: str | None) -> str | None:
 
 
 def run_data_mode(run_dir: Path) -> str | None:
-    """The data mode a run trained on: session.json's, else the data_scan event near the head of its log."""
+    """The data mode a run trained on: session.json's, else the data_scan
+    event near the head of its log."""
     try:
         mode = json.loads((run_dir / rundir.SESSION).read_text(encoding="utf-8")).get("data_mode")
         if isinstance(mode, str):
@@ -255,33 +301,46 @@ def run_data_mode(run_dir: Path) -> str | None:
             event = json.loads(line)
         except ValueError:
             continue
-        if isinstance(event, dict) and event.get("type") == "data_scan" and isinstance(event.get("data_mode"), str):
+        if (
+            isinstance(event, dict)
+            and event.get("type") == "data_scan"
+            and isinstance(event.get("data_mode"), str)
+        ):
             return str(event["data_mode"])
     return None
 
 
-# ------------------------------------------------------------------------------------------------ fitting
+# ------------------------------------------------------------------------------------------------
+# fitting
 
 
 def audio_features(section: dict[str, Any]) -> dict[str, Any]:
-    """The AUDIO_FEATURES of an [audio] table, defaults filled in; an unset f_max is the Nyquist frequency.
+    """The AUDIO_FEATURES of an [audio] table, defaults filled in; an unset
+    f_max is the Nyquist frequency.
 
     A frozen profile omits unset fields, so a missing f_max means unset there, not the default."""
     fields = AudioSection.model_fields
-    out = {name: section.get(name, fields[name].default) for name in AUDIO_FEATURES if name != "f_max"}
+    out = {
+        name: section.get(name, fields[name].default) for name in AUDIO_FEATURES if name != "f_max"
+    }
     f_max = section.get("f_max")
     out["f_max"] = f_max if f_max is not None else out["sample_rate"] / 2
     return out
 
 
 def check_compatible(
-    where: str, source_kind: str | None, source_audio: dict[str, Any] | None, kind: str, audio: dict[str, Any]
+    where: str,
+    source_kind: str | None,
+    source_audio: dict[str, Any] | None,
+    kind: str,
+    audio: dict[str, Any],
 ) -> None:
-    """InitSourceError when the source is another model kind or was made from other audio features."""
+    """InitSourceError when the source is another model kind or was made
+    from other audio features."""
     if source_kind is not None and source_kind != kind:
         raise InitSourceError(
-            f"{FIELD}: {where} holds a {source_kind!r} model, but this run trains a {kind!r} model; "
-            f"start from a {kind} run, checkpoint or export, or from scratch"
+            f"{FIELD}: {where} holds a {source_kind!r} model, but this run trains a {kind!r} model;"
+            f" start from a {kind} run, checkpoint or export, or from scratch"
         )
     if kind not in KINDS_WITH_AUDIO or source_audio is None:
         return
@@ -298,7 +357,8 @@ def check_compatible(
 
 
 def resumes(resume: str | None, run_dir: Path) -> bool:
-    """Whether a run with this --resume continues from a checkpoint (then the checkpoint wins over init_from)."""
+    """Whether a run with this --resume continues from a checkpoint (then the
+    checkpoint wins over init_from)."""
     if resume is None:
         return False
     return resume != "auto" or bool(checkpoint_files(run_dir))
@@ -312,15 +372,24 @@ def plan_start(
     run_dir: Path,
     init_config: Path | None = None,
 ) -> dict[str, Any] | None:
-    """The plan's "start from" entry: what will be loaded (checked to fit), or why nothing is; None: scratch."""
+    """The plan's "start from" entry: what will be loaded (checked to fit), or
+    why nothing is; None: scratch."""
     if init_from is None:
         return None
     if resumes(resume, run_dir):
-        return {"given": str(init_from), "applied": False, "text": "not applied: the run resumes from its checkpoint"}
+        return {
+            "given": str(init_from),
+            "applied": False,
+            "text": "not applied: the run resumes from its checkpoint",
+        }
     facts = peek_source(resolve_source(init_from), init_config)
     file = facts.file
     check_compatible(str(file.given), facts.kind, facts.audio, kind, audio)
-    known = [part for part in (facts.kind, f"step {facts.step}" if facts.step is not None else None) if part]
+    known = [
+        part
+        for part in (facts.kind, f"step {facts.step}" if facts.step is not None else None)
+        if part
+    ]
     return {
         "given": str(init_from),
         "applied": True,
@@ -328,5 +397,9 @@ def plan_start(
         "form": file.form,
         "kind": facts.kind,
         "step": facts.step,
-        "text": file.describe() + (f" ({', '.join(known)})" if known else "") + "; optimizer and schedule fresh",
+        "text": (
+            file.describe()
+            + (f" ({', '.join(known)})" if known else "")
+            + "; optimizer and schedule fresh"
+        ),
     }

@@ -1,14 +1,16 @@
 """A transformers VITS tokenizer's files (MMS voices), read without torch or transformers.
 
-A folder in transformers' VITS format holds `vocab.json` (character -> id) and `tokenizer_config.json`
-(`add_blank`, `normalize`, `phonemize`, `is_uroman`, `language`, the special tokens). Older folders also carry
-`special_tokens_map.json` and `added_tokens.json`; newer ones list `added_tokens_decoder` in the config.
-`read_tokenizer_folder` turns them into an `MmsTokenizer`, with the ids transformers' `VitsTokenizer` would
-give its special tokens: a special token the vocabulary holds keeps its id, the others get the ids after the
-vocabulary, in transformers' order (bos, eos, unk, sep, pad, cls, mask, then the extra ones).
+A folder in transformers' VITS format holds `vocab.json` (character -> id) and
+`tokenizer_config.json` (`add_blank`, `normalize`, `phonemize`, `is_uroman`, `language`, the special
+tokens). Older folders also carry `special_tokens_map.json` and `added_tokens.json`; newer ones list
+`added_tokens_decoder` in the config. `read_tokenizer_folder` turns them into an `MmsTokenizer`,
+with the ids transformers' `VitsTokenizer` would give its special tokens: a special token the
+vocabulary holds keeps its id, the others get the ids after the vocabulary, in transformers' order
+(bos, eos, unk, sep, pad, cls, mask, then the extra ones).
 
-`MmsTokenizer.state()` holds only plain types: it goes into the voice's symbol map (`vits.symbols`), so
-checkpoints and exports rebuild the same text front end. What the settings do is `models.vits.mms_symbols`'s.
+`MmsTokenizer.state()` holds only plain types: it goes into the voice's symbol map
+(`vits.symbols`), so checkpoints and exports rebuild the same text front end. What the settings do
+is `models.vits.mms_symbols`'s.
 """
 
 from __future__ import annotations
@@ -25,8 +27,17 @@ CONFIG_FILE = "tokenizer_config.json"
 SPECIAL_MAP_FILE = "special_tokens_map.json"
 ADDED_FILE = "added_tokens.json"
 TOKENIZER_CLASS = "VitsTokenizer"
-# transformers' order of the named special tokens: tokens missing from the vocabulary get ids in this order.
-SPECIAL_ATTRIBUTES = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
+# transformers' order of the named special tokens: tokens missing from the
+# vocabulary get ids in this order.
+SPECIAL_ATTRIBUTES = (
+    "bos_token",
+    "eos_token",
+    "unk_token",
+    "sep_token",
+    "pad_token",
+    "cls_token",
+    "mask_token",
+)
 EXTRA_SPECIALS = ("extra_special_tokens", "additional_special_tokens")
 # VitsTokenizer's own defaults for what a tokenizer_config.json leaves out.
 DEFAULT_SPECIALS = {"unk_token": "<unk>", "pad_token": "<pad>"}
@@ -36,7 +47,8 @@ STRIPPING_FLAGS = ("lstrip", "rstrip", "single_word")
 
 @dataclass(frozen=True)
 class MmsTokenizer:
-    """A VITS tokenizer's vocabulary and settings, as `VitsTokenizer.from_pretrained` would read them."""
+    """A VITS tokenizer's vocabulary and settings, as
+    `VitsTokenizer.from_pretrained` would read them."""
 
     vocab: dict[str, int]
     """Symbol -> id, in the file's order (the order decides which entry a text matches first)."""
@@ -56,17 +68,22 @@ class MmsTokenizer:
         return self.whole_tokens()[self.specials["unk_token"]]
 
     def whole_tokens(self) -> dict[str, int]:
-        """Tokens found whole in a text before it is split into characters: every added token, and the
-        special tokens the vocabulary holds (with their vocabulary ids)."""
+        """Tokens found whole in a text before it is split into characters: every added token, and
+        the special tokens the vocabulary holds (with their vocabulary ids)."""
         found = {text: self.vocab[text] for text in self.specials.values() if text in self.vocab}
         return {**found, **self.added}
 
     def rows(self) -> int:
-        """Embedding rows every id the tokenizer can give needs: the vocabulary's, an added token's when a
-        text can still hold it after normalising, and, when text is not normalised, the unknown token's (a
-        character outside the vocabulary then becomes it instead of being dropped)."""
+        """Embedding rows every id the tokenizer can give needs: the vocabulary's, an
+        added token's when a text can still hold it after normalising, and, when text is
+        not normalised, the unknown token's (a character outside the vocabulary then
+        becomes it instead of being dropped)."""
         ids = list(self.vocab.values())
-        ids += [i for text, i in self.added.items() if not self.normalize or set(text) <= self.vocab.keys()]
+        ids += [
+            i
+            for text, i in self.added.items()
+            if not self.normalize or set(text) <= self.vocab.keys()
+        ]
         return 1 + max(ids + ([self.unk_id] if not self.normalize else []))
 
     def state(self) -> dict[str, Any]:
@@ -96,7 +113,9 @@ class MmsTokenizer:
                 str(state.get("name") or ""),
             )
         except (KeyError, TypeError, ValueError) as exc:
-            raise ProfileError(f"the voice's MMS tokenizer settings are incomplete ({exc}); export it again") from exc
+            raise ProfileError(
+                f"the voice's MMS tokenizer settings are incomplete ({exc}); export it again"
+            ) from exc
         _check(tokenizer, "the voice's MMS tokenizer settings")
         return tokenizer
 
@@ -106,24 +125,32 @@ def is_tokenizer_folder(folder: Path) -> bool:
 
 
 def read_tokenizer_folder(folder: Path, name: str | None = None) -> MmsTokenizer:
-    """The tokenizer of a transformers VITS folder; ProfileError naming the file and field when it is one
-    Vega cannot reproduce exactly (phonemized text, stripping added tokens) or is malformed."""
+    """The tokenizer of a transformers VITS folder; ProfileError naming the file and
+    field when it is one Vega cannot reproduce exactly (phonemized text, stripping
+    added tokens) or is malformed."""
     vocab_path, config_path = folder / VOCAB_FILE, folder / CONFIG_FILE
     vocab = _json_object(vocab_path)
     config = _json_object(config_path)
     for symbol, index in vocab.items():
         if not symbol or not isinstance(index, int) or isinstance(index, bool) or index < 0:
-            raise ProfileError(f"{vocab_path}: entry {symbol!r}: {index!r} is not a symbol with an id >= 0")
+            raise ProfileError(
+                f"{vocab_path}: entry {symbol!r}: {index!r} is not a symbol with an id >= 0"
+            )
     ids = sorted(vocab.values())
     if ids != list(range(len(ids))):
-        raise ProfileError(f"{vocab_path}: the ids are not 0..{len(ids) - 1}, one per symbol; fix the vocabulary")
+        raise ProfileError(
+            f"{vocab_path}: the ids are not 0..{len(ids) - 1}, one per symbol; fix the vocabulary"
+        )
     cls = config.get("tokenizer_class", TOKENIZER_CLASS)
     if cls != TOKENIZER_CLASS:
-        raise ProfileError(f"{config_path}: tokenizer_class is {cls!r}; a VITS voice's is {TOKENIZER_CLASS!r}")
+        raise ProfileError(
+            f"{config_path}: tokenizer_class is {cls!r}; a VITS voice's is {TOKENIZER_CLASS!r}"
+        )
     if config.get("phonemize", True) is not False:
         raise ProfileError(
-            f"{config_path}: phonemize is not false: this voice expects espeak phonemes made by the phonemizer "
-            "package, which Vega does not reproduce; use a character voice (MMS voices set phonemize false)"
+            f"{config_path}: phonemize is not false: this voice expects espeak phonemes made by the"
+            " phonemizer package, which Vega does not reproduce; use a character voice (MMS voices"
+            " set phonemize false)"
         )
     specials, added = _special_tokens(folder, config)
     language = config.get("language")
@@ -142,36 +169,46 @@ def read_tokenizer_folder(folder: Path, name: str | None = None) -> MmsTokenizer
 
 
 def _special_tokens(folder: Path, config: dict[str, Any]) -> tuple[dict[str, str], dict[str, int]]:
-    """(named special tokens, added tokens outside the vocabulary with their ids), as transformers makes them."""
+    """(named special tokens, added tokens outside the vocabulary with their
+    ids), as transformers makes them."""
     config_path = folder / CONFIG_FILE
     settings = {**DEFAULT_SPECIALS, **{k: v for k, v in config.items() if k in SPECIAL_ATTRIBUTES}}
-    extras = [token for key in EXTRA_SPECIALS for token in (config.get(key) or [])]
+    extras = [token for key in EXTRA_SPECIALS for token in config.get(key) or []]
     added: dict[str, int] = {}
     if "added_tokens_decoder" in config:
         for index, token in dict(config["added_tokens_decoder"]).items():
             added[_token_text(token, config_path, "added_tokens_decoder")] = int(index)
     else:
-        # Older folders: special_tokens_map.json overrides the config's special tokens, added_tokens.json adds.
+        # Older folders: special_tokens_map.json overrides the config's special
+        # tokens, added_tokens.json adds.
         if (folder / SPECIAL_MAP_FILE).is_file():
             mapped = _json_object(folder / SPECIAL_MAP_FILE)
             settings.update({k: v for k, v in mapped.items() if k in SPECIAL_ATTRIBUTES})
-            extras += [token for key in EXTRA_SPECIALS for token in (mapped.get(key) or [])]
+            extras += [token for key in EXTRA_SPECIALS for token in mapped.get(key) or []]
         if (folder / ADDED_FILE).is_file():
-            added.update({str(text): int(i) for text, i in _json_object(folder / ADDED_FILE).items()})
-    specials = {key: _token_text(value, config_path, key) for key, value in settings.items() if value is not None}
+            added.update(
+                {str(text): int(i) for text, i in _json_object(folder / ADDED_FILE).items()}
+            )
+    specials = {
+        key: _token_text(value, config_path, key)
+        for key, value in settings.items()
+        if value is not None
+    }
     vocab = _json_object(folder / VOCAB_FILE)
     wanted = [specials[key] for key in SPECIAL_ATTRIBUTES if key in specials]
     wanted += [_token_text(token, config_path, "extra special tokens") for token in extras]
     for text in wanted:
         if text not in vocab and text not in added:
             added[text] = len(set(vocab) | set(added))
-    # A special token the vocabulary holds keeps its vocabulary id (whole_tokens finds it): not listed twice.
+    # A special token the vocabulary holds keeps its vocabulary id (whole_tokens
+    # finds it): not listed twice.
     kept = [text for text in specials.values() if text in vocab]
     return specials, {text: index for text, index in added.items() if text not in kept}
 
 
 def _token_text(token: Any, path: Path, key: str) -> str:
-    """A token's text: a string, or a serialised AddedToken (refused when it strips text around it)."""
+    """A token's text: a string, or a serialised AddedToken (refused when it
+    strips text around it)."""
     if isinstance(token, str) and token:
         return token
     if isinstance(token, dict) and isinstance(token.get("content"), str) and token["content"]:

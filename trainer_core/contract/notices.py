@@ -1,8 +1,9 @@
-"""Which events are news worth a notification, and what it says: one place for the trainer's webhook and the
-dashboard's desktop notification, so both tell the same story.
+"""Which events are news worth a notification, and what it says: one place for the trainer's webhook
+and the dashboard's desktop notification, so both tell the same story.
 
-News: the run finished (completed, stopped, early-stopped), failed (a non-finite stop named as such), paused
-itself (memory), scored a new best free-running distance, or started overtraining. Torch-free.
+News: the run finished (completed, stopped, early-stopped), failed (a non-finite stop
+named as such), paused itself (memory), scored a new best free-running distance, or
+started overtraining. Torch-free.
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ NONFINITE_STOP = "nonfinite_stop"  # the `error` event's code when non-finite st
 
 @dataclass(frozen=True)
 class Notice:
-    """One notification: a short title, a message of a few lines, how urgent, and tags (ntfy shows them)."""
+    """One notification: a short title, a message of a few lines, how
+    urgent, and tags (ntfy shows them)."""
 
     kind: NoticeKind
     title: str
@@ -73,14 +75,20 @@ class NoticeTracker:
                                 ("chart_with_upwards_trend",))  # fmt: skip
         return None
 
-    def _notice(self, kind: NoticeKind, what: str, message: str, priority: Priority, tags: tuple[str, ...]) -> Notice:
+    def _notice(
+        self, kind: NoticeKind, what: str, message: str, priority: Priority, tags: tuple[str, ...]
+    ) -> Notice:
         name = f"{self.run_name}: " if self.run_name else ""
         return Notice(kind, f"vega {name}{what}", message, priority, tags)
 
     def _finished(self, e: FinishedEvent) -> Notice:
         took = f" after {format_duration(e.seconds)}"
         if e.status == "failed":
-            error = self._error.message.strip().splitlines()[0] if self._error and self._error.message else None
+            error = (
+                self._error.message.strip().splitlines()[0]
+                if self._error and self._error.message
+                else None
+            )
             if self._error is not None and self._error.code == NONFINITE_STOP:
                 return self._notice("nonfinite_stop", f"non-finite stop at step {e.step}",
                                     error or "non-finite steps", "high", ("warning",))  # fmt: skip
@@ -118,7 +126,8 @@ class NoticeTracker:
 def _best_text(summary: dict[str, Any]) -> str:
     """`; best checkpoint step 40 (score 2.31)`, from the finished event's summary, else "".
 
-    The score is what train.select_best_by names: the validation loss or the free-running distance."""
+    The score is what train.select_best_by names: the validation loss or the
+    free-running distance."""
     step, score = summary.get("best_step"), summary.get("best_val_loss")
     if not isinstance(step, int):
         return ""

@@ -1,12 +1,13 @@
-"""Where the trainer's notifications go: a webhook from the machine file's `[notify]` table or the environment.
+"""Where the trainer's notifications go: a webhook from the machine file's
+`[notify]` table or the environment.
 
     [notify]
     url = "https://ntfy.sh/vega-7f3c9a"   # a secret: whoever knows it can read or post
     format = "ntfy"                       # ntfy, slack, discord or json; unset: guessed from the host
 
-`VEGA_NOTIFY_URL` (and `VEGA_NOTIFY_FORMAT`) in the environment win over the machine file. A profile can never
-set it: profiles travel between machines and get shared, a webhook URL is a secret. The URL never appears in
-events, logs or the frozen profile; messages name its host only. Torch-free.
+`VEGA_NOTIFY_URL` (and `VEGA_NOTIFY_FORMAT`) in the environment win over the machine file. A profile
+can never set it: profiles travel between machines and get shared, a webhook URL is a secret. The
+URL never appears in events, logs or the frozen profile; messages name its host only. Torch-free.
 """
 
 from __future__ import annotations
@@ -47,7 +48,8 @@ class NotifyConfig:
 
 
 def guess_format(url: str) -> Format:
-    """Slack and Discord by their webhook hosts; anything else is taken as an ntfy-style plain-text endpoint."""
+    """Slack and Discord by their webhook hosts; anything else is taken as an
+    ntfy-style plain-text endpoint."""
     parts = urlsplit(url)
     host = (parts.hostname or "").lower()
     if host == "hooks.slack.com":
@@ -57,35 +59,48 @@ def guess_format(url: str) -> Format:
     return "ntfy"
 
 
-def _checked(url: Any, fmt: Any, label: str, error: type[VegaError], fmt_label: str | None = None) -> NotifyConfig:
+def _checked(
+    url: Any, fmt: Any, label: str, error: type[VegaError], fmt_label: str | None = None
+) -> NotifyConfig:
     if not isinstance(url, str) or not url.strip():
         raise error(f"{label}: the notification url must be a text, for example {EXAMPLE}")
     url = url.strip()
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         # The value itself is not shown: it may be a secret pasted into the wrong place.
-        raise error(f"{label}: the notification url must start with http:// or https:// and name a host")
+        raise error(
+            f"{label}: the notification url must start with http:// or https:// and name a host"
+        )
     if fmt is None or fmt == "auto":
         fmt = guess_format(url)
     if fmt not in FORMATS:
         where = fmt_label or label
-        raise error(f"{where}: notification format {fmt!r} is not one of auto, {', '.join(FORMATS)}")
+        raise error(
+            f"{where}: notification format {fmt!r} is not one of auto, {', '.join(FORMATS)}"
+        )
     return NotifyConfig(url, cast(Format, fmt), label)
 
 
 def notify_table_config(table: Any, label: str) -> NotifyConfig | None:
-    """The machine file's [notify] table checked (None: no table); a bad one is an error naming the key."""
+    """The machine file's [notify] table checked (None: no table); a bad one
+    is an error naming the key."""
     if table is None:
         return None
     if not isinstance(table, dict):
         raise ProfileError(f"{label}: {NOTIFY_TABLE} must be a table, for example {EXAMPLE}")
     unknown = sorted(set(table) - {"url", "format"})
     if unknown:
-        raise ProfileError(f"{label}: unknown key {NOTIFY_TABLE}.{unknown[0]}: [notify] holds url and format")
-    return _checked(table.get("url"), table.get("format"), f"{label} [{NOTIFY_TABLE}]", ProfileError)
+        raise ProfileError(
+            f"{label}: unknown key {NOTIFY_TABLE}.{unknown[0]}: [notify] holds url and format"
+        )
+    return _checked(
+        table.get("url"), table.get("format"), f"{label} [{NOTIFY_TABLE}]", ProfileError
+    )
 
 
-def read_notify_config(machine_file: Path, environ: Mapping[str, str] | None = None) -> NotifyConfig | None:
+def read_notify_config(
+    machine_file: Path, environ: Mapping[str, str] | None = None
+) -> NotifyConfig | None:
     """The environment's webhook, else the machine file's, else None (no notifications)."""
     env = os.environ if environ is None else environ
     url = env.get(URL_ENV, "").strip()
@@ -99,5 +114,7 @@ def read_notify_config(machine_file: Path, environ: Mapping[str, str] | None = N
         raise ProfileError(f"machine file {machine_file}: cannot read it: {exc}") from None
     config = notify_table_config(data.get(NOTIFY_TABLE), f"machine file {machine_file}")
     if config is not None and env.get(FORMAT_ENV):
-        return _checked(config.url, env[FORMAT_ENV], f"{config.source} and {FORMAT_ENV}", VegaError, FORMAT_ENV)
+        return _checked(
+            config.url, env[FORMAT_ENV], f"{config.source} and {FORMAT_ENV}", VegaError, FORMAT_ENV
+        )
     return config

@@ -80,7 +80,9 @@ class GpuInfo:
         total = _require_bytes(data, "memory_total_bytes", where)
         free = _require_bytes(data, "memory_free_bytes", where)
         if free > total:
-            raise DeviceError(f"{where}: memory_free_bytes ({free}) exceeds memory_total_bytes ({total})")
+            raise DeviceError(
+                f"{where}: memory_free_bytes ({free}) exceeds memory_total_bytes ({total})"
+            )
         return cls(
             index=_optional_int(data, "index", where, default=position),
             name=str(data.get("name") or f"Fake GPU {position}"),
@@ -128,7 +130,9 @@ def _optional_bool(data: dict[str, Any], key: str, where: str) -> bool | None:
     return value
 
 
-def parse_compute_capability(value: Any, where: str = "compute_capability") -> tuple[int, int] | None:
+def parse_compute_capability(
+    value: Any, where: str = "compute_capability"
+) -> tuple[int, int] | None:
     """Accept `"8.6"`, `[8, 6]` or `None`."""
     if value is None:
         return None
@@ -136,7 +140,9 @@ def parse_compute_capability(value: Any, where: str = "compute_capability") -> t
     try:
         major, minor = (int(p) for p in parts)
     except (TypeError, ValueError):
-        raise DeviceError(f'{where}: compute_capability must look like "8.6" or [8, 6], got {value!r}') from None
+        raise DeviceError(
+            f'{where}: compute_capability must look like "8.6" or [8, 6], got {value!r}'
+        ) from None
     return (major, minor)
 
 
@@ -152,7 +158,10 @@ class StaticGpuSource:
     """A fixed list of GPUs: for tests, and for `VEGA_FAKE_GPUS`."""
 
     def __init__(
-        self, gpus: Sequence[GpuInfo], note: str = "no GPU in the static list", origin: str = "static list"
+        self,
+        gpus: Sequence[GpuInfo],
+        note: str = "no GPU in the static list",
+        origin: str = "static list",
     ) -> None:
         self._gpus = list(gpus)
         self.note = "" if self._gpus else note
@@ -171,11 +180,17 @@ def fake_gpus_from_env(environ: dict[str, str] | None = None) -> StaticGpuSource
     try:
         items = json.loads(raw)
     except json.JSONDecodeError as exc:
-        raise DeviceError(f"{FAKE_GPUS_ENV} is not valid JSON ({exc}); expected a list of GPU objects") from None
+        raise DeviceError(
+            f"{FAKE_GPUS_ENV} is not valid JSON ({exc}); expected a list of GPU objects"
+        ) from None
     if not isinstance(items, list):
-        raise DeviceError(f"{FAKE_GPUS_ENV} must be a JSON list of GPU objects, got {type(items).__name__}")
+        raise DeviceError(
+            f"{FAKE_GPUS_ENV} must be a JSON list of GPU objects, got {type(items).__name__}"
+        )
     gpus = [GpuInfo.from_dict(item, position) for position, item in enumerate(items)]
-    return StaticGpuSource(gpus, note=f"no GPU ({FAKE_GPUS_ENV} is an empty list)", origin=FAKE_GPUS_ENV)
+    return StaticGpuSource(
+        gpus, note=f"no GPU ({FAKE_GPUS_ENV} is an empty list)", origin=FAKE_GPUS_ENV
+    )
 
 
 def visible_device_order(cuda_visible: str | None, uuids: Sequence[str | None]) -> list[int] | None:
@@ -207,7 +222,9 @@ def _match_visible_token(token: str, uuids: Sequence[str | None]) -> int | objec
     if token.upper().startswith("MIG-"):
         return _UNMAPPABLE
     if token.upper().startswith("GPU-"):
-        hits = [i for i, uuid in enumerate(uuids) if uuid and uuid.lower().startswith(token.lower())]
+        hits = [
+            i for i, uuid in enumerate(uuids) if uuid and uuid.lower().startswith(token.lower())
+        ]
         return hits[0] if len(hits) == 1 else None
     return None
 
@@ -266,7 +283,10 @@ class NvmlSource:
         uuids = [self._query(nvml.nvmlDeviceGetUUID, h) for h in handles]
         order = visible_device_order(os.environ.get("CUDA_VISIBLE_DEVICES"), uuids)
         nvml_indices = list(range(len(handles))) if order is None else order
-        read = [self._read_one(cuda_index, handles[n], uuids[n]) for cuda_index, n in enumerate(nvml_indices)]
+        read = [
+            self._read_one(cuda_index, handles[n], uuids[n])
+            for cuda_index, n in enumerate(nvml_indices)
+        ]
         gpus = [gpu for gpu in read if gpu is not None]
         self.note = "" if gpus else _empty_note(len(handles), order)
         return gpus
@@ -275,7 +295,8 @@ class NvmlSource:
         nvml = self._nvml
         memory = self._memory(handle)
         if memory is None:
-            return None  # a GPU without memory figures (lost, or resetting) is useless to the policy
+            # a GPU without memory figures (lost, or resetting) is useless to the policy
+            return None
         utilization = self._query(nvml.nvmlDeviceGetUtilizationRates, handle)
         power_mw = self._query(nvml.nvmlDeviceGetPowerUsage, handle)
         return GpuInfo(
@@ -292,8 +313,9 @@ class NvmlSource:
         )
 
     def _memory(self, handle: Any) -> Any:
-        """Memory figures as nvidia-smi shows them: version 2 leaves out the driver's reservation (about
-        0.5 GiB on an H100), which version 1 counts as used; older drivers and bindings only have version 1."""
+        """Memory figures as nvidia-smi shows them: version 2 leaves out the driver's
+        reservation (about 0.5 GiB on an H100), which version 1 counts as used; older drivers
+        and bindings only have version 1."""
         nvml = self._nvml
         version = getattr(nvml, "nvmlMemory_v2", None)
         if version is not None:

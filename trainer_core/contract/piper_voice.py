@@ -292,7 +292,8 @@ class PiperAudioSettings:
     mel_fmax: float | None = None
 
     def audio_section(self) -> dict[str, Any]:
-        """The same settings as a profile's [audio] values (an unset mel_fmax is the Nyquist frequency)."""
+        """The same settings as a profile's [audio] values (an unset
+        mel_fmax is the Nyquist frequency)."""
         return {
             "sample_rate": self.sample_rate,
             "n_fft": self.filter_length,

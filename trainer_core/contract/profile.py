@@ -23,59 +23,98 @@ DataMode = Literal["voice", "text", "auto"]
 
 
 class RunSection(Section):
-    name: RunName = Field(default="vega", description="Run name; run folders are <name>-<YYYYmmdd-HHMMSS>.")
-    runs_dir: Path | None = Field(default=None, description="Folder where run folders are created (default: ./runs).")
-    seed: int = Field(default=1234, ge=0, description="Random seed for weights, data order and sampling.")
+    name: RunName = Field(
+        default="vega", description="Run name; run folders are <name>-<YYYYmmdd-HHMMSS>."
+    )
+    runs_dir: Path | None = Field(
+        default=None, description="Folder where run folders are created (default: ./runs)."
+    )
+    seed: int = Field(
+        default=1234, ge=0, description="Random seed for weights, data order and sampling."
+    )
 
 
 class DataSection(Section):
-    path: Path | None = Field(default=None, description="Data folder: audio with transcripts, or text files.")
-    mode: DataMode = Field(default="auto", description="voice, text, or auto (detect from the data folder).")
-    val_fraction: float = Field(default=0.05, ge=0.0, le=0.5, description="Fraction of items held out for validation.")
+    path: Path | None = Field(
+        default=None, description="Data folder: audio with transcripts, or text files."
+    )
+    mode: DataMode = Field(
+        default="auto", description="voice, text, or auto (detect from the data folder)."
+    )
+    val_fraction: float = Field(
+        default=0.05, ge=0.0, le=0.5, description="Fraction of items held out for validation."
+    )
     val_max_items: int = Field(
         default=64,
         ge=0,
-        description="Cap on validation items (0: no cap), the same fixed choice on every start and resume; "
-        "keeps validation a few % of the time on big corpora. Voice: the rest train; text: unused windows.",
+        description=(
+            "Cap on validation items (0: no cap), the same fixed choice on every start and resume;"
+            " keeps validation a few % of the time on big corpora. Voice: the rest train; text:"
+            " unused windows."
+        ),
     )
-    min_duration_s: float = Field(default=0.3, ge=0.0, description="Audio shorter than this is skipped as too short.")
-    max_duration_s: float = Field(default=20.0, gt=0.0, description="Audio longer than this is skipped as too long.")
+    min_duration_s: float = Field(
+        default=0.3, ge=0.0, description="Audio shorter than this is skipped as too short."
+    )
+    max_duration_s: float = Field(
+        default=20.0, gt=0.0, description="Audio longer than this is skipped as too long."
+    )
     preload: Literal["auto", "ram", "disk"] = Field(
-        default="auto", description="auto: RAM when the estimate fits, else disk cache; ram or disk to force."
+        default="auto",
+        description="auto: RAM when the estimate fits, else disk cache; ram or disk to force.",
     )
-    cache_dir: Path | None = Field(default=None, description="Feature cache folder (default: the user cache folder).")
-    num_workers: int = Field(default=2, ge=0, le=64, description="Parallel decode workers for preloading.")
-    context_bytes: int = Field(default=256, ge=8, le=65536, description="Text mode: bytes per training sequence.")
+    cache_dir: Path | None = Field(
+        default=None, description="Feature cache folder (default: the user cache folder)."
+    )
+    num_workers: int = Field(
+        default=2, ge=0, le=64, description="Parallel decode workers for preloading."
+    )
+    context_bytes: int = Field(
+        default=256, ge=8, le=65536, description="Text mode: bytes per training sequence."
+    )
     speakers: Literal["auto", "column", "folders", "none"] = Field(
         default="auto",
-        description="Voice: column (metadata.csv rows id|speaker|text), folders (DATA/<speaker>/...), none (one "
-        "speaker), or auto (column or folders when the data clearly has them, else none).",
+        description=(
+            "Voice: column (metadata.csv rows id|speaker|text), folders (DATA/<speaker>/...), none"
+            " (one speaker), or auto (column or folders when the data clearly has them, else none)."
+        ),
     )
     # Corpora as people have them (data.corpus_layout): Common Voice releases and datasets folders.
     max_items: int = Field(
         default=0,
         ge=0,
-        description="Voice: train on a fixed subset of this many items (0: all), chosen by run.seed, "
-        "the same on every resume; the held-out items stay as they are.",
+        description=(
+            "Voice: train on a fixed subset of this many items (0: all), chosen by run.seed, "
+            "the same on every resume; the held-out items stay as they are."
+        ),
     )
-    min_up_votes: int = Field(default=0, ge=0, description="Common Voice: skip rows with fewer up-votes.")
+    min_up_votes: int = Field(
+        default=0, ge=0, description="Common Voice: skip rows with fewer up-votes."
+    )
     common_voice_train: Literal["validated", "train"] = Field(
         default="validated",
-        description="Common Voice: train on validated.tsv minus dev/test (all the validated "
-        "data), or on the release's smaller train.tsv.",
+        description=(
+            "Common Voice: train on validated.tsv minus dev/test (all the validated "
+            "data), or on the release's smaller train.tsv."
+        ),
     )
     text_column: str | None = Field(
         default=None,
-        description="datasets folders: the text column (default: sentence, normalized_text, "
-        "text, transcription or transcript).",
+        description=(
+            "datasets folders: the text column (default: sentence, normalized_text, "
+            "text, transcription or transcript)."
+        ),
     )
-    audio_column: str | None = Field(default=None, description="datasets folders: the audio column (default: audio).")
+    audio_column: str | None = Field(
+        default=None, description="datasets folders: the audio column (default: audio)."
+    )
 
     @model_validator(mode="after")
     def _durations_ordered(self) -> DataSection:
         if self.min_duration_s >= self.max_duration_s:
             raise ValueError(
-                f"min_duration_s ({self.min_duration_s}) must be below max_duration_s ({self.max_duration_s})"
+                f"min_duration_s ({self.min_duration_s}) must be below max_duration_s"
+                f" ({self.max_duration_s})"
             )
         return self
 
@@ -83,44 +122,70 @@ class DataSection(Section):
 class ModelSection(Section):
     kind: Literal["auto", "tts", "lm", "vocoder", "vits"] = Field(
         default="auto",
-        description="Model family; auto follows the data mode (voice: tts). vocoder: mel to waveform, a GAN trained "
-        "on the same voice folders (settings in [vocoder]); vits: text to waveform end to end ([vits]).",
+        description=(
+            "Model family; auto follows the data mode (voice: tts). vocoder: mel to waveform, a GAN"
+            " trained on the same voice folders (settings in [vocoder]); vits: text to waveform end"
+            " to end ([vits])."
+        ),
     )
     task: str | None = Field(
         default=None,
-        description='A task from an installed package, "package.module:factory" (module names only, no paths); a '
-        "module outside Vega runs only when this machine's file allows it ([tasks] allowed in machine.toml).",
+        description=(
+            'A task from an installed package, "package.module:factory" (module names only, no'
+            " paths); a module outside Vega runs only when this machine's file allows it ([tasks]"
+            " allowed in machine.toml)."
+        ),
     )
     size: Literal["fixed", "auto"] = Field(
         default="fixed",
-        description="fixed: hidden, layers and heads as set here; auto: chosen for train.target_hours from this "
-        "machine's measured step time and the corpus size (about 20 training tokens per parameter).",
+        description=(
+            "fixed: hidden, layers and heads as set here; auto: chosen for train.target_hours from"
+            " this machine's measured step time and the corpus size (about 20 training tokens per"
+            " parameter)."
+        ),
     )
-    hidden: int = Field(default=256, ge=8, le=8192, description="Hidden size of the transformer layers.")
-    encoder_layers: int = Field(default=4, ge=1, le=64, description="Text encoder layers (TTS) or layers (LM).")
-    decoder_layers: int = Field(default=4, ge=1, le=64, description="Mel decoder layers (TTS only).")
+    hidden: int = Field(
+        default=256, ge=8, le=8192, description="Hidden size of the transformer layers."
+    )
+    encoder_layers: int = Field(
+        default=4, ge=1, le=64, description="Text encoder layers (TTS) or layers (LM)."
+    )
+    decoder_layers: int = Field(
+        default=4, ge=1, le=64, description="Mel decoder layers (TTS only)."
+    )
     decoder: Literal["transformer", "conv"] = Field(
         default="transformer",
-        description="TTS mel decoder: transformer blocks, or residual dilated convolutions (no attention over "
-        "frames: cheaper per step on CPUs, each layer sees a wider window).",
+        description=(
+            "TTS mel decoder: transformer blocks, or residual dilated convolutions (no attention"
+            " over frames: cheaper per step on CPUs, each layer sees a wider window)."
+        ),
     )
     heads: int = Field(default=2, ge=1, le=64, description="Attention heads; must divide hidden.")
-    ffn_mult: int = Field(default=4, ge=1, le=16, description="Feed-forward width as a multiple of hidden.")
+    ffn_mult: int = Field(
+        default=4, ge=1, le=16, description="Feed-forward width as a multiple of hidden."
+    )
     dropout: float = Field(default=0.1, ge=0.0, lt=1.0, description="Dropout probability.")
     postnet_layers: int = Field(
-        default=0, ge=0, le=16, description="TTS: convolution layers refining the decoder's mel (0: no post-net)."
+        default=0,
+        ge=0,
+        le=16,
+        description="TTS: convolution layers refining the decoder's mel (0: no post-net).",
     )
     pitch: bool = Field(
         default=False,
-        description="TTS: predict the pitch (log F0 and voicing per frame, tracked from the recordings at preload) "
-        "and condition the mel decoder on it.",
+        description=(
+            "TTS: predict the pitch (log F0 and voicing per frame, tracked from the recordings at"
+            " preload) and condition the mel decoder on it."
+        ),
     )
     attention_dropout: float | None = Field(
         default=None,
         ge=0.0,
         lt=1.0,
-        description="Dropout on attention weights (TTS); unset: the same as dropout. 0 lets CPU attention use its "
-        "fused kernel, about twice as fast for small models.",
+        description=(
+            "Dropout on attention weights (TTS); unset: the same as dropout. 0 lets CPU attention"
+            " use its fused kernel, about twice as fast for small models."
+        ),
     )
 
     @field_validator("task")
@@ -134,13 +199,19 @@ class ModelSection(Section):
     @model_validator(mode="after")
     def _task_chooses_the_model(self) -> ModelSection:
         if self.task is not None and self.kind != "auto":
-            raise ValueError(f'model.task ({self.task}) chooses the model: leave model.kind "auto", not "{self.kind}"')
+            raise ValueError(
+                f'model.task ({self.task}) chooses the model: leave model.kind "auto", not'
+                f' "{self.kind}"'
+            )
         if self.task is not None and self.size == "auto":
-            raise ValueError(f'model.size = "auto" sizes Vega\'s own models; model.task ({self.task}) sizes its own')
+            raise ValueError(
+                f'model.size = "auto" sizes Vega\'s own models; model.task ({self.task}) sizes'
+                " its own"
+            )
         if self.kind in ("vocoder", "vits") and self.size == "auto":
             raise ValueError(
-                f'model.size = "auto" sizes the acoustic and text models; a {self.kind} takes its shape from '
-                f'[{self.kind}]: leave model.size "fixed"'
+                f'model.size = "auto" sizes the acoustic and text models; a {self.kind} takes its'
+                f' shape from [{self.kind}]: leave model.size "fixed"'
             )
         return self
 
@@ -152,11 +223,15 @@ class ModelSection(Section):
 
 
 class ComputeSection(Section):
-    mode: ComputeMode = Field(default="mixed", description="gpu (required), cpu (never an accelerator), or mixed.")
+    mode: ComputeMode = Field(
+        default="mixed", description="gpu (required), cpu (never an accelerator), or mixed."
+    )
     device: str | None = Field(
         default=None, description="Explicit device (cuda:1, mps, cpu) overriding the mode's choice."
     )
-    min_gpu_memory_gb: float = Field(default=2.0, ge=0.0, description="mixed: GPUs with less free memory are not used.")
+    min_gpu_memory_gb: float = Field(
+        default=2.0, ge=0.0, description="mixed: GPUs with less free memory are not used."
+    )
     num_threads: int | None = Field(
         default=None, ge=1, le=1024, description="CPU threads for torch (default: all cores)."
     )
@@ -164,17 +239,30 @@ class ComputeSection(Section):
 
 class AudioSection(Section):
     sample_rate: int = Field(
-        default=22050, ge=8000, le=192000, description="Training sample rate; audio is resampled to it."
+        default=22050,
+        ge=8000,
+        le=192000,
+        description="Training sample rate; audio is resampled to it.",
     )
     n_fft: int = Field(default=1024, ge=64, le=16384, description="FFT size for mel spectrograms.")
     hop_length: int = Field(default=256, ge=16, le=8192, description="Samples between mel frames.")
-    win_length: int = Field(default=1024, ge=16, le=16384, description="Window length; at most n_fft.")
+    win_length: int = Field(
+        default=1024, ge=16, le=16384, description="Window length; at most n_fft."
+    )
     n_mels: int = Field(default=80, ge=8, le=512, description="Mel bands.")
     f_min: float = Field(default=0.0, ge=0.0, description="Lowest mel frequency in Hz.")
-    f_max: float | None = Field(default=8000.0, gt=0.0, description="Highest mel frequency in Hz (default: Nyquist).")
-    log_floor: float = Field(default=1e-5, gt=0.0, description="Floor added before taking the log of mel power.")
-    trim_silence: bool = Field(default=True, description="Trim leading and trailing silence before features.")
-    trim_top_db: float = Field(default=40.0, gt=0.0, description="Silence threshold for trimming, dB below peak.")
+    f_max: float | None = Field(
+        default=8000.0, gt=0.0, description="Highest mel frequency in Hz (default: Nyquist)."
+    )
+    log_floor: float = Field(
+        default=1e-5, gt=0.0, description="Floor added before taking the log of mel power."
+    )
+    trim_silence: bool = Field(
+        default=True, description="Trim leading and trailing silence before features."
+    )
+    trim_top_db: float = Field(
+        default=40.0, gt=0.0, description="Silence threshold for trimming, dB below peak."
+    )
     normalize: bool = Field(default=False, description="Peak-normalise each clip before features.")
 
     @model_validator(mode="after")
@@ -182,7 +270,10 @@ class AudioSection(Section):
         if self.win_length > self.n_fft:
             raise ValueError(f"win_length ({self.win_length}) must not exceed n_fft ({self.n_fft})")
         if self.f_max is not None and self.f_max > self.sample_rate / 2:
-            raise ValueError(f"f_max ({self.f_max}) must not exceed half the sample_rate ({self.sample_rate / 2})")
+            raise ValueError(
+                f"f_max ({self.f_max}) must not exceed half the sample_rate"
+                f" ({self.sample_rate / 2})"
+            )
         if self.f_max is not None and self.f_min >= self.f_max:
             raise ValueError(f"f_min ({self.f_min}) must be below f_max ({self.f_max})")
         return self
@@ -190,29 +281,43 @@ class AudioSection(Section):
 
 class SampleSection(Section):
     sentences: list[str] = Field(
-        default_factory=lambda: ["The quick brown fox jumps over the lazy dog.", "Hello from Vega."],
+        default_factory=lambda: [
+            "The quick brown fox jumps over the lazy dog.",
+            "Hello from Vega.",
+        ],
         description="Fixed test sentences synthesised at each evaluation (TTS).",
     )
     prompts: list[str] = Field(
         default_factory=lambda: ["The ", "Once upon a time"],
         description="Prompts continued at each evaluation (LM).",
     )
-    max_new_bytes: int = Field(default=200, ge=1, le=100000, description="LM samples: bytes generated per prompt.")
-    temperature: float = Field(default=0.8, gt=0.0, le=10.0, description="LM samples: sampling temperature.")
+    max_new_bytes: int = Field(
+        default=200, ge=1, le=100000, description="LM samples: bytes generated per prompt."
+    )
+    temperature: float = Field(
+        default=0.8, gt=0.0, le=10.0, description="LM samples: sampling temperature."
+    )
 
 
 class TtsSection(Section):
     text_units: Literal["chars", "phonemes", "auto"] = Field(
         default="chars",
-        description="TTS input: chars, phonemes (IPA from espeak-ng), or auto (phonemes when an espeak-ng "
-        "backend works, else chars).",
+        description=(
+            "TTS input: chars, phonemes (IPA from espeak-ng), or auto (phonemes when an espeak-ng "
+            "backend works, else chars)."
+        ),
     )
     espeak_backend: Literal["auto", "library", "binary"] = Field(
         default="auto",
-        description="Where phonemes come from: library (espeak-ng from the espeakng-loader wheel, in-process), "
-        "binary (the espeak-ng program on PATH), or auto (the library when it loads, else the program).",
+        description=(
+            "Where phonemes come from: library (espeak-ng from the espeakng-loader wheel,"
+            " in-process), binary (the espeak-ng program on PATH), or auto (the library when it"
+            " loads, else the program)."
+        ),
     )
-    lowercase: bool = Field(default=True, description="Lowercase transcripts before encoding them (characters only).")
+    lowercase: bool = Field(
+        default=True, description="Lowercase transcripts before encoding them (characters only)."
+    )
     espeak_voice: str = Field(
         default="en-us",
         min_length=1,
@@ -226,15 +331,23 @@ class TtsSection(Section):
         default=1.0, ge=0.0, description="Weight of the duration predictor loss in the total."
     )
     pitch_loss_weight: float = Field(
-        default=1.0, ge=0.0, description="Weight of the pitch and voicing losses in the total (model.pitch only)."
+        default=1.0,
+        ge=0.0,
+        description="Weight of the pitch and voicing losses in the total (model.pitch only).",
     )
     griffin_lim_iters: int = Field(
-        default=32, ge=1, le=1000, description="Griffin-Lim iterations when turning mels into audio."
+        default=32,
+        ge=1,
+        le=1000,
+        description="Griffin-Lim iterations when turning mels into audio.",
     )
     vocoder: str = Field(
         default="griffin-lim",
-        description='What turns mels into audio for samples, free-running scores and synth: "griffin-lim", or a '
-        "trained vocoder's run folder, checkpoint or export (trained on the same [audio] settings).",
+        description=(
+            'What turns mels into audio for samples, free-running scores and synth: "griffin-lim",'
+            " or a trained vocoder's run folder, checkpoint or export (trained on the same [audio]"
+            " settings)."
+        ),
     )
     length_scale: float = Field(
         default=1.0, gt=0.0, le=10.0, description="Speaking-rate factor for samples (>1 is slower)."
@@ -242,39 +355,60 @@ class TtsSection(Section):
 
 
 class VocoderSection(Section):
-    channels: int = Field(default=128, ge=8, le=4096, description="Generator width (ConvNeXt channels).")
+    channels: int = Field(
+        default=128, ge=8, le=4096, description="Generator width (ConvNeXt channels)."
+    )
     blocks: int = Field(default=4, ge=1, le=64, description="Generator ConvNeXt blocks.")
     segment_frames: int = Field(
-        default=32, ge=4, le=4096, description="Mel frames per training segment (segment_frames x hop_length samples)."
+        default=32,
+        ge=4,
+        le=4096,
+        description="Mel frames per training segment (segment_frames x hop_length samples).",
     )
     discriminator_channels: int = Field(
         default=16, ge=2, le=1024, description="Width of the first layer of every discriminator."
     )
     periods: list[int] = Field(
-        default_factory=lambda: [2, 3, 5, 7, 11], description="Multi-period discriminator: one per period."
+        default_factory=lambda: [2, 3, 5, 7, 11],
+        description="Multi-period discriminator: one per period.",
     )
     resolutions: list[tuple[int, int, int]] = Field(
         default_factory=lambda: [(512, 128, 512), (1024, 256, 1024), (256, 64, 256)],
         description="Multi-resolution discriminator and STFT score: (n_fft, hop, window) of each.",
     )
-    mel_weight: float = Field(default=45.0, ge=0.0, description="Weight of the mel L1 loss in the generator's loss.")
-    feature_weight: float = Field(default=2.0, ge=0.0, description="Weight of the feature-matching loss.")
+    mel_weight: float = Field(
+        default=45.0, ge=0.0, description="Weight of the mel L1 loss in the generator's loss."
+    )
+    feature_weight: float = Field(
+        default=2.0, ge=0.0, description="Weight of the feature-matching loss."
+    )
     adversarial_weight: float = Field(
-        default=1.0, ge=0.0, description="Weight of the adversarial loss (0: a mel-loss-only baseline, no GAN)."
+        default=1.0,
+        ge=0.0,
+        description="Weight of the adversarial loss (0: a mel-loss-only baseline, no GAN).",
     )
     discriminator_lr: float | None = Field(
-        default=None, gt=0.0, description="Discriminator learning rate (unset: train.lr); same schedule."
+        default=None,
+        gt=0.0,
+        description="Discriminator learning rate (unset: train.lr); same schedule.",
     )
-    betas: tuple[float, float] = Field(default=(0.8, 0.99), description="AdamW betas of both optimizers.")
+    betas: tuple[float, float] = Field(
+        default=(0.8, 0.99), description="AdamW betas of both optimizers."
+    )
     copy_items: int = Field(
-        default=4, ge=0, le=64, description="Held-out clips copy-synthesised as samples at each evaluation."
+        default=4,
+        ge=0,
+        le=64,
+        description="Held-out clips copy-synthesised as samples at each evaluation.",
     )
 
     @model_validator(mode="after")
     def _resolutions_fit(self) -> VocoderSection:
         for n_fft, hop, window in self.resolutions:
             if not 0 < hop <= window <= n_fft:
-                raise ValueError(f"resolution ({n_fft}, {hop}, {window}) needs 0 < hop <= window <= n_fft")
+                raise ValueError(
+                    f"resolution ({n_fft}, {hop}, {window}) needs 0 < hop <= window <= n_fft"
+                )
         if not self.periods or min(self.periods) < 1:
             raise ValueError(f"periods must be positive whole numbers, got {self.periods}")
         return self
@@ -284,18 +418,27 @@ WANDB_PROJECT_FORBIDS = "/\\#?%:"  # characters W&B refuses in a project name
 
 
 class LoggingSection(Section):
-    level: Literal["debug", "info", "warning", "error"] = Field(default="info", description="Lowest log level written.")
+    level: Literal["debug", "info", "warning", "error"] = Field(
+        default="info", description="Lowest log level written."
+    )
     step_interval_s: float = Field(
-        default=0.5, ge=0.05, le=60.0, description="Step events are coalesced over this window (bounded log growth)."
+        default=0.5,
+        ge=0.05,
+        le=60.0,
+        description="Step events are coalesced over this window (bounded log growth).",
     )
     profile_interval_s: float = Field(
         default=5.0, ge=0.5, le=3600.0, description="Seconds between profiler breakdowns."
     )
-    tensorboard: bool = Field(default=False, description="Also write TensorBoard scalars to the run folder.")
+    tensorboard: bool = Field(
+        default=False, description="Also write TensorBoard scalars to the run folder."
+    )
     wandb: bool = Field(
         default=False,
-        description="Also log to Weights & Biases (the `wandb` extra); the key comes from "
-        "WANDB_API_KEY or `wandb login`, never from a profile.",
+        description=(
+            "Also log to Weights & Biases (the `wandb` extra); the key comes from "
+            "WANDB_API_KEY or `wandb login`, never from a profile."
+        ),
     )
     wandb_project: str = Field(
         default="vega",
@@ -306,7 +449,9 @@ class LoggingSection(Section):
         default=None,
         description="The W&B team or user (unset: the logged-in user's default).",
     )
-    report: bool = Field(default=True, description="Write report.png (loss, LR, throughput) at the end.")
+    report: bool = Field(
+        default=True, description="Write report.png (loss, LR, throughput) at the end."
+    )
 
     @field_validator("wandb_project")
     @classmethod
@@ -314,21 +459,29 @@ class LoggingSection(Section):
         bad = sorted(set(value) & set(WANDB_PROJECT_FORBIDS))
         if bad or len(value) > 128:
             why = f"it contains {' '.join(bad)}" if bad else "it is longer than 128 characters"
-            raise ValueError(f'W&B refuses this project name: {why}; choose a plain one like "vega"')
+            raise ValueError(
+                f'W&B refuses this project name: {why}; choose a plain one like "vega"'
+            )
         return value
 
 
 class MemorySection(Section):
-    """The trainer's memory budget and the levels (fractions of it) at which the memory manager acts."""
+    """The trainer's memory budget and the levels (fractions of it) at which
+    the memory manager acts."""
 
     budget_gb: float | None = Field(
         default=None,
         gt=0.0,
-        description="Memory the trainer may use, in GiB: CUDA reserved, MPS allocated, else process RSS "
-        "(default: 90% of the GPU's memory, or 75% of the host's RAM on CPU).",
+        description=(
+            "Memory the trainer may use, in GiB: CUDA reserved, MPS allocated, else process RSS "
+            "(default: 90% of the GPU's memory, or 75% of the host's RAM on CPU)."
+        ),
     )
     release_at: float = Field(
-        default=0.75, gt=0.0, le=1.0, description="Above this fraction of the budget: release caches (gc, empty_cache)."
+        default=0.75,
+        gt=0.0,
+        le=1.0,
+        description="Above this fraction of the budget: release caches (gc, empty_cache).",
     )
     shrink_at: float = Field(
         default=0.90,
@@ -337,57 +490,101 @@ class MemorySection(Section):
         description="Above this fraction: halve the micro-batch, keeping the effective batch.",
     )
     pause_at: float = Field(
-        default=0.98, gt=0.0, le=1.0, description="Above this fraction: save a checkpoint and pause the run."
+        default=0.98,
+        gt=0.0,
+        le=1.0,
+        description="Above this fraction: save a checkpoint and pause the run.",
     )
-    act: bool = Field(default=True, description="Act on the levels; false only reports them as memory events.")
+    act: bool = Field(
+        default=True, description="Act on the levels; false only reports them as memory events."
+    )
 
     @model_validator(mode="after")
     def _levels_rise(self) -> MemorySection:
         if not self.release_at < self.shrink_at < self.pause_at:
             raise ValueError(
-                f"memory levels must rise: release_at ({self.release_at}) < shrink_at ({self.shrink_at}) "
-                f"< pause_at ({self.pause_at})"
+                f"memory levels must rise: release_at ({self.release_at}) < shrink_at"
+                f" ({self.shrink_at}) < pause_at ({self.pause_at})"
             )
         return self
 
 
 class DebugSection(Section):
-    oom_at_steps: list[int] = Field(default_factory=list, description="Raise a real OutOfMemoryError at these steps.")
+    oom_at_steps: list[int] = Field(
+        default_factory=list, description="Raise a real OutOfMemoryError at these steps."
+    )
     oom_in_optimizer_at_steps: list[int] = Field(
         default_factory=list,
-        description="Raise OutOfMemoryError in the optimizer step of these steps, after the loss scaler unscaled.",
+        description=(
+            "Raise OutOfMemoryError in the optimizer step of these steps, after the loss scaler"
+            " unscaled."
+        ),
     )
-    nonfinite_at_steps: list[int] = Field(default_factory=list, description="Make the loss NaN at these steps.")
+    nonfinite_at_steps: list[int] = Field(
+        default_factory=list, description="Make the loss NaN at these steps."
+    )
     hold_checkpoint_write_s: float = Field(
-        default=0.0, ge=0.0, le=3600.0, description="Pause mid-way through each checkpoint write (fault tests)."
+        default=0.0,
+        ge=0.0,
+        le=3600.0,
+        description="Pause mid-way through each checkpoint write (fault tests).",
     )
-    fail_at_step: int | None = Field(default=None, ge=0, description="Raise an error at this step (crash tests).")
+    fail_at_step: int | None = Field(
+        default=None, ge=0, description="Raise an error at this step (crash tests)."
+    )
     fault_group: str | None = Field(
-        default=None, description="Several optimizers: fire the step faults in this group's pass (default: the first)."
+        default=None,
+        description=(
+            "Several optimizers: fire the step faults in this group's pass (default: the first)."
+        ),
     )
 
 
 class Profile(Section):
     """A whole training profile, as resolved from its file, its parents and overrides."""
 
-    extends: str | None = Field(default=None, description="Parent profile file, relative to this one.")
-    run: RunSection = Field(default_factory=RunSection, description="Run naming, location and seed.")
-    data: DataSection = Field(default_factory=DataSection, description="Where the data is and how to read it.")
+    extends: str | None = Field(
+        default=None, description="Parent profile file, relative to this one."
+    )
+    run: RunSection = Field(
+        default_factory=RunSection, description="Run naming, location and seed."
+    )
+    data: DataSection = Field(
+        default_factory=DataSection, description="Where the data is and how to read it."
+    )
     model: ModelSection = Field(default_factory=ModelSection, description="Model family and size.")
-    train: TrainSection = Field(default_factory=TrainSection, description="Optimisation and schedule.")
+    train: TrainSection = Field(
+        default_factory=TrainSection, description="Optimisation and schedule."
+    )
     compute: ComputeSection = Field(default_factory=ComputeSection, description="Device policy.")
-    audio: AudioSection = Field(default_factory=AudioSection, description="Audio decoding and mel features.")
+    audio: AudioSection = Field(
+        default_factory=AudioSection, description="Audio decoding and mel features."
+    )
     sample: SampleSection = Field(default_factory=SampleSection, description="Evaluation samples.")
-    tts: TtsSection = Field(default_factory=TtsSection, description="TTS text front end, losses and vocoder.")
-    vocoder: VocoderSection = Field(default_factory=VocoderSection, description="GAN vocoder (model.kind vocoder).")
-    vits: VitsSection = Field(default_factory=VitsSection, description="End-to-end VITS voice (model.kind vits).")
-    logging: LoggingSection = Field(default_factory=LoggingSection, description="Events, reports and logs.")
-    memory: MemorySection = Field(default_factory=MemorySection, description="Memory budget and what is done near it.")
-    debug: DebugSection = Field(default_factory=DebugSection, description="Fault injection for tests.")
+    tts: TtsSection = Field(
+        default_factory=TtsSection, description="TTS text front end, losses and vocoder."
+    )
+    vocoder: VocoderSection = Field(
+        default_factory=VocoderSection, description="GAN vocoder (model.kind vocoder)."
+    )
+    vits: VitsSection = Field(
+        default_factory=VitsSection, description="End-to-end VITS voice (model.kind vits)."
+    )
+    logging: LoggingSection = Field(
+        default_factory=LoggingSection, description="Events, reports and logs."
+    )
+    memory: MemorySection = Field(
+        default_factory=MemorySection, description="Memory budget and what is done near it."
+    )
+    debug: DebugSection = Field(
+        default_factory=DebugSection, description="Fault injection for tests."
+    )
 
     @model_validator(mode="after")
     def _vits_decoder_fits_the_hop(self) -> Profile:
-        problem = hop_problem(self.vits, self.audio.hop_length) if self.model.kind == "vits" else None
+        problem = (
+            hop_problem(self.vits, self.audio.hop_length) if self.model.kind == "vits" else None
+        )
         if problem is not None:
             raise ValueError(problem)
         return self

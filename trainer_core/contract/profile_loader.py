@@ -40,7 +40,12 @@ import trainer_core
 from trainer_core.contract.errors import ProfileError
 from trainer_core.contract.notify_config import NOTIFY_TABLE, URL_ENV, notify_table_config
 from trainer_core.contract.profile import PATH_FIELDS, Profile, field_descriptions
-from trainer_core.contract.profile_messages import describe_error, join_problems, section_models, show_value
+from trainer_core.contract.profile_messages import (
+    describe_error,
+    join_problems,
+    section_models,
+    show_value,
+)
 from trainer_core.contract.task_source import TASKS_TABLE, allowed_patterns
 from trainer_core.contract.voice_dirs import VOICES_TABLE, voice_dirs_of
 
@@ -65,7 +70,8 @@ class LoadedProfile:
 
     profile: Profile
     path: Path | None  # the profile file asked for (absolute); None for a profile built from a dict
-    files: tuple[Path, ...]  # files that made it up, in the order applied (extends chain, machine file)
+    # files that made it up, in the order applied (extends chain, machine file)
+    files: tuple[Path, ...]
     sources: tuple[str, ...]  # every layer's label in the order applied, `--set` items included
 
 
@@ -96,7 +102,8 @@ def user_profiles_dir() -> Path:
 
 
 def profile_dirs() -> list[Path]:
-    """Folders searched for profiles by name; the user's folder first so a copy can shadow a shipped one."""
+    """Folders searched for profiles by name; the user's folder first so a
+    copy can shadow a shipped one."""
     return [user_profiles_dir(), repo_profiles_dir()]
 
 
@@ -113,7 +120,8 @@ def display_path(path: Path) -> str:
 
 
 def list_profiles() -> list[Path]:
-    """Profiles available by name, sorted by name; a user profile hides a shipped one of the same name."""
+    """Profiles available by name, sorted by name; a user profile hides a
+    shipped one of the same name."""
     found: dict[str, Path] = {}
     for folder in profile_dirs():
         if folder.is_dir():
@@ -123,7 +131,8 @@ def list_profiles() -> list[Path]:
 
 
 def find_profile(name_or_path: str | Path) -> Path:
-    """An existing file as given, else a profile name (`demo` or `demo.toml`) from the profile folders."""
+    """An existing file as given, else a profile name (`demo` or
+    `demo.toml`) from the profile folders."""
     given = Path(name_or_path).expanduser()
     if given.is_file():
         return given
@@ -166,7 +175,8 @@ def read_toml(path: Path, label: str) -> dict[str, Any]:
 
 
 def _toml_error_text(exc: tomllib.TOMLDecodeError) -> str:
-    """'line 3, column 7: invalid TOML: Invalid value' from tomllib's '... (at line 3, column 7)'."""
+    """'line 3, column 7: invalid TOML: Invalid value' from tomllib's '...
+    (at line 3, column 7)'."""
     text = str(exc)
     match = re.search(r"\s*\(at line (\d+), column (\d+)\)$", text)
     if match is None:
@@ -209,7 +219,11 @@ def _file_layers(path: Path) -> list[Layer]:
 
 
 def _layers_from_data(
-    data: dict[str, Any], file: Path | None, base_dir: Path, chain: list[Path], label: str | None = None
+    data: dict[str, Any],
+    file: Path | None,
+    base_dir: Path,
+    chain: list[Path],
+    label: str | None = None,
 ) -> list[Layer]:
     """Layers for one parsed profile (popping its `extends`), preceded by its ancestors' layers."""
     label = label or (display_path(file) if file is not None else "<profile>")
@@ -221,7 +235,9 @@ def _layers_from_data(
         return [layer]
     chain = chain + [file] if file is not None else chain
     parent = _parent_file(parent_ref, label, base_dir, chain)
-    parent_layers = _layers_from_data(read_toml(parent, display_path(parent)), parent, parent.parent, chain)
+    parent_layers = _layers_from_data(
+        read_toml(parent, display_path(parent)), parent, parent.parent, chain
+    )
     return parent_layers + [layer]
 
 
@@ -229,14 +245,18 @@ def _parent_file(parent_ref: Any, label: str, base_dir: Path, chain: list[Path])
     """The absolute file an `extends` value names, checked for type, existence and cycles."""
     if not isinstance(parent_ref, str) or not parent_ref:
         shown = show_value(parent_ref)
-        raise ProfileError(f"{label}: extends = {shown}: expected a file name, relative to this profile")
+        raise ProfileError(
+            f"{label}: extends = {shown}: expected a file name, relative to this profile"
+        )
     parent = Path(os.path.normpath(base_dir / Path(parent_ref).expanduser()))
     seen = [os.path.realpath(item) for item in chain]
     if os.path.realpath(parent) in seen:
         loop = " -> ".join(display_path(item) for item in [*chain, parent])
         raise ProfileError(f"{label}: extends cycle: {loop}")
     if not parent.is_file():
-        raise ProfileError(f'{label}: extends = "{parent_ref}": parent file not found: {display_path(parent)}')
+        raise ProfileError(
+            f'{label}: extends = "{parent_ref}": parent file not found: {display_path(parent)}'
+        )
     if len(chain) >= MAX_EXTENDS_DEPTH:
         raise ProfileError(f"{label}: extends chain deeper than {MAX_EXTENDS_DEPTH} files")
     return parent
@@ -246,54 +266,66 @@ def _parent_file(parent_ref: Any, label: str, base_dir: Path, chain: list[Path])
 
 
 def _refuse_allow_list(data: dict[str, Any], label: str) -> None:
-    """A profile cannot allow the code it names: the allow-list is this machine's, in its machine file only."""
+    """A profile cannot allow the code it names: the allow-list is this
+    machine's, in its machine file only."""
     if VOICES_TABLE in data:
         raise ProfileError(
-            f"{label}: [{VOICES_TABLE}] (dirs) describes this machine, not a job: set it in the machine file "
-            f"{machine_file_path()}"
+            f"{label}: [{VOICES_TABLE}] (dirs) describes this machine, not a job: set it in the"
+            f" machine file {machine_file_path()}"
         )
     if TASKS_TABLE in data:
         raise ProfileError(
-            f"{label}: [{TASKS_TABLE}] (allowed) cannot be set in a profile: profiles travel between machines, and a "
-            f"profile that allowed its own modules would defeat the check; allow modules in this machine's file "
-            f"{machine_file_path()} instead"
+            f"{label}: [{TASKS_TABLE}] (allowed) cannot be set in a profile: profiles travel"
+            " between machines, and a profile that allowed its own modules would defeat the check;"
+            f" allow modules in this machine's file {machine_file_path()} instead"
         )
     if NOTIFY_TABLE in data:
         raise ProfileError(
-            f"{label}: [{NOTIFY_TABLE}] (a webhook for notifications) cannot be set in a profile: profiles travel "
-            f"and get shared, a webhook URL is a secret; set it in this machine's file {machine_file_path()} "
-            f"or in the environment ({URL_ENV})"
+            f"{label}: [{NOTIFY_TABLE}] (a webhook for notifications) cannot be set in a profile:"
+            " profiles travel and get shared, a webhook URL is a secret; set it in this machine's"
+            f" file {machine_file_path()} or in the environment ({URL_ENV})"
         )
 
 
 def _machine_layer(machine_file: MachineFileArg) -> Layer | None:
-    """The machine file's layer: the default location when present, an explicit file (must exist), or none."""
+    """The machine file's layer: the default location when present, an
+    explicit file (must exist), or none."""
     if machine_file is None:
         return None
     explicit = machine_file != "default"
-    path = Path(os.path.abspath(Path(machine_file).expanduser() if explicit else machine_file_path()))
+    path = Path(
+        os.path.abspath(Path(machine_file).expanduser() if explicit else machine_file_path())
+    )
     if not explicit and not path.exists():
         return None
     label = f"machine file {display_path(path)}"
     data = read_toml(path, label)
     if "extends" in data:
-        raise ProfileError(f"{label}: the machine file cannot use extends; put its settings in it directly")
+        raise ProfileError(
+            f"{label}: the machine file cannot use extends; put its settings in it directly"
+        )
     # [tasks] is the machine's allow-list (contract.task_source reads it), not a profile section.
     allowed_patterns(data.pop(TASKS_TABLE, None), label)
     voice_dirs_of(data.pop(VOICES_TABLE, None), label, path.parent)
-    notify_table_config(data.pop(NOTIFY_TABLE, None), label)  # the trainer reads it; never in the profile
+    # the trainer reads it; never in the profile
+    notify_table_config(data.pop(NOTIFY_TABLE, None), label)
     return Layer(label, resolve_paths(data, path.parent), path)
 
 
 def parse_override(item: str) -> Layer:
-    """One `--set SECTION.KEY=VALUE` item as a layer; paths in it resolve against the current folder."""
+    """One `--set SECTION.KEY=VALUE` item as a layer; paths in it resolve
+    against the current folder."""
     key, sep, raw = item.partition("=")
     key = key.strip()
     if not sep:
-        raise ProfileError(f"--set {item}: expected SECTION.KEY=VALUE (for example --set train.lr=1e-4)")
+        raise ProfileError(
+            f"--set {item}: expected SECTION.KEY=VALUE (for example --set train.lr=1e-4)"
+        )
     parts = key.split(".")
     if len(parts) != 2 or not all(part.strip() for part in parts):
-        raise ProfileError(f"--set {item}: '{key}' is not SECTION.KEY (for example train.batch_size)")
+        raise ProfileError(
+            f"--set {item}: '{key}' is not SECTION.KEY (for example train.batch_size)"
+        )
     section, name = (part.strip() for part in parts)
     _refuse_allow_list({section: None}, f"--set {item}")
     value = parse_override_value(raw.strip(), wants_text=(section, name) in _text_fields())
@@ -344,12 +376,15 @@ def validate_layers(layers: list[Layer], title: str) -> Profile:
         return Profile.model_validate(merged)
     except ValidationError as exc:
         errors = exc.errors(include_url=False)
-    problems = [f"{layers[_culprit(err, prefixes)].source}: {describe_error(err)}" for err in errors]
+    problems = [
+        f"{layers[_culprit(err, prefixes)].source}: {describe_error(err)}" for err in errors
+    ]
     raise ProfileError(join_problems(problems, title))
 
 
 def _culprit(err: ErrorDetails, prefixes: list[dict[str, Any]]) -> int:
-    """Index of the layer that introduced `err`: it is present after that layer and every later one."""
+    """Index of the layer that introduced `err`: it is present after that
+    layer and every later one."""
     key = _error_key(err)
     for index in range(len(prefixes) - 1, 0, -1):
         if key not in _error_keys(prefixes[index - 1]):
@@ -366,7 +401,8 @@ def _error_keys(data: dict[str, Any]) -> set[tuple[Any, ...]]:
 
 
 def _error_key(err: ErrorDetails) -> tuple[Any, ...]:
-    """What identifies an error across prefixes: a changed value is a new error, a moved table is not."""
+    """What identifies an error across prefixes: a changed value is a new
+    error, a moved table is not."""
     loc, kind = tuple(err["loc"]), err["type"]
     if kind == "extra_forbidden" or (len(loc) == 1 and kind == "value_error"):
         return (loc, kind, err["msg"])
@@ -452,7 +488,11 @@ def _section_toml(section: str, values: dict[str, Any], describe: bool) -> str:
 
 def _key_value_toml(key: str, value: Any) -> str:
     """'key = value'; short lists stay on one line (tomli_w spreads every list over several)."""
-    if isinstance(value, list) and value and not any(isinstance(item, (list, dict)) for item in value):
+    if (
+        isinstance(value, list)
+        and value
+        and not any(isinstance(item, (list, dict)) for item in value)
+    ):
         items = [tomli_w.dumps({"v": item}).strip().removeprefix("v = ") for item in value]
         inline = f"{key} = [{', '.join(items)}]"
         if len(inline) <= 88:

@@ -1,9 +1,9 @@
 """Profile validation errors as one-line messages: `train.batch_size = -4: must be >= 1`.
 
-Turns pydantic's errors into text a user can act on: the dotted field, the value as TOML would write it
-and the rule it broke; an unknown key gets the closest valid key (`did you mean 'train.batch_size'?`);
-several problems are joined under a line naming the profile. `profile_loader` attributes each message to
-the layer that caused it. Torch-free, like the rest of the contract wing.
+Turns pydantic's errors into text a user can act on: the dotted field, the value as TOML would write
+it and the rule it broke; an unknown key gets the closest valid key (`did you mean
+'train.batch_size'?`); several problems are joined under a line naming the profile. `profile_loader`
+attributes each message to the layer that caused it. Torch-free, like the rest of the contract wing.
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ def section_models() -> dict[str, type[BaseModel]]:
 
 
 def join_problems(problems: list[str], title: str) -> str:
-    """One problem as one line; several under a first line that names the profile and counts them."""
+    """One problem as one line; several under a first line that names the
+    profile and counts them."""
     if len(problems) == 1:
         return problems[0]
     body = "\n".join(f"  {problem}" for problem in problems)
@@ -53,7 +54,12 @@ _TYPE_RULES = {
     "path_type": "expected a path (a string)",
 }
 
-_BOUND_RULES = {"greater_than_equal": ">=", "greater_than": ">", "less_than_equal": "<=", "less_than": "<"}
+_BOUND_RULES = {
+    "greater_than_equal": ">=",
+    "greater_than": ">",
+    "less_than_equal": "<=",
+    "less_than": "<",
+}
 
 
 def describe_error(err: ErrorDetails) -> str:
@@ -66,7 +72,10 @@ def describe_error(err: ErrorDetails) -> str:
     if kind == "value_error" and not loc:  # a rule across sections: its message names the fields
         return _strip_value_error(err["msg"])
     if kind == "missing" and loc and isinstance(loc[-1], int):
-        return f"{_dotted(loc[:-1])} = {show_value(err.get('input'))}: too few items (item {loc[-1]} is missing)"
+        return (
+            f"{_dotted(loc[:-1])} = {show_value(err.get('input'))}: too few items (item {loc[-1]}"
+            " is missing)"
+        )
     return f"{_dotted(loc)} = {show_value(err.get('input'))}: {_rule(err)}"
 
 
@@ -106,7 +115,9 @@ def _unknown_key_message(loc: tuple[Any, ...], value: Any) -> str:
     return f"unknown key '{section}.{key}' (valid keys in [{section}]: {', '.join(valid)})"
 
 
-def _unknown_top_level_message(name: str, is_table: bool, models: dict[str, type[BaseModel]]) -> str:
+def _unknown_top_level_message(
+    name: str, is_table: bool, models: dict[str, type[BaseModel]]
+) -> str:
     sections = list(models)
     close = difflib.get_close_matches(name, sections, n=1)
     if is_table or close:

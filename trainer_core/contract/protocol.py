@@ -1,20 +1,24 @@
-"""The event protocol: the only contract between the trainer and the dashboard (docs/architecture.md lists every event).
+"""The event protocol: the only contract between the trainer and the dashboard
+(docs/architecture.md lists every event).
 
 Events travel as one compact JSON object per line in `RUN/events.jsonl`:
-`{"v": 1, "seq": 17, "t": 1763790000.123, "type": "step", ...}`. Every type is a pydantic model below,
-named `<Name>Event`; `AnyEvent` is their discriminated union on `type`. Commands for the control socket
-(`{"cmd": "pause", "id": "..."}`) and their replies are in `contract.control_protocol`; reading and
-writing lines is `contract.event_lines`.
+`{"v": 1, "seq": 17, "t": 1763790000.123, "type": "step", ...}`. Every type is a pydantic model
+below, named `<Name>Event`; `AnyEvent` is their discriminated union on `type`. Commands for the
+control socket (`{"cmd": "pause", "id": "..."}`) and their replies are in
+`contract.control_protocol`; reading and writing lines is `contract.event_lines`.
 
 Wire rules, decided once for every reader and writer:
 - Numbers are JSON numbers, never preformatted strings; a string in a number field is rejected.
-- JSON has no NaN or infinity. A non-finite float is written as `null`. Reading it back, `null` in an
+- JSON has no NaN or infinity. A non-finite float is written as `null`.
+  Reading it back, `null` in an
   optional number field gives None, and in a required number field (`Real`) gives NaN, so a line the
   trainer wrote always parses back. Fields that are non-finite in practice (losses, grad norm, loss
   scale, validation loss) are optional; "null" there means "no finite value".
-- Readers are forward compatible: unknown fields are kept (models allow extra fields) and unknown event
+- Readers are forward compatible: unknown fields are kept (models allow
+  extra fields) and unknown event
   types come back as `UnknownEvent`, never as an error.
-- `trainer-core schema` prints `event_json_schema()`: one JSON Schema document whose root validates an
+- `trainer-core schema` prints `event_json_schema()`: one JSON Schema
+  document whose root validates an
   event line as this version writes it, with `$defs` holding every event model plus `Envelope` (what any
   line, even from a newer trainer, has), `Command` and `CommandReply`.
 
@@ -51,11 +55,13 @@ ENVELOPE_FIELDS = ("v", "seq", "t", "type")
 
 
 class ProtocolError(ValueError):
-    """A line or command is not valid protocol: not JSON, not an object, or a known type with bad fields."""
+    """A line or command is not valid protocol: not JSON, not an object, or
+    a known type with bad fields."""
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Training progress (the envelope is contract.event_envelope; start-up events contract.startup_events)
+# Training progress (the envelope is contract.event_envelope; start-up
+# events contract.startup_events)
 
 
 class EpochStartEvent(Event):
@@ -72,7 +78,8 @@ class EpochEndEvent(Event):
 
 
 class StepEvent(Event):
-    """Training progress, coalesced: values of the last step in the window, `steps_in_window` steps covered."""
+    """Training progress, coalesced: values of the last step in the window,
+    `steps_in_window` steps covered."""
 
     type: Literal["step"] = "step"
     step: Count
@@ -81,7 +88,8 @@ class StepEvent(Event):
     losses: dict[str, Real] = Field(default_factory=dict, description="named parts of the loss")
     lr: Real
     lrs: dict[str, Real] = Field(
-        default_factory=dict, description="several optimizers: each group's learning rate ('lr' is the primary's)"
+        default_factory=dict,
+        description="several optimizers: each group's learning rate ('lr' is the primary's)",
     )
     grad_norm: Real | None = None
     loss_scale: Real | None = None
@@ -93,15 +101,25 @@ class StepEvent(Event):
     mem_host_bytes: Count | None = None
     eta_s: Real | None = None
     steps_in_window: Count = 1
-    step_series: list[Count] = Field(default_factory=list, description="every step number in the window")
-    loss_series: list[Real | None] = Field(default_factory=list, description="total loss of each step in the window")
-    lr_series: list[Real] = Field(default_factory=list, description="learning rate of each step in the window")
-    world_size: Count = Field(default=1, description="training processes (DDP ranks); samples_per_s counts all of them")
+    step_series: list[Count] = Field(
+        default_factory=list, description="every step number in the window"
+    )
+    loss_series: list[Real | None] = Field(
+        default_factory=list, description="total loss of each step in the window"
+    )
+    lr_series: list[Real] = Field(
+        default_factory=list, description="learning rate of each step in the window"
+    )
+    world_size: Count = Field(
+        default=1, description="training processes (DDP ranks); samples_per_s counts all of them"
+    )
     rank_samples_per_s: list[Real] = Field(
-        default_factory=list, description="DDP: each rank's own samples/s over the window, in rank order"
+        default_factory=list,
+        description="DDP: each rank's own samples/s over the window, in rank order",
     )
     rank_data_wait_frac: list[Real] = Field(
-        default_factory=list, description="DDP: each rank's fraction of step time spent waiting for data"
+        default_factory=list,
+        description="DDP: each rank's fraction of step time spent waiting for data",
     )
 
 
@@ -116,16 +134,18 @@ class ProfileBreakdownEvent(Event):
     optimizer_s: Real
     steps: Count
     groups: dict[str, dict[str, Real]] = Field(
-        default_factory=dict, description="several optimizers: forward_s, backward_s, optimizer_s of each group"
+        default_factory=dict,
+        description="several optimizers: forward_s, backward_s, optimizer_s of each group",
     )
 
 
 class MemoryEvent(Event):
-    """Memory pressure changed level; `action` says what the trainer did about it ("none" when nothing).
+    """Memory pressure changed level; `action` says what the trainer did
+    about it ("none" when nothing).
 
-    `used_frac` is the trainer's memory over its budget (profile [memory]); `decision` is the manager's act:
-    release caches, shrink the micro-batch (then `micro_batch`/`grad_accum` are the new sizes), or checkpoint
-    and pause."""
+    `used_frac` is the trainer's memory over its budget (profile [memory]); `decision` is the
+    manager's act: release caches, shrink the micro-batch (then `micro_batch`/`grad_accum` are the
+    new sizes), or checkpoint and pause."""
 
     type: Literal["memory"] = "memory"
     level: MemoryLevel
@@ -150,7 +170,8 @@ class OomRecoveredEvent(Event):
 
 
 class NonfiniteEvent(Event):
-    """A non-finite loss or gradient skipped a step; `action` says what followed (e.g. a precision fallback)."""
+    """A non-finite loss or gradient skipped a step; `action` says what
+    followed (e.g. a precision fallback)."""
 
     type: Literal["nonfinite"] = "nonfinite"
     step: Count
@@ -167,11 +188,16 @@ class ValidationEvent(Event):
     losses: dict[str, Real] = Field(default_factory=dict)
     metric_name: str | None = Field(default=None, description="an extra metric, e.g. bits_per_byte")
     metric_value: Real | None = None
-    metrics: dict[str, Real] = Field(default_factory=dict, description="all task metrics, e.g. bits_per_byte")
-    reference: dict[str, Real] = Field(
-        default_factory=dict, description="the same metrics for a reference to beat (vocoder: Griffin-Lim's)"
+    metrics: dict[str, Real] = Field(
+        default_factory=dict, description="all task metrics, e.g. bits_per_byte"
     )
-    reference_name: str | None = Field(default=None, description="what the reference is, e.g. griffin_lim")
+    reference: dict[str, Real] = Field(
+        default_factory=dict,
+        description="the same metrics for a reference to beat (vocoder: Griffin-Lim's)",
+    )
+    reference_name: str | None = Field(
+        default=None, description="what the reference is, e.g. griffin_lim"
+    )
 
 
 class CheckpointSavedEvent(Event):
@@ -190,7 +216,9 @@ class BestModelEvent(Event):
     path: PathText
     val_loss: Real | None
     selected_by: Literal["val_loss", "free_running"] = "val_loss"
-    score: Real | None = Field(default=None, description="the figure that made it best (train.select_best_by)")
+    score: Real | None = Field(
+        default=None, description="the figure that made it best (train.select_best_by)"
+    )
 
 
 class FreeRunningItem(BaseModel):
@@ -207,17 +235,24 @@ class FreeRunningItem(BaseModel):
 
 
 class FreeRunningEvent(Event):
-    """Held-out sentences spoken without teacher forcing, scored against their recordings as heard through the
-    vocoder; the floor is the recordings themselves re-synthesised through the same vocoder."""
+    """Held-out sentences spoken without teacher forcing, scored against their
+    recordings as heard through the vocoder; the floor is the recordings themselves
+    re-synthesised through the same vocoder."""
 
     type: Literal["free_running"] = "free_running"
     step: Count
     items: int
     distance: Real = Field(description="DTW-aligned log-mel L1 per bin, mean over sentences")
     duration_ratio: Real = Field(description="synthesised / recorded length, geometric mean")
-    vuv_agreement: Real = Field(description="share of aligned frames whose voiced/unvoiced decision agrees")
-    acoustic_distance: Real | None = Field(default=None, description="the model's mel before the vocoder")
-    f0_error_cents: Real | None = Field(default=None, description="pitch error on frames voiced on both sides")
+    vuv_agreement: Real = Field(
+        description="share of aligned frames whose voiced/unvoiced decision agrees"
+    )
+    acoustic_distance: Real | None = Field(
+        default=None, description="the model's mel before the vocoder"
+    )
+    f0_error_cents: Real | None = Field(
+        default=None, description="pitch error on frames voiced on both sides"
+    )
     floor_distance: Real
     floor_vuv_agreement: Real
     floor_f0_error_cents: Real | None = None
@@ -227,8 +262,8 @@ class FreeRunningEvent(Event):
 
 
 class SampleEvent(Event):
-    """An audio, text or image sample written during evaluation; `text` is the prompt or the generated text, or
-    for an image (a voice's mel or alignment picture, PNG) its caption."""
+    """An audio, text or image sample written during evaluation; `text` is the prompt or the
+    generated text, or for an image (a voice's mel or alignment picture, PNG) its caption."""
 
     type: Literal["sample"] = "sample"
     step: Count
@@ -246,7 +281,8 @@ Phase = Literal["training", "validating", "sampling", "free_running", "finishing
 
 
 class PhaseEvent(Event):
-    """What the trainer is doing between steps, so a viewer need not show an ETA of 0 s while it evaluates."""
+    """What the trainer is doing between steps, so a viewer need not show an
+    ETA of 0 s while it evaluates."""
 
     type: Literal["phase"] = "phase"
     step: Count
@@ -286,40 +322,59 @@ class ResumedEvent(Event):
 class WarningEvent(Event):
     type: Literal["warning"] = "warning"
     message: str
-    code: str | None = Field(default=None, description="stable machine-readable name, e.g. cpu_fallback")
+    code: str | None = Field(
+        default=None, description="stable machine-readable name, e.g. cpu_fallback"
+    )
 
 
 class OvertrainingEvent(Event):
-    """Validation loss rose `evaluations` times in a row while the training loss fell (train.overtraining_evals):
-    sent once per episode, which ends when validation reaches a new best; names the best checkpoint."""
+    """Validation loss rose `evaluations` times in a row while the training loss fell
+    (train.overtraining_evals): sent once per episode, which ends when validation reaches a new
+    best; names the best checkpoint."""
 
     type: Literal["overtraining"] = "overtraining"
     step: Count
     evaluations: Count = Field(description="validations in a row whose loss rose")
-    val_losses: list[Real] = Field(default_factory=list, description="validation losses, from before the rise")
-    train_losses: list[Real] = Field(default_factory=list, description="mean training loss of each interval")
-    best_step: Count | None = Field(default=None, description="the best checkpoint's step (best.json)")
+    val_losses: list[Real] = Field(
+        default_factory=list, description="validation losses, from before the rise"
+    )
+    train_losses: list[Real] = Field(
+        default_factory=list, description="mean training loss of each interval"
+    )
+    best_step: Count | None = Field(
+        default=None, description="the best checkpoint's step (best.json)"
+    )
     best_path: PathText | None = Field(default=None, description="the best checkpoint's file")
     message: str
 
 
 class ErrorEvent(Event):
-    """A failure, with where in the code it happened; a task's failure (a Task method raised, or returned or yielded
-    the wrong thing) names the task's own source line and what the engine expected."""
+    """A failure, with where in the code it happened; a task's failure (a Task
+    method raised, or returned or yielded the wrong thing) names the task's own
+    source line and what the engine expected."""
 
     type: Literal["error"] = "error"
     message: str
     traceback: str | None = None
     code: str | None = Field(
         default=None,
-        description="task_failed (a Task method raised), task_contract (a Task method returned or yielded the wrong "
-        "thing), nonfinite_stop (non-finite steps with no safer precision left), trainer (any other exception)",
+        description=(
+            "task_failed (a Task method raised), task_contract (a Task method returned or yielded"
+            " the wrong thing), nonfinite_stop (non-finite steps with no safer precision left),"
+            " trainer (any other exception)"
+        ),
     )
-    task_method: str | None = Field(default=None, description="the Task method that failed, or 'building the task'")
-    file: str | None = Field(default=None, description="source file: the task's code where it is in the traceback")
+    task_method: str | None = Field(
+        default=None, description="the Task method that failed, or 'building the task'"
+    )
+    file: str | None = Field(
+        default=None, description="source file: the task's code where it is in the traceback"
+    )
     line: Count | None = Field(default=None, description="line in `file`")
     function: str | None = Field(default=None, description="function at that line")
-    expected: str | None = Field(default=None, description="what the engine expected (task_contract failures)")
+    expected: str | None = Field(
+        default=None, description="what the engine expected (task_contract failures)"
+    )
 
 
 FinishedStatus = Literal["completed", "stopped", "failed"]
@@ -373,7 +428,9 @@ EVENT_MODELS: tuple[type[Event], ...] = (
 )
 
 # `type` string -> model, for dispatch without going through the union.
-EVENT_TYPES: dict[str, type[Event]] = {model.model_fields["type"].default: model for model in EVENT_MODELS}
+EVENT_TYPES: dict[str, type[Event]] = {
+    model.model_fields["type"].default: model for model in EVENT_MODELS
+}
 
 # Built from EVENT_MODELS so that adding an event type means adding it in one place.
 AnyEvent = Annotated[Union[EVENT_MODELS], Field(discriminator="type")]  # type: ignore[valid-type]  # noqa: UP007 - built from a tuple, no | spelling
@@ -381,5 +438,6 @@ AnyEvent = Annotated[Union[EVENT_MODELS], Field(discriminator="type")]  # type: 
 
 @cache
 def event_adapter() -> TypeAdapter[Event]:
-    # Built on first use: the union's validator costs a few milliseconds that a bare import should not pay.
+    # Built on first use: the union's validator costs a few milliseconds that
+    # a bare import should not pay.
     return TypeAdapter(AnyEvent)

@@ -1,7 +1,9 @@
-"""Field types of the event protocol: numbers that stay numbers on the wire, paths that travel as text.
+"""Field types of the event protocol: numbers that stay numbers on the wire,
+paths that travel as text.
 
-A preformatted "0.123" in a number field is rejected (charts cannot plot strings); numpy and torch scalars are
-accepted; `null` in a `Real` reads back as NaN (the wire's spelling of a non-finite value).
+A preformatted "0.123" in a number field is rejected (charts cannot plot strings); numpy
+and torch scalars are accepted; `null` in a `Real` reads back as NaN (the wire's
+spelling of a non-finite value).
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ def _reject_text(value: Any) -> None:
 
 
 def _as_real(value: Any) -> Any:
-    """Accept ints, floats and numeric scalars (numpy, torch); null on the wire means non-finite -> NaN."""
+    """Accept ints, floats and numeric scalars (numpy, torch); null on the
+    wire means non-finite -> NaN."""
     if value is None:
         return math.nan
     _reject_text(value)

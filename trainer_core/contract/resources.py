@@ -1,9 +1,10 @@
 """What this machine offers (CPU, RAM, GPUs, MPS) and which device each compute mode picks.
 
 The dashboard imports this module, so it never imports torch at import time. `probe()` reads
-CPU and RAM with psutil and GPUs through a `GpuSource` (NVML by default, see `trainer_core.contract.nvml`);
-the trainer passes a `TorchCheck` (`trainer_core.torch_check`, outside this torch-free wing) to learn what
-NVML cannot tell: whether the installed torch can drive the GPUs, and whether MPS works on macOS.
+CPU and RAM with psutil and GPUs through a `GpuSource` (NVML by default, see
+`trainer_core.contract.nvml`); the trainer passes a `TorchCheck` (`trainer_core.torch_check`,
+outside this torch-free wing) to learn what NVML cannot tell: whether the installed torch can drive
+the GPUs, and whether MPS works on macOS.
 
 `select_device()` is the compute-mode policy:
   gpu   - an accelerator is required: the CUDA GPU with the most free memory, else MPS, else DeviceError.
@@ -25,7 +26,13 @@ from typing import Literal, Protocol
 import psutil
 
 from trainer_core.contract.errors import DeviceError
-from trainer_core.contract.nvml import GpuInfo, GpuSource, NvmlSource, StaticGpuSource, default_gpu_source
+from trainer_core.contract.nvml import (
+    GpuInfo,
+    GpuSource,
+    NvmlSource,
+    StaticGpuSource,
+    default_gpu_source,
+)
 from trainer_core.contract.units import GIB
 
 __all__ = [
@@ -72,16 +79,20 @@ class MachineResources:
 
 
 class TorchCheck(Protocol):
-    """What only torch can tell about the GPUs; the trainer's `trainer_core.torch_check.TORCH` answers it."""
+    """What only torch can tell about the GPUs; the trainer's
+    `trainer_core.torch_check.TORCH` answers it."""
 
     def usable_gpus(self, gpus: list[GpuInfo]) -> tuple[list[GpuInfo], str]:
-        """The GPUs marked usable or not by the installed torch, and a note when torch cannot use CUDA."""
+        """The GPUs marked usable or not by the installed torch, and a note
+        when torch cannot use CUDA."""
         ...
 
     def mps_available(self) -> bool: ...
 
 
-def probe(source: GpuSource | None = None, torch_check: TorchCheck | None = None) -> MachineResources:
+def probe(
+    source: GpuSource | None = None, torch_check: TorchCheck | None = None
+) -> MachineResources:
     """Read CPU, RAM, GPUs and MPS. Cheap without `torch_check` (safe to poll every 2 s)."""
     source = default_gpu_source() if source is None else source
     gpus = source.read()
@@ -114,7 +125,8 @@ _cpu_percent_primed = False
 
 
 def _cpu_percent() -> float | None:
-    """CPU use since the previous call; None on the first call, whose psutil value is meaningless."""
+    """CPU use since the previous call; None on the first call, whose psutil
+    value is meaningless."""
     global _cpu_percent_primed
     value = psutil.cpu_percent(interval=None)
     if not _cpu_percent_primed:
@@ -133,14 +145,18 @@ def _mps_available(torch_check: TorchCheck | None) -> tuple[bool, bool]:
     return torch_check.mps_available(), True
 
 
-def _accelerator_note(gpus: list[GpuInfo], source: GpuSource, mps: bool, mps_verified: bool, torch_note: str) -> str:
+def _accelerator_note(
+    gpus: list[GpuInfo], source: GpuSource, mps: bool, mps_verified: bool, torch_note: str
+) -> str:
     if gpus:
         note = f"{len(gpus)} NVIDIA GPU" + ("s" if len(gpus) > 1 else "")
         if isinstance(source, StaticGpuSource):
             note += f" (fake, from {source.origin})"
         return f"{note}; {torch_note}" if torch_note else note
     if mps:
-        return "Apple GPU (MPS) available" + ("" if mps_verified else " (not yet verified with torch)")
+        return "Apple GPU (MPS) available" + (
+            "" if mps_verified else " (not yet verified with torch)"
+        )
     return source.note or "no NVIDIA GPU found"
 
 
@@ -162,13 +178,17 @@ class DeviceChoice:
 
 
 def parse_device(device: str) -> tuple[DeviceKind, int | None]:
-    """`cuda:1` -> ("cuda", 1); `cuda`/`mps`/`cpu` -> (kind, None); anything else is a DeviceError."""
+    """`cuda:1` -> ("cuda", 1); `cuda`/`mps`/`cpu` -> (kind, None); anything
+    else is a DeviceError."""
     text = device.strip().lower()
     if text in ("cpu", "mps", "cuda"):
         return text, None  # type: ignore[return-value]
     match = re.fullmatch(r"cuda:(\d+)", text)
     if match is None:
-        raise DeviceError(f"device {device!r} is not understood; use cpu, mps, cuda or cuda:N (for example cuda:1)")
+        raise DeviceError(
+            f"device {device!r} is not understood; use cpu, mps, cuda or cuda:N (for example"
+            " cuda:1)"
+        )
     return "cuda", int(match.group(1))
 
 
@@ -178,8 +198,8 @@ def select_device(
     device: str | None = None,
     resources: MachineResources | None = None,
 ) -> DeviceChoice:
-    """Apply the compute-mode policy to `resources` (the trainer passes `torch_check.probe_with_torch()`);
-    without them the machine is probed without torch."""
+    """Apply the compute-mode policy to `resources` (the trainer passes
+    `torch_check.probe_with_torch()`); without them the machine is probed without torch."""
     if mode not in MODES:
         raise DeviceError(f"compute mode {mode!r} is not one of {', '.join(MODES)}")
     if device is not None:
@@ -192,10 +212,16 @@ def select_device(
     if mode == "cpu":
         return _cpu_mode(resources)  # never probes: cpu mode must not touch an accelerator
     resources = resources or probe()
-    return _gpu_mode(resources, min_gpu_memory_gb) if mode == "gpu" else _mixed_mode(resources, min_gpu_memory_gb)
+    return (
+        _gpu_mode(resources, min_gpu_memory_gb)
+        if mode == "gpu"
+        else _mixed_mode(resources, min_gpu_memory_gb)
+    )
 
 
-def describe_modes(resources: MachineResources, min_gpu_memory_gb: float = 2.0) -> dict[str, DeviceChoice | str]:
+def describe_modes(
+    resources: MachineResources, min_gpu_memory_gb: float = 2.0
+) -> dict[str, DeviceChoice | str]:
     """What each compute mode would pick on this machine, or the error it would stop with."""
     choices: dict[str, DeviceChoice | str] = {}
     for mode in MODES:
@@ -214,7 +240,8 @@ def _check_conflict(mode: str, device: str, kind: DeviceKind) -> None:
         )
     if mode == "gpu" and kind == "cpu":
         raise DeviceError(
-            "--device cpu conflicts with --mode gpu, which requires an accelerator; use --mode cpu or --mode mixed"
+            "--device cpu conflicts with --mode gpu, which requires an accelerator; use --mode cpu"
+            " or --mode mixed"
         )
 
 
@@ -229,13 +256,22 @@ def _gpu_mode(resources: MachineResources, min_gb: float) -> DeviceChoice:
     usable, excluded = _usable_cuda(resources)
     if usable:
         gpu = _most_free(usable)
-        low = [_low_memory(gpu, min_gb) + "; training may run out of memory"] if _below(gpu, min_gb) else []
-        return _cuda_choice("gpu", gpu, f"compute mode gpu: {_why_this_gpu(gpu, usable)}", excluded + low)
+        low = (
+            [_low_memory(gpu, min_gb) + "; training may run out of memory"]
+            if _below(gpu, min_gb)
+            else []
+        )
+        return _cuda_choice(
+            "gpu", gpu, f"compute mode gpu: {_why_this_gpu(gpu, usable)}", excluded + low
+        )
     if resources.mps_available:
-        return _mps_choice("gpu", "compute mode gpu: Apple GPU through MPS (no usable CUDA GPU)", excluded)
+        return _mps_choice(
+            "gpu", "compute mode gpu: Apple GPU through MPS (no usable CUDA GPU)", excluded
+        )
     found = "; ".join(excluded) if excluded else resources.accelerator_note
     raise DeviceError(
-        f"--mode gpu needs a CUDA or MPS device, but none was found: {found}; use --mode mixed or --mode cpu"
+        f"--mode gpu needs a CUDA or MPS device, but none was found: {found}; use --mode mixed or"
+        " --mode cpu"
     )
 
 
@@ -244,13 +280,19 @@ def _mixed_mode(resources: MachineResources, min_gb: float) -> DeviceChoice:
     roomy = [gpu for gpu in usable if not _below(gpu, min_gb)]
     if roomy:
         gpu = _most_free(roomy)
-        return _cuda_choice("mixed", gpu, f"compute mode mixed: {_why_this_gpu(gpu, roomy)}", excluded)
+        return _cuda_choice(
+            "mixed", gpu, f"compute mode mixed: {_why_this_gpu(gpu, roomy)}", excluded
+        )
     too_small = [_low_memory(gpu, min_gb) for gpu in sorted(usable, key=lambda g: g.index)]
     if resources.mps_available:
-        return _mps_choice("mixed", "compute mode mixed: Apple GPU through MPS", excluded + too_small)
+        return _mps_choice(
+            "mixed", "compute mode mixed: Apple GPU through MPS", excluded + too_small
+        )
     why = "; ".join(excluded + too_small) or f"no GPU: {resources.accelerator_note}"
     reason = f"compute mode mixed: no usable accelerator, falling back to CPU ({why})"
-    return DeviceChoice(mode="mixed", device="cpu", kind="cpu", reason=reason, fallback=True, warnings=[reason])
+    return DeviceChoice(
+        mode="mixed", device="cpu", kind="cpu", reason=reason, fallback=True, warnings=[reason]
+    )
 
 
 def _explicit_accelerator(
@@ -258,11 +300,20 @@ def _explicit_accelerator(
 ) -> DeviceChoice:
     if kind == "mps":
         if not resources.mps_available:
-            raise DeviceError(f"--device mps was requested but MPS is not available: {resources.accelerator_note}")
+            raise DeviceError(
+                f"--device mps was requested but MPS is not available: {resources.accelerator_note}"
+            )
         return _mps_choice(mode, f"explicit device mps (compute mode {mode})", [])
     gpu = _explicit_gpu(index, resources)
-    warns = [_low_memory(gpu, min_gb) + "; using it anyway because --device was given"] if _below(gpu, min_gb) else []
-    reason = f"explicit device {'cuda' if index is None else f'cuda:{index}'}: {gpu.label}, {_memory(gpu)}"
+    warns = (
+        [_low_memory(gpu, min_gb) + "; using it anyway because --device was given"]
+        if _below(gpu, min_gb)
+        else []
+    )
+    reason = (
+        f"explicit device {'cuda' if index is None else f'cuda:{index}'}: {gpu.label},"
+        f" {_memory(gpu)}"
+    )
     return _cuda_choice(mode, gpu, reason, warns)
 
 
@@ -271,26 +322,36 @@ def _explicit_gpu(index: int | None, resources: MachineResources) -> GpuInfo:
     if index is None:
         if not usable:
             found = "; ".join(excluded) if excluded else resources.accelerator_note
-            raise DeviceError(f"--device cuda was requested but no usable CUDA GPU was found: {found}")
+            raise DeviceError(
+                f"--device cuda was requested but no usable CUDA GPU was found: {found}"
+            )
         return _most_free(usable)
     gpu = next((g for g in resources.gpus if g.index == index), None)
     if gpu is None:
-        raise DeviceError(f"--device cuda:{index} does not exist on this machine; found: {_list_gpus(resources)}")
+        raise DeviceError(
+            f"--device cuda:{index} does not exist on this machine; found: {_list_gpus(resources)}"
+        )
     if gpu.torch_usable is False:
-        raise DeviceError(f"--device cuda:{index} cannot be used: {_torch_excluded(gpu, resources)}")
+        raise DeviceError(
+            f"--device cuda:{index} cannot be used: {_torch_excluded(gpu, resources)}"
+        )
     return gpu
 
 
 def _usable_cuda(resources: MachineResources) -> tuple[list[GpuInfo], list[str]]:
     """GPUs torch can use (unknown counts as usable), and one sentence per GPU it cannot."""
     usable = [gpu for gpu in resources.gpus if gpu.torch_usable is not False]
-    excluded = [_torch_excluded(gpu, resources) for gpu in resources.gpus if gpu.torch_usable is False]
+    excluded = [
+        _torch_excluded(gpu, resources) for gpu in resources.gpus if gpu.torch_usable is False
+    ]
     return usable, excluded
 
 
 def _torch_excluded(gpu: GpuInfo, resources: MachineResources) -> str:
     detail = f" ({resources.torch_note})" if resources.torch_note else ""
-    return f"{gpu.label} is visible to the NVIDIA driver but the installed torch cannot use it{detail}"
+    return (
+        f"{gpu.label} is visible to the NVIDIA driver but the installed torch cannot use it{detail}"
+    )
 
 
 def _most_free(gpus: list[GpuInfo]) -> GpuInfo:
@@ -305,11 +366,15 @@ def _below(gpu: GpuInfo, min_gb: float) -> bool:
 def _why_this_gpu(gpu: GpuInfo, candidates: list[GpuInfo]) -> str:
     if len(candidates) == 1:
         return f"{gpu.label}, the only suitable CUDA GPU, {_memory(gpu)}"
-    return f"{gpu.label} has the most free memory of {len(candidates)} suitable GPUs, {_memory(gpu)}"
+    return (
+        f"{gpu.label} has the most free memory of {len(candidates)} suitable GPUs, {_memory(gpu)}"
+    )
 
 
 def _cuda_choice(mode: str, gpu: GpuInfo, reason: str, warns: list[str]) -> DeviceChoice:
-    return DeviceChoice(mode=mode, device=f"cuda:{gpu.index}", kind="cuda", reason=reason, gpu=gpu, warnings=warns)
+    return DeviceChoice(
+        mode=mode, device=f"cuda:{gpu.index}", kind="cuda", reason=reason, gpu=gpu, warnings=warns
+    )
 
 
 def _mps_choice(mode: str, reason: str, warns: list[str]) -> DeviceChoice:
@@ -317,7 +382,9 @@ def _mps_choice(mode: str, reason: str, warns: list[str]) -> DeviceChoice:
 
 
 def _low_memory(gpu: GpuInfo, min_gb: float) -> str:
-    return f"{gpu.label} has only {_gib(gpu.memory_free_bytes)} GiB free, below min {min_gb:.1f} GiB"
+    return (
+        f"{gpu.label} has only {_gib(gpu.memory_free_bytes)} GiB free, below min {min_gb:.1f} GiB"
+    )
 
 
 def _memory(gpu: GpuInfo) -> str:
@@ -327,7 +394,10 @@ def _memory(gpu: GpuInfo) -> str:
 def _list_gpus(resources: MachineResources) -> str:
     if not resources.gpus:
         return f"no CUDA GPU ({resources.accelerator_note})"
-    return ", ".join(f"cuda:{gpu.index} ({gpu.name}, {_gib(gpu.memory_free_bytes)} GiB free)" for gpu in resources.gpus)
+    return ", ".join(
+        f"cuda:{gpu.index} ({gpu.name}, {_gib(gpu.memory_free_bytes)} GiB free)"
+        for gpu in resources.gpus
+    )
 
 
 def _gib(n_bytes: int) -> str:

@@ -1,4 +1,5 @@
-"""Run folder layout (docs/architecture.md): names of the files a run writes, and creating a fresh folder.
+"""Run folder layout (docs/architecture.md): names of the files a run
+writes, and creating a fresh folder.
 
 Torch-free: the dashboard uses these names to find a run's events, socket and checkpoints.
 """
@@ -23,10 +24,12 @@ EXPORT = "export"
 ONNX = "onnx"  # `trainer-core export --onnx RUN` writes here by default
 REPORT = "report.png"
 ITEMS = "items.jsonl"  # a voice run's items (id, path, held out) as its first start chose them
-# A voice run's pictures of one held-out clip, in each evaluation's sample folder (`samples/step-<8 digits>/`).
+# A voice run's pictures of one held-out clip, in each evaluation's sample folder
+# (`samples/step-<8 digits>/`).
 MEL_VIEW = "mel.png"
 ALIGNMENT_VIEW = "alignment.png"
-# Written by the dashboard only (never the trainer): the user's notes and tags on a run, each atomically.
+# Written by the dashboard only (never the trainer): the user's notes and
+# tags on a run, each atomically.
 NOTES = "notes.md"
 TAGS = "tags.json"
 TRASH = ".trash"  # under a runs root: run folders the dashboard deleted, until the user empties it
@@ -62,15 +65,20 @@ def propose_run_dir(runs_dir: Path | None, name: str, now: float | None = None) 
 
 
 def create_run_dir(path: Path) -> Path:
-    """Create the run folder and its sub-folders, failing with a clear message when it cannot be written."""
+    """Create the run folder and its sub-folders, failing with a clear
+    message when it cannot be written."""
     try:
         path.mkdir(parents=True, exist_ok=True)
         for sub in (CHECKPOINTS, SAMPLES, EXPORT):
             (path / sub).mkdir(exist_ok=True)
     except OSError as exc:
-        raise VegaError(f"cannot create run folder {path}: {exc.strerror or exc}; choose another --run-dir") from exc
+        raise VegaError(
+            f"cannot create run folder {path}: {exc.strerror or exc}; choose another --run-dir"
+        ) from exc
     if not os.access(path, os.W_OK):
-        raise VegaError(f"run folder {path} is not writable; choose another --run-dir or fix its permissions")
+        raise VegaError(
+            f"run folder {path} is not writable; choose another --run-dir or fix its permissions"
+        )
     return path
 
 

@@ -1,4 +1,5 @@
-"""Events of a run's start: who runs, on what, with which data, and what the model was built from."""
+"""Events of a run's start: who runs, on what, with which data, and what the
+model was built from."""
 
 from __future__ import annotations
 
@@ -69,7 +70,8 @@ class ResourcesEvent(Event):
 
 
 class DeviceSelectedEvent(Event):
-    """The compute device chosen for the compute mode, and why (fallback: mixed mode ended on the CPU)."""
+    """The compute device chosen for the compute mode, and why (fallback:
+    mixed mode ended on the CPU)."""
 
     type: Literal["device_selected"] = "device_selected"
     mode: str
@@ -90,7 +92,8 @@ class DataScanEvent(Event):
     total_hours: Real | None = None
     problems: list[DataProblem] = Field(default_factory=list)
     speakers: dict[str, Count] = Field(
-        default_factory=dict, description="usable clips per speaker (multi-speaker voice data; empty for one)"
+        default_factory=dict,
+        description="usable clips per speaker (multi-speaker voice data; empty for one)",
     )
 
 
@@ -103,7 +106,8 @@ class PreloadProgressEvent(Event):
 
 
 class PreloadDoneEvent(Event):
-    """Features are ready: how many, how long it took, and whether they live in RAM or a disk cache."""
+    """Features are ready: how many, how long it took, and whether they live
+    in RAM or a disk cache."""
 
     type: Literal["preload_done"] = "preload_done"
     items: Count
@@ -128,7 +132,8 @@ class CalibrationEvent(Event):
 
 
 class MappedRows(BaseModel):
-    """A table whose rows moved by what they stand for (symbols, speakers): `kept` of its `rows` came along."""
+    """A table whose rows moved by what they stand for (symbols, speakers):
+    `kept` of its `rows` came along."""
 
     model_config = ConfigDict(extra="allow")
 
@@ -139,7 +144,8 @@ class MappedRows(BaseModel):
 
 
 class InitFromEvent(Event):
-    """The run started from a trained model (train.init_from), once at start: what came from it and what not."""
+    """The run started from a trained model (train.init_from), once at start:
+    what came from it and what not."""
 
     type: Literal["init_from"] = "init_from"
     source: PathText = Field(description="what train.init_from named")
@@ -154,16 +160,26 @@ class InitFromEvent(Event):
     loaded_names: list[str] = Field(default_factory=list, description="the first few of each list")
     skipped_names: list[str] = Field(default_factory=list)
     new_names: list[str] = Field(default_factory=list)
-    own: list[str] = Field(default_factory=list, description="this run's own values kept, e.g. its mel statistics")
+    own: list[str] = Field(
+        default_factory=list, description="this run's own values kept, e.g. its mel statistics"
+    )
 
 
 class TaskEvent(Event):
     """Once per start, when the task is built: which task trains and whose code it is."""
 
     type: Literal["task"] = "task"
-    name: str = Field(description='a built-in kind ("tts", "lm", "vocoder", "vits") or "package.module:factory"')
+    name: str = Field(
+        description='a built-in kind ("tts", "lm", "vocoder", "vits") or "package.module:factory"'
+    )
     module: str | None = Field(default=None, description="model.task's module")
-    file: PathText | None = Field(default=None, description="the file model.task's module was loaded from")
-    external: bool = Field(default=False, description="the code comes from outside Vega (allowed by the machine file)")
-    speaks: bool = Field(default=False, description="the model turns text into speech (scored free-running)")
+    file: PathText | None = Field(
+        default=None, description="the file model.task's module was loaded from"
+    )
+    external: bool = Field(
+        default=False, description="the code comes from outside Vega (allowed by the machine file)"
+    )
+    speaks: bool = Field(
+        default=False, description="the model turns text into speech (scored free-running)"
+    )
     parameters: Count | None = None

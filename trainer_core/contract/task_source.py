@@ -1,18 +1,20 @@
-"""Where a profile's task comes from, and whether this machine lets it run: checked without running any of it.
+"""Where a profile's task comes from, and whether this machine lets it run:
+checked without running any of it.
 
-`model.task = "package.module:factory"` names a task factory by module name only (no file paths, no expressions).
-Profiles travel between machines, and importing a module runs its code (and its packages' `__init__` files), so
-a module outside Vega runs only when this machine's file (`<config dir>/machine.toml`, never a profile) allows it:
+`model.task = "package.module:factory"` names a task factory by module name only (no file paths, no
+expressions). Profiles travel between machines, and importing a module runs its code (and its
+packages' `__init__` files), so a module outside Vega runs only when this machine's file (`<config
+dir>/machine.toml`, never a profile) allows it:
 
     [tasks]
     allowed = ["my_models.*"]
 
-(fnmatch patterns on the module name). The module's file is found the way the import system would find it, one
-level at a time with each parent's search locations and the installed finders, but without importing anything:
-`importlib.util.find_spec("a.b")` would import package `a` (running `a/__init__.py`) to learn where `a.b` is.
-An outside module is looked for without the working folder (`contract.import_path.search_path`): the registry
-refuses an import that loads any other file than the one found here.
-Torch-free and stdlib-only: the plan and the dashboard's preflight use it.
+(fnmatch patterns on the module name). The module's file is found the way the import system would
+find it, one level at a time with each parent's search locations and the installed finders, but
+without importing anything: `importlib.util.find_spec("a.b")` would import package `a` (running
+`a/__init__.py`) to learn where `a.b` is. An outside module is looked for without the working folder
+(`contract.import_path.search_path`): the registry refuses an import that loads any other file than
+the one found here. Torch-free and stdlib-only: the plan and the dashboard's preflight use it.
 """
 
 from __future__ import annotations
@@ -57,7 +59,8 @@ class TaskSpec:
 
 @dataclass(frozen=True)
 class TaskSource:
-    """A task spec with the file its module would be loaded from, and the allow-list pattern that lets it run."""
+    """A task spec with the file its module would be loaded from, and the
+    allow-list pattern that lets it run."""
 
     spec: TaskSpec
     file: Path | None
@@ -88,16 +91,23 @@ def _is_name(part: str) -> bool:
 
 
 def spec_problem(text: str) -> str | None:
-    """Why `text` is not `package.module:factory` (dotted Python names, one colon, a name), or None when it is."""
+    """Why `text` is not `package.module:factory` (dotted Python names, one
+    colon, a name), or None when it is."""
     module, colon, factory = text.partition(":")
     if not colon:
         return "expected package.module:factory (a module name, a colon, then the factory's name)"
     if "/" in text or "\\" in text or module.endswith(".py"):
-        return "a module name, not a file path: install the package (or put its folder on PYTHONPATH) and name it"
+        return (
+            "a module name, not a file path: install the package (or put its folder on PYTHONPATH)"
+            " and name it"
+        )
     if not module or not all(_is_name(part) for part in module.split(".")):
         return f"{module!r} is not a dotted module name (Python identifiers joined by dots)"
     if not _is_name(factory):
-        return f"{factory!r} after the colon is not a Python name (no expressions, calls or attributes)"
+        return (
+            f"{factory!r} after the colon is not a Python name (no expressions, calls or"
+            " attributes)"
+        )
     return None
 
 
@@ -110,13 +120,14 @@ def parse_task_spec(text: str) -> TaskSpec:
     return TaskSpec(module, factory)
 
 
-# ---------------------------------------------------------------- finding the module's file without importing it
+# ---------------------------------------------------------------- finding the
+# module's file without importing it
 
 
 def locate_module(module: str, top: Sequence[str] | None = None) -> Path | None:
-    """The file `module` would be loaded from (a package's `__init__.py`), found without executing any code of
-    it or of its parent packages; None when it is not installed (or has no file, like a built-in module).
-    `top`: the folders to find its top-level package in (None: sys.path)."""
+    """The file `module` would be loaded from (a package's `__init__.py`), found without executing
+    any code of it or of its parent packages; None when it is not installed (or has no file, like a
+    built-in module). `top`: the folders to find its top-level package in (None: sys.path)."""
     locations: Sequence[str] | None = top
     found = None
     parts = module.split(".")
@@ -132,9 +143,11 @@ def locate_module(module: str, top: Sequence[str] | None = None) -> Path | None:
     return Path(origin) if origin and os.path.isfile(origin) else None
 
 
-def _find_spec_here(name: str, locations: Sequence[str] | None) -> importlib.machinery.ModuleSpec | None:
-    """Ask the installed finders, in import order, for `name` inside `locations` (None: sys.path), as the import
-    system does after importing the parent; nothing is imported."""
+def _find_spec_here(
+    name: str, locations: Sequence[str] | None
+) -> importlib.machinery.ModuleSpec | None:
+    """Ask the installed finders, in import order, for `name` inside `locations` (None: sys.path),
+    as the import system does after importing the parent; nothing is imported."""
     for finder in sys.meta_path:
         find_spec = getattr(finder, "find_spec", None)
         if find_spec is None:
@@ -149,7 +162,8 @@ def _find_spec_here(name: str, locations: Sequence[str] | None) -> importlib.mac
 
 
 def read_allowed(machine_file: Path) -> list[str]:
-    """The `[tasks] allowed` patterns of a machine file ([] when the file or the table is absent)."""
+    """The `[tasks] allowed` patterns of a machine file ([] when the file or
+    the table is absent)."""
     if not machine_file.is_file():
         return []
     try:
@@ -169,10 +183,16 @@ def allowed_patterns(table: Any, label: str) -> list[str]:
         raise ProfileError(f"{label}: {TASKS_TABLE} must be a table, for example {example}")
     unknown = sorted(set(table) - {"allowed"})
     if unknown:
-        raise ProfileError(f"{label}: unknown key {TASKS_TABLE}.{unknown[0]}: the [tasks] table holds only allowed")
+        raise ProfileError(
+            f"{label}: unknown key {TASKS_TABLE}.{unknown[0]}: the [tasks] table holds only allowed"
+        )
     patterns = table.get("allowed", [])
-    if not isinstance(patterns, list) or not all(isinstance(p, str) and p.strip() for p in patterns):
-        raise ProfileError(f"{label}: {TASKS_TABLE}.allowed must be a list of module name patterns, e.g. {example}")
+    if not isinstance(patterns, list) or not all(
+        isinstance(p, str) and p.strip() for p in patterns
+    ):
+        raise ProfileError(
+            f"{label}: {TASKS_TABLE}.allowed must be a list of module name patterns, e.g. {example}"
+        )
     return list(patterns)
 
 
@@ -182,22 +202,25 @@ def allowed_by(module: str, patterns: Sequence[str]) -> str | None:
 
 
 def refusal(spec: TaskSpec, file: Path | None, machine_file: Path, patterns: Sequence[str]) -> str:
-    """How to allow a module this machine does not allow: the machine file and the exact line to write in it."""
+    """How to allow a module this machine does not allow: the machine file and
+    the exact line to write in it."""
     where = f" ({file})" if file is not None else ""
     line = "allowed = [" + ", ".join(f'"{p}"' for p in [*patterns, spec.module]) + "]"
     table = "the [tasks] table's allowed line" if patterns else "these lines"
     return (
-        f'model.task = "{spec}" runs code from {spec.module}{where}, which this machine does not allow: a profile '
-        f"can come from anywhere, and naming a module runs its code. If you trust it, allow it in this machine's "
+        f'model.task = "{spec}" runs code from {spec.module}{where}, which this machine does not'
+        " allow: a profile "
+        f"can come from anywhere, and naming a module runs its code. If you trust it, allow it in"
+        f" this machine's "
         f"file {machine_file} ({table}):\n    [{TASKS_TABLE}]\n    {line}\n"
         f'(a pattern such as "{spec.module.partition(".")[0]}.*" allows the whole package)'
     )
 
 
 def resolve_task(text: str, machine_file: Path) -> TaskSource:
-    """The task source of `model.task`: its file, found without importing, and the allow-list entry that lets
-    it run; TaskNotAllowedError (exit 2, saying how to allow it) for a module outside Vega the machine does not
-    allow; VegaError for a module that is not installed."""
+    """The task source of `model.task`: its file, found without importing, and the allow-list entry
+    that lets it run; TaskNotAllowedError (exit 2, saying how to allow it) for a module outside Vega
+    the machine does not allow; VegaError for a module that is not installed."""
     try:
         spec = parse_task_spec(text)
     except ValueError as exc:
@@ -209,8 +232,8 @@ def resolve_task(text: str, machine_file: Path) -> TaskSource:
         raise TaskNotAllowedError(refusal(spec, file, machine_file, patterns))
     if file is None:
         raise VegaError(
-            f'model.task = "{spec}": module {spec.module} is not installed here (searched {len(sys.path)} '
-            "folders of sys.path and the installed packages): pip install its package, or put the folder that "
-            "holds it on PYTHONPATH"
+            f'model.task = "{spec}": module {spec.module} is not installed here (searched'
+            f" {len(sys.path)} folders of sys.path and the installed packages): pip install its"
+            " package, or put the folder that holds it on PYTHONPATH"
         )
     return TaskSource(spec, file, pattern)

@@ -47,7 +47,8 @@ def format_duration(seconds: float | None) -> str:
 
 
 def format_number(value: float | None, digits: int = 4) -> str:
-    """A loss or metric with `digits` significant digits, trailing zeros kept (`5.000`); `—` when unknown."""
+    """A loss or metric with `digits` significant digits, trailing zeros
+    kept (`5.000`); `—` when unknown."""
     if value is None or not math.isfinite(value):
         return UNKNOWN
     text = f"{value:#.{digits}g}"

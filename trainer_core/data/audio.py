@@ -1,10 +1,11 @@
-"""Decode one recording into training audio: float32 mono at the profile's rate, trimmed, optionally normalised.
+"""Decode one recording into training audio: float32 mono at the profile's rate,
+trimmed, optionally normalised.
 
-soundfile decodes (WAV, FLAC, OGG, MP3 where libsndfile has it; any bit depth), channels are averaged,
-soxr resamples ('HQ') when the file's rate differs from the target, and leading/trailing silence is
-trimmed with a frame-RMS rule that gives the same cut points as `librosa.effects.trim` (2048-sample
-frames, 512-sample hop, threshold `top_db` below the loudest frame) without importing librosa.
-soundfile and soxr release the GIL, so `load_audio` runs well in a thread pool.
+soundfile decodes (WAV, FLAC, OGG, MP3 where libsndfile has it; any bit depth), channels are
+averaged, soxr resamples ('HQ') when the file's rate differs from the target, and leading/trailing
+silence is trimmed with a frame-RMS rule that gives the same cut points as `librosa.effects.trim`
+(2048-sample frames, 512-sample hop, threshold `top_db` below the loudest frame) without importing
+librosa. soundfile and soxr release the GIL, so `load_audio` runs well in a thread pool.
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ class AudioDecodeError(VegaError):
 
 
 def decode_calls() -> int:
-    """How many times `load_audio` has decoded a file in this process (tests use it to prove cache hits)."""
+    """How many times `load_audio` has decoded a file in this process (tests
+    use it to prove cache hits)."""
     return _decode_calls
 
 
@@ -50,8 +52,8 @@ PCM16_SCALE = np.float32(1.0 / 32768.0)
 
 
 def _read(path: Path) -> tuple[np.ndarray, int]:
-    """(frames, channels) samples and the rate. 16-bit PCM is read as int16 and scaled here: the same
-    numbers as libsndfile's float conversion at about half its cost."""
+    """(frames, channels) samples and the rate. 16-bit PCM is read as int16 and scaled here: the
+    same numbers as libsndfile's float conversion at about half its cost."""
     with sf.SoundFile(str(path)) as handle:
         if handle.subtype == "PCM_16":
             raw = handle.read(dtype="int16", always_2d=True)
@@ -60,12 +62,14 @@ def _read(path: Path) -> tuple[np.ndarray, int]:
 
 
 def read_samples(path: Path) -> tuple[np.ndarray, int]:
-    """(frames, channels) float32 samples and the file's sample rate; AudioDecodeError on failure."""
+    """(frames, channels) float32 samples and the file's sample rate;
+    AudioDecodeError on failure."""
     try:
         data, rate = _read(path)
     except (sf.LibsndfileError, RuntimeError, OSError, ValueError, TypeError) as exc:
         raise AudioDecodeError(
-            f"cannot decode audio file {path}: {exc}; re-export it as 16-bit WAV or FLAC, or remove it"
+            f"cannot decode audio file {path}: {exc}; re-export it as 16-bit WAV or FLAC, or"
+            " remove it"
         ) from exc
     if data.size == 0:
         raise AudioDecodeError(f"audio file {path} holds no samples: re-export it or remove it")
@@ -90,7 +94,8 @@ def frame_energies(wave: np.ndarray, frame_length: int, hop_length: int) -> np.n
     half = frame_length // 2
     if frame_length % hop_length or half % hop_length:
         return running_frame_energies(wave, frame_length, hop_length)
-    # Frames are whole runs of hop-long blocks: square-sum each block once, then add neighbouring blocks.
+    # Frames are whole runs of hop-long blocks: square-sum each block once,
+    # then add neighbouring blocks.
     full = len(wave) // hop_length
     blocks = np.zeros(full + 1 + 2 * (half // hop_length), dtype=np.float64)
     lead = half // hop_length
@@ -114,7 +119,8 @@ def running_frame_energies(wave: np.ndarray, frame_length: int, hop_length: int)
 
 
 def trim_bounds(wave: np.ndarray, top_db: float) -> tuple[int, int]:
-    """(start, end) sample indices of the non-silent part: frames within `top_db` of the loudest one."""
+    """(start, end) sample indices of the non-silent part: frames within
+    `top_db` of the loudest one."""
     energy = frame_energies(wave, TRIM_FRAME_LENGTH, TRIM_HOP_LENGTH)
     loudest = max(float(energy.max()), TRIM_AMIN) if energy.size else TRIM_AMIN
     level_db = 10.0 * np.log10(np.maximum(energy, TRIM_AMIN) / loudest)
@@ -133,7 +139,8 @@ def trim(wave: np.ndarray, top_db: float) -> np.ndarray:
 
 
 def peak_normalize(wave: np.ndarray) -> np.ndarray:
-    """Scale so that the loudest sample sits at NORMALIZE_PEAK (digital silence is left as it is)."""
+    """Scale so that the loudest sample sits at NORMALIZE_PEAK (digital
+    silence is left as it is)."""
     peak = float(np.abs(wave).max()) if wave.size else 0.0
     return wave if peak <= 0.0 else (wave * (NORMALIZE_PEAK / peak)).astype(np.float32)
 
@@ -145,7 +152,8 @@ def load_audio(
     top_db: float = 40.0,
     normalize: bool = False,
 ) -> np.ndarray:
-    """Decode `path` into float32 mono samples in [-1, 1] at `target_sr`; AudioDecodeError names a bad file."""
+    """Decode `path` into float32 mono samples in [-1, 1] at `target_sr`;
+    AudioDecodeError names a bad file."""
     _count_decode()
     data, source_sr = read_samples(Path(path))
     wave = resample(to_mono(data), source_sr, target_sr)
@@ -154,5 +162,6 @@ def load_audio(
     if normalize:
         wave = peak_normalize(wave)
     # Resampling can overshoot full scale by a hair on clipped input; training audio stays in range.
-    # The wave is this function's own array (decoded, resampled or trimmed here), so clip it in place.
+    # The wave is this function's own array (decoded, resampled or trimmed
+    # here), so clip it in place.
     return np.clip(wave, -1.0, 1.0, out=wave)

@@ -1,11 +1,13 @@
 """Probe one audio file: header facts (soundfile.info) and levels (peak, clipping) from its samples.
 
-Torch- and librosa-free so that `check-data` stays quick. Samples are read in blocks, so memory stays
-flat however long a file is; soundfile releases the GIL while decoding, so probes run well in threads.
+Torch- and librosa-free so that `check-data` stays quick. Samples are read in blocks,
+so memory stays flat however long a file is; soundfile releases the GIL while decoding,
+so probes run well in threads.
 
-What reading a file finds (`AudioFacts`: header, levels, or the decoder's complaint) does not depend on
-any scan setting, so the data-scan cache (data.scan_cache) keeps it per file; the verdicts (duration
-limits, transcripts, silence and clipping thresholds) are drawn from those facts on every scan.
+What reading a file finds (`AudioFacts`: header, levels, or the decoder's complaint) does
+not depend on any scan setting, so the data-scan cache (data.scan_cache) keeps it per
+file; the verdicts (duration limits, transcripts, silence and clipping thresholds) are
+drawn from those facts on every scan.
 """
 
 from __future__ import annotations
@@ -22,11 +24,27 @@ import soundfile as sf
 from trainer_core.data.scan_report import Problem
 from trainer_core.data.transcripts import Transcript
 
-# Extension -> libsndfile format name; a format the installed libsndfile lacks is reported, not read.
+# Extension -> libsndfile format name; a format the installed libsndfile
+# lacks is reported, not read.
 VOICE_FORMATS: dict[str, str] = {".wav": "WAV", ".flac": "FLAC", ".ogg": "OGG", ".mp3": "MP3"}
 # Audio we recognise but do not decode: listed as problems so the user knows to convert them.
 OTHER_AUDIO_SUFFIXES: frozenset[str] = frozenset(
-    {".m4a", ".aac", ".opus", ".wma", ".aiff", ".aif", ".aifc", ".amr", ".webm", ".alac", ".ape", ".wv", ".caf", ".mka"}
+    {
+        ".m4a",
+        ".aac",
+        ".opus",
+        ".wma",
+        ".aiff",
+        ".aif",
+        ".aifc",
+        ".amr",
+        ".webm",
+        ".alac",
+        ".ape",
+        ".wv",
+        ".caf",
+        ".mka",
+    }
 )
 SILENCE_PEAK_DBFS = -60.0
 CLIP_LEVEL = 0.999
@@ -56,7 +74,10 @@ def unsupported_problem(path: Path) -> Problem:
         why = f"the installed libsndfile ({sf.__libsndfile_version__}) cannot decode {suffix}"
     else:
         why = f"{suffix} is not read by Vega"
-    reason = f"unsupported format: {why}; convert it to WAV or FLAC (e.g. ffmpeg -i '{path.name}' '{path.stem}.wav')"
+    reason = (
+        f"unsupported format: {why}; convert it to WAV or FLAC (e.g. ffmpeg -i '{path.name}'"
+        f" '{path.stem}.wav')"
+    )
     return Problem(path, reason, "unsupported_format")
 
 
@@ -115,7 +136,8 @@ class AudioFacts:
 
 @dataclass(frozen=True)
 class AudioProbe:
-    """What one file turned out to be: its header when readable, and the problem that skips it, if any."""
+    """What one file turned out to be: its header when readable, and the
+    problem that skips it, if any."""
 
     path: Path
     size_bytes: int
@@ -127,7 +149,9 @@ class AudioProbe:
 
 def read_header(path: Path) -> AudioHeader:
     info = sf.info(str(path))
-    return AudioHeader(int(info.frames), int(info.samplerate), int(info.channels), info.format, info.subtype)
+    return AudioHeader(
+        int(info.frames), int(info.samplerate), int(info.channels), info.format, info.subtype
+    )
 
 
 def measure_levels(path: Path) -> Levels:
@@ -149,7 +173,8 @@ def measure_levels(path: Path) -> Levels:
 
 
 def decoder_message(exc: Exception, path: Path) -> str:
-    """libsndfile's message without the repeated "Error opening 'path': " prefix, made less misleading."""
+    """libsndfile's message without the repeated "Error opening 'path': "
+    prefix, made less misleading."""
     message = str(exc).replace(f"Error opening {str(path)!r}: ", "").strip()
     # libsndfile says this when a file exists but its MP3 probe fails: the real issue is the format.
     if "does not exist or is not a regular file" in message and path.is_file():
@@ -166,9 +191,16 @@ def _header_problem(path: Path, header: AudioHeader, limits: DurationLimits) -> 
     if header.frames <= 0:
         return Problem(path, "empty: the file holds no audio frames", "empty")
     if duration < limits.min_s:
-        return Problem(path, f"too short: {duration:.2f} s is under the minimum {limits.min_s:g} s", "too_short")
+        return Problem(
+            path,
+            f"too short: {duration:.2f} s is under the minimum {limits.min_s:g} s",
+            "too_short",
+        )
     if duration > limits.max_s:
-        reason = f"too long: {duration:.1f} s is over the maximum {limits.max_s:g} s; split it into shorter clips"
+        reason = (
+            f"too long: {duration:.1f} s is over the maximum {limits.max_s:g} s; split it into"
+            " shorter clips"
+        )
         return Problem(path, reason, "too_long")
     return None
 
@@ -179,7 +211,10 @@ def _transcript_problem(
     duration_s: float,
 ) -> Problem | None:
     if transcript is None:
-        reason = f"missing transcript: not in a metadata.csv and no {path.stem}.txt or {path.stem}.lab beside it"
+        reason = (
+            f"missing transcript: not in a metadata.csv and no {path.stem}.txt or {path.stem}.lab"
+            " beside it"
+        )
         return Problem(path, reason, "missing_transcript")
     text = transcript.text
     if not text:
@@ -243,7 +278,10 @@ def _levels_problem(path: Path, facts: AudioFacts) -> Problem | None:
         reason = f"silent: peak {_dbfs(peak):.1f} dBFS is below {SILENCE_PEAK_DBFS:g} dBFS"
         return Problem(path, reason, "silent")
     if clipped_fraction > CLIP_FRACTION:
-        reason = f"clipped: {clipped_fraction:.2%} of samples at full scale (more than {CLIP_FRACTION:.1%})"
+        reason = (
+            f"clipped: {clipped_fraction:.2%} of samples at full scale (more than"
+            f" {CLIP_FRACTION:.1%})"
+        )
         return Problem(path, reason, "clipped")
     return None
 
@@ -260,16 +298,22 @@ def _cut_short(path: Path, header: AudioHeader, frames: int) -> Problem | None:
 
 
 def probe_audio(
-    path: Path, transcript: Transcript | None, limits: DurationLimits, known: AudioFacts | None = None
+    path: Path,
+    transcript: Transcript | None,
+    limits: DurationLimits,
+    known: AudioFacts | None = None,
 ) -> AudioProbe:
     """Check one file, cheapest test first; samples are decoded only for files that could be used.
 
-    `known`: facts from the scan cache for this very file (same size and mtime); what they lack is read.
+    `known`: facts from the scan cache for this very file (same size and
+    mtime); what they lack is read.
     """
     try:
         size = path.stat().st_size
     except OSError as exc:
-        return AudioProbe(path, 0, None, Problem(path, f"unreadable: {exc.strerror or exc}", "unreadable"))
+        return AudioProbe(
+            path, 0, None, Problem(path, f"unreadable: {exc.strerror or exc}", "unreadable")
+        )
     if size == 0:
         return AudioProbe(path, 0, None, Problem(path, "empty: the file is 0 bytes", "empty"))
     facts = known if known is not None and known.header_known else _read_header_facts(path)

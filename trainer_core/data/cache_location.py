@@ -1,7 +1,8 @@
 """Where Vega's caches live: the per-user cache folder (or data.cache_dir) and one name per corpus.
 
-Torch-free, shared by the feature cache (data.feature_cache) and the data-scan cache (data.scan_cache),
-so both follow the same rule: data.cache_dir when the profile sets it, else the user cache folder.
+Torch-free, shared by the feature cache (data.feature_cache) and the data-scan cache
+(data.scan_cache), so both follow the same rule: data.cache_dir when the profile sets
+it, else the user cache folder.
 """
 
 from __future__ import annotations

@@ -173,8 +173,9 @@ def list_common_voice(root: Path, options: CorpusOptions) -> CorpusListing | Non
         raise DataError(f'data.common_voice_train = {choice!r}: use "validated" or "train"')
     if ".mp3" not in supported_suffixes():
         raise DataError(
-            f"{root} is a Common Voice release: its clips are MP3, which the installed libsndfile "
-            f"({sf.__libsndfile_version__}) cannot decode; pip install -U soundfile (libsndfile 1.1+)"
+            f"{root} is a Common Voice release: its clips are MP3, which the installed libsndfile"
+            f" ({sf.__libsndfile_version__}) cannot decode; pip install -U soundfile (libsndfile"
+            " 1.1+)"
         )
     layout = speaker_layout(options.speakers, SPEAKER_COLUMN, "Common Voice")
     listing = CorpusListing("common_voice", layout=layout)

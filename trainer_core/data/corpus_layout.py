@@ -77,8 +77,9 @@ def corpus_report(
     kind = FORMAT_NAMES[listing.format]
     if not items:
         raise DataError(
-            f"none of the {listed} clips listed in {root} ({kind}) is usable "
-            f"({problem_breakdown(problems)}); run `trainer-core check-data {root}` for every problem row"
+            f"none of the {listed} clips listed in {root} ({kind}) is usable"
+            f" ({problem_breakdown(problems)}); run `trainer-core check-data {root}` for every"
+            " problem row"
         )
     summary = voice_summary(listed, 0, probes, items, listing.layout)
     summary.corpus_format, summary.corpus_note = listing.format, "; ".join(listing.notes)

@@ -2,22 +2,22 @@
 
 Layout: `<folder>/<params digest>/<corpus digest>.index.json` plus the float32 data file it names,
 `<corpus digest>.<token>.f32`. The index lists, per recording (absolute path), its size and mtime_ns
-when the features were made and where its (n_mels, frames) block starts in the data file. A recording
-whose size or mtime changed misses; one that disappeared is dropped at the next write; new ones are
-added. The params digest covers every setting that changes the numbers and the format version, so
-another profile (or the old one-.npy-per-recording format, version 1, which is left alone) never reads
-these.
+when the features were made and where its (n_mels, frames) block starts in the data file. A
+recording whose size or mtime changed misses; one that disappeared is dropped at the next write;
+new ones are added. The params digest covers every setting that changes the numbers and the
+format version, so another profile (or the old one-.npy-per-recording format, version 1, which is
+left alone) never reads these.
 
-Reading a hit is one json parse and one stat per recording; the data file is mapped copy-on-write, so
-the tensors handed out are views of the page cache (writing to one never reaches the file).
+Reading a hit is one json parse and one stat per recording; the data file is mapped copy-on-write,
+so the tensors handed out are views of the page cache (writing to one never reaches the file).
 
 Writing: a new data file under a fresh name, then the index, each to a temporary file fsynced
 and renamed into place (trainer_core.atomic), so a reader sees the old pair or the new pair,
 never half of one; the kill drill holds a writer half-way through either file (hold phase
 cache_write). The replaced data file is
-removed afterwards (a process that still maps it keeps its pages). Files are never rewritten in place,
-so a mapping never shrinks under a reader. A damaged index or a data file shorter than its index says
-is a warning and a rebuild, never an error; audio is never touched.
+removed afterwards (a process that still maps it keeps its pages). Files are never rewritten in
+place, so a mapping never shrinks under a reader. A damaged index or a data file shorter than its
+index says is a warning and a rebuild, never an error; audio is never touched.
 """
 
 from __future__ import annotations
@@ -97,14 +97,17 @@ class CacheDamaged(ValueError):
 
 
 class FeatureCache:
-    """Get and put (n_mels, frames) float32 mel tensors (or (rows, frames) ones) for the recordings of one corpus."""
+    """Get and put (n_mels, frames) float32 mel tensors (or (rows, frames) ones)
+    for the recordings of one corpus."""
 
     def __init__(self, folder: Path | None, params: dict[str, Any], corpus: Path) -> None:
         self.folder = cache_folder(folder)
         self.params = dict(params)
-        # Values per frame: the mel bins, or params["rows"] for another per-frame feature (the pitch track's 1).
+        # Values per frame: the mel bins, or params["rows"] for another per-frame
+        # feature (the pitch track's 1).
         self.n_mels = int(params["rows"] if "rows" in params else params["n_mels"])
-        # One subfolder per parameter set: other profiles' features never collide, and can be removed alone.
+        # One subfolder per parameter set: other profiles' features never
+        # collide, and can be removed alone.
         self.entries_dir = self.folder / params_digest(self.params)
         self.name = corpus_digest(corpus)
         self.index_path = self.entries_dir / f"{self.name}.index.json"
@@ -114,7 +117,8 @@ class FeatureCache:
         self._entries: dict[str, Entry] = {}
         self._data: np.ndarray | None = None
         self._pending: dict[str, tuple[tuple[int, int], np.ndarray]] = {}
-        self._dirty = False  # Entries to drop (changed, removed or damaged): the next flush rewrites.
+        # Entries to drop (changed, removed or damaged): the next flush rewrites.
+        self._dirty = False
         self._lock = threading.Lock()  # Workers put while the main thread reads.
         self._open()
 
@@ -134,7 +138,9 @@ class FeatureCache:
             return self._damaged(str(exc))
 
     def _damaged(self, reason: str) -> None:
-        message = f"feature cache {reason}; its features will be computed again and the cache rewritten"
+        message = (
+            f"feature cache {reason}; its features will be computed again and the cache rewritten"
+        )
         log.warning(message)
         self.warnings.append(message)
         self.corrupt_entries += len(self._entries)
@@ -143,7 +149,11 @@ class FeatureCache:
     def _parse(self, text: str) -> tuple[dict[str, Entry], Path | None, np.ndarray | None]:
         try:
             index = json.loads(text)
-            version, data_name, data_bytes = index["format_version"], index["data_file"], index["data_bytes"]
+            version, data_name, data_bytes = (
+                index["format_version"],
+                index["data_file"],
+                index["data_bytes"],
+            )
             rows = index["entries"]
         except (ValueError, TypeError, KeyError) as exc:
             raise CacheDamaged(f"index {self.index_path} is damaged ({exc!r})") from exc
@@ -165,7 +175,9 @@ class FeatureCache:
         except OSError as exc:
             raise CacheDamaged(f"data file {data_path} is missing ({exc.strerror})") from exc
         if actual != data_bytes or data_bytes % 4:
-            raise CacheDamaged(f"data file {data_path} holds {actual} bytes, its index says {data_bytes}")
+            raise CacheDamaged(
+                f"data file {data_path} holds {actual} bytes, its index says {data_bytes}"
+            )
         if data_bytes == 0:
             return None
         try:
@@ -187,8 +199,11 @@ class FeatureCache:
         return entries
 
     def _entry(self, row: Any, values: int) -> Entry | None:
-        """The index row as an Entry, or None when it is malformed or points outside the data file."""
-        if not (isinstance(row, list) and len(row) == 4 and all(type(v) is int and v >= 0 for v in row)):
+        """The index row as an Entry, or None when it is malformed or points
+        outside the data file."""
+        if not (
+            isinstance(row, list) and len(row) == 4 and all(type(v) is int and v >= 0 for v in row)
+        ):
             return None
         entry = Entry(*row)
         end = entry.offset + self.n_mels * entry.frames
@@ -204,7 +219,8 @@ class FeatureCache:
         return entry
 
     def frames(self, path: Path) -> int | None:
-        """The frame count of the cached features of `path`, or None on a miss (nothing read but the index)."""
+        """The frame count of the cached features of `path`, or None on a
+        miss (nothing read but the index)."""
         key = os.path.abspath(path)
         with self._lock:
             pending = self._pending.get(key)
@@ -247,7 +263,8 @@ class FeatureCache:
     # Writing
 
     def put(self, path: Path, mel: torch.Tensor) -> None:
-        """Queue the features of `path` for the next `flush` (they are served from memory until then)."""
+        """Queue the features of `path` for the next `flush` (they are
+        served from memory until then)."""
         key = os.path.abspath(path)
         identity = file_identity(key)
         if identity is None:
@@ -257,7 +274,8 @@ class FeatureCache:
             self._pending[key] = (identity, array)
 
     def flush(self) -> bool:
-        """Write the packed pair if anything changed; False (nothing replaced) when the folder is not writable."""
+        """Write the packed pair if anything changed; False (nothing replaced)
+        when the folder is not writable."""
         with self._lock:
             if not self._pending and not self._dirty:
                 return True
@@ -277,7 +295,8 @@ class FeatureCache:
         return True
 
     def _blocks_to_keep(self) -> list[tuple[str, tuple[int, int], np.ndarray]]:
-        """Old entries whose recording is unchanged, then the queued ones (which win over old ones)."""
+        """Old entries whose recording is unchanged, then the queued ones
+        (which win over old ones)."""
         blocks = []
         for key, entry in self._entries.items():
             if key in self._pending or self._data is None:
@@ -285,10 +304,14 @@ class FeatureCache:
             if file_identity(key) == (entry.size, entry.mtime_ns):
                 block = self._data[entry.offset : entry.offset + self.n_mels * entry.frames]
                 blocks.append((key, (entry.size, entry.mtime_ns), block))
-        blocks.extend((key, identity, array.reshape(-1)) for key, (identity, array) in self._pending.items())
+        blocks.extend(
+            (key, identity, array.reshape(-1)) for key, (identity, array) in self._pending.items()
+        )
         return blocks
 
-    def _write_pair(self, blocks: list[tuple[str, tuple[int, int], np.ndarray]]) -> tuple[dict[str, Entry], Path]:
+    def _write_pair(
+        self, blocks: list[tuple[str, tuple[int, int], np.ndarray]]
+    ) -> tuple[dict[str, Entry], Path]:
         data_path = self.entries_dir / f"{self.name}.{secrets.token_hex(6)}.f32"
         entries: dict[str, Entry] = {}
 
@@ -309,7 +332,9 @@ class FeatureCache:
             "params": self.params,
             "data_file": data_path.name,
             "data_bytes": 4 * offset,
-            "entries": {key: [e.size, e.mtime_ns, e.offset, e.frames] for key, e in entries.items()},
+            "entries": {
+                key: [e.size, e.mtime_ns, e.offset, e.frames] for key, e in entries.items()
+            },
         }
         try:
             text = json.dumps(index, separators=(",", ":"))

@@ -1,5 +1,5 @@
-"""librosa's own mel spectrogram with a profile's audio settings: the reference Vega's torch mel is checked
-against, and the per-file baseline the preload benchmark races."""
+"""librosa's own mel spectrogram with a profile's audio settings: the reference Vega's torch mel is
+checked against, and the per-file baseline the preload benchmark races."""
 
 from __future__ import annotations
 
@@ -11,8 +11,11 @@ if TYPE_CHECKING:
     from trainer_core.contract.profile import AudioSection
 
 
-def librosa_power_mel(wave: np.ndarray, audio: AudioSection, sample_rate: int | None = None) -> np.ndarray:
-    """Power mel (n_mels, frames), centred with reflect padding as `trainer_core.data.mel` computes it."""
+def librosa_power_mel(
+    wave: np.ndarray, audio: AudioSection, sample_rate: int | None = None
+) -> np.ndarray:
+    """Power mel (n_mels, frames), centred with reflect padding as
+    `trainer_core.data.mel` computes it."""
     import librosa  # imported here: it is slow to import and most callers never need it
 
     mel: np.ndarray = librosa.feature.melspectrogram(

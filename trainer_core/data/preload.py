@@ -1,20 +1,22 @@
 """Preload voice features: every usable recording's log-mel, from the feature cache or computed now.
 
 First each item is looked up in the feature cache (stage "cache"): one index read and a stat per
-recording, the features themselves being views of the cache's memory-mapped data file. The misses are
-computed by whole-file workers (stage "decode"): each thread decodes, resamples, trims and transforms
-one recording at a time, longest first, with torch's intra-op threads cut to cores / workers for the
-duration so the workers and torch's own pool do not fight over the same cores (soundfile, soxr, numpy
-and torch all release the GIL). The new features are then written to the cache in one packed write,
-so a second run with the same files and parameters is all cache hits and decodes nothing.
+recording, the features themselves being views of the cache's memory-mapped data file. The
+misses are computed by whole-file workers (stage "decode"): each thread decodes, resamples,
+trims and transforms one recording at a time, longest first, with torch's intra-op threads cut
+to cores / workers for the duration so the workers and torch's own pool do not fight over the
+same cores (soundfile, soxr, numpy and torch all release the GIL). The new features are then
+written to the cache in one packed write, so a second run with the same files and parameters is
+all cache hits and decodes nothing.
 
 where="ram": every mel is kept as a float32 tensor (computed ones in process memory, cached ones as
 views of the mapped cache file, i.e. the page cache: no read per step).
 where="disk": only frame counts are kept; `get_mel` asks the cache each time, and recomputes (and
 queues for the cache) an entry whose recording changed since.
 
-With pitch=True each recording also gets its log-F0 track (`trainer_core.data.pitch`), one value per mel
-frame, cached beside the mel under its own parameters; an item is a cache hit only when both are.
+With pitch=True each recording also gets its log-F0 track
+(`trainer_core.data.pitch`), one value per mel frame, cached beside the mel under its
+own parameters; an item is a cache hit only when both are.
 
 A recording that fails to decode here is skipped and listed in `VoiceFeatures.skipped`; only when
 nothing is left is that an error.
@@ -50,9 +52,12 @@ PROGRESS_INTERVAL_S = 0.25
 
 
 class ProgressReporter:
-    """Counts items and feature bytes, and calls back at most every `interval_s` (plus once at the end)."""
+    """Counts items and feature bytes, and calls back at most every
+    `interval_s` (plus once at the end)."""
 
-    def __init__(self, total: int, callback: ProgressCallback | None, interval_s: float = PROGRESS_INTERVAL_S) -> None:
+    def __init__(
+        self, total: int, callback: ProgressCallback | None, interval_s: float = PROGRESS_INTERVAL_S
+    ) -> None:
         self.total = total
         self.callback = callback
         self.interval_s = interval_s
@@ -62,7 +67,9 @@ class ProgressReporter:
 
     def _emit(self, stage: str) -> None:
         if self.callback is not None:
-            self.callback({"done": self.done, "total": self.total, "bytes": self.bytes, "stage": stage})
+            self.callback(
+                {"done": self.done, "total": self.total, "bytes": self.bytes, "stage": stage}
+            )
         self._last = time.monotonic()
 
     def advance(self, stage: str, items: int = 1, nbytes: int = 0) -> None:
@@ -82,7 +89,8 @@ def mel_bytes(n_mels: int, frames: int) -> int:
 
 @dataclass
 class VoiceFeatures:
-    """Texts and mel features of the usable recordings, in the scan's order, from RAM or the disk cache."""
+    """Texts and mel features of the usable recordings, in the scan's order,
+    from RAM or the disk cache."""
 
     texts: list[str]
     frames: list[int]
@@ -101,7 +109,8 @@ class VoiceFeatures:
     pitch_cache: FeatureCache | None = None  # set when the features include the pitch track
     pitches: list[torch.Tensor] | None = None  # (1, frames) log-F0 rows, ram mode with pitch only
     disk_reads: int = 0
-    speakers: list[str] = field(default_factory=list)  # each item's speaker name ("" for single-speaker data)
+    # each item's speaker name ("" for single-speaker data)
+    speakers: list[str] = field(default_factory=list)
     held_out: list[bool] | None = None  # the corpus's own split (data.corpus_layout); None: Vega's
     _fallback_extractor: MelExtractor | None = field(default=None, repr=False)
 
@@ -135,7 +144,9 @@ class VoiceFeatures:
         if self.pitches is not None:
             return self.pitches[i][0]
         if self.pitch_cache is None:
-            raise ValueError("these features were preloaded without the pitch track (preload_voice(pitch=True))")
+            raise ValueError(
+                "these features were preloaded without the pitch track (preload_voice(pitch=True))"
+            )
         row = self.pitch_cache.get(self.paths[i])
         if row is None or row.shape[1] != self.frames[i]:
             row = self._recompute(i)[1]
@@ -151,12 +162,15 @@ class VoiceFeatures:
         return mel
 
     def _recompute(self, i: int) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Features of item `i` computed again on the CPU (its recording changed since the preload)."""
+        """Features of item `i` computed again on the CPU (its recording
+        changed since the preload)."""
         if self._fallback_extractor is None:
             self._fallback_extractor = MelExtractor(self.audio, torch.device("cpu"))
         result = features_of(self.paths[i], self.audio, self._fallback_extractor, self.has_pitch)
         if isinstance(result, str):
-            raise DataError(f"{result} (it decoded at preload but not now: was it changed during training?)")
+            raise DataError(
+                f"{result} (it decoded at preload but not now: was it changed during training?)"
+            )
         assert self.cache is not None
         _queue(self.paths[i], result, self.cache, self.pitch_cache)
         return result
@@ -201,8 +215,8 @@ def voice_items(report: DataReport) -> list[VoiceItem]:
     items = [item for item in report.items if isinstance(item, VoiceItem)]
     if not items:
         raise DataError(
-            f"no usable recordings with transcripts in {report.path} (the scan chose {report.mode} data): "
-            "add audio with a metadata.csv or <stem>.txt transcripts"
+            f"no usable recordings with transcripts in {report.path} (the scan chose {report.mode}"
+            " data): add audio with a metadata.csv or <stem>.txt transcripts"
         )
     return items
 
@@ -214,16 +228,24 @@ def held_out_flags(items: list[VoiceItem]) -> list[bool] | None:
 
 
 def _load_hits(
-    items: list[VoiceItem], caches: tuple[FeatureCache, FeatureCache | None], slots: _Slots, reporter: ProgressReporter
+    items: list[VoiceItem],
+    caches: tuple[FeatureCache, FeatureCache | None],
+    slots: _Slots,
+    reporter: ProgressReporter,
 ) -> list[int]:
-    """Fill `slots` from the caches (ram mode keeps views of them, disk mode frame counts); return the misses."""
+    """Fill `slots` from the caches (ram mode keeps views of them, disk mode
+    frame counts); return the misses."""
     cache, pitch_cache = caches
     misses: list[int] = []
     for index, item in enumerate(items):
         mel = cache.get(item.path) if slots.where == "ram" else None
         frames = int(mel.shape[1]) if mel is not None else cache.frames(item.path)
-        pitch = pitch_cache.get(item.path) if pitch_cache is not None and slots.where == "ram" else None
-        pitch_frames = int(pitch.shape[1]) if pitch is not None else _frames_in(pitch_cache, item.path, frames)
+        pitch = (
+            pitch_cache.get(item.path) if pitch_cache is not None and slots.where == "ram" else None
+        )
+        pitch_frames = (
+            int(pitch.shape[1]) if pitch is not None else _frames_in(pitch_cache, item.path, frames)
+        )
         if frames is None or pitch_frames != frames:
             misses.append(index)
             continue
@@ -236,7 +258,8 @@ def _load_hits(
 
 
 def _frames_in(cache: FeatureCache | None, path: Path, default: int | None) -> int | None:
-    """Frames of `path` in an optional cache; `default` when there is no such cache (nothing to match)."""
+    """Frames of `path` in an optional cache; `default` when there is no
+    such cache (nothing to match)."""
     return default if cache is None else cache.frames(path)
 
 
@@ -249,7 +272,8 @@ def usable_cores() -> int:
 
 
 def torch_threads_for(workers: int, device: torch.device) -> int:
-    """torch intra-op threads per worker: the cores shared out, so workers x threads never exceeds them."""
+    """torch intra-op threads per worker: the cores shared out, so workers x
+    threads never exceeds them."""
     if device.type != "cpu":
         return torch.get_num_threads()
     return max(1, usable_cores() // workers)
@@ -257,7 +281,8 @@ def torch_threads_for(workers: int, device: torch.device) -> int:
 
 @contextmanager
 def intra_op_threads(count: int) -> Iterator[None]:
-    """torch.set_num_threads(count) for the block, then back to what it was (the setting is process-wide)."""
+    """torch.set_num_threads(count) for the block, then back to what it was
+    (the setting is process-wide)."""
     before = torch.get_num_threads()
     torch.set_num_threads(count)
     try:
@@ -269,17 +294,24 @@ def intra_op_threads(count: int) -> Iterator[None]:
 Features = tuple[torch.Tensor, torch.Tensor | None]  # the mel and, when asked for, the log-F0 row
 
 
-def features_of(path: Path, audio: AudioSection, extractor: MelExtractor, pitch: bool) -> Features | str:
-    """One recording decoded, resampled, trimmed and transformed; or the reason it could not be decoded."""
+def features_of(
+    path: Path, audio: AudioSection, extractor: MelExtractor, pitch: bool
+) -> Features | str:
+    """One recording decoded, resampled, trimmed and transformed; or the
+    reason it could not be decoded."""
     try:
-        wave = load_audio(path, audio.sample_rate, audio.trim_silence, audio.trim_top_db, audio.normalize)
+        wave = load_audio(
+            path, audio.sample_rate, audio.trim_silence, audio.trim_top_db, audio.normalize
+        )
     except AudioDecodeError as exc:
         return str(exc)
     mel = extractor([wave])[0]
     return mel, log_f0_feature(wave, audio, int(mel.shape[1])) if pitch else None
 
 
-def _queue(path: Path, features: Features, cache: FeatureCache, pitch_cache: FeatureCache | None) -> None:
+def _queue(
+    path: Path, features: Features, cache: FeatureCache, pitch_cache: FeatureCache | None
+) -> None:
     """Queue freshly computed features for the caches' next flush."""
     cache.put(path, features[0])
     if pitch_cache is not None and features[1] is not None:
@@ -295,15 +327,20 @@ def _compute_misses(
     slots: _Slots,
     reporter: ProgressReporter,
 ) -> None:
-    """Whole-file workers compute the misses, longest first; the features are queued for the caches."""
+    """Whole-file workers compute the misses, longest first; the features
+    are queued for the caches."""
     workers = max(1, profile.data.num_workers)
     order = sorted(misses, key=lambda i: -items[i].duration_s)
-    compute = partial(features_of, audio=profile.audio, extractor=extractor, pitch=caches[1] is not None)
+    compute = partial(
+        features_of, audio=profile.audio, extractor=extractor, pitch=caches[1] is not None
+    )
     with (
         intra_op_threads(torch_threads_for(workers, extractor.device)),
         ThreadPoolExecutor(max_workers=workers, thread_name_prefix="vega-preload") as pool,
     ):
-        for index, result in zip(order, pool.map(compute, (items[i].path for i in order)), strict=True):
+        for index, result in zip(
+            order, pool.map(compute, (items[i].path for i in order)), strict=True
+        ):
             if isinstance(result, str):
                 slots.skipped[index] = result
                 reporter.advance("decode")
@@ -320,8 +357,8 @@ def _write_cache(caches: tuple[FeatureCache, FeatureCache | None], where: Preloa
     cache = caches[0]
     if not all(written) and where == "disk":
         raise DataError(
-            f"cannot write the feature cache in {cache.entries_dir}: streaming from disk needs a writable "
-            'cache; set data.cache_dir to a writable folder, or data.preload = "ram"'
+            f"cannot write the feature cache in {cache.entries_dir}: streaming from disk needs a"
+            ' writable cache; set data.cache_dir to a writable folder, or data.preload = "ram"'
         )
 
 
@@ -332,7 +369,10 @@ def _no_features_left(items: list[VoiceItem], skipped: dict[int, str]) -> DataEr
 
 
 def _assemble(
-    items: list[VoiceItem], slots: _Slots, caches: tuple[FeatureCache, FeatureCache | None], audio: AudioSection
+    items: list[VoiceItem],
+    slots: _Slots,
+    caches: tuple[FeatureCache, FeatureCache | None],
+    audio: AudioSection,
 ) -> VoiceFeatures:
     cache, pitch_cache = caches
     kept = [i for i in range(len(items)) if i in slots.frames]
@@ -351,7 +391,11 @@ def _assemble(
         cache=cache,
         mels=[slots.mels[i] for i in kept] if slots.where == "ram" else None,
         pitch_cache=pitch_cache,
-        pitches=[slots.pitches[i] for i in kept] if slots.where == "ram" and pitch_cache is not None else None,
+        pitches=(
+            [slots.pitches[i] for i in kept]
+            if slots.where == "ram" and pitch_cache is not None
+            else None
+        ),
         speakers=[items[i].speaker for i in kept],
         held_out=held_out_flags([items[i] for i in kept]),
     )
@@ -365,15 +409,17 @@ def preload_voice(
     progress: ProgressCallback | None = None,
     pitch: bool = False,
 ) -> VoiceFeatures:
-    """Features of every usable recording in `report` (with pitch=True also their log-F0 tracks), cached on
-    disk and kept in RAM or streamed from disk."""
+    """Features of every usable recording in `report` (with pitch=True also their log-F0 tracks),
+    cached on disk and kept in RAM or streamed from disk."""
     if where not in ("ram", "disk"):
         raise ValueError(f'where must be "ram" or "disk", got {where!r}')
     started = time.perf_counter()
     items = voice_items(report)
     params = feature_params(profile.audio)
     cache = FeatureCache(profile.data.cache_dir, params, report.path)
-    pitch_cache = FeatureCache(profile.data.cache_dir, pitch_params(params), report.path) if pitch else None
+    pitch_cache = (
+        FeatureCache(profile.data.cache_dir, pitch_params(params), report.path) if pitch else None
+    )
     reporter = ProgressReporter(len(items), progress)
     slots = _Slots(where)
     misses = _load_hits(items, (cache, pitch_cache), slots, reporter)

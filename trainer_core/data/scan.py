@@ -1,9 +1,11 @@
-"""Scan a data folder: find audio with transcripts or text files, check every file, choose the data mode.
+"""Scan a data folder: find audio with transcripts or text files, check
+every file, choose the data mode.
 
-`scan_data` is what `trainer-core check-data` prints and what the trainer plans from. Problem files are
-listed and skipped, never fatal; a `DataError` is raised only when nothing usable remains, and its
-message says what was found and what to do. Torch- and librosa-free: the dashboard runs this via the CLI.
-A Common Voice release or a `datasets` folder is read by its own reader (`data.corpus_layout`).
+`scan_data` is what `trainer-core check-data` prints and what the trainer plans from. Problem
+files are listed and skipped, never fatal; a `DataError` is raised only when nothing usable
+remains, and its message says what was found and what to do. Torch- and librosa-free: the
+dashboard runs this via the CLI. A Common Voice release or a `datasets` folder is read by its own
+reader (`data.corpus_layout`).
 """
 
 from __future__ import annotations
@@ -44,7 +46,13 @@ from trainer_core.data.transcripts import (
     read_metadata,
     sidecar_paths,
 )
-from trainer_core.data.voice_probes import histogram, parallel_map, probe_all, voice_item, voice_summary
+from trainer_core.data.voice_probes import (
+    histogram,
+    parallel_map,
+    probe_all,
+    voice_item,
+    voice_summary,
+)
 
 MODES = ("auto", "voice", "text")
 NO_EXTENSION = "(no extension)"
@@ -133,7 +141,9 @@ def _check_folder(path: Path) -> Path:
     if not root.exists():
         raise DataError(f"data folder {root} does not exist; check data.path (or the DIR argument)")
     if not root.is_dir():
-        raise DataError(f"data path {root} is a file, not a folder; point data.path at the folder that holds it")
+        raise DataError(
+            f"data path {root} is a file, not a folder; point data.path at the folder that holds it"
+        )
     return root
 
 
@@ -142,17 +152,20 @@ def _check_arguments(mode: str, min_duration_s: float, max_duration_s: float) ->
         raise DataError(f"unknown data mode {mode!r}; use one of: {', '.join(MODES)}")
     if not 0 <= min_duration_s < max_duration_s:
         raise DataError(
-            f"min duration ({min_duration_s} s) must be at least 0 and below max duration ({max_duration_s} s)"
+            f"min duration ({min_duration_s} s) must be at least 0 and below max duration"
+            f" ({max_duration_s} s)"
         )
 
 
-# ----------------------------------------------------------------------------------------------- voice
+# -----------------------------------------------------------------------------------------------
+# voice
 
 
 def _select_items(
     probes: list[AudioProbe], transcripts: list[Transcript | None]
 ) -> tuple[list[VoiceItem], list[Problem]]:
-    """Usable probes become items; a second file sharing one transcript (a.wav and a.flac) is a duplicate."""
+    """Usable probes become items; a second file sharing one transcript
+    (a.wav and a.flac) is a duplicate."""
     items: list[VoiceItem] = []
     problems: list[Problem] = []
     first_by_source: dict[str, Path] = {}
@@ -163,7 +176,10 @@ def _select_items(
         assert transcript is not None
         first = first_by_source.setdefault(transcript.source_key, probe.path)
         if first != probe.path:
-            reason = f"duplicate: its transcript ({transcript.source}) already belongs to {first.name}; skipped"
+            reason = (
+                f"duplicate: its transcript ({transcript.source}) already belongs to {first.name};"
+                " skipped"
+            )
             problems.append(Problem(probe.path, reason, "duplicate"))
             continue
         items.append(voice_item(probe, transcript))
@@ -171,7 +187,8 @@ def _select_items(
 
 
 def _transcript_index(inventory: Inventory, speakers: str) -> tuple[TranscriptIndex, SpeakerLayout]:
-    """The transcript of every audio file; the tables' columns are read once the speaker layout is known."""
+    """The transcript of every audio file; the tables' columns are read once
+    the speaker layout is known."""
     suffixes = all_audio_suffixes()
     tables = [read_metadata(path) for path in inventory.metadata]
     layout = decide_layout(speakers, tables, inventory.root, inventory.audio)
@@ -184,16 +201,24 @@ def _transcript_index(inventory: Inventory, speakers: str) -> tuple[TranscriptIn
 
 
 def scan_voice(
-    inventory: Inventory, limits: DurationLimits, workers: int, cache_folder: Path | None = None, speakers: str = "auto"
+    inventory: Inventory,
+    limits: DurationLimits,
+    workers: int,
+    cache_folder: Path | None = None,
+    speakers: str = "auto",
 ) -> VoiceScan:
     """Probe every audio file in parallel and pair usable ones with their transcripts and speakers.
 
-    `cache_folder`: where the data-scan cache lives (data.scan_cache); None probes every file afresh.
-    `speakers`: data.speakers (trainer_core.data.speakers).
+    `cache_folder`: where the data-scan cache lives (data.scan_cache); None probes every file
+    afresh. `speakers`: data.speakers (trainer_core.data.speakers).
     """
     index, layout = _transcript_index(inventory, speakers)
     transcripts = [index.lookup(audio) for audio in inventory.audio]
-    cache = ScanCache(cache_folder, inventory.root) if cache_folder is not None and inventory.audio else None
+    cache = (
+        ScanCache(cache_folder, inventory.root)
+        if cache_folder is not None and inventory.audio
+        else None
+    )
     probes = probe_all(list(zip(inventory.audio, transcripts, strict=True)), limits, workers, cache)
     items, file_problems = _select_items(probes, transcripts)
     items, speaker_problems = assign_speakers(layout, items, inventory.root)
@@ -204,18 +229,25 @@ def scan_voice(
         + speaker_problems
         + index.missing_audio_problems()
     )
-    summary = voice_summary(len(inventory.audio), len(inventory.unsupported_audio), probes, items, layout)
+    summary = voice_summary(
+        len(inventory.audio), len(inventory.unsupported_audio), probes, items, layout
+    )
     return VoiceScan(items, problems, summary)
 
 
-# ------------------------------------------------------------------------------------------------ text
+# ------------------------------------------------------------------------------------------------
+# text
 
 
 def corpus_text_files(inventory: Inventory) -> list[Path]:
     """Text files that are corpus, not transcripts: sidecars of any audio file are excluded."""
     if not inventory.text_candidates:
         return []  # nothing to exclude from: skip building the sidecar set of a big voice corpus
-    sidecars = {sidecar for audio in inventory.audio + inventory.unsupported_audio for sidecar in sidecar_paths(audio)}
+    sidecars = {
+        sidecar
+        for audio in inventory.audio + inventory.unsupported_audio
+        for sidecar in sidecar_paths(audio)
+    }
     return [path for path in inventory.text_candidates if path not in sidecars]
 
 
@@ -242,7 +274,8 @@ def scan_text(inventory: Inventory, workers: int) -> TextScan:
     return TextScan(items, problems, warnings, _text_summary(files, probes, items))
 
 
-# ------------------------------------------------------------------------------------ mode and reasons
+# ------------------------------------------------------------------------------------
+# mode and reasons
 
 
 def _audio_file_problems(inventory: Inventory, voice: VoiceScan) -> list[Problem]:
@@ -253,7 +286,9 @@ def _audio_file_problems(inventory: Inventory, voice: VoiceScan) -> list[Problem
 
 # What to do about the most common reason a voice folder has nothing usable.
 VOICE_HINTS: dict[str, str] = {
-    "missing_transcript": "add a metadata.csv (id|text) or a <stem>.txt / <stem>.lab beside each audio file",
+    "missing_transcript": (
+        "add a metadata.csv (id|text) or a <stem>.txt / <stem>.lab beside each audio file"
+    ),
     "empty_transcript": "fill in the empty transcripts",
     "too_short": "lower data.min_duration_s (--min-duration) or use longer clips",
     "too_long": "raise data.max_duration_s (--max-duration) or split the recordings",
@@ -265,7 +300,10 @@ VOICE_HINTS: dict[str, str] = {
     "truncated": "copy the files again: they end before their headers say",
     "bad_transcript": "save the transcripts as UTF-8 text",
     "transcript_too_long": "check that each transcript belongs to its clip",
-    "missing_speaker": 'give every clip a speaker (id|speaker|text, or DATA/<speaker>/), or set data.speakers = "none"',
+    "missing_speaker": (
+        "give every clip a speaker (id|speaker|text, or DATA/<speaker>/), or set data.speakers ="
+        ' "none"'
+    ),
 }
 
 
@@ -280,15 +318,20 @@ def _no_usable_voice_message(inventory: Inventory, voice: VoiceScan) -> str:
         )
     file_problems = _audio_file_problems(inventory, voice)
     top_kind = Counter(p.kind for p in file_problems).most_common(1)
-    hint = VOICE_HINTS.get(top_kind[0][0], "see the problem list") if top_kind else "see the problem list"
+    hint = (
+        VOICE_HINTS.get(top_kind[0][0], "see the problem list")
+        if top_kind
+        else "see the problem list"
+    )
     tables = [p for p in voice.problems if p.path.name.lower() == METADATA_NAME]
     rows = [p for p in tables if p.kind in TABLE_KINDS]
     if rows and top_kind[0][0] == "missing_transcript":  # a table is there: not "add a table"
         more = f" (and {len(rows) - 1} more like it)" if len(rows) > 1 else ""
         hint = f"{rows[0].path}: {rows[0].reason}{more}"
     return (
-        f"none of the {len(inventory.audio)} audio files in {root} is usable "
-        f"({problem_breakdown(file_problems)}): {hint}; run `trainer-core check-data {root}` for the full list"
+        f"none of the {len(inventory.audio)} audio files in {root} is usable"
+        f" ({problem_breakdown(file_problems)}): {hint}; run `trainer-core check-data {root}` for"
+        " the full list"
     )
 
 
@@ -299,8 +342,9 @@ def _no_usable_data_message(inventory: Inventory, voice: VoiceScan | None, text:
         audio_note = f" ({_no_usable_voice_message(inventory, voice)})"
     if text.summary.files:
         return (
-            f"none of the {text.summary.files} text files in {root} is usable "
-            f"({problem_breakdown(text.problems)}); add text to them or point data.path elsewhere{audio_note}"
+            f"none of the {text.summary.files} text files in {root} is usable"
+            f" ({problem_breakdown(text.problems)}); add text to them or point data.path"
+            f" elsewhere{audio_note}"
         )
     return (
         f"no audio with transcripts and no .txt/.md/.jsonl files in {root}: "
@@ -315,13 +359,18 @@ def _voice_reason(requested: str, voice: VoiceScan, text_count: int) -> str:
         lead = "voice mode was asked for"
     else:
         lead = "voice, because the folder has audio with transcripts"
-    reason = f"{lead}: {summary.usable} of {summary.audio_files} audio files are usable ({minutes:.1f} min)"
+    reason = (
+        f"{lead}: {summary.usable} of {summary.audio_files} audio files are usable ({minutes:.1f}"
+        " min)"
+    )
     if requested == "auto" and text_count:
         reason += f"; {text_count} other text file(s) are ignored"
     return reason
 
 
-def _text_reason(requested: str, inventory: Inventory, voice: VoiceScan | None, text: TextScan) -> str:
+def _text_reason(
+    requested: str, inventory: Inventory, voice: VoiceScan | None, text: TextScan
+) -> str:
     files = f"{text.summary.usable} of {text.summary.files} text files are usable"
     if requested == "text":
         ignored = f"; {len(inventory.audio)} audio file(s) ignored" if inventory.audio else ""
@@ -334,7 +383,8 @@ def _text_reason(requested: str, inventory: Inventory, voice: VoiceScan | None, 
     return f"text, because the folder has no audio: {files}"
 
 
-# ---------------------------------------------------------------------------------------------- public
+# ----------------------------------------------------------------------------------------------
+# public
 
 
 def _voice_report(root: Path, requested: str, inventory: Inventory, voice: VoiceScan) -> DataReport:
@@ -376,12 +426,14 @@ def scan_data(
     speakers: str = "auto",
     corpus: CorpusOptions | None = None,
 ) -> DataReport:
-    """Scan a data folder and decide its mode (auto: voice if usable audio with transcripts, else text).
+    """Scan a data folder and decide its mode (auto: voice if usable audio
+    with transcripts, else text).
 
-    `cache_folder`: the data-scan cache's folder (data.scan_cache.scan_cache_folder); None reads every file.
-    `speakers`: how voice clips get their speakers (data.speakers: auto, column, folders or none).
-    `corpus`: options of Common Voice and `datasets` folders, which have readers of their own.
-    Raises DataError when the folder is missing or empty, or when nothing usable is found for the mode.
+    `cache_folder`: the data-scan cache's folder (data.scan_cache.scan_cache_folder); None
+    reads every file. `speakers`: how voice clips get their speakers (data.speakers: auto,
+    column, folders or none). `corpus`: options of Common Voice and `datasets` folders, which
+    have readers of their own. Raises DataError when the folder is missing or empty, or when
+    nothing usable is found for the mode.
     """
     _check_arguments(mode, min_duration_s, max_duration_s)
     root = _check_folder(Path(path))
@@ -408,14 +460,17 @@ def scan_data(
         return _text_report(root, mode, inventory, voice, text)
     if mode == "text" and not text.summary.files:
         raise DataError(
-            f"text mode needs .txt/.md/.jsonl files (transcripts beside audio do not count) but {root} has none: "
-            f"found {describe_found(inventory.extensions)}"
+            "text mode needs .txt/.md/.jsonl files (transcripts beside audio do not count) but"
+            f" {root} has none: found {describe_found(inventory.extensions)}"
         )
     raise DataError(_no_usable_data_message(inventory, voice, text))
 
 
-def estimate_preload_bytes(report: DataReport, sample_rate: int, hop_length: int, n_mels: int) -> int:
-    """RAM needed to hold the usable data decoded: float32 audio at `sample_rate`, float32 mels, text bytes."""
+def estimate_preload_bytes(
+    report: DataReport, sample_rate: int, hop_length: int, n_mels: int
+) -> int:
+    """RAM needed to hold the usable data decoded: float32 audio at
+    `sample_rate`, float32 mels, text bytes."""
     total = 0
     for item in report.items:
         if isinstance(item, VoiceItem):

@@ -56,7 +56,8 @@ def problem_breakdown(problems: list[Problem]) -> str:
 
 @dataclass(frozen=True)
 class Problem:
-    """A file (or a row of one) that is skipped, and why. `kind` is a stable code, `reason` a sentence."""
+    """A file (or a row of one) that is skipped, and why. `kind` is a stable
+    code, `reason` a sentence."""
 
     path: Path
     reason: str
@@ -94,7 +95,8 @@ class VoiceItem:
 
 @dataclass(frozen=True)
 class TextItem:
-    """One usable text file; `text_bytes` counts the bytes a model trains on (the text fields of .jsonl)."""
+    """One usable text file; `text_bytes` counts the bytes a model trains on
+    (the text fields of .jsonl)."""
 
     path: Path
     size_bytes: int
@@ -121,8 +123,8 @@ class SpeakerFigures:
 class VoiceSummary:
     """Figures over the audio found. Histograms cover every file whose header could be read.
 
-    `speaker_mode` is how speakers were read (column, folders or none: trainer_core.data.speakers) and why;
-    `speakers` holds each speaker's usable clips and hours (empty for single-speaker data).
+    `speaker_mode` is how speakers were read (column, folders or none: trainer_core.data.speakers)
+    and why; `speakers` holds each speaker's usable clips and hours (empty for single-speaker data).
     """
 
     audio_files: int = 0

@@ -1,15 +1,17 @@
-"""Vocoder training data: one fixed-length audio segment of every training recording per epoch, resumable.
+"""Vocoder training data: one fixed-length audio segment of every training
+recording per epoch, resumable.
 
-Split: the voice split (`voice_dataset.split_items`, by a hash of each item id), so a vocoder and an acoustic
-model trained on the same folder hold out the same recordings. Epoch order: a seeded permutation of the
-training recordings, a pure function of (seed, epoch). Each recording's segment starts at an offset drawn from a
-hash of (seed, epoch, item id): no generator state to save, so a resumed run, or one that halved its batch after
-an out-of-memory error, cuts the same segments from item `start_item` on. Recordings shorter than a segment are
-zero-padded. Batches: "wave" (B, segment_samples) float32.
+Split: the voice split (`voice_dataset.split_items`, by a hash of each item id), so a vocoder and
+an acoustic model trained on the same folder hold out the same recordings. Epoch order: a seeded
+permutation of the training recordings, a pure function of (seed, epoch). Each recording's
+segment starts at an offset drawn from a hash of (seed, epoch, item id): no generator state to
+save, so a resumed run, or one that halved its batch after an out-of-memory error, cuts the same
+segments from item `start_item` on. Recordings shorter than a segment are zero-padded. Batches:
+"wave" (B, segment_samples) float32.
 
-Validation: each held-out recording whole, one per batch (copy synthesis scores whole clips), round-robin over
-ranks under DDP. Data-parallel training works as in `voice_dataset`: every rank walks the same order in global
-batches and takes items rank, rank + world, ... of each.
+Validation: each held-out recording whole, one per batch (copy synthesis scores whole clips),
+round-robin over ranks under DDP. Data-parallel training works as in `voice_dataset`: every rank
+walks the same order in global batches and takes items rank, rank + world, ... of each.
 """
 
 from __future__ import annotations
@@ -27,17 +29,23 @@ Batch = dict[str, torch.Tensor]
 
 
 def segment_offset(seed: int, epoch: int, item_id: str, room: int) -> int:
-    """Where an epoch's segment of a recording starts, in [0, room]: stable across runs and platforms."""
+    """Where an epoch's segment of a recording starts, in [0, room]: stable
+    across runs and platforms."""
     if room <= 0:
         return 0
-    digest = hashlib.sha256(f"vega-segment:{seed}:{epoch}:{item_id}".encode("utf-8", "surrogateescape")).digest()
+    digest = hashlib.sha256(
+        f"vega-segment:{seed}:{epoch}:{item_id}".encode("utf-8", "surrogateescape")
+    ).digest()
     return int.from_bytes(digest[:8], "little") % (room + 1)
 
 
 class SegmentDataset:
-    """Random fixed-length segments of the training recordings, and the held-out recordings whole."""
+    """Random fixed-length segments of the training recordings, and the
+    held-out recordings whole."""
 
-    def __init__(self, waves: Waves, segment: int, val_fraction: float, seed: int, val_max_items: int = 0) -> None:
+    def __init__(
+        self, waves: Waves, segment: int, val_fraction: float, seed: int, val_max_items: int = 0
+    ) -> None:
         if segment < 1:
             raise ValueError(f"segment must be at least one sample, got {segment}")
         self.waves, self.segment, self.seed = waves, segment, seed
@@ -53,7 +61,10 @@ class SegmentDataset:
 
     def epoch_order(self, epoch: int) -> list[int]:
         generator = torch.Generator().manual_seed(epoch_seed(self.seed, epoch))
-        return [self.train_ids[k] for k in torch.randperm(len(self.train_ids), generator=generator).tolist()]
+        return [
+            self.train_ids[k]
+            for k in torch.randperm(len(self.train_ids), generator=generator).tolist()
+        ]
 
     def cut(self, epoch: int, index: int) -> torch.Tensor:
         """The `segment` samples of recording `index` this epoch trains on."""
@@ -61,7 +72,9 @@ class SegmentDataset:
         start = segment_offset(self.seed, epoch, self.waves.item_ids[index], room)
         return self.waves.segment(index, start, self.segment)
 
-    def train_batches(self, epoch: int, batch_size: int, start_item: int = 0) -> Iterator[tuple[Batch, int]]:
+    def train_batches(
+        self, epoch: int, batch_size: int, start_item: int = 0
+    ) -> Iterator[tuple[Batch, int]]:
         """(batch, items in the global batch) of `epoch` from item `start_item` of its order."""
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")

@@ -1,9 +1,11 @@
 """Speakers of a voice corpus: how they are read (`data.speakers`), and each clip's speaker.
 
 Modes:
-- "column": `metadata.csv` rows are `id|speaker|text` or `id|speaker|text|normalized`. A clip transcribed by a
+- "column": `metadata.csv` rows are `id|speaker|text` or
+  `id|speaker|text|normalized`. A clip transcribed by a
   sidecar (`<stem>.txt`) has no speaker then and is skipped with a `missing_speaker` problem.
-- "folders": one folder per speaker, `DATA/<speaker>/...` (a `metadata.csv` of its own, or sidecars): the speaker
+- "folders": one folder per speaker, `DATA/<speaker>/...` (a `metadata.csv` of its
+  own, or sidecars): the speaker
   is the name of the clip's first folder below the data folder. A clip directly in the data folder is skipped.
 - "none": one speaker; tables are read as LJSpeech's `id|text|normalized`.
 - "auto" chooses, by two rules that keep LJSpeech-style corpora single-speaker:
@@ -53,13 +55,17 @@ def has_speaker_column(table: MetadataTable) -> bool:
 
 
 def first_folder(path: Path, root: Path) -> str | None:
-    """The name of the folder directly below `root` that holds `path`; None for a file in `root` itself."""
+    """The name of the folder directly below `root` that holds `path`; None
+    for a file in `root` itself."""
     parts = path.relative_to(root).parts
     return parts[0] if len(parts) > 1 else None
 
 
-def _speaker_folders(root: Path, tables: Sequence[MetadataTable], audio: Sequence[Path]) -> list[str] | None:
-    """Rule 2 of the module docstring: the speaker folders, or None when the layout is not one folder each."""
+def _speaker_folders(
+    root: Path, tables: Sequence[MetadataTable], audio: Sequence[Path]
+) -> list[str] | None:
+    """Rule 2 of the module docstring: the speaker folders, or None when the
+    layout is not one folder each."""
     folders_with_audio = {first_folder(path, root) for path in audio}
     if None in folders_with_audio or any(table.folder == root for table in tables):
         return None
@@ -71,40 +77,56 @@ def _speaker_folders(root: Path, tables: Sequence[MetadataTable], audio: Sequenc
 
 
 def _check_some_speaker(tables: Sequence[MetadataTable]) -> None:
-    """data.speakers = "column" on tables none of whose rows names a speaker: the wrong setting, say so at once."""
+    """data.speakers = "column" on tables none of whose rows names a speaker: the
+    wrong setting, say so at once."""
     lines = [(table, line, columns) for table in tables for line, columns in table.lines]
-    if not lines or any(len(columns) >= 3 and is_speaker_name(columns[1]) for _, _, columns in lines):
+    if not lines or any(
+        len(columns) >= 3 and is_speaker_name(columns[1]) for _, _, columns in lines
+    ):
         return
     table, line, columns = lines[0]
     second = columns[1].strip()[:40] if len(columns) > 1 else ""
     raise DataError(
-        f'data.speakers = "column" but no row of metadata.csv has a speaker name in its second field '
-        f"({table.path} line {line}: {second!r}); rows must be id|speaker|text[|normalized]. "
-        'For LJSpeech-style id|text|normalized tables set data.speakers = "none" or "auto"'
+        'data.speakers = "column" but no row of metadata.csv has a speaker name in its second'
+        f" field ({table.path} line {line}: {second!r}); rows must be id|speaker|text[|normalized]."
+        ' For LJSpeech-style id|text|normalized tables set data.speakers = "none" or "auto"'
     )
 
 
-def decide_layout(requested: str, tables: Sequence[MetadataTable], root: Path, audio: Sequence[Path]) -> SpeakerLayout:
-    """The speaker mode for `requested` (data.speakers); "auto" follows the module docstring's rules."""
+def decide_layout(
+    requested: str, tables: Sequence[MetadataTable], root: Path, audio: Sequence[Path]
+) -> SpeakerLayout:
+    """The speaker mode for `requested` (data.speakers); "auto" follows the
+    module docstring's rules."""
     if requested not in SPEAKER_MODES:
-        raise DataError(f"unknown speaker mode {requested!r} (data.speakers); use one of: {', '.join(SPEAKER_MODES)}")
+        raise DataError(
+            f"unknown speaker mode {requested!r} (data.speakers); use one of:"
+            f" {', '.join(SPEAKER_MODES)}"
+        )
     if requested == "none":
         return SpeakerLayout("none", "data.speakers = none: one speaker")
     if requested == "column":
         _check_some_speaker(tables)
-        return SpeakerLayout("column", "data.speakers = column: the second field of metadata.csv names the speaker")
+        return SpeakerLayout(
+            "column", "data.speakers = column: the second field of metadata.csv names the speaker"
+        )
     if requested == "folders":
-        return SpeakerLayout("folders", "data.speakers = folders: each folder below the data folder is a speaker")
+        return SpeakerLayout(
+            "folders", "data.speakers = folders: each folder below the data folder is a speaker"
+        )
     read = [table for table in tables if table.lines]
     if read and all(has_speaker_column(table) for table in read):
         rows = sum(len(table.lines) for table in read)
         return SpeakerLayout(
-            "column", f"auto: the second field of metadata.csv is a speaker name in {rows} rows (id|speaker|text)"
+            "column",
+            f"auto: the second field of metadata.csv is a speaker name in {rows} rows"
+            " (id|speaker|text)",
         )
     folders = _speaker_folders(root, tables, audio)
     if folders is not None:
         return SpeakerLayout(
-            "folders", f"auto: {len(folders)} folders below the data folder, each with its own metadata.csv"
+            "folders",
+            f"auto: {len(folders)} folders below the data folder, each with its own metadata.csv",
         )
     return SpeakerLayout("none", "auto: one speaker (no speaker column, no folder per speaker)")
 
@@ -116,13 +138,18 @@ def _missing_speaker(item: VoiceItem, mode: SpeakerMode) -> Problem:
             'list it in a metadata.csv as id|speaker|text, or set data.speakers = "none"'
         )
     else:
-        reason = 'no speaker: it is not in a speaker folder (DATA/<speaker>/...); move it or set data.speakers = "none"'
+        reason = (
+            "no speaker: it is not in a speaker folder (DATA/<speaker>/...); move it or set"
+            ' data.speakers = "none"'
+        )
     return Problem(item.path, reason, "missing_speaker")
 
 
-def assign_speakers(layout: SpeakerLayout, items: list[VoiceItem], root: Path) -> tuple[list[VoiceItem], list[Problem]]:
-    """Each item with its speaker (column: from its table row; folders: its first folder); items without one
-    become problems. "none" leaves every speaker empty."""
+def assign_speakers(
+    layout: SpeakerLayout, items: list[VoiceItem], root: Path
+) -> tuple[list[VoiceItem], list[Problem]]:
+    """Each item with its speaker (column: from its table row; folders: its first folder); items
+    without one become problems. "none" leaves every speaker empty."""
     if layout.mode == "none":
         return items, []
     kept: list[VoiceItem] = []
@@ -148,14 +175,18 @@ def speaker_figures(items: Sequence[VoiceItem]) -> dict[str, SpeakerFigures]:
 
 
 def speaker_names(speakers: Sequence[str]) -> list[str]:
-    """The model's speakers, in id order: the distinct non-empty names, sorted (so ids do not depend on file order)."""
+    """The model's speakers, in id order: the distinct non-empty names, sorted (so
+    ids do not depend on file order)."""
     return sorted({name for name in speakers if name})
 
 
 def speaker_index(names: Sequence[str], name: str, voice: str) -> int:
-    """The id of speaker `name` among a voice's `names` (id order); `voice` says which voice in the error."""
+    """The id of speaker `name` among a voice's `names` (id order); `voice`
+    says which voice in the error."""
     if name in names:
         return list(names).index(name)
     if not names:
         raise VegaError(f"--speaker {name!r}: {voice} has one speaker and no speaker names")
-    raise VegaError(f"--speaker {name!r}: {voice} knows {len(names)} speaker(s): {', '.join(names)}")
+    raise VegaError(
+        f"--speaker {name!r}: {voice} knows {len(names)} speaker(s): {', '.join(names)}"
+    )

@@ -11,9 +11,10 @@ the file contents, and adding a file never moves the others. A corpus of a singl
 into chunks first and the chunks are split the same way.
 
 Validation windows are laid at a stride of `context_bytes` over the held-out documents; with
-`val_max_items` set (0: no cap) at most that many are evaluated, spread evenly over the held-out text
-(window k * total // cap), the same on every start. The windows left out stay held out, unused: giving
-parts of held-out documents back to training would put text next to the windows that are validated on.
+`val_max_items` set (0: no cap) at most that many are evaluated, spread evenly over the
+held-out text (window k * total // cap), the same on every start. The windows left out stay
+held out, unused: giving parts of held-out documents back to training would put text next to
+the windows that are validated on.
 
 Training items are windows of `context_bytes + 1` bytes (inputs plus next-byte targets) laid at a
 stride of `context_bytes` over the concatenated training documents. Each epoch shifts that grid by
@@ -21,11 +22,12 @@ a random offset and visits the windows in a random order, both drawn from a torc
 by (run seed, epoch): the same seed and epoch always give the same items in the same order.
 Everything lives in RAM as uint8 tensors; batches are int64 (B, T) "input" and "target".
 
-Data-parallel training (`shard(rank, world)`): every rank walks the same epoch order in global batches of
-`batch_size * world` items and takes items rank, rank + world, ... of each, so the ranks' batches are disjoint
-and together make the global batch. The item count yielded with each batch is the global batch's, so
-`start_item` keeps counting positions in the one epoch order whatever the number of ranks. Validation
-batches are dealt out round-robin: rank r takes batches r, r + world, ...
+Data-parallel training (`shard(rank, world)`): every rank walks the same epoch order in
+global batches of `batch_size * world` items and takes items rank, rank + world, ... of each,
+so the ranks' batches are disjoint and together make the global batch. The item count yielded
+with each batch is the global batch's, so `start_item` keeps counting positions in the one
+epoch order whatever the number of ranks. Validation batches are dealt out round-robin: rank
+r takes batches r, r + world, ...
 """
 
 from __future__ import annotations
@@ -42,7 +44,8 @@ import torch
 from trainer_core.contract.errors import DataError
 from trainer_core.data.sharding import check_shard
 
-# Between documents in the training stream: a paragraph break, so samples never learn a control byte.
+# Between documents in the training stream: a paragraph break, so samples
+# never learn a control byte.
 SEPARATOR = b"\n\n"
 # A lone document is cut into chunks of at most this many training windows before splitting.
 CHUNK_WINDOWS = 16
@@ -52,7 +55,8 @@ MIN_CHUNKS = 20
 
 @dataclass(frozen=True)
 class Document:
-    """One unit of text: `key` names it stably (relative path, line or chunk number), `data` is UTF-8."""
+    """One unit of text: `key` names it stably (relative path, line or chunk
+    number), `data` is UTF-8."""
 
     key: str
     data: bytes
@@ -72,20 +76,25 @@ class ReadStats:
         out: list[str] = []
         if self.non_utf8_files:
             names = ", ".join(str(p) for p in self.non_utf8_files[:5])
-            more = f" and {len(self.non_utf8_files) - 5} more" if len(self.non_utf8_files) > 5 else ""
+            more = (
+                f" and {len(self.non_utf8_files) - 5} more" if len(self.non_utf8_files) > 5 else ""
+            )
             out.append(
-                f"{len(self.non_utf8_files)} file(s) are not valid UTF-8 and were decoded with replacement "
-                f"characters: {names}{more}; re-save them as UTF-8 to keep those characters"
+                f"{len(self.non_utf8_files)} file(s) are not valid UTF-8 and were decoded with"
+                f" replacement characters: {names}{more}; re-save them as UTF-8 to keep those"
+                " characters"
             )
         if self.jsonl_bad_lines:
             out.append(
-                f'{self.jsonl_bad_lines} .jsonl line(s) are not JSON objects with a "text" string and were skipped'
+                f'{self.jsonl_bad_lines} .jsonl line(s) are not JSON objects with a "text" string'
+                " and were skipped"
             )
         return out
 
 
 def to_utf8(raw: bytes) -> tuple[bytes, bool]:
-    """`raw` as valid UTF-8 bytes (invalid sequences become U+FFFD) and whether it was valid already."""
+    """`raw` as valid UTF-8 bytes (invalid sequences become U+FFFD) and
+    whether it was valid already."""
     raw = raw.removeprefix(codecs.BOM_UTF8)
     try:
         raw.decode("utf-8")
@@ -123,7 +132,8 @@ def _read_jsonl(raw: bytes, key: str, stats: ReadStats) -> tuple[list[Document],
 
 
 def relative_key(path: Path, root: Path) -> str:
-    """A file's name for splitting and ordering: its path inside the data folder, with forward slashes."""
+    """A file's name for splitting and ordering: its path inside the data
+    folder, with forward slashes."""
     return path.relative_to(root).as_posix() if path.is_relative_to(root) else path.as_posix()
 
 
@@ -151,7 +161,8 @@ def read_documents(path: Path, root: Path, stats: ReadStats) -> list[Document]:
 
 
 def read_corpus(files: Sequence[Path], root: Path) -> tuple[list[Document], ReadStats]:
-    """All documents of `files` in a stable order (files sorted by relative path, lines in file order)."""
+    """All documents of `files` in a stable order (files sorted by relative
+    path, lines in file order)."""
     stats = ReadStats()
     ordered = sorted(files, key=lambda path: relative_key(path, root))
     docs = [doc for path in ordered for doc in read_documents(path, root, stats)]
@@ -163,13 +174,20 @@ def _split_key(doc: Document) -> bytes:
 
 
 def chunk_document(doc: Document, context_bytes: int) -> list[Document]:
-    """Cut a lone document into chunks so that it can be split into training and validation parts."""
-    size = max(context_bytes + 1, min(CHUNK_WINDOWS * (context_bytes + 1), len(doc.data) // MIN_CHUNKS))
-    return [Document(f"{doc.key}@{i // size}", doc.data[i : i + size]) for i in range(0, len(doc.data), size)]
+    """Cut a lone document into chunks so that it can be split into training
+    and validation parts."""
+    size = max(
+        context_bytes + 1, min(CHUNK_WINDOWS * (context_bytes + 1), len(doc.data) // MIN_CHUNKS)
+    )
+    return [
+        Document(f"{doc.key}@{i // size}", doc.data[i : i + size])
+        for i in range(0, len(doc.data), size)
+    ]
 
 
 def _pick_validation(units: list[Document], target_bytes: float) -> set[str]:
-    """Keys of the units held out: in hash order, each unit that brings the held-out size closer to target."""
+    """Keys of the units held out: in hash order, each unit that brings the
+    held-out size closer to target."""
     chosen: set[str] = set()
     held = 0
     for unit in sorted(units, key=_split_key):
@@ -198,17 +216,25 @@ def split_documents(
 def join_documents(docs: list[Document]) -> torch.Tensor:
     """Documents concatenated with SEPARATOR between them, as a uint8 tensor."""
     stream = SEPARATOR.join(doc.data for doc in docs)
-    return torch.frombuffer(bytearray(stream), dtype=torch.uint8) if stream else torch.empty(0, dtype=torch.uint8)
+    return (
+        torch.frombuffer(bytearray(stream), dtype=torch.uint8)
+        if stream
+        else torch.empty(0, dtype=torch.uint8)
+    )
 
 
 def epoch_seed(seed: int, epoch: int) -> int:
-    """A 63-bit generator seed from (run seed, epoch), identical on every platform and Python version."""
+    """A 63-bit generator seed from (run seed, epoch), identical on every
+    platform and Python version."""
     digest = hashlib.sha256(f"vega-text:{seed}:{epoch}".encode()).digest()
     return int.from_bytes(digest[:8], "little") & (2**63 - 1)
 
 
-def windows_batch(data: torch.Tensor, starts: torch.Tensor, length: int, pin: bool = False) -> dict[str, torch.Tensor]:
-    """Gather windows of `length` + 1 bytes at `starts` into int64 "input" and "target" (B, length)."""
+def windows_batch(
+    data: torch.Tensor, starts: torch.Tensor, length: int, pin: bool = False
+) -> dict[str, torch.Tensor]:
+    """Gather windows of `length` + 1 bytes at `starts` into int64 "input"
+    and "target" (B, length)."""
     index = starts.unsqueeze(1) + torch.arange(length + 1)
     rows = data[index].long()
     batch = {"input": rows[:, :-1].contiguous(), "target": rows[:, 1:].contiguous()}
@@ -254,7 +280,8 @@ class TextCorpus:
         docs, stats = read_corpus(files, root)
         if not docs:
             raise DataError(
-                f"no text to train on in {root}: the {stats.files} .txt/.md/.jsonl file(s) read hold no text"
+                f"no text to train on in {root}: the {stats.files} .txt/.md/.jsonl file(s) read"
+                " hold no text"
             )
         train_docs, val_docs = split_documents(docs, val_fraction, context_bytes)
         train, val = join_documents(train_docs), join_documents(val_docs)
@@ -264,7 +291,8 @@ class TextCorpus:
     def from_folder(
         cls, root: Path, context_bytes: int, val_fraction: float, seed: int, val_max_items: int = 0
     ) -> TextCorpus:
-        """Find the text files of a folder with the data scan (same rules as `check-data`), then read them."""
+        """Find the text files of a folder with the data scan (same rules as
+        `check-data`), then read them."""
         from trainer_core.data.scan import scan_data
 
         report = scan_data(root, "text")
@@ -272,13 +300,14 @@ class TextCorpus:
         return cls.from_files(files, report.path, context_bytes, val_fraction, seed, val_max_items)
 
     def _count_train_items(self) -> int:
-        # One window less than fits leaves at least `context_bytes` of slack, so each epoch's grid offset
-        # can take every phase while the item count stays the same for all epochs.
+        # One window less than fits leaves at least `context_bytes` of slack, so each epoch's grid
+        # offset can take every phase while the item count stays the same for all epochs.
         fits = (len(self.train) - 1) // self.context_bytes
         if fits < 1:
             raise DataError(
-                f"the training text from {self.root} is {len(self.train)} bytes, less than one sequence of "
-                f"data.context_bytes + 1 = {self.context_bytes + 1} bytes: add text or lower data.context_bytes"
+                f"the training text from {self.root} is {len(self.train)} bytes, less than one"
+                f" sequence of data.context_bytes + 1 = {self.context_bytes + 1} bytes: add text or"
+                " lower data.context_bytes"
             )
         return max(1, fits - 1)
 
@@ -299,7 +328,8 @@ class TextCorpus:
         return min(windows, self.val_max_items) if self.val_max_items > 0 else windows
 
     def val_starts(self) -> torch.Tensor:
-        """Byte offsets of the evaluated windows in the validation text: every one, or an even spread of the cap."""
+        """Byte offsets of the evaluated windows in the validation text: every
+        one, or an even spread of the cap."""
         windows, items = self.val_windows(), self.val_items()
         return (torch.arange(items) * windows // max(1, items)) * self.context_bytes
 
@@ -307,8 +337,9 @@ class TextCorpus:
         out = self.stats.warnings()
         if len(self.val) and not self.val_windows():
             out.append(
-                f"the validation text is {len(self.val)} bytes, shorter than one sequence of "
-                f"{self.context_bytes + 1} bytes: validation is skipped; add text or lower data.context_bytes"
+                f"the validation text is {len(self.val)} bytes, shorter than one sequence of"
+                f" {self.context_bytes + 1} bytes: validation is skipped; add text or lower"
+                " data.context_bytes"
             )
         return out
 
@@ -325,7 +356,8 @@ class TextCorpus:
     def train_batches(
         self, epoch: int, batch_size: int, start_item: int = 0
     ) -> Iterator[tuple[dict[str, torch.Tensor], int]]:
-        """Yield (batch, items) for `epoch` from item `start_item` of its order; the last batch may be short.
+        """Yield (batch, items) for `epoch` from item `start_item` of its
+        order; the last batch may be short.
 
         Sharded, `batch_size` is this rank's share and `items` counts the whole global batch.
         """
@@ -338,7 +370,10 @@ class TextCorpus:
         for first in range(start_item, self._items, width):
             picked = order[first : first + width]
             starts = offset + picked[self.rank :: self.world] * self.context_bytes
-            yield windows_batch(self.train, starts, self.context_bytes, self.pin_memory), len(picked)
+            yield (
+                windows_batch(self.train, starts, self.context_bytes, self.pin_memory),
+                len(picked),
+            )
 
     def val_batches(self, batch_size: int) -> Iterator[dict[str, torch.Tensor]]:
         """Yield non-overlapping validation windows in order (nothing when no text is held out)."""
@@ -347,7 +382,9 @@ class TextCorpus:
         starts = self.val_starts()
         firsts = range(0, len(starts), batch_size)
         for first in firsts[self.rank :: self.world]:
-            yield windows_batch(self.val, starts[first : first + batch_size], self.context_bytes, self.pin_memory)
+            yield windows_batch(
+                self.val, starts[first : first + batch_size], self.context_bytes, self.pin_memory
+            )
 
     def describe(self) -> dict[str, object]:
         return {

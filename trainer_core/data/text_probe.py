@@ -1,4 +1,5 @@
-"""Probe one text-corpus file (.txt, .md, .jsonl): sizes, lines, UTF-8 validity, jsonl `text` fields.
+"""Probe one text-corpus file (.txt, .md, .jsonl): sizes, lines, UTF-8
+validity, jsonl `text` fields.
 
 Files are streamed, never loaded whole. Non-UTF-8 files stay usable (they are decoded with
 replacement characters when training) and are reported as warnings; empty files are problems.
@@ -29,7 +30,10 @@ class TextProbe:
 
 
 def _non_utf8_warning(path: Path) -> Problem:
-    reason = "not valid UTF-8: invalid bytes will be replaced with U+FFFD; re-save it as UTF-8 to keep them"
+    reason = (
+        "not valid UTF-8: invalid bytes will be replaced with U+FFFD; re-save it as UTF-8 to keep"
+        " them"
+    )
     return Problem(path, reason, "non_utf8")
 
 
@@ -61,7 +65,8 @@ def _probe_plain(path: Path, size: int) -> TextProbe:
 
 
 def _jsonl_text(line: str) -> str | None:
-    """The `text` field of one jsonl line, or None when the line is not an object with a string `text`."""
+    """The `text` field of one jsonl line, or None when the line is not an
+    object with a string `text`."""
     try:
         record = json.loads(line)
     except json.JSONDecodeError:
@@ -89,15 +94,21 @@ def _probe_jsonl(path: Path, size: int) -> TextProbe:
     return _jsonl_outcome(path, size, utf8, lines, without_text, text_bytes)
 
 
-def _jsonl_outcome(path: Path, size: int, utf8: bool, lines: int, without_text: int, text_bytes: int) -> TextProbe:
+def _jsonl_outcome(
+    path: Path, size: int, utf8: bool, lines: int, without_text: int, text_bytes: int
+) -> TextProbe:
     probe = TextProbe(path, lines_without_text=without_text)
     if lines == without_text or text_bytes == 0:
-        reason = f'no text: none of its {lines} line(s) is a JSON object with a non-empty "text" string'
+        reason = (
+            f'no text: none of its {lines} line(s) is a JSON object with a non-empty "text" string'
+        )
         probe.problem = Problem(path, reason, "no_text")
         return probe
     probe.item = TextItem(path, size, text_bytes, lines, utf8, "jsonl")
     if without_text:
-        reason = f'{without_text} of {lines} lines have no "text" string field; those lines are skipped'
+        reason = (
+            f'{without_text} of {lines} lines have no "text" string field; those lines are skipped'
+        )
         probe.warnings.append(Problem(path, reason, "jsonl_missing_text"))
     if not utf8:
         probe.warnings.append(_non_utf8_warning(path))
@@ -114,4 +125,6 @@ def probe_text(path: Path) -> TextProbe:
             return _probe_jsonl(path, size)
         return _probe_plain(path, size)
     except OSError as exc:
-        return TextProbe(path, problem=Problem(path, f"unreadable: {exc.strerror or exc}", "unreadable"))
+        return TextProbe(
+            path, problem=Problem(path, f"unreadable: {exc.strerror or exc}", "unreadable")
+        )

@@ -1,10 +1,12 @@
-"""Transcripts for voice data: LJSpeech `metadata.csv` tables and `<stem>.txt` / `<stem>.lab` sidecars.
+"""Transcripts for voice data: LJSpeech `metadata.csv` tables and
+`<stem>.txt` / `<stem>.lab` sidecars.
 
 A `metadata.csv` row is `id|text` or `id|text|normalized`; the normalized column wins when it is
-present and non-empty. A table with a speaker column (`trainer_core.data.speakers` decides, by `data.speakers`)
-has rows `id|speaker|text` or `id|speaker|text|normalized`. Ids match audio files by stem anywhere under the
-table's folder, so a corpus converted from WAV to FLAC keeps its table. Problems (bad rows, duplicates, bad
-encoding) are collected with line numbers instead of raised: one bad row must not hide a whole corpus.
+present and non-empty. A table with a speaker column (`trainer_core.data.speakers` decides, by
+`data.speakers`) has rows `id|speaker|text` or `id|speaker|text|normalized`. Ids match audio files
+by stem anywhere under the table's folder, so a corpus converted from WAV to FLAC keeps its table.
+Problems (bad rows, duplicates, bad encoding) are collected with line numbers instead of raised: one
+bad row must not hide a whole corpus.
 """
 
 from __future__ import annotations
@@ -35,8 +37,8 @@ class MetadataRow:
 class MetadataTable:
     """A parsed `metadata.csv`: rows by id, plus the problems found while parsing it.
 
-    `lines` holds every decoded non-blank line split at '|' (line number, fields): what the speaker-column rule
-    looks at before `index_rows` reads the columns.
+    `lines` holds every decoded non-blank line split at '|' (line number, fields): what the
+    speaker-column rule looks at before `index_rows` reads the columns.
     """
 
     path: Path
@@ -54,14 +56,17 @@ class Transcript:
     """The transcript chosen for one audio file and where it came from."""
 
     text: str
-    # Identifies the source (a table row or a sidecar file): two audio files sharing one are duplicates.
+    # Identifies the source (a table row or a sidecar file): two audio files
+    # sharing one are duplicates.
     source_key: str
     source: str
-    speaker: str = ""  # from a table's speaker column; "" when the table has none (or for a sidecar)
+    # from a table's speaker column; "" when the table has none (or for a sidecar)
+    speaker: str = ""
 
 
 def normalise_id(raw: str, audio_suffixes: frozenset[str]) -> str:
-    """Reduce `wavs/LJ001-0001.wav` style ids to the stem `LJ001-0001` that audio files are matched by."""
+    """Reduce `wavs/LJ001-0001.wav` style ids to the stem `LJ001-0001` that
+    audio files are matched by."""
     name = raw.strip().replace("\\", "/").rsplit("/", 1)[-1]
     stem, dot, suffix = name.rpartition(".")
     if dot and f".{suffix.lower()}" in audio_suffixes:
@@ -70,7 +75,8 @@ def normalise_id(raw: str, audio_suffixes: frozenset[str]) -> str:
 
 
 def is_speaker_name(value: str) -> bool:
-    """1 to MAX_SPEAKER_CHARS characters without spaces: a speaker column's value, never a sentence."""
+    """1 to MAX_SPEAKER_CHARS characters without spaces: a speaker column's
+    value, never a sentence."""
     name = value.strip()
     return 0 < len(name) <= MAX_SPEAKER_CHARS and not any(ch.isspace() for ch in name)
 
@@ -85,12 +91,19 @@ def _decode_line(raw: bytes, line_no: int, path: Path) -> str | Problem:
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        reason = f"line {line_no}: not valid UTF-8 ({exc.reason} at byte {exc.start}); save {path.name} as UTF-8"
+        reason = (
+            f"line {line_no}: not valid UTF-8 ({exc.reason} at byte {exc.start}); save {path.name}"
+            " as UTF-8"
+        )
         return Problem(path, reason, "metadata_row")
 
 
 def _column_problem(table: MetadataTable, line_no: int, count: int, speaker_column: bool) -> None:
-    expected = "id|speaker|text or id|speaker|text|normalized" if speaker_column else "id|text or id|text|normalized"
+    expected = (
+        "id|speaker|text or id|speaker|text|normalized"
+        if speaker_column
+        else "id|text or id|text|normalized"
+    )
     reason = f"line {line_no}: expected {expected}, found {count} column(s)"
     if speaker_column:
         reason += " (the table has a speaker column: see data.speakers)"
@@ -98,35 +111,48 @@ def _column_problem(table: MetadataTable, line_no: int, count: int, speaker_colu
 
 
 def _parse_row(
-    columns: list[str], line_no: int, table: MetadataTable, audio_suffixes: frozenset[str], speaker_column: bool
+    columns: list[str],
+    line_no: int,
+    table: MetadataTable,
+    audio_suffixes: frozenset[str],
+    speaker_column: bool,
 ) -> None:
-    first_text = 2 if speaker_column else 1  # the column of the text; the normalized text follows it
+    # the column of the text; the normalized text follows it
+    first_text = 2 if speaker_column else 1
     if not first_text + 1 <= len(columns) <= first_text + 2:
         _column_problem(table, line_no, len(columns), speaker_column)
         return
     item_id = normalise_id(columns[0], audio_suffixes)
     if not item_id:
-        table.problems.append(Problem(table.path, f"line {line_no}: empty id before the first '|'", "metadata_row"))
+        table.problems.append(
+            Problem(table.path, f"line {line_no}: empty id before the first '|'", "metadata_row")
+        )
         return
     speaker = columns[1].strip() if speaker_column else ""
     if speaker_column and not is_speaker_name(speaker):
         reason = (
-            f"line {line_no}: second column {speaker[:40]!r} is not a speaker name (1-{MAX_SPEAKER_CHARS} "
-            'characters, no spaces); an id|text|normalized table needs data.speakers = "none" or "auto"'
+            f"line {line_no}: second column {speaker[:40]!r} is not a speaker name"
+            f" (1-{MAX_SPEAKER_CHARS} characters, no spaces); an id|text|normalized table needs"
+            ' data.speakers = "none" or "auto"'
         )
         table.problems.append(Problem(table.path, reason, "metadata_row"))
         return
     if item_id in table.rows:
         first = table.rows[item_id].line
-        reason = f"line {line_no}: duplicate id '{item_id}' (first at line {first}); keeping the first"
+        reason = (
+            f"line {line_no}: duplicate id '{item_id}' (first at line {first}); keeping the first"
+        )
         table.problems.append(Problem(table.path, reason, "duplicate"))
         return
     normalized = clean_text(columns[first_text + 1]) if len(columns) == first_text + 2 else ""
-    table.rows[item_id] = MetadataRow(item_id, normalized or clean_text(columns[first_text]), line_no, speaker)
+    table.rows[item_id] = MetadataRow(
+        item_id, normalized or clean_text(columns[first_text]), line_no, speaker
+    )
 
 
 def read_metadata(path: Path) -> MetadataTable:
-    """Read one metadata.csv into `lines` (UTF-8, optional BOM, blank lines allowed, CRLF or LF line ends)."""
+    """Read one metadata.csv into `lines` (UTF-8, optional BOM, blank lines
+    allowed, CRLF or LF line ends)."""
     table = MetadataTable(path)
     try:
         data = path.read_bytes()
@@ -149,14 +175,19 @@ def read_metadata(path: Path) -> MetadataTable:
     return table
 
 
-def index_rows(table: MetadataTable, audio_suffixes: frozenset[str], speaker_column: bool = False) -> MetadataTable:
-    """Read the columns of every line into `rows` (the second column is the speaker when `speaker_column`)."""
+def index_rows(
+    table: MetadataTable, audio_suffixes: frozenset[str], speaker_column: bool = False
+) -> MetadataTable:
+    """Read the columns of every line into `rows` (the second column is the
+    speaker when `speaker_column`)."""
     for line_no, columns in table.lines:
         _parse_row(columns, line_no, table, audio_suffixes, speaker_column)
     return table
 
 
-def parse_metadata(path: Path, audio_suffixes: frozenset[str], speaker_column: bool = False) -> MetadataTable:
+def parse_metadata(
+    path: Path, audio_suffixes: frozenset[str], speaker_column: bool = False
+) -> MetadataTable:
     """Parse one metadata.csv: its lines read, then their columns."""
     return index_rows(read_metadata(path), audio_suffixes, speaker_column)
 
@@ -175,7 +206,8 @@ def sidecar_paths(audio: Path) -> list[Path]:
 
 
 class TranscriptIndex:
-    """Finds the transcript of each audio file: the nearest metadata.csv listing its stem, else a sidecar."""
+    """Finds the transcript of each audio file: the nearest metadata.csv
+    listing its stem, else a sidecar."""
 
     def __init__(self, tables: list[MetadataTable], root: Path) -> None:
         self.root = root
@@ -229,7 +261,8 @@ class TranscriptIndex:
             for item_id, row in table.rows.items():
                 if item_id not in self.seen[folder]:
                     reason = (
-                        f"line {row.line}: '{item_id}' listed in metadata.csv but no audio file '{item_id}.*' found"
+                        f"line {row.line}: '{item_id}' listed in metadata.csv but no audio file"
+                        f" '{item_id}.*' found"
                     )
                     problems.append(Problem(table.path, reason, "missing_audio"))
         return problems

@@ -1,13 +1,15 @@
-"""VITS training data: token ids and whole recordings (samples), split and batched like the voice task's.
+"""VITS training data: token ids and whole recordings (samples), split and
+batched like the voice task's.
 
-The split, the length-bucketed epoch order, resuming at any item and sharding are `voice_dataset.BucketedItems`,
-with each recording's sample count as its length, so a VITS voice holds out the same recordings as an acoustic
-model or a vocoder trained on the same folder. The linear spectrograms the model reads are not stored: the task
-computes them per batch on the device from the "wave" tensor (a big corpus would need many gigabytes of them).
+The split, the length-bucketed epoch order, resuming at any item and sharding are
+`voice_dataset.BucketedItems`, with each recording's sample count as its length, so a VITS voice
+holds out the same recordings as an acoustic model or a vocoder trained on the same folder. The
+linear spectrograms the model reads are not stored: the task computes them per batch on the device
+from the "wave" tensor (a big corpus would need many gigabytes of them).
 
-Batches: "text" (B, Lt) int64 ids padded with 0, "text_lens" (B,), "wave" (B, S) float32 zero-padded to the
-longest item and at least `min_samples` (the decoder's training segment), "wave_lens" (B,); with `speaker_ids`
-(several speakers) also "speaker" (B,) int64.
+Batches: "text" (B, Lt) int64 ids padded with 0, "text_lens" (B,), "wave" (B, S) float32 zero-padded
+to the longest item and at least `min_samples` (the decoder's training segment), "wave_lens" (B,);
+with `speaker_ids` (several speakers) also "speaker" (B,) int64.
 """
 
 from __future__ import annotations
@@ -38,14 +40,27 @@ class VitsDataset(BucketedItems):
         if speaker_ids is not None and len(speaker_ids) != len(waves):
             raise ValueError(f"{len(speaker_ids)} speaker ids for {len(waves)} items")
         self.waves, self.min_samples = waves, min_samples
-        self.speaker_ids = torch.tensor(list(speaker_ids), dtype=torch.int64) if speaker_ids is not None else None
+        self.speaker_ids = (
+            torch.tensor(list(speaker_ids), dtype=torch.int64) if speaker_ids is not None else None
+        )
         self.tokens = [torch.tensor(encode(text), dtype=torch.int64) for text in waves.texts]
-        self.empty_text_ids = [waves.item_ids[i] for i, t in enumerate(self.tokens) if t.numel() == 0]
+        self.empty_text_ids = [
+            waves.item_ids[i] for i, t in enumerate(self.tokens) if t.numel() == 0
+        ]
         usable = [i for i, t in enumerate(self.tokens) if t.numel() > 0]
         if not usable:
-            raise DataError(f"none of the {len(waves)} transcripts has a symbol the voice's symbol map knows")
+            raise DataError(
+                f"none of the {len(waves)} transcripts has a symbol the voice's symbol map knows"
+            )
         super().__init__(
-            waves.item_ids, waves.lengths, usable, val_fraction, seed, bucket_size, val_max_items, waves.held_out
+            waves.item_ids,
+            waves.lengths,
+            usable,
+            val_fraction,
+            seed,
+            bucket_size,
+            val_max_items,
+            waves.held_out,
         )
 
     def collate(self, indices: Sequence[int]) -> Batch:

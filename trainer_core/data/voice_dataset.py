@@ -2,28 +2,30 @@
 
 Split: items are ranked by a sha256 of their item id, and the first round(N * val_fraction) of that
 ranking (at least one when val_fraction > 0 and there are two items or more, never all), at most
-`val_max_items` of them (0: no cap), are held out. The split depends on neither the seed nor the file
-order, so it is the same in every run and every resume. Items the cap leaves out of validation train:
-they were never validated on, so nothing the model is judged on leaks into training, and a big corpus
-keeps all its data (see `trainer_core.data.validation_split`).
+`val_max_items` of them (0: no cap), are held out. The split depends on neither the seed nor the
+file order, so it is the same in every run and every resume. Items the cap leaves out of validation
+train: they were never validated on, so nothing the model is judged on leaks into training, and a
+big corpus keeps all its data (see `trainer_core.data.validation_split`).
 
-Epoch order, a pure function of (seed, epoch) and fixed whatever the batch size: a seeded permutation
-of the training items is cut into chunks of bucket_size * 8 items; each chunk is sorted by mel length
-and cut into groups of bucket_size, and the groups are shuffled. Neighbours in the order therefore
-have similar lengths (little padding) while the epoch still visits the data in a random order.
-`train_batches` yields consecutive runs of batch_size from `epoch_order(epoch)[start_item:]`, so a
-resumed run, or one that halved its batch size after an out-of-memory error, continues at the exact
-item where it stopped, skipping and repeating nothing.
+Epoch order, a pure function of (seed, epoch) and fixed whatever the batch size: a seeded
+permutation of the training items is cut into chunks of bucket_size * 8 items; each chunk is sorted
+by mel length and cut into groups of bucket_size, and the groups are shuffled. Neighbours in the
+order therefore have similar lengths (little padding) while the epoch still visits the data in a
+random order. `train_batches` yields consecutive runs of batch_size from
+`epoch_order(epoch)[start_item:]`, so a resumed run, or one that halved its batch size after an
+out-of-memory error, continues at the exact item where it stopped, skipping and repeating nothing.
 
 Batches: "text" (B, Lt) int64 token ids padded with 0 (so `encode` must not use 0 for a symbol),
 "text_lens" (B,), "mel" (B, n_mels, Tm) float32 padded with log(log_floor) (the log-mel of silence),
-"mel_lens" (B,); with pitch features also "f0" (B, Tm) float32, log F0 in Hz, 0 on unvoiced and padded frames;
-with `speaker_ids` (several speakers) also "speaker" (B,) int64, each item's speaker id.
+"mel_lens" (B,); with pitch features also "f0" (B, Tm) float32, log F0 in Hz, 0 on
+unvoiced and padded frames; with `speaker_ids` (several speakers) also "speaker" (B,)
+int64, each item's speaker id.
 
-Data-parallel training (`shard(rank, world)`): every rank walks the same epoch order in global batches of
-`batch_size * world` items and collates items rank, rank + world, ... of each (neighbours in the bucketed
-order, so each rank's batch stays length-homogeneous). The item count yielded is the global batch's, so
-`start_item` keeps its meaning whatever the number of ranks. Validation batches go round-robin to the ranks.
+Data-parallel training (`shard(rank, world)`): every rank walks the same epoch order in global
+batches of `batch_size * world` items and collates items rank, rank + world, ... of each
+(neighbours in the bucketed order, so each rank's batch stays length-homogeneous). The item count
+yielded is the global batch's, so `start_item` keeps its meaning whatever the number of ranks.
+Validation batches go round-robin to the ranks.
 """
 
 from __future__ import annotations
@@ -42,18 +44,23 @@ from trainer_core.data.validation_split import capped_away, held_out_count, spli
 
 Batch = dict[str, torch.Tensor]
 TEXT_PAD_ID = 0
-# Items per sorted chunk, in buckets: wide enough to find similar lengths, narrow enough to stay random.
+# Items per sorted chunk, in buckets: wide enough to find similar lengths,
+# narrow enough to stay random.
 CHUNK_BUCKETS = 8
 
 
 def epoch_seed(seed: int, epoch: int) -> int:
-    """A 63-bit generator seed from (run seed, epoch), identical on every platform and Python version."""
+    """A 63-bit generator seed from (run seed, epoch), identical on every
+    platform and Python version."""
     digest = hashlib.sha256(f"vega-voice:{seed}:{epoch}".encode()).digest()
     return int.from_bytes(digest[:8], "little") & (2**63 - 1)
 
 
 def split_items(
-    item_ids: Sequence[str], val_fraction: float, max_items: int = 0, held_out: Sequence[bool] | None = None
+    item_ids: Sequence[str],
+    val_fraction: float,
+    max_items: int = 0,
+    held_out: Sequence[bool] | None = None,
 ) -> tuple[list[int], list[int]]:
     """(train, validation) indices, each in ascending order; see the module docstring for the rule.
 
@@ -82,7 +89,8 @@ def padding_fraction_of(order: Sequence[int], frames: Sequence[int], batch_size:
 
 
 class BucketedItems:
-    """Items with lengths, split and ordered as the module docstring says; subclasses collate batches."""
+    """Items with lengths, split and ordered as the module docstring says;
+    subclasses collate batches."""
 
     def __init__(
         self,
@@ -104,7 +112,8 @@ class BucketedItems:
         self.rank, self.world = 0, 1
         flags = [held_out[i] for i in usable] if held_out is not None else None
         train, val = split_items([item_ids[i] for i in usable], val_fraction, val_max_items, flags)
-        # Items the fraction would hold out that the cap sent to training (none with a corpus split).
+        # Items the fraction would hold out that the cap sent to training
+        # (none with a corpus split).
         fixed = flags is not None and any(flags)
         self.val_capped = 0 if fixed else capped_away(len(usable), val_fraction, val_max_items)
         self.train_ids = [usable[i] for i in train]
@@ -115,7 +124,8 @@ class BucketedItems:
         raise NotImplementedError
 
     def shard(self, rank: int, world: int) -> None:
-        """Collate only rank `rank`'s slice of every batch from now on (see the module docstring)."""
+        """Collate only rank `rank`'s slice of every batch from now on (see
+        the module docstring)."""
         self.rank, self.world = check_shard(rank, world)
 
     def train_items(self) -> int:
@@ -125,7 +135,8 @@ class BucketedItems:
         return len(self.val_ids)
 
     def _bucketed(self, chunk: list[int], generator: torch.Generator) -> list[int]:
-        """`chunk` sorted by length, cut into groups of bucket_size, the groups in a seeded order."""
+        """`chunk` sorted by length, cut into groups of bucket_size, the
+        groups in a seeded order."""
         lengths = self.lengths
         ranked = sorted(chunk, key=lambda i: (lengths[i], i))
         groups = [ranked[k : k + self.bucket_size] for k in range(0, len(ranked), self.bucket_size)]
@@ -137,17 +148,27 @@ class BucketedItems:
         if self._order_cache is not None and self._order_cache[0] == epoch:
             return self._order_cache[1]
         generator = torch.Generator().manual_seed(epoch_seed(self.seed, epoch))
-        permuted = [self.train_ids[j] for j in torch.randperm(len(self.train_ids), generator=generator).tolist()]
+        permuted = [
+            self.train_ids[j]
+            for j in torch.randperm(len(self.train_ids), generator=generator).tolist()
+        ]
         width = self.bucket_size * CHUNK_BUCKETS
-        order = [i for k in range(0, len(permuted), width) for i in self._bucketed(permuted[k : k + width], generator)]
+        order = [
+            i
+            for k in range(0, len(permuted), width)
+            for i in self._bucketed(permuted[k : k + width], generator)
+        ]
         self._order_cache = (epoch, order)
         return order
 
     def pinned(self, batch: Batch) -> Batch:
         return {name: t.pin_memory() for name, t in batch.items()} if self.pin_memory else batch
 
-    def train_batches(self, epoch: int, batch_size: int, start_item: int = 0) -> Iterator[tuple[Batch, int]]:
-        """Yield (batch, items) of `epoch` from item `start_item` of its order; the last batch may be short.
+    def train_batches(
+        self, epoch: int, batch_size: int, start_item: int = 0
+    ) -> Iterator[tuple[Batch, int]]:
+        """Yield (batch, items) of `epoch` from item `start_item` of its
+        order; the last batch may be short.
 
         Sharded, `batch_size` is this rank's share and `items` counts the whole global batch.
         """
@@ -166,7 +187,8 @@ class BucketedItems:
         return sorted(self.val_ids, key=lambda i: (self.lengths[i], i))
 
     def val_batches(self, batch_size: int) -> Iterator[Batch]:
-        """Yield the validation items in `val_order`, batch_size at a time (nothing when none is held out)."""
+        """Yield the validation items in `val_order`, batch_size at a time
+        (nothing when none is held out)."""
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
         order = self.val_order()
@@ -181,7 +203,10 @@ class BucketedItems:
     def unbucketed_padding_fraction(self, batch_size: int, epoch: int = 0) -> float:
         """The same share for a plain shuffled order: what bucketing saves, for the report."""
         generator = torch.Generator().manual_seed(epoch_seed(self.seed, epoch))
-        order = [self.train_ids[j] for j in torch.randperm(len(self.train_ids), generator=generator).tolist()]
+        order = [
+            self.train_ids[j]
+            for j in torch.randperm(len(self.train_ids), generator=generator).tolist()
+        ]
         return padding_fraction_of(order, self.lengths, batch_size)
 
 
@@ -200,27 +225,38 @@ class VoiceDataset(BucketedItems):
     ) -> None:
         if speaker_ids is not None and len(speaker_ids) != len(features):
             raise ValueError(f"{len(speaker_ids)} speaker ids for {len(features)} items")
-        # Several speakers: each item's id, batched as "speaker"; None keeps single-speaker batches as they were.
-        self.speaker_ids = torch.tensor(list(speaker_ids), dtype=torch.int64) if speaker_ids is not None else None
+        # Several speakers: each item's id, batched as "speaker"; None keeps
+        # single-speaker batches as they were.
+        self.speaker_ids = (
+            torch.tensor(list(speaker_ids), dtype=torch.int64) if speaker_ids is not None else None
+        )
         self.features = features
         self.tokens = [torch.tensor(encode(text), dtype=torch.int64) for text in features.texts]
-        self.empty_text_ids = [features.item_ids[i] for i, t in enumerate(self.tokens) if t.numel() == 0]
+        self.empty_text_ids = [
+            features.item_ids[i] for i, t in enumerate(self.tokens) if t.numel() == 0
+        ]
         usable = [i for i, t in enumerate(self.tokens) if t.numel() > 0]
         if not usable:
-            raise DataError(f"none of the {len(features)} transcripts has a symbol the text encoder knows")
+            raise DataError(
+                f"none of the {len(features)} transcripts has a symbol the text encoder knows"
+            )
         super().__init__(
             features.item_ids, features.frames, usable, val_fraction, seed, bucket_size, val_max_items,
             features.held_out,
         )  # fmt: skip
 
     def collate(self, indices: Sequence[int]) -> Batch:
-        """The padded batch of the given feature indices (see the module docstring for its tensors)."""
+        """The padded batch of the given feature indices (see the module
+        docstring for its tensors)."""
         texts = [self.tokens[i] for i in indices]
         mels = [self.features.get_mel(i) for i in indices]
         text_lens = torch.tensor([len(t) for t in texts], dtype=torch.int64)
         mel_lens = torch.tensor([m.shape[1] for m in mels], dtype=torch.int64)
         text = torch.full((len(texts), int(text_lens.max())), TEXT_PAD_ID, dtype=torch.int64)
-        mel = torch.full((len(mels), self.features.n_mels, int(mel_lens.max())), math.log(self.features.log_floor))
+        mel = torch.full(
+            (len(mels), self.features.n_mels, int(mel_lens.max())),
+            math.log(self.features.log_floor),
+        )
         for row, (tokens, spectrum) in enumerate(zip(texts, mels, strict=True)):
             text[row, : len(tokens)] = tokens
             mel[row, :, : spectrum.shape[1]] = spectrum

@@ -1,11 +1,11 @@
 """Preload the recordings themselves, for tasks that train on audio (the vocoder).
 
 Each usable recording of the scan is decoded, resampled and trimmed exactly as for its mel features
-(`trainer_core.data.preload`), so a vocoder hears the audio the acoustic model's mels came from. The samples
-live in the feature cache as one (1, samples) float32 row under their own parameters: a second run decodes
-nothing. where="ram" keeps views of the mapped cache file (or the decoded arrays when the cache is not
-writable); where="disk" keeps only lengths and reads a recording's row when a batch needs it.
-A recording that fails to decode is skipped and listed, as for mels.
+(`trainer_core.data.preload`), so a vocoder hears the audio the acoustic model's mels came from. The
+samples live in the feature cache as one (1, samples) float32 row under their own parameters: a
+second run decodes nothing. where="ram" keeps views of the mapped cache file (or the decoded arrays
+when the cache is not writable); where="disk" keeps only lengths and reads a recording's row when a
+batch needs it. A recording that fails to decode is skipped and listed, as for mels.
 """
 
 from __future__ import annotations
@@ -23,14 +23,21 @@ from trainer_core.contract.errors import DataError
 from trainer_core.contract.profile import AudioSection, Profile
 from trainer_core.data.audio import AudioDecodeError, load_audio
 from trainer_core.data.feature_cache import FeatureCache
-from trainer_core.data.preload import PreloadWhere, ProgressCallback, ProgressReporter, held_out_flags, voice_items
+from trainer_core.data.preload import (
+    PreloadWhere,
+    ProgressCallback,
+    ProgressReporter,
+    held_out_flags,
+    voice_items,
+)
 from trainer_core.data.scan_report import DataReport, VoiceItem
 
 WAVE_FEATURE_VERSION = 1
 
 
 def wave_params(audio: AudioSection) -> dict[str, Any]:
-    """Feature-cache parameters of the decoded samples: only what changes them (not the mel settings)."""
+    """Feature-cache parameters of the decoded samples: only what changes
+    them (not the mel settings)."""
     return {
         "feature": "wave",
         "rows": 1,
@@ -75,7 +82,9 @@ class Waves:
             return row[0]
         decoded = _decode_row(self.paths[i], self.audio)
         if isinstance(decoded, str):
-            raise DataError(f"{decoded} (it decoded at preload but not now: was it changed during training?)")
+            raise DataError(
+                f"{decoded} (it decoded at preload but not now: was it changed during training?)"
+            )
         return decoded[0]
 
     def segment(self, i: int, start: int, length: int) -> torch.Tensor:
@@ -108,21 +117,32 @@ class Waves:
 def _decode_row(path: Path, audio: AudioSection) -> torch.Tensor | str:
     """(1, samples) float32 of one recording, or the reason it could not be decoded."""
     try:
-        wave = load_audio(path, audio.sample_rate, audio.trim_silence, audio.trim_top_db, audio.normalize)
+        wave = load_audio(
+            path, audio.sample_rate, audio.trim_silence, audio.trim_top_db, audio.normalize
+        )
     except AudioDecodeError as exc:
         return str(exc)
     return torch.from_numpy(wave).reshape(1, -1)
 
 
 def _decode_misses(
-    items: list[VoiceItem], misses: list[int], profile: Profile, cache: FeatureCache, reporter: ProgressReporter
+    items: list[VoiceItem],
+    misses: list[int],
+    profile: Profile,
+    cache: FeatureCache,
+    reporter: ProgressReporter,
 ) -> tuple[dict[int, torch.Tensor], dict[int, str]]:
-    """Decode the recordings the cache lacks on whole-file threads (decoding releases the GIL), longest first."""
+    """Decode the recordings the cache lacks on whole-file threads (decoding
+    releases the GIL), longest first."""
     decoded: dict[int, torch.Tensor] = {}
     skipped: dict[int, str] = {}
     order = sorted(misses, key=lambda i: -items[i].duration_s)
-    with ThreadPoolExecutor(max_workers=max(1, profile.data.num_workers), thread_name_prefix="vega-waves") as pool:
-        for index, row in zip(order, pool.map(lambda i: _decode_row(items[i].path, profile.audio), order), strict=True):
+    with ThreadPoolExecutor(
+        max_workers=max(1, profile.data.num_workers), thread_name_prefix="vega-waves"
+    ) as pool:
+        for index, row in zip(
+            order, pool.map(lambda i: _decode_row(items[i].path, profile.audio), order), strict=True
+        ):
             if isinstance(row, str):
                 skipped[index] = row
                 reporter.advance("decode")
@@ -135,28 +155,39 @@ def _decode_misses(
 
 
 def _kept_row(
-    i: int, items: list[VoiceItem], decoded: dict[int, torch.Tensor], cache: FeatureCache, written: bool
+    i: int,
+    items: list[VoiceItem],
+    decoded: dict[int, torch.Tensor],
+    cache: FeatureCache,
+    written: bool,
 ) -> torch.Tensor | None:
     mapped = cache.get(items[i].path) if written or i not in decoded else None
     return mapped if mapped is not None else decoded.get(i)
 
 
 def preload_waves(
-    report: DataReport, profile: Profile, where: PreloadWhere, progress: ProgressCallback | None = None
+    report: DataReport,
+    profile: Profile,
+    where: PreloadWhere,
+    progress: ProgressCallback | None = None,
 ) -> Waves:
-    """The samples of every usable recording in `report`, cached on disk and kept in RAM or read from disk."""
+    """The samples of every usable recording in `report`, cached on disk and
+    kept in RAM or read from disk."""
     started = time.perf_counter()
     items = voice_items(report)
     cache = FeatureCache(profile.data.cache_dir, wave_params(profile.audio), report.path)
     reporter = ProgressReporter(len(items), progress)
     lengths = {i: cache.frames(item.path) for i, item in enumerate(items)}
     misses = [i for i, length in lengths.items() if length is None]
-    decoded, skipped = _decode_misses(items, misses, profile, cache, reporter) if misses else ({}, {})
+    decoded, skipped = (
+        _decode_misses(items, misses, profile, cache, reporter) if misses else ({}, {})
+    )
     written = cache.flush()
     if not written and where == "disk":
         raise DataError(
-            f"cannot write the feature cache in {cache.entries_dir}: streaming audio from disk needs a writable "
-            'cache; set data.cache_dir to a writable folder, or data.preload = "ram"'
+            f"cannot write the feature cache in {cache.entries_dir}: streaming audio from disk"
+            " needs a writable cache; set data.cache_dir to a writable folder, or data.preload ="
+            ' "ram"'
         )
     reporter.finish("decode" if misses else "cache")
     kept = [i for i in range(len(items)) if i not in skipped]
@@ -164,7 +195,8 @@ def preload_waves(
         reasons = "; ".join(skipped[i] for i in sorted(skipped)[:3])
         raise DataError(f"none of the {len(items)} recordings could be decoded: {reasons}")
     lengths.update({i: int(row.shape[1]) for i, row in decoded.items()})
-    # Once written, decoded rows are read back as views of the mapped cache: the OS can page them out.
+    # Once written, decoded rows are read back as views of the mapped cache:
+    # the OS can page them out.
     rows = [_kept_row(i, items, decoded, cache, written) for i in kept] if where == "ram" else None
     decoded.clear()
     return Waves(

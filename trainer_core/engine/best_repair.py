@@ -15,7 +15,12 @@ from trainer_core.atomic import atomic_write_text
 from trainer_core.contract import rundir
 from trainer_core.contract.eventlog import EventReader
 from trainer_core.contract.protocol import BestModelEvent
-from trainer_core.engine.checkpoint_manager import BEST_FILENAME, STEP_FILE_RE, checkpoint_dir, read_best
+from trainer_core.engine.checkpoint_manager import (
+    BEST_FILENAME,
+    STEP_FILE_RE,
+    checkpoint_dir,
+    read_best,
+)
 
 
 def repair_best(run_dir: Path) -> str | None:

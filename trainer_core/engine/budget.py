@@ -19,7 +19,8 @@ MIN_STEPS, MIN_SECONDS, MAX_BUDGET_SHARE = 5, 3.0, 0.05
 END_MARGIN_S = 2.0
 # After the first plan, re-measure over windows of this share of the budget to follow drift.
 REPLAN_SHARE = 0.1
-# Free-running passes before the last take at most this share of a budget (the bench's target is 5 %).
+# Free-running passes before the last take at most this share of a budget
+# (the bench's target is 5 %).
 PASS_SHARE = 0.04
 
 
@@ -43,7 +44,8 @@ class TimeBudget:
         clock: Callable[[], float] = time.monotonic,
         elapsed_s: float = 0.0,
     ) -> None:
-        """`elapsed_s`: time the job has already used (start-up, data loading) that counts against the budget."""
+        """`elapsed_s`: time the job has already used (start-up, data loading)
+        that counts against the budget."""
         self.target_s = target_hours * 3600.0
         self.steps_per_epoch = max(1, steps_per_epoch)
         self.clock = clock
@@ -52,20 +54,24 @@ class TimeBudget:
         self._end_costs: dict[str, float] = {}
         self._recurring: dict[str, float] = {}  # seconds a step of work that recurs between steps
         self.plan: BudgetPlan | None = None
-        self._mark: tuple[int, float, int] | None = None  # (step, time, items) where measuring began
+        # (step, time, items) where measuring began
+        self._mark: tuple[int, float, int] | None = None
         self._items = 0
 
     def note_end_cost(self, name: str, seconds: float) -> None:
-        """Remember what the final validation or checkpoint costs, so the run stops early enough for it."""
+        """Remember what the final validation or checkpoint costs, so the
+        run stops early enough for it."""
         self._end_costs[name] = seconds
         self.reserve_s = END_MARGIN_S + sum(self._end_costs.values())
 
     def note_recurring(self, name: str, seconds: float, every_steps: int) -> None:
-        """Work that comes back every `every_steps` steps (validation, a free-running pass): planned for."""
+        """Work that comes back every `every_steps` steps (validation, a
+        free-running pass): planned for."""
         self._recurring[name] = seconds / max(1, every_steps)
 
     def exclude(self, seconds: float) -> None:
-        """Time spent between steps: kept out of the step-rate measurement (it is planned separately)."""
+        """Time spent between steps: kept out of the step-rate measurement
+        (it is planned separately)."""
         if self._mark is not None:
             m_step, m_time, m_items = self._mark
             self._mark = (m_step, m_time + seconds, m_items)
@@ -112,8 +118,8 @@ class TimeBudget:
 
 
 class PassAllowance:
-    """How much of a time budget the free-running passes before the last may take: a pass starts only
-    when it and the last one still fit in PASS_SHARE of it (no budget: every pass)."""
+    """How much of a time budget the free-running passes before the last may take: a pass starts
+    only when it and the last one still fit in PASS_SHARE of it (no budget: every pass)."""
 
     def __init__(self, target_s: float | None, share: float = PASS_SHARE) -> None:
         self.limit_s = None if target_s is None else share * target_s

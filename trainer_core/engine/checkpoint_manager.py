@@ -63,7 +63,8 @@ FAULT_ENOSPC_ENV = "VEGA_FAULT_CHECKPOINT_ENOSPC"
 STEP_FILE_RE = re.compile(r"^step-(\d{8})\.pt$")
 MAX_LISTED_MISMATCHES = 5
 
-# Markers of torch's weights-only unpickler refusing an object (as opposed to a damaged byte stream).
+# Markers of torch's weights-only unpickler refusing an object (as opposed
+# to a damaged byte stream).
 _UNSAFE_MARKERS = ("GLOBAL", "add_safe_globals", "reduce for", "persistent_load")
 
 
@@ -84,7 +85,8 @@ class SavedCheckpoint:
 
 
 class _Unreadable(Exception):
-    """Internal: why a file is not a usable checkpoint, as a short reason for messages and warnings."""
+    """Internal: why a file is not a usable checkpoint, as a short reason
+    for messages and warnings."""
 
     def __init__(self, reason: str, unsafe: bool = False) -> None:
         super().__init__(reason)
@@ -143,24 +145,32 @@ def new_checkpoint_state(
 
 
 class _PartialWriteHook:
-    """File wrapper torch.save writes through: once about half the payload is written (never inside the first
-    write, which is the zip header), it writes part of the current chunk, flushes, and calls `fault`."""
+    """File wrapper torch.save writes through: once about half the payload is written
+    (never inside the first write, which is the zip header), it writes part of the current
+    chunk, flushes, and calls `fault`."""
 
     def __init__(self, file: Any, fault_after: int, fault: Callable[[], None]) -> None:
         self._file = file
         self._fault_after = fault_after
         self._fault: Callable[[], None] | None = fault
         self.written = 0
-        self.failure: OSError | None = None  # torch wraps what a write raises; this is the real cause
+        # torch wraps what a write raises; this is the real cause
+        self.failure: OSError | None = None
 
     def write(self, data: Any) -> int:
         view = memoryview(data).cast("B")
         size = len(view)
-        if self._fault is not None and self.written > 0 and self.written + size >= self._fault_after and size > 1:
+        if (
+            self._fault is not None
+            and self.written > 0
+            and self.written + size >= self._fault_after
+            and size > 1
+        ):
             fault, self._fault = self._fault, None
             half = size // 2
             self._file.write(view[:half])
-            self._file.flush()  # make the partial bytes visible on disk, as a real interrupted write would
+            # make the partial bytes visible on disk, as a real interrupted write would
+            self._file.flush()
             self.written += half
             try:
                 fault()
@@ -187,12 +197,19 @@ def _tensor_bytes(obj: Any) -> int:
     return 0
 
 
-def _partial_write_fault(target: Path, hold_s: float, fail_enospc: bool, best: bool = False) -> Callable[[], None]:
-    """What happens half-way through a write: an injected full disk, a timed hold, or a drill's hold point."""
+def _partial_write_fault(
+    target: Path, hold_s: float, fail_enospc: bool, best: bool = False
+) -> Callable[[], None]:
+    """What happens half-way through a write: an injected full disk, a timed
+    hold, or a drill's hold point."""
 
     def fault() -> None:
         if fail_enospc:
-            raise OSError(errno.ENOSPC, "No space left on device (injected by " + FAULT_ENOSPC_ENV + ")", str(target))
+            raise OSError(
+                errno.ENOSPC,
+                "No space left on device (injected by " + FAULT_ENOSPC_ENV + ")",
+                str(target),
+            )
         time.sleep(hold_s)
         hold_at("write")
         if best:
@@ -222,7 +239,8 @@ def _write_torch_atomically(
             raise
         return hook.written
 
-    if writes_in_place():  # the kill drill's negative control: what a non-atomic save would leave behind
+    # the kill drill's negative control: what a non-atomic save would leave behind
+    if writes_in_place():
         with open(target, "wb") as file:
             return write(file)
     return atomic_write(target, write, before_replace=lambda: hold_at("rename"))
@@ -240,7 +258,9 @@ def list_checkpoints(folder: Path) -> list[Path]:
     """Complete checkpoint files in `folder`, newest (highest step) first."""
     if not folder.is_dir():
         return []
-    found = [(step, p) for p in folder.iterdir() if (step := _step_of(p)) is not None and p.is_file()]
+    found = [
+        (step, p) for p in folder.iterdir() if (step := _step_of(p)) is not None and p.is_file()
+    ]
     return [p for _, p in sorted(found, key=lambda item: item[0], reverse=True)]
 
 
@@ -248,7 +268,11 @@ def remove_temp_leftovers(folder: Path) -> list[Path]:
     """Delete temp files a killed writer left behind; return what was removed."""
     if not folder.is_dir():
         return []
-    leftovers = [p for p in folder.iterdir() if p.name.startswith(TEMP_PREFIX) and p.name.endswith(TEMP_SUFFIX)]
+    leftovers = [
+        p
+        for p in folder.iterdir()
+        if p.name.startswith(TEMP_PREFIX) and p.name.endswith(TEMP_SUFFIX)
+    ]
     for path in leftovers:
         _remove_quietly(path)
     return leftovers
@@ -270,8 +294,13 @@ def read_best(folder: Path) -> dict[str, Any] | None:
 
 def _describe_load_failure(exc: Exception) -> _Unreadable:
     text = str(exc)
-    if type(exc).__name__ == "UnpicklingError" and any(marker in text for marker in _UNSAFE_MARKERS):
-        detail = next((line.strip() for line in text.splitlines() if any(m in line for m in _UNSAFE_MARKERS)), "")
+    if type(exc).__name__ == "UnpicklingError" and any(
+        marker in text for marker in _UNSAFE_MARKERS
+    ):
+        detail = next(
+            (line.strip() for line in text.splitlines() if any(m in line for m in _UNSAFE_MARKERS)),
+            "",
+        )
         return _Unreadable(
             "it contains objects that are not plain tensors/containers and was refused for safety"
             + (f" [{detail[:200]}]" if detail else ""),
@@ -298,14 +327,15 @@ def _read_checkpoint(path: Path) -> dict[str, Any]:
     version = state.get("version")
     if not isinstance(version, int) or version > CHECKPOINT_VERSION or version < 1:
         raise _Unreadable(
-            f"checkpoint format version {version!r} is not supported (this Vega reads version {CHECKPOINT_VERSION}); "
-            "upgrade Vega or start a fresh run"
+            f"checkpoint format version {version!r} is not supported (this Vega reads version"
+            f" {CHECKPOINT_VERSION}); upgrade Vega or start a fresh run"
         )
     return state
 
 
 def load_checkpoint(path: str | Path) -> dict[str, Any]:
-    """Load a checkpoint safely on the CPU (weights_only=True); raise CheckpointError if unusable."""
+    """Load a checkpoint safely on the CPU (weights_only=True); raise
+    CheckpointError if unusable."""
     path = Path(path)
     try:
         return _read_checkpoint(path)
@@ -315,7 +345,9 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
             if problem.unsafe
             else "pick another checkpoint or start a fresh run"
         )
-        raise CheckpointError(f"checkpoint {path}: {problem.reason}; {advice}") from problem.__cause__
+        raise CheckpointError(
+            f"checkpoint {path}: {problem.reason}; {advice}"
+        ) from problem.__cause__
 
 
 def _display_name(path: Path) -> str:
@@ -323,7 +355,8 @@ def _display_name(path: Path) -> str:
 
 
 def find_resume(run_dir: str | Path) -> tuple[Path, dict[str, Any], list[str]] | None:
-    """Pick the newest checkpoint of `run_dir` that loads: (path, state, warnings), or None if there is none.
+    """Pick the newest checkpoint of `run_dir` that loads: (path, state,
+    warnings), or None if there is none.
 
     Unreadable newer checkpoints are skipped, each with a warning naming the file, why, and the
     one used instead. If checkpoints exist but none loads, CheckpointError lists them all, since
@@ -339,7 +372,10 @@ def find_resume(run_dir: str | Path) -> tuple[Path, dict[str, Any], list[str]] |
         except _Unreadable as problem:
             skipped.append((path, problem.reason))
             continue
-        warnings = [f"{_display_name(p)} is unreadable ({why}): skipped, using {path.name}" for p, why in skipped]
+        warnings = [
+            f"{_display_name(p)} is unreadable ({why}): skipped, using {path.name}"
+            for p, why in skipped
+        ]
         return path, state, warnings
     listing = "; ".join(f"{_display_name(p)}: {why}" for p, why in skipped)
     raise CheckpointError(
@@ -361,17 +397,25 @@ def _model_mismatches(expected: dict[str, Any], saved: dict[str, Any]) -> list[s
         if name not in saved:
             problems.append(f"missing from checkpoint: {name} {_shape_text(tensor.shape)}")
         elif not isinstance(saved[name], torch.Tensor):
-            problems.append(f"{name}: checkpoint holds a {type(saved[name]).__name__}, not a tensor")
+            problems.append(
+                f"{name}: checkpoint holds a {type(saved[name]).__name__}, not a tensor"
+            )
         elif saved[name].shape != tensor.shape:
-            problems.append(f"{name}: checkpoint {_shape_text(saved[name].shape)} vs model {_shape_text(tensor.shape)}")
+            problems.append(
+                f"{name}: checkpoint {_shape_text(saved[name].shape)} vs model"
+                f" {_shape_text(tensor.shape)}"
+            )
     problems.extend(f"unexpected in checkpoint: {name}" for name in saved if name not in expected)
     return problems
 
 
 def check_model_compatible(model: nn.Module, model_state: dict[str, Any]) -> None:
-    """Refuse a model state_dict that does not fit `model` (names or shapes), naming the differences."""
+    """Refuse a model state_dict that does not fit `model` (names or
+    shapes), naming the differences."""
     if not isinstance(model_state, dict):
-        raise CheckpointError('the checkpoint has no model weights (its "model" entry is not a state dict)')
+        raise CheckpointError(
+            'the checkpoint has no model weights (its "model" entry is not a state dict)'
+        )
     problems = _model_mismatches(model.state_dict(), model_state)
     if not problems:
         return
@@ -379,8 +423,9 @@ def check_model_compatible(model: nn.Module, model_state: dict[str, Any]) -> Non
     more = len(problems) - len(shown)
     listing = "; ".join(shown) + (f"; … and {more} more" if more else "")
     raise CheckpointError(
-        f"the checkpoint was written by a different model ({len(problems)} parameter mismatch(es): {listing}); "
-        "start a fresh run, or resume with the profile this run was started with (the run's profile.toml)"
+        f"the checkpoint was written by a different model ({len(problems)} parameter mismatch(es):"
+        f" {listing}); start a fresh run, or resume with the profile this run was started with (the"
+        " run's profile.toml)"
     )
 
 
@@ -390,9 +435,13 @@ def check_model_compatible(model: nn.Module, model_state: dict[str, Any]) -> Non
 class CheckpointManager:
     """Saves, prunes and finds the checkpoints of one run folder (only rank 0 should own one)."""
 
-    def __init__(self, run_dir: str | Path, keep_last: int = 3, keep_disk_gb: float | None = None) -> None:
+    def __init__(
+        self, run_dir: str | Path, keep_last: int = 3, keep_disk_gb: float | None = None
+    ) -> None:
         if keep_last < 1:
-            raise CheckpointError(f"keep_last must be at least 1, got {keep_last} (profile field train.keep_last)")
+            raise CheckpointError(
+                f"keep_last must be at least 1, got {keep_last} (profile field train.keep_last)"
+            )
         self.run_dir = Path(run_dir)
         self.folder = checkpoint_dir(self.run_dir)
         self.retention = Retention(keep_last, keep_disk_gb)
@@ -401,7 +450,9 @@ class CheckpointManager:
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise CheckpointError(f"cannot create the checkpoint folder {self.folder}: {exc.strerror or exc}") from exc
+            raise CheckpointError(
+                f"cannot create the checkpoint folder {self.folder}: {exc.strerror or exc}"
+            ) from exc
         remove_temp_leftovers(self.folder)
 
     def path_for(self, step: int) -> Path:
@@ -430,7 +481,9 @@ class CheckpointManager:
     ) -> SavedCheckpoint:
         """Write `state` as the checkpoint for `step` atomically, update best.json, then prune."""
         if not isinstance(step, int) or step < 0 or step > 99_999_999:
-            raise CheckpointError(f"checkpoint step must be an integer from 0 to 99999999, got {step!r}")
+            raise CheckpointError(
+                f"checkpoint step must be an integer from 0 to 99999999, got {step!r}"
+            )
         self._save_count += 1
         remove_temp_leftovers(self.folder)
         target = self.path_for(step)
@@ -452,9 +505,11 @@ class CheckpointManager:
             return _write_torch_atomically(state, target, hold_s, self._injected_enospc(), best)
         except OSError as exc:
             raise CheckpointError(self._write_failure_message(target, exc, previous)) from exc
-        except Exception as exc:  # pickling errors and the like: the state holds something torch.save cannot write
+        # pickling errors and the like: the state holds something torch.save cannot write
+        except Exception as exc:
             raise CheckpointError(
-                f"could not write checkpoint {target}: {type(exc).__name__}: {exc}; {_previous_note(previous)}"
+                f"could not write checkpoint {target}: {type(exc).__name__}: {exc};"
+                f" {_previous_note(previous)}"
             ) from exc
 
     def _write_failure_message(self, target: Path, exc: OSError, previous: Path | None) -> str:
@@ -464,7 +519,10 @@ class CheckpointManager:
                 f"{_previous_note(previous)}. Free some space (or lower train.keep_last, or set "
                 "train.keep_disk_gb) and save again"
             )
-        return f"could not write checkpoint {target}: {exc.strerror or exc}; {_previous_note(previous)}"
+        return (
+            f"could not write checkpoint {target}: {exc.strerror or exc};"
+            f" {_previous_note(previous)}"
+        )
 
     def _record_best(self, step: int, target: Path, val_loss: float | None) -> None:
         loss = float(val_loss) if val_loss is not None and math.isfinite(float(val_loss)) else None

@@ -1,8 +1,10 @@
-"""Which checkpoints a run keeps: the newest `train.keep_last`, the best, and a disk budget over them.
+"""Which checkpoints a run keeps: the newest `train.keep_last`, the best,
+and a disk budget over them.
 
-The budget (`train.keep_disk_gb`, in GB of 10^9 bytes) removes the oldest kept checkpoints until the rest fit;
-it never removes the best one or the newest complete one, since a resume and an export need those. When those
-two alone are over the budget both stay and the caller is told once, so a run never loses them to a number.
+The budget (`train.keep_disk_gb`, in GB of 10^9 bytes) removes the oldest kept checkpoints until
+the rest fit; it never removes the best one or the newest complete one, since a resume and an
+export need those. When those two alone are over the budget both stay and the caller is told once,
+so a run never loses them to a number.
 """
 
 from __future__ import annotations
@@ -31,13 +33,17 @@ def _file_size(path: Path) -> int:
 
 @dataclass(frozen=True)
 class Retention:
-    """`Retention(keep_last, keep_disk_gb=None)`: applied after each save to the complete checkpoints."""
+    """`Retention(keep_last, keep_disk_gb=None)`: applied after each save to
+    the complete checkpoints."""
 
     keep_last: int
     keep_disk_gb: float | None = None
 
     def choose(
-        self, newest_first: list[Path], best: Path | None, size_of: Callable[[Path], int] = _file_size
+        self,
+        newest_first: list[Path],
+        best: Path | None,
+        size_of: Callable[[Path], int] = _file_size,
     ) -> RetentionChoice:
         """Decide over `newest_first` (complete checkpoint files, highest step first)."""
         kept = newest_first[: self.keep_last]
@@ -59,7 +65,9 @@ class Retention:
                 total -= sizes[path]
         if total <= budget:
             return RetentionChoice(tuple(remove))
-        return RetentionChoice(tuple(remove), self._over_budget_note(protected, sizes, newest_first[0]))
+        return RetentionChoice(
+            tuple(remove), self._over_budget_note(protected, sizes, newest_first[0])
+        )
 
     def _over_budget_note(self, protected: set[Path], sizes: dict[Path, int], newest: Path) -> str:
         held = sum(sizes[p] for p in protected)
@@ -68,7 +76,7 @@ class Retention:
             for p in sorted(protected, key=lambda p: p != newest)
         )
         return (
-            f"the checkpoint disk budget train.keep_disk_gb = {self.keep_disk_gb:g} GB cannot hold {names}: "
-            f"{held / GB:.3g} GB are kept anyway (they are never removed); raise train.keep_disk_gb above "
-            f"{held / GB:.3g} or free space elsewhere"
+            f"the checkpoint disk budget train.keep_disk_gb = {self.keep_disk_gb:g} GB cannot hold"
+            f" {names}: {held / GB:.3g} GB are kept anyway (they are never removed); raise"
+            f" train.keep_disk_gb above {held / GB:.3g} or free space elsewhere"
         )

@@ -67,7 +67,9 @@ def _receive() -> Found | None:
 
     status, path_len, data_len = _broadcast_header(0, 0, 0)
     if status == _FAILED:
-        raise DistributedError("rank 0 could not read the checkpoint to resume from: see trainer.log on node 0")
+        raise DistributedError(
+            "rank 0 could not read the checkpoint to resume from: see trainer.log on node 0"
+        )
     if status == _NONE:
         return None
     payload = torch.empty(path_len + data_len, dtype=torch.uint8)

@@ -1,13 +1,14 @@
-"""Saving and restoring a run: everything an exact resume needs, in one checkpoint (the Trainer's component).
+"""Saving and restoring a run: everything an exact resume needs, in one
+checkpoint (the Trainer's component).
 
-A checkpoint holds the loop's own state (model, every optimizer group with its schedule, the loss scaler,
-RNG, counters, data position) and, in `extra["model_config"]`, the task's model config (what an export's
-config.json holds under "model", e.g. a voice's speaker names); the file format and the atomic write live in
-`engine.checkpoint_manager`.
+A checkpoint holds the loop's own state (model, every optimizer group with its schedule, the loss
+scaler, RNG, counters, data position) and, in `extra["model_config"]`, the task's model config (what
+an export's config.json holds under "model", e.g. a voice's speaker names); the file format and the
+atomic write live in `engine.checkpoint_manager`.
 
-Under DDP every rank enters `save` at the same step (the loop's decisions agree), because the checkpoint
-gathers each rank's random streams; rank 0 alone writes the file, holding the unwrapped model's weights.
-On resume every rank reads the same file and takes its own streams back.
+Under DDP every rank enters `save` at the same step (the loop's decisions agree), because the
+checkpoint gathers each rank's random streams; rank 0 alone writes the file, holding the unwrapped
+model's weights. On resume every rank reads the same file and takes its own streams back.
 """
 
 from __future__ import annotations
@@ -40,8 +41,8 @@ log = logging.getLogger("trainer_core")
 
 
 def plain_config(config: dict[str, Any]) -> dict[str, Any] | None:
-    """The config as plain JSON values (tuples become lists), as a weights-only load reads it back; None when it
-    holds something JSON cannot (then checkpoints go without it)."""
+    """The config as plain JSON values (tuples become lists), as a weights-only load reads it back;
+    None when it holds something JSON cannot (then checkpoints go without it)."""
     try:
         return json.loads(json.dumps(config, allow_nan=False))
     except (TypeError, ValueError):
@@ -49,7 +50,8 @@ def plain_config(config: dict[str, Any]) -> dict[str, Any] | None:
 
 
 class Checkpointer:
-    """Writes checkpoints of the run (rank 0; `manager` is None elsewhere) and restores one into it."""
+    """Writes checkpoints of the run (rank 0; `manager` is None elsewhere)
+    and restores one into it."""
 
     def __init__(
         self,
@@ -64,11 +66,22 @@ class Checkpointer:
         faults: FaultInjector,
         events: EventHub,
     ) -> None:
-        self.profile, self.profile_toml, self.runner, self.state = profile, profile_toml, runner, state
-        self.nonfinite, self.run_length, self.manager, self.world = nonfinite, run_length, manager, world
+        self.profile, self.profile_toml, self.runner, self.state = (
+            profile,
+            profile_toml,
+            runner,
+            state,
+        )
+        self.nonfinite, self.run_length, self.manager, self.world = (
+            nonfinite,
+            run_length,
+            manager,
+            world,
+        )
         self.faults, self.events = faults, events
         self.val_loss: float | None = None  # the last validation loss, saved with each checkpoint
-        # The task's model config (Task.model_config()), saved with each checkpoint; set by the Trainer.
+        # The task's model config (Task.model_config()), saved with each
+        # checkpoint; set by the Trainer.
         self.model_config: dict[str, Any] | None = None
         self.saves = 0
         self.last_save_step = -1
@@ -102,13 +115,15 @@ class Checkpointer:
         )
 
     def saved_at(self, step: int) -> bool:
-        """Whether `step` already has its checkpoint; under DDP from memory, so every rank answers alike."""
+        """Whether `step` already has its checkpoint; under DDP from memory,
+        so every rank answers alike."""
         if self.world.active or self.manager is None:
             return self.last_save_step == step
         return self.manager.path_for(step).exists()
 
     def save(self, is_best: bool = False) -> Path | None:
-        """Save now; a failed write is reported and training goes on (the previous file is intact)."""
+        """Save now; a failed write is reported and training goes on (the
+        previous file is intact)."""
         if self.state.step == 0:
             return None
         self.saves += 1
@@ -154,14 +169,19 @@ class Checkpointer:
         check_model_compatible(module, state["model"])
         module.load_state_dict(state["model"])
         runner.groups.load_state_dict(
-            {"optimizer": state["optimizer"], "scheduler": state["scheduler"], **extra.get("optimizer_groups", {})}
+            {
+                "optimizer": state["optimizer"],
+                "scheduler": state["scheduler"],
+                **extra.get("optimizer_groups", {}),
+            }
         )
         self._adopt_saved_precision(state.get("precision"))
         scaler = runner.precision.scaler
         if state.get("scaler") and scaler.is_enabled():
             scaler.load_state_dict(state["scaler"])
         self.state.load_state_dict(extra["loop"])
-        if "warmup_steps" not in extra["loop"]:  # written before warmups were fitted: the saved schedule's warmup
+        # written before warmups were fitted: the saved schedule's warmup
+        if "warmup_steps" not in extra["loop"]:
             self.state.warmup_steps = runner.groups.warmup_steps()
         self.nonfinite.load_state_dict(extra.get("nonfinite", {}))
         self._reconcile_batch_with_profile()
@@ -181,33 +201,39 @@ class Checkpointer:
         }
 
     def _check_same_speakers(self, saved: dict[str, Any] | None) -> None:
-        """A resume must give every speaker id the voice it was trained with: the same names in the same order
-        (a checkpoint from before model configs were saved: the weights' shapes are checked alone)."""
+        """A resume must give every speaker id the voice it was trained with: the same
+        names in the same order (a checkpoint from before model configs were saved: the
+        weights' shapes are checked alone)."""
         if saved is None:
             return
         before = list(saved.get("speaker_names") or [])
         now = list((self.model_config or {}).get("speaker_names") or [])
         if before != now:
             raise CheckpointError(
-                f"the checkpoint's speakers ({', '.join(before) or 'one, unnamed'}) differ from the data's "
-                f"({', '.join(now) or 'one, unnamed'}): resume with the data it was trained on "
-                "(data.path, data.speakers)"
+                f"the checkpoint's speakers ({', '.join(before) or 'one, unnamed'}) differ from the"
+                f" data's ({', '.join(now) or 'one, unnamed'}): resume with the data it was trained"
+                " on (data.path, data.speakers)"
             )
 
     def _restore_rank_streams(self, extra: dict[str, Any]) -> None:
-        """Each rank's own dropout stream back; a different world size changes the effective batch."""
+        """Each rank's own dropout stream back; a different world size
+        changes the effective batch."""
         saved_world = extra.get("world_size", 1)
         if saved_world != self.world.world_size:
             log.warning(
-                "the checkpoint was written by %d process(es), this run has %d: the effective batch changes "
-                "from %d to %d items per step",
+                "the checkpoint was written by %d process(es), this run has %d: the effective batch"
+                " changes from %d to %d items per step",
                 saved_world,
                 self.world.world_size,
                 self.state.effective_batch * saved_world,
                 self.state.effective_batch * self.world.world_size,
             )
         note = restore_rank_rng(
-            extra.get("rank_rng"), self.world, self.runner.device, self.profile.run.seed, self.state.step
+            extra.get("rank_rng"),
+            self.world,
+            self.runner.device,
+            self.profile.run.seed,
+            self.state.step,
         )
         if note:
             log.warning("%s", note)
@@ -219,7 +245,11 @@ class Checkpointer:
         while policy is not None and policy.name != saved:
             policy = policy.fallback()
         if policy is not None and policy.name != current.name:
-            log.warning("continuing in %s: the checkpoint's run had fallen back from %s", policy.name, current.name)
+            log.warning(
+                "continuing in %s: the checkpoint's run had fallen back from %s",
+                policy.name,
+                current.name,
+            )
             self.runner.precision = policy
 
     def _reconcile_batch_with_profile(self) -> None:
@@ -227,7 +257,8 @@ class Checkpointer:
         t, s = self.profile.train, self.state
         if t.batch_size * t.grad_accum != s.effective_batch:
             log.warning(
-                "the effective batch changes from %d (checkpoint) to %d (train.batch_size x train.grad_accum)",
+                "the effective batch changes from %d (checkpoint) to %d (train.batch_size x"
+                " train.grad_accum)",
                 s.effective_batch,
                 t.batch_size * t.grad_accum,
             )

@@ -1,6 +1,7 @@
 """Rich progress for headless runs on a terminal: step, loss, samples/s and ETA on one line.
 
-Warnings and errors reach the terminal through logging (trainer.log's format), not through this display.
+Warnings and errors reach the terminal through logging (trainer.log's
+format), not through this display.
 """
 
 from __future__ import annotations
@@ -8,7 +9,13 @@ from __future__ import annotations
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from trainer_core.contract.protocol import CalibrationEvent, CheckpointSavedEvent, Event, StepEvent, ValidationEvent
+from trainer_core.contract.protocol import (
+    CalibrationEvent,
+    CheckpointSavedEvent,
+    Event,
+    StepEvent,
+    ValidationEvent,
+)
 
 
 class ConsoleProgress:
@@ -24,7 +31,9 @@ class ConsoleProgress:
             console=Console(stderr=True),
         )
         self.total = total_steps
-        self.task_id = self.progress.add_task("train", total=total_steps, info="starting", steps=self._steps(0))
+        self.task_id = self.progress.add_task(
+            "train", total=total_steps, info="starting", steps=self._steps(0)
+        )
         self.val = ""
 
     def _steps(self, done: int) -> str:
@@ -42,7 +51,9 @@ class ConsoleProgress:
             eta = f"  ETA {event.eta_s / 60:.1f} min" if event.eta_s is not None else ""
             loss = f"{event.loss:.4f}" if event.loss is not None else "nan"
             info = f"loss {loss}  {event.samples_per_s:.1f} samples/s{self.val}{eta}"
-            self.progress.update(self.task_id, completed=event.step, info=info, steps=self._steps(event.step))
+            self.progress.update(
+                self.task_id, completed=event.step, info=info, steps=self._steps(event.step)
+            )
         elif isinstance(event, CalibrationEvent):
             self.total = event.planned_steps
             self.progress.update(self.task_id, total=event.planned_steps)

@@ -1,11 +1,12 @@
-"""Server side of the control channel: a unix socket in the run folder that the training loop listens on.
+"""Server side of the control channel: a unix socket in the run folder that
+the training loop listens on.
 
-`ControlServer` binds `RUN/control.sock` (mode 0600) and serves it from one daemon thread with a selector,
-so the training loop never blocks on a client. Each request line is parsed into a `Command` and passed to
-the loop's handler, which only sets flags or queues work and returns a `CommandReply`; the reply goes back
-on the same connection. Bad input (malformed JSON, unknown commands, oversized lines, a handler that
-raises) gets an error reply and the server keeps serving. Connections from another user are refused.
-Torch-free.
+`ControlServer` binds `RUN/control.sock` (mode 0600) and serves it from one daemon thread with a
+selector, so the training loop never blocks on a client. Each request line is parsed into a
+`Command` and passed to the loop's handler, which only sets flags or queues work and returns a
+`CommandReply`; the reply goes back on the same connection. Bad input (malformed JSON, unknown
+commands, oversized lines, a handler that raises) gets an error reply and the server keeps serving.
+Connections from another user are refused. Torch-free.
 """
 
 from __future__ import annotations
@@ -30,7 +31,12 @@ from trainer_core.contract.control_client import (
     check_socket_path_length,
     control_socket_path,
 )
-from trainer_core.contract.control_protocol import Command, CommandReply, command_to_json, parse_command
+from trainer_core.contract.control_protocol import (
+    Command,
+    CommandReply,
+    command_to_json,
+    parse_command,
+)
 from trainer_core.contract.protocol import ProtocolError
 
 log = logging.getLogger(__name__)
@@ -53,7 +59,8 @@ RECV_CHUNK = 64 * 1024
 
 
 def read_peer_uid(conn: socket.socket) -> int | None:
-    """The uid of the process at the other end (Linux SO_PEERCRED); None where the platform cannot tell."""
+    """The uid of the process at the other end (Linux SO_PEERCRED); None
+    where the platform cannot tell."""
     option = getattr(socket, "SO_PEERCRED", None)
     if option is None:
         return None  # macOS/BSD: the socket file's 0600 mode is the only guard there
@@ -63,7 +70,8 @@ def read_peer_uid(conn: socket.socket) -> int | None:
 
 
 def peer_refusal(peer_uid: int | None, allowed_uid: int) -> str | None:
-    """Why a peer must be refused, or None when it may send commands (only the trainer's own uid may)."""
+    """Why a peer must be refused, or None when it may send commands (only
+    the trainer's own uid may)."""
     if peer_uid is None or peer_uid == allowed_uid:
         return None
     return (
@@ -93,7 +101,8 @@ def answer_line(line: bytes, handler: CommandHandler) -> CommandReply | None:
         return error_reply("malformed request: not UTF-8 text; send one JSON object per line")
     except json.JSONDecodeError as exc:
         return error_reply(
-            f'malformed JSON ({exc.msg} at column {exc.colno}); send one JSON object per line, e.g. {{"cmd": "pause"}}'
+            f"malformed JSON ({exc.msg} at column {exc.colno}); send one JSON object per line, e.g."
+            ' {"cmd": "pause"}'
         )
     try:
         command = parse_command(request)
@@ -103,7 +112,8 @@ def answer_line(line: bytes, handler: CommandHandler) -> CommandReply | None:
 
 
 def echoed_fields(request: object) -> tuple[str | None, str | None]:
-    """The cmd and id of a rejected request, echoed back when they are strings so a client can match it."""
+    """The cmd and id of a rejected request, echoed back when they are
+    strings so a client can match it."""
     if not isinstance(request, dict):
         return None, None
     cmd, id = request.get("cmd"), request.get("id")
@@ -111,13 +121,16 @@ def echoed_fields(request: object) -> tuple[str | None, str | None]:
 
 
 def call_handler(handler: CommandHandler, command: Command) -> CommandReply:
-    """Run the loop's handler; an exception in it becomes an error reply and never reaches the server thread."""
+    """Run the loop's handler; an exception in it becomes an error reply and
+    never reaches the server thread."""
     try:
         reply = handler(command)
     except Exception as exc:
         log.exception("control handler failed on %r", command.cmd)
         return error_reply(
-            f"the trainer failed to handle {command.cmd!r}: {exc.__class__.__name__}: {exc}", command.cmd, command.id
+            f"the trainer failed to handle {command.cmd!r}: {exc.__class__.__name__}: {exc}",
+            command.cmd,
+            command.id,
         )
     if reply is None:
         return CommandReply(ok=True, cmd=command.cmd, id=command.id)
@@ -137,7 +150,8 @@ def encode_reply(reply: CommandReply) -> bytes:
 
 
 def socket_answers(path: Path) -> bool:
-    """Whether something accepts connections on `path` (a live trainer) rather than refusing (a dead one)."""
+    """Whether something accepts connections on `path` (a live trainer)
+    rather than refusing (a dead one)."""
     probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     probe.settimeout(PROBE_TIMEOUT_S)
     try:
@@ -147,20 +161,25 @@ def socket_answers(path: Path) -> bool:
     except TimeoutError:
         return True  # a full backlog: alive but busy
     except OSError as exc:
-        raise ControlError(f"cannot tell whether {path} belongs to a live trainer: {exc.strerror or exc}") from exc
+        raise ControlError(
+            f"cannot tell whether {path} belongs to a live trainer: {exc.strerror or exc}"
+        ) from exc
     finally:
         probe.close()
     return True
 
 
 def remove_stale_socket(path: Path) -> None:
-    """Make room to bind: unlink a socket left by a dead trainer; refuse when a live one answers on it."""
+    """Make room to bind: unlink a socket left by a dead trainer; refuse
+    when a live one answers on it."""
     try:
         mode = path.lstat().st_mode
     except FileNotFoundError:
         return
     if not stat.S_ISSOCK(mode):
-        raise ControlError(f"{path} exists and is not a socket; remove it or choose another run folder")
+        raise ControlError(
+            f"{path} exists and is not a socket; remove it or choose another run folder"
+        )
     if socket_answers(path):
         raise ControlError(
             f"another trainer is already serving this run folder: {path} answers; "
@@ -171,7 +190,8 @@ def remove_stale_socket(path: Path) -> None:
 
 
 def bind_private_socket(path: Path) -> socket.socket:
-    """A listening, non-blocking unix socket at `path` that only its owner can connect to (mode 0600)."""
+    """A listening, non-blocking unix socket at `path` that only its owner
+    can connect to (mode 0600)."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     # The umask makes the file private from the moment it exists; chmod afterwards makes sure of it.
     old_umask = os.umask(0o177)
@@ -190,7 +210,9 @@ def bind_private_socket(path: Path) -> socket.socket:
 
 def bind_error(exc: OSError, path: Path) -> ControlError:
     if exc.errno == errno.EADDRINUSE:
-        return ControlError(f"another trainer is already serving this run folder: {path} was created meanwhile")
+        return ControlError(
+            f"another trainer is already serving this run folder: {path} was created meanwhile"
+        )
     return ControlError(f"cannot create the control socket {path}: {exc.strerror or exc}")
 
 
@@ -214,11 +236,14 @@ class ControlServer:
     """Serves `RUN/control.sock` from a daemon thread and passes each command to `handler`.
 
     `handler` runs on the server thread: it must be fast (set a flag, queue a request) and return a
-    `CommandReply` (or None for a plain ok). Use as a context manager, or call `start()` and `stop()`.
-    `allowed_uid` defaults to this process's effective uid; connections from any other uid are refused.
+    `CommandReply` (or None for a plain ok). Use as a context manager, or call `start()`
+    and `stop()`. `allowed_uid` defaults to this process's effective uid; connections
+    from any other uid are refused.
     """
 
-    def __init__(self, run_dir: Path | str, handler: CommandHandler, *, allowed_uid: int | None = None) -> None:
+    def __init__(
+        self, run_dir: Path | str, handler: CommandHandler, *, allowed_uid: int | None = None
+    ) -> None:
         self.run_dir = Path(run_dir)
         self.path = control_socket_path(self.run_dir)
         self.handler = handler
@@ -239,11 +264,14 @@ class ControlServer:
         return self._thread is not None and self._thread.is_alive()
 
     def start(self) -> ControlServer:
-        """Bind the socket (replacing a stale one) and start serving; raises ControlError when it cannot."""
+        """Bind the socket (replacing a stale one) and start serving; raises
+        ControlError when it cannot."""
         if self._thread is not None:
             raise RuntimeError("ControlServer.start() called twice")
         if not self.run_dir.is_dir():
-            raise ControlError(f"run folder {self.run_dir} does not exist; cannot create its control socket")
+            raise ControlError(
+                f"run folder {self.run_dir} does not exist; cannot create its control socket"
+            )
         check_socket_path_length(self.path)
         remove_stale_socket(self.path)
         self._listener = bind_private_socket(self.path)
@@ -270,7 +298,9 @@ class ControlServer:
             return  # called from inside the handler: the thread cleans up as it leaves its loop
         thread.join(STOP_JOIN_TIMEOUT_S)
         if thread.is_alive():
-            log.warning("control thread did not stop within %s s (a handler is stuck)", STOP_JOIN_TIMEOUT_S)
+            log.warning(
+                "control thread did not stop within %s s (a handler is stuck)", STOP_JOIN_TIMEOUT_S
+            )
 
     def __enter__(self) -> ControlServer:
         return self.start()
@@ -281,10 +311,12 @@ class ControlServer:
     def _wake(self) -> None:
         if self._wake_writer is None:
             return
-        with contextlib.suppress(OSError):  # the thread is already gone or the pipe is full: it wakes up anyway
+        # the thread is already gone or the pipe is full: it wakes up anyway
+        with contextlib.suppress(OSError):
             self._wake_writer.send(b"x")
 
-    # -- the serving thread ---------------------------------------------------------------------------------------
+    # -- the serving thread
+    # ---------------------------------------------------------------------------------------
 
     def _serve(self) -> None:
         assert self._selector is not None
@@ -361,7 +393,8 @@ class ControlServer:
             line = bytes(client.inbox[:newline])
             del client.inbox[: newline + 1]
             if client.discarding:
-                client.discarding = False  # that was the tail of an oversized line, already answered
+                # that was the tail of an oversized line, already answered
+                client.discarding = False
             else:
                 self._answer(client, line)
         if client.discarding:
@@ -396,7 +429,8 @@ class ControlServer:
         self._flush(client)
 
     def _flush(self, client: ClientState) -> None:
-        """Send what the socket takes now; wait for writability for the rest; close a finished client."""
+        """Send what the socket takes now; wait for writability for the
+        rest; close a finished client."""
         try:
             while client.outbox:
                 sent = client.sock.send(client.outbox)
@@ -428,10 +462,12 @@ class ControlServer:
                 self._selector.unregister(client.sock)
         client.sock.close()
 
-    # -- shutting down --------------------------------------------------------------------------------------------
+    # -- shutting down
+    # --------------------------------------------------------------------------------------------
 
     def _shut_down(self) -> None:
-        """Close every connection (after one last try at pending replies), the listener and the socket file."""
+        """Close every connection (after one last try at pending replies),
+        the listener and the socket file."""
         for client in list(self._clients):
             client.closing = True
             self._flush(client)

@@ -1,9 +1,9 @@
 """Requests from the control socket and from signals, handed to the loop at step boundaries.
 
 The socket thread and signal handlers only enqueue (`ControlState`); the loop acts on them between
-steps (`Controller`, the Trainer's control component), so no lock is held while training. Under DDP the
-step-boundary exchange (`StepSync`) hands rank 0's commands, its plan and every rank's stop flag to all
-ranks, so every rank acts alike; while paused, every rank waits together.
+steps (`Controller`, the Trainer's control component), so no lock is held while training. Under DDP
+the step-boundary exchange (`StepSync`) hands rank 0's commands, its plan and every rank's stop flag
+to all ranks, so every rank acts alike; while paused, every rank waits together.
 """
 
 from __future__ import annotations
@@ -35,11 +35,13 @@ class ControlState:
         self._requests: queue.SimpleQueue[str] = queue.SimpleQueue()
         self.stop_requested = threading.Event()
         self.paused = False
-        self.pause_reason: str | None = None  # why the trainer paused itself; None for a client's pause
+        # why the trainer paused itself; None for a client's pause
+        self.pause_reason: str | None = None
 
     def pause_for(self, reason: str) -> None:
-        """The trainer pauses itself (memory near its budget): a checkpoint at the next step boundary, then the
-        pause, through the same queue as a client's commands; `resume` goes on as after any pause."""
+        """The trainer pauses itself (memory near its budget): a checkpoint at the next
+        step boundary, then the pause, through the same queue as a client's commands;
+        `resume` goes on as after any pause."""
         self.pause_reason = reason
         self.request("save")
         self.request("pause")
@@ -62,7 +64,8 @@ class ControlState:
 
 
 class Controller:
-    """The loop's side of control: pause, resume, save, evaluate, stop; under DDP agreed at each step boundary."""
+    """The loop's side of control: pause, resume, save, evaluate, stop; under
+    DDP agreed at each step boundary."""
 
     def __init__(
         self,
@@ -83,7 +86,8 @@ class Controller:
         self._pending: list[str] = []  # rank 0's commands waiting for a step boundary with room
 
     def next_request(self) -> str | None:
-        """ "finished", "stop" or None (train on), after acting on queued commands; all ranks get the same answer."""
+        """ "finished", "stop" or None (train on), after acting on queued commands;
+        all ranks get the same answer."""
         if self.world.active:
             return self._agree_on_requests()
         if self.run_length.finished():
@@ -127,7 +131,8 @@ class Controller:
         self.run_length.pause(seconds)
 
     def _agree_on_requests(self) -> str | None:
-        """The DDP step boundary: exchange, act on rank 0's commands; while paused, every rank waits together."""
+        """The DDP step boundary: exchange, act on rank 0's commands; while
+        paused, every rank waits together."""
         paused_at: float | None = None
         while True:
             agreed = self._exchange()
@@ -145,7 +150,8 @@ class Controller:
         return None
 
     def _exchange(self) -> Agreement:
-        """One StepSync exchange: this rank's stop flag and timings, rank 0's commands and decisions."""
+        """One StepSync exchange: this rank's stop flag and timings, rank
+        0's commands and decisions."""
         main, runner = self.world.is_main, self.runner
         queued = [cmd for cmd in self.control.drain() if cmd != "stop"]  # stop travels as a flag
         if main:
@@ -159,8 +165,11 @@ class Controller:
             data_s=runner.data_s,
             commands=sent,
         )
-        self.run_length.adopt(agreed.total_steps)  # rank 0's time budget may have re-planned the schedule
+        # rank 0's time budget may have re-planned the schedule
+        self.run_length.adopt(agreed.total_steps)
         if main and agreed.step_seconds[0] > 0:
-            self.telemetry.rates.add(agreed.step_seconds, agreed.data_seconds, self.state.effective_batch)
+            self.telemetry.rates.add(
+                agreed.step_seconds, agreed.data_seconds, self.state.effective_batch
+            )
         runner.step_s = runner.data_s = 0.0  # each step's timings travel once
         return agreed

@@ -1,15 +1,18 @@
-"""Data-parallel training under torchrun: who this process is, the process group, DDP and rank agreement.
+"""Data-parallel training under torchrun: who this process is, the process
+group, DDP and rank agreement.
 
 Two ways in, one engine:
-- `trainer-core train --nproc-per-node N` re-executes itself as `python -m torch.distributed.run --standalone
+- `trainer-core train --nproc-per-node N` re-executes itself as `python -m
+  torch.distributed.run --standalone
   --nproc-per-node N -m trainer_core train <the same arguments>` (`relaunch`);
 - `torchrun ... -m trainer_core train ...` (multi-node too) starts the ranks directly.
-Either way each rank finds RANK / WORLD_SIZE / LOCAL_RANK / LOCAL_WORLD_SIZE in its environment (`World.from_env`).
+Either way each rank finds RANK / WORLD_SIZE / LOCAL_RANK / LOCAL_WORLD_SIZE in its
+environment (`World.from_env`).
 
-Rules the engine keeps (docs/architecture.md, "Two processes"): rank 0 alone writes to the run folder (events,
-checkpoints, samples, exports,
-session.json, report); the other ranks write only `trainer-rank<N>.log`. Every collective is entered by all ranks
-at the same point of the loop, so no rank ever waits for one that went elsewhere:
+Rules the engine keeps (docs/architecture.md, "Two processes"): rank 0 alone writes to the run
+folder (events, checkpoints, samples, exports, session.json, report); the other ranks write only
+`trainer-rank<N>.log`. Every collective is entered by all ranks at the same point of the loop, so no
+rank ever waits for one that went elsewhere:
   - once per step boundary, `StepSync.exchange`: any rank's stop request, rank 0's commands and its
     finished / schedule-length decisions (the time budget is measured on rank 0), each rank's step timings;
   - inside a step: DDP's gradient all-reduce and `mean_over_ranks` of the loss (non-finite decisions agree);
@@ -17,7 +20,8 @@ at the same point of the loop, so no rank ever waits for one that went elsewhere
     and at the end (`gather_digests`).
 Control tensors stay on the CPU (gloo) even when the model trains on CUDA with NCCL.
 
-`World` and the launcher are in `trainer_core.world` (torch-free); torch is imported inside the functions here.
+`World` and the launcher are in `trainer_core.world` (torch-free); torch is
+imported inside the functions here.
 """
 
 from __future__ import annotations
@@ -37,7 +41,8 @@ if TYPE_CHECKING:
 # Commands a step boundary carries from rank 0 to every rank; "stop" travels as a flag of its own.
 COMMAND_CODES = {"pause": 1, "resume": 2, "save": 3, "evaluate": 4}
 COMMAND_NAMES = {code: name for name, code in COMMAND_CODES.items()}
-# Commands per step boundary; more wait for the next boundary (a person types far slower than steps run).
+# Commands per step boundary; more wait for the next boundary (a person
+# types far slower than steps run).
 MAX_COMMANDS = 8
 # stop, finished, total_steps, step seconds, data seconds, command count, then MAX_COMMANDS codes.
 _SYNC_FIELDS = 6
@@ -49,7 +54,8 @@ _DIGEST_BYTES = 64
 
 
 def connect(world: World, device_type: str) -> str:
-    """Join the process group: gloo for CPU tensors always, NCCL for CUDA tensors when training on CUDA."""
+    """Join the process group: gloo for CPU tensors always, NCCL for CUDA
+    tensors when training on CUDA."""
     import torch
     import torch.distributed as dist
 
@@ -63,12 +69,15 @@ def connect(world: World, device_type: str) -> str:
     try:
         dist.init_process_group(backend=backend, rank=world.rank, world_size=world.world_size)
     except (RuntimeError, ValueError) as exc:
-        raise DistributedError(f"{world.describe()} could not join the process group ({backend}): {exc}") from exc
+        raise DistributedError(
+            f"{world.describe()} could not join the process group ({backend}): {exc}"
+        ) from exc
     return backend
 
 
 def finish_together(world: World) -> None:
-    """Wait until every rank has finished its run (a barrier); after a failure, torchrun stops the others."""
+    """Wait until every rank has finished its run (a barrier); after a
+    failure, torchrun stops the others."""
     import torch.distributed as dist
 
     if world.active and dist.is_available() and dist.is_initialized():
@@ -102,7 +111,8 @@ def broadcast_text(world: World, text: str) -> str:
 
 def agreed_run_dir(world: World, mine: Path) -> Path:
     """Rank 0's run folder on node 0; on other machines a secondary folder of the same name beside
-    this node's own choice (only trainer-rank<N>.log): each node keeps its files in its runs root."""
+    this node's own choice (only trainer-rank<N>.log): each node keeps its
+    files in its runs root."""
     # Without --run-dir each rank would propose its own time-stamped folder: rank 0's name wins.
     chosen = Path(broadcast_text(world, str(mine)))
     return chosen if world.node_rank == 0 else mine.parent / chosen.name
@@ -131,13 +141,18 @@ def wrap_model(model: nn.Module, device: torch.device, world: World) -> nn.Modul
         return model
     from torch.nn.parallel import DistributedDataParallel
 
-    ids = [device.index if device.index is not None else world.local_rank] if device.type == "cuda" else None
+    ids = (
+        [device.index if device.index is not None else world.local_rank]
+        if device.type == "cuda"
+        else None
+    )
     return DistributedDataParallel(model, device_ids=ids)
 
 
 def share_initial_weights(model: nn.Module, world: World) -> nn.Module:
-    """Rank 0's parameters and buffers on every rank, as DDP's constructor does, for models trained without the
-    DDP wrapper (several optimizer groups average each group's gradients themselves: `average_gradients`)."""
+    """Rank 0's parameters and buffers on every rank, as DDP's constructor does, for models
+    trained without the DDP wrapper (several optimizer groups average each group's gradients
+    themselves: `average_gradients`)."""
     if not world.active or world.world_size == 1:
         return model
     import torch
@@ -150,7 +165,8 @@ def share_initial_weights(model: nn.Module, world: World) -> nn.Module:
 
 
 def average_gradients(params: Sequence[nn.Parameter], world: World) -> None:
-    """Replace each gradient by its mean over ranks, in one all-reduce of the flattened gradients."""
+    """Replace each gradient by its mean over ranks, in one all-reduce of
+    the flattened gradients."""
     if not world.active or world.world_size == 1:
         return
     import torch
@@ -187,7 +203,9 @@ def reduce_sums(world: World, sums: dict[str, float], items: int) -> tuple[dict[
     import torch.distributed as dist
 
     names = [name for name in broadcast_text(world, "\n".join(sums)).split("\n") if name]
-    values = torch.tensor([sums.get(name, 0.0) for name in names] + [float(items)], dtype=torch.float64)
+    values = torch.tensor(
+        [sums.get(name, 0.0) for name in names] + [float(items)], dtype=torch.float64
+    )
     dist.all_reduce(values)
     totals = values.tolist()
     return dict(zip(names, totals[:-1], strict=True)), int(totals[-1])
@@ -210,7 +228,8 @@ def rank_seed(seed: int, rank: int, step: int) -> int:
 
 
 def seed_rank_stream(seed: int, world: World, step: int = 0) -> None:
-    """Give ranks other than 0 their own torch stream (rank 0 keeps the run seed's, as a single process would)."""
+    """Give ranks other than 0 their own torch stream (rank 0 keeps the run
+    seed's, as a single process would)."""
     if world.rank == 0:
         return
     import torch
@@ -222,12 +241,17 @@ def _rank_rng_bytes(device: torch.device) -> tuple[torch.Tensor, int]:
     import torch
 
     cpu = torch.get_rng_state()
-    cuda = torch.cuda.get_rng_state(device) if device.type == "cuda" else torch.empty(0, dtype=torch.uint8)
+    cuda = (
+        torch.cuda.get_rng_state(device)
+        if device.type == "cuda"
+        else torch.empty(0, dtype=torch.uint8)
+    )
     return torch.cat([cpu, cuda]), len(cpu)
 
 
 def gather_rank_rng(world: World, device: torch.device) -> list[dict[str, torch.Tensor | None]]:
-    """Every rank's torch generator states, for rank 0's checkpoint (tensors only: weights_only loads them)."""
+    """Every rank's torch generator states, for rank 0's checkpoint (tensors
+    only: weights_only loads them)."""
     import torch.distributed as dist
 
     flat, cpu_len = _rank_rng_bytes(device)
@@ -235,12 +259,19 @@ def gather_rank_rng(world: World, device: torch.device) -> list[dict[str, torch.
     if world.active and world.world_size > 1:
         dist.all_gather(rows, flat)
     return [
-        {"cpu": row[:cpu_len].clone(), "cuda": row[cpu_len:].clone() if len(row) > cpu_len else None} for row in rows
+        {
+            "cpu": row[:cpu_len].clone(),
+            "cuda": row[cpu_len:].clone() if len(row) > cpu_len else None,
+        }
+        for row in rows
     ]
 
 
-def restore_rank_rng(saved: Any, world: World, device: torch.device, seed: int, step: int) -> str | None:
-    """Put this rank's generators back from a checkpoint's `rank_rng`; a note when that cannot be exact."""
+def restore_rank_rng(
+    saved: Any, world: World, device: torch.device, seed: int, step: int
+) -> str | None:
+    """Put this rank's generators back from a checkpoint's `rank_rng`; a
+    note when that cannot be exact."""
     import torch
 
     if world.rank == 0:
@@ -249,8 +280,9 @@ def restore_rank_rng(saved: Any, world: World, device: torch.device, seed: int, 
         seed_rank_stream(seed, world, step)
         count = len(saved) if isinstance(saved, list) else 0
         return (
-            f"the checkpoint holds random streams for {count or 'no'} rank(s), this run has {world.world_size}: "
-            f"rank {world.rank} draws a fresh dropout stream (the data order is still exact)"
+            f"the checkpoint holds random streams for {count or 'no'} rank(s), this run has"
+            f" {world.world_size}: rank {world.rank} draws a fresh dropout stream (the data order"
+            " is still exact)"
         )
     mine = saved[world.rank]
     torch.set_rng_state(mine["cpu"])
@@ -264,7 +296,8 @@ def restore_rank_rng(saved: Any, world: World, device: torch.device, seed: int, 
 
 
 def parameter_digest(state: Mapping[str, torch.Tensor]) -> str:
-    """sha256 over names, dtypes, shapes and bytes of a state dict: equal digests, equal parameters."""
+    """sha256 over names, dtypes, shapes and bytes of a state dict: equal
+    digests, equal parameters."""
     import torch
 
     digest = hashlib.sha256()
@@ -298,12 +331,26 @@ class Agreement:
 
 
 def encode_sync_row(
-    stop: bool, finished: bool, total_steps: int, step_s: float, data_s: float, commands: Sequence[str]
+    stop: bool,
+    finished: bool,
+    total_steps: int,
+    step_s: float,
+    data_s: float,
+    commands: Sequence[str],
 ) -> list[float]:
     """One rank's row of the step-boundary exchange (at most MAX_COMMANDS commands)."""
     codes = [float(COMMAND_CODES[c]) for c in commands[:MAX_COMMANDS]]
     padding = [0.0] * (MAX_COMMANDS - len(codes))
-    return [float(stop), float(finished), float(total_steps), step_s, data_s, float(len(codes)), *codes, *padding]
+    return [
+        float(stop),
+        float(finished),
+        float(total_steps),
+        step_s,
+        data_s,
+        float(len(codes)),
+        *codes,
+        *padding,
+    ]
 
 
 def decode_sync_rows(rows: Sequence[Sequence[float]]) -> Agreement:
@@ -328,7 +375,14 @@ class StepSync:
         self.world = world
 
     def exchange(
-        self, *, stop: bool, finished: bool, total_steps: int, step_s: float, data_s: float, commands: Sequence[str]
+        self,
+        *,
+        stop: bool,
+        finished: bool,
+        total_steps: int,
+        step_s: float,
+        data_s: float,
+        commands: Sequence[str],
     ) -> Agreement:
         row = encode_sync_row(stop, finished, total_steps, step_s, data_s, commands)
         if not self.world.active:
@@ -344,7 +398,8 @@ class StepSync:
 
 @dataclass
 class RankRates:
-    """Per-rank throughput over a telemetry window, from the step timings each boundary exchange carries."""
+    """Per-rank throughput over a telemetry window, from the step timings
+    each boundary exchange carries."""
 
     world_size: int
     items_per_rank: int = 0
@@ -352,7 +407,9 @@ class RankRates:
     data_seconds: list[float] = field(default_factory=list)
     steps: int = 0
 
-    def add(self, step_seconds: Sequence[float], data_seconds: Sequence[float], items_per_rank: int) -> None:
+    def add(
+        self, step_seconds: Sequence[float], data_seconds: Sequence[float], items_per_rank: int
+    ) -> None:
         if not self.seconds:
             self.seconds, self.data_seconds = [0.0] * self.world_size, [0.0] * self.world_size
         self.seconds = [a + b for a, b in zip(self.seconds, step_seconds, strict=True)]
@@ -361,10 +418,13 @@ class RankRates:
         self.steps += 1
 
     def flush(self) -> tuple[list[float], list[float]]:
-        """(`rank_samples_per_s`, `rank_data_wait_frac`) for a step event (empty lists before any step)."""
+        """(`rank_samples_per_s`, `rank_data_wait_frac`) for a step event
+        (empty lists before any step)."""
         if not self.steps:
             return [], []
         rates = [self.items_per_rank / s if s > 0 else 0.0 for s in self.seconds]
-        waits = [d / s if s > 0 else 0.0 for d, s in zip(self.data_seconds, self.seconds, strict=True)]
+        waits = [
+            d / s if s > 0 else 0.0 for d, s in zip(self.data_seconds, self.seconds, strict=True)
+        ]
         self.seconds, self.data_seconds, self.items_per_rank, self.steps = [], [], 0, 0
         return rates, waits

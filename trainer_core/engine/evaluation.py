@@ -1,8 +1,8 @@
 """Validation, samples, best-model tracking and early stopping: the Trainer's evaluation component.
 
-Under DDP each rank evaluates its round-robin share of the validation batches and the sums are added over
-ranks, so every rank sees the same validation loss and takes the same best-model and early-stopping
-decisions; rank 0 alone writes samples.
+Under DDP each rank evaluates its round-robin share of the validation batches and the sums are added
+over ranks, so every rank sees the same validation loss and takes the same best-model and
+early-stopping decisions; rank 0 alone writes samples.
 """
 
 from __future__ import annotations
@@ -54,7 +54,8 @@ log = logging.getLogger("trainer_core")
 
 
 class Evaluator:
-    """Validates the model the step runner trains; a new best is checkpointed through `checkpointer`."""
+    """Validates the model the step runner trains; a new best is
+    checkpointed through `checkpointer`."""
 
     def __init__(
         self,
@@ -69,7 +70,13 @@ class Evaluator:
         telemetry: Telemetry,
         run_length: RunLength,
     ) -> None:
-        self.profile, self.task, self.runner, self.state, self.world = profile, task, runner, state, world
+        self.profile, self.task, self.runner, self.state, self.world = (
+            profile,
+            task,
+            runner,
+            state,
+            world,
+        )
         self.events, self.run_dir, self.checkpointer = events, run_dir, checkpointer
         self.telemetry, self.run_length = telemetry, run_length
         self.last_val_step = -1
@@ -78,7 +85,8 @@ class Evaluator:
         self._reference_scores: dict[str, float] | None = None
         self._passed_reference = False
         self._swept_samples = False  # a killed writer's temp files in samples/: removed once
-        # Seconds of this validation's one-off work (the reference, the floor) and free-running pass.
+        # Seconds of this validation's one-off work (the reference, the
+        # floor) and free-running pass.
         self._once_s = self._free_s = 0.0
         self._free_cost_known = False
         budget = run_length.budget
@@ -90,8 +98,8 @@ class Evaluator:
         return unwrap_model(self.runner.model)
 
     def validate(self, final: bool = False) -> float | None:
-        """Mean validation losses, metrics, samples, the free-running score when due (always when `final`);
-        saves a best checkpoint on improvement."""
+        """Mean validation losses, metrics, samples, the free-running score when due (always when
+        `final`); saves a best checkpoint on improvement."""
         started = time.perf_counter()
         self._once_s = self._free_s = 0.0
         try:
@@ -111,11 +119,18 @@ class Evaluator:
         self.run_length.note_recurring("validate", validate_s)
         if free_s:
             self.run_length.note_end_cost("free_running", free_s)
-            self.run_length.note_recurring("free_running", free_s, self.profile.train.free_running_every)
+            self.run_length.note_recurring(
+                "free_running", free_s, self.profile.train.free_running_every
+            )
 
     def finish(self) -> None:
-        """At the end of a run whose last validation was at this step: its free-running score, if it had none."""
-        if self.state.step > 0 and self.last_free_step != self.state.step and self._free_running_on():
+        """At the end of a run whose last validation was at this step: its
+        free-running score, if it had none."""
+        if (
+            self.state.step > 0
+            and self.last_free_step != self.state.step
+            and self._free_running_on()
+        ):
             distance = self._free_running()
             if distance is not None and self.profile.train.select_best_by == "free_running":
                 self._track_best(distance, self.checkpointer.val_loss)
@@ -144,14 +159,17 @@ class Evaluator:
         metrics = check_metrics(self.task, metrics)
         self.checkpointer.val_loss = means["total"]
         self.events.emit(self._validation_event(means, metrics))
-        if self.state.step > 0:  # the untrained baseline is a reference point, not a model worth keeping
+        # the untrained baseline is a reference point, not a model worth keeping
+        if self.state.step > 0:
             if self.profile.train.select_best_by == "val_loss":
                 self._track_best(means["total"], means["total"])
             elif distance is not None:
                 self._track_best(distance, means["total"])
         return means["total"]
 
-    def _validation_event(self, means: dict[str, float], metrics: dict[str, float]) -> ValidationEvent:
+    def _validation_event(
+        self, means: dict[str, float], metrics: dict[str, float]
+    ) -> ValidationEvent:
         metric_name, metric_value = next(iter(metrics.items()), (None, None))
         reference = self._reference()
         line = reference.get(metric_name) if metric_name is not None else None
@@ -178,11 +196,19 @@ class Evaluator:
         """The task's reference scores (rank 0 computes them once), logged the first time."""
         if self._reference_scores is None:
             started = time.perf_counter()
-            self._reference_scores = (self.task.reference_scores() if self.world.is_main else None) or {}
+            self._reference_scores = (
+                self.task.reference_scores() if self.world.is_main else None
+            ) or {}
             self._once_s += time.perf_counter() - started
             if self._reference_scores:
-                figures = ", ".join(f"{name} {value:.4g}" for name, value in self._reference_scores.items())
-                log.info("%s on the held-out clips (the line to beat): %s", self.task.reference_name(), figures)
+                figures = ", ".join(
+                    f"{name} {value:.4g}" for name, value in self._reference_scores.items()
+                )
+                log.info(
+                    "%s on the held-out clips (the line to beat): %s",
+                    self.task.reference_name(),
+                    figures,
+                )
         return self._reference_scores
 
     def _free_running_on(self) -> bool:
@@ -196,9 +222,12 @@ class Evaluator:
         return final or self._within_share()
 
     def _within_share(self) -> bool:
-        """With a time budget, passes before the last stay within their share of it (rank 0 decides)."""
+        """With a time budget, passes before the last stay within their
+        share of it (rank 0 decides)."""
         room = self._allowance.room()
-        shared, _ = reduce_sums(self.world, {"skip": float(not room)} if self.world.is_main else {}, 0)
+        shared, _ = reduce_sums(
+            self.world, {"skip": float(not room)} if self.world.is_main else {}, 0
+        )
         if not shared.get("skip"):
             return True
         if not self._share_said and self.world.is_main:
@@ -215,7 +244,8 @@ class Evaluator:
             self.events.emit(PhaseEvent(step=self.state.step, phase=phase, done=done, total=total))
 
     def _estimate_free_running(self) -> None:
-        """Before the first pass: what one will cost (the floor's time), for the budget's reserve."""
+        """Before the first pass: what one will cost (the floor's time), for
+        the budget's reserve."""
         if self._free_cost_known or not self._free_running_on() or not self.world.is_main:
             return
         self._free_cost_known = True
@@ -230,7 +260,8 @@ class Evaluator:
             self.run_length.note_recurring("free_running", estimate, every)
 
     def _free_running(self) -> float | None:
-        """Score the held-out sentences on rank 0 and share the distance, so every rank picks the same best."""
+        """Score the held-out sentences on rank 0 and share the distance, so
+        every rank picks the same best."""
         self.last_free_step = self.state.step
         self.task.report_progress = lambda done, total: self._phase("free_running", done, total)
         result = self.task.free_running(self.module) if self.world.is_main else None
@@ -245,7 +276,8 @@ class Evaluator:
         return shared["distance"] / count if count else None
 
     def _mean_val_losses(self) -> dict[str, float] | None:
-        """Item-weighted mean of each loss over the validation set; None when nothing is held out."""
+        """Item-weighted mean of each loss over the validation set; None
+        when nothing is held out."""
         model = self.module  # no DDP forward: evaluation needs no gradient sync
         device = self.runner.device
         model.eval()
@@ -283,7 +315,9 @@ class Evaluator:
             saved = self.checkpointer.save(is_best=True)
             if saved is not None:
                 by = self.profile.train.select_best_by
-                event = BestModelEvent(step=s.step, path=str(saved), val_loss=val_loss, selected_by=by, score=score)
+                event = BestModelEvent(
+                    step=s.step, path=str(saved), val_loss=val_loss, selected_by=by, score=score
+                )
                 self.events.emit(event)
         else:
             s.evals_since_best += 1
@@ -293,7 +327,8 @@ class Evaluator:
         return patience is not None and self.state.evals_since_best >= patience
 
     def make_samples(self) -> None:
-        """Samples, then pictures; a failure in either is a warning and training goes on (the model is fine)."""
+        """Samples, then pictures; a failure in either is a warning and
+        training goes on (the model is fine)."""
         hold_at("sampling")
         out_dir = self.run_dir / "samples"
         if not self._swept_samples:
@@ -303,7 +338,8 @@ class Evaluator:
         model = self.module
         model.eval()
         try:
-            for method in ("make_samples", "make_views"):  # the sounds are announced before pictures
+            # the sounds are announced before pictures
+            for method in ("make_samples", "make_views"):
                 try:
                     with TaskCall(self.task, method):
                         made = getattr(self.task, method)(model, out_dir, self.state.step)
@@ -313,7 +349,12 @@ class Evaluator:
                     continue
                 for sample in samples:
                     self.events.emit(
-                        SampleEvent(step=self.state.step, kind=sample.kind, path=str(sample.path), text=sample.text)
+                        SampleEvent(
+                            step=self.state.step,
+                            kind=sample.kind,
+                            path=str(sample.path),
+                            text=sample.text,
+                        )
                     )
         finally:
             model.train()
@@ -322,8 +363,13 @@ class Evaluator:
         """A warning event naming the task's line; the traceback goes to trainer.log only."""
         what = "samples" if exc.method == "make_samples" else "pictures"
         cause = exc.__cause__ or exc
-        log.warning("%s", "".join(traceback.format_exception(cause)).rstrip(), extra={NO_EVENT: True})
-        self.events.warn(f"{exc}; no {what} at step {self.state.step}, training goes on", code=f"{exc.method}_failed")
+        log.warning(
+            "%s", "".join(traceback.format_exception(cause)).rstrip(), extra={NO_EVENT: True}
+        )
+        self.events.warn(
+            f"{exc}; no {what} at step {self.state.step}, training goes on",
+            code=f"{exc.method}_failed",
+        )
 
 
 def free_running_event(step: int, result: FreeRunningResult) -> FreeRunningEvent:

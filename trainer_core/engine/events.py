@@ -1,8 +1,9 @@
 """The trainer's single way out for telemetry: validated events to the log, plus local listeners.
 
 Also bridges Python logging: records become `log` events and lines in trainer.log.
-Under DDP only rank 0 writes events: the other ranks' hubs hold a `NullEventWriter`, and their log records
-go to `trainer-rank<N>.log` (errors also to stderr, which torchrun passes on to the launching terminal or log).
+Under DDP only rank 0 writes events: the other ranks' hubs hold a `NullEventWriter`, and their
+log records go to `trainer-rank<N>.log` (errors also to stderr, which torchrun passes on to
+the launching terminal or log).
 """
 
 from __future__ import annotations
@@ -18,13 +19,15 @@ from trainer_core.contract.protocol import ErrorEvent, Event, LogEvent, WarningE
 
 Listener = Callable[[Event], None]
 LogLevel = Literal["debug", "info", "warning", "error", "critical"]
-# Set on a log record that already has its own event, so the bridge does not repeat it as a `log` event.
+# Set on a log record that already has its own event, so the bridge does not
+# repeat it as a `log` event.
 NO_EVENT = "vega_no_event"
 log = logging.getLogger("trainer_core")
 
 
 class NullEventWriter:
-    """The event writer of ranks other than 0: events are still built and validated, but written nowhere."""
+    """The event writer of ranks other than 0: events are still built and
+    validated, but written nowhere."""
 
     def emit(self, event: Event) -> Event:
         return event
@@ -34,17 +37,22 @@ class NullEventWriter:
 
 
 class EventHub:
-    """Appends protocol events (built by the caller, so type-checked) to events.jsonl and tells local listeners."""
+    """Appends protocol events (built by the caller, so type-checked) to
+    events.jsonl and tells local listeners."""
 
-    def __init__(self, writer: EventWriter | NullEventWriter, listeners: list[Listener] | None = None) -> None:
+    def __init__(
+        self, writer: EventWriter | NullEventWriter, listeners: list[Listener] | None = None
+    ) -> None:
         self.writer = writer
         self.listeners = list(listeners or [])
 
     def emit(self, event: Event) -> None:
-        """Write one protocol event and tell the listeners. Never raises: telemetry must not stop training."""
+        """Write one protocol event and tell the listeners. Never raises:
+        telemetry must not stop training."""
         try:
             self.writer.emit(event)
-        except Exception as exc:  # the writer already survives I/O errors; anything else is a bug to report
+        # the writer already survives I/O errors; anything else is a bug to report
+        except Exception as exc:
             print(f"vega: dropped {event.type!r} event: {exc}", file=sys.stderr)
             return
         for listener in self.listeners:
@@ -59,8 +67,9 @@ class EventHub:
         self.emit(WarningEvent(message=message, code=code))
 
     def error(self, message: str, tb: str | None = None, **details: Any) -> None:
-        """An `error` event, also written to trainer.log (without a duplicate `log` event); `details` are the
-        event's other fields (code, task_method, file, line, function, expected)."""
+        """An `error` event, also written to trainer.log (without a duplicate
+        `log` event); `details` are the event's other fields (code, task_method,
+        file, line, function, expected)."""
         log.error("%s", message, extra={NO_EVENT: True})
         if tb:
             log.error("%s", tb, extra={NO_EVENT: True})
@@ -81,7 +90,8 @@ class EventLogHandler(logging.Handler):
 
 
 def _level_name(levelno: int) -> LogLevel:
-    """The protocol's name for a logging level (custom levels round down to the nearest standard one)."""
+    """The protocol's name for a logging level (custom levels round down to
+    the nearest standard one)."""
     if levelno >= logging.CRITICAL:
         return "critical"
     if levelno >= logging.ERROR:
@@ -92,7 +102,8 @@ def _level_name(levelno: int) -> LogLevel:
 
 
 class CurrentStderrHandler(logging.StreamHandler):
-    """Writes to whatever sys.stderr is at the time: a live progress display swaps it to draw around logs."""
+    """Writes to whatever sys.stderr is at the time: a live progress display
+    swaps it to draw around logs."""
 
     @property
     def stream(self):  # noqa: ANN202 - a property standing in for StreamHandler's attribute
@@ -103,11 +114,13 @@ class CurrentStderrHandler(logging.StreamHandler):
         pass
 
 
-def setup_logging(log_path, hub: EventHub, level: str, to_stderr: bool, rank: int | None = None) -> None:
+def setup_logging(
+    log_path, hub: EventHub, level: str, to_stderr: bool, rank: int | None = None
+) -> None:
     """trainer.log always; stderr only when it is not already redirected into trainer.log.
 
-    `rank` (DDP ranks other than 0): lines carry "[rank N]", and errors reach stderr even when `to_stderr`
-    is off, so that a failing rank is seen where torchrun's output goes.
+    `rank` (DDP ranks other than 0): lines carry "[rank N]", and errors reach stderr even when
+    `to_stderr` is off, so that a failing rank is seen where torchrun's output goes.
     """
     log.handlers.clear()
     log.setLevel(level.upper())

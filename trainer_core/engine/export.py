@@ -42,13 +42,17 @@ class ExportError(VegaError):
     """The model could not be exported, or an export folder cannot be read."""
 
 
-def export_model(model: nn.Module, config: dict[str, Any], out_dir: str | Path) -> tuple[Path, Path]:
+def export_model(
+    model: nn.Module, config: dict[str, Any], out_dir: str | Path
+) -> tuple[Path, Path]:
     """Write `out_dir/model.safetensors` and `out_dir/config.json`; return both paths."""
     out_dir = Path(out_dir)
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise ExportError(f"cannot create the export folder {out_dir}: {exc.strerror or exc}") from exc
+        raise ExportError(
+            f"cannot create the export folder {out_dir}: {exc.strerror or exc}"
+        ) from exc
     tensors, tied = _untie_for_safetensors(model.state_dict())
     document = _config_document(config, tensors, tied)
     config_text = _to_json(document, out_dir / CONFIG_FILENAME)
@@ -69,17 +73,25 @@ def load_exported(out_dir: str | Path) -> tuple[dict[str, torch.Tensor], dict[st
     try:
         config = json.loads(config_path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        raise ExportError(f"{config_path} is not valid JSON ({exc}); export the model again") from exc
+        raise ExportError(
+            f"{config_path} is not valid JSON ({exc}); export the model again"
+        ) from exc
     if not isinstance(config, dict) or config.get("format") != EXPORT_FORMAT:
-        raise ExportError(f'{config_path} is not a Vega export config (no "format": "{EXPORT_FORMAT}")')
+        raise ExportError(
+            f'{config_path} is not a Vega export config (no "format": "{EXPORT_FORMAT}")'
+        )
     try:
         state = load_file(str(weights_path), device="cpu")
     except (SafetensorError, OSError, ValueError) as exc:
-        raise ExportError(f"{weights_path} is not a readable safetensors file ({exc}); export the model again") from exc
+        raise ExportError(
+            f"{weights_path} is not a readable safetensors file ({exc}); export the model again"
+        ) from exc
     return state, config
 
 
-def _untie_for_safetensors(state: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], list[list[str]]]:
+def _untie_for_safetensors(
+    state: dict[str, torch.Tensor],
+) -> tuple[dict[str, torch.Tensor], list[list[str]]]:
     """CPU, contiguous copies safe for safetensors; tensors sharing storage are cloned.
 
     Returns (tensors, tie groups)."""
@@ -91,17 +103,20 @@ def _untie_for_safetensors(state: dict[str, torch.Tensor]) -> tuple[dict[str, to
         storage_key = (str(tensor.device), tensor.untyped_storage().data_ptr())
         shares_storage = storage_key in seen_storages
         seen_storages.add(storage_key)
-        # The same data, shape and layout under two names is a tie (e.g. embedding == output weight).
-        aliases.setdefault((str(tensor.device), tensor.data_ptr(), tuple(tensor.shape), tensor.stride()), []).append(
-            name
-        )
+        # The same data, shape and layout under two names is a tie (e.g.
+        # embedding == output weight).
+        aliases.setdefault(
+            (str(tensor.device), tensor.data_ptr(), tuple(tensor.shape), tensor.stride()), []
+        ).append(name)
         tensor = tensor.to("cpu").contiguous()
         # safetensors refuses two names over one storage, so every later one gets its own copy.
         tensors[name] = tensor.clone() if shares_storage else tensor
     return tensors, [names for names in aliases.values() if len(names) > 1]
 
 
-def _config_document(config: dict[str, Any], tensors: dict[str, torch.Tensor], tied: list[list[str]]) -> dict[str, Any]:
+def _config_document(
+    config: dict[str, Any], tensors: dict[str, torch.Tensor], tied: list[list[str]]
+) -> dict[str, Any]:
     now = time.time()
     tied_copies = sum(tensors[name].numel() for group in tied for name in group[1:])
     return {
@@ -134,4 +149,6 @@ def _write_or_fail(target: Path, write: Callable[[Any], object]) -> None:
     try:
         atomic_write(target, write)
     except (OSError, SafetensorError) as exc:
-        raise ExportError(f"could not write {target}: {getattr(exc, 'strerror', None) or exc}") from exc
+        raise ExportError(
+            f"could not write {target}: {getattr(exc, 'strerror', None) or exc}"
+        ) from exc

@@ -1,8 +1,9 @@
 """Fault injection for tests and drills: real exceptions and real delays at chosen steps.
 
-Every switch below acts only when VEGA_FAULTS=1 is set too (`contract.fault_gate`): without it a set switch is
-ignored and the run warns that it was; with it the run warns `fault_injection_on` before its set-up.
-Sources: the profile's [debug] section, or environment variables (comma-separated numbers):
+Every switch below acts only when VEGA_FAULTS=1 is set too (`contract.fault_gate`): without it
+a set switch is ignored and the run warns that it was; with it the run warns
+`fault_injection_on` before its set-up. Sources: the profile's [debug] section, or environment
+variables (comma-separated numbers):
   VEGA_FAULT_OOM_AT_STEPS          raise torch.OutOfMemoryError in the forward pass of these steps
   VEGA_FAULT_OOM_IN_OPTIMIZER_AT_STEPS  raise torch.OutOfMemoryError in the optimizer step of these steps, after
                                    the loss scaler unscaled the gradients (the retry must not unscale twice)
@@ -37,10 +38,10 @@ Sources: the profile's [debug] section, or environment variables (comma-separate
                                    `engine.wandb_log`): the negative control of the W&B resume test
   VEGA_FAULT_WANDB_NO_REPLAY       "1": a resume leaves out the rows W&B lost in a kill (no replay from
                                    events.jsonl): the negative control of the W&B replay test
-Each listed step number fires once per occurrence: [5] fails one attempt at step 5 and the retry runs
-clean, [5, 5] fails two attempts in a row (a skipped step is retried under the same number).
-VEGA_FAULT_CHECKPOINT_ENOSPC (a full disk during a save) lives in `engine.checkpoint_manager`. The wings
-below the engine reach hold_at and the in-place switches through `trainer_core.fault_points`,
+Each listed step number fires once per occurrence: [5] fails one attempt at step 5 and the retry
+runs clean, [5, 5] fails two attempts in a row (a skipped step is retried under the same number).
+VEGA_FAULT_CHECKPOINT_ENOSPC (a full disk during a save) lives in `engine.checkpoint_manager`. The
+wings below the engine reach hold_at and the in-place switches through `trainer_core.fault_points`,
 which importing this module wires.
 """
 
@@ -99,20 +100,22 @@ def fault_env(name: str) -> str:
 
 
 def fault_warning(debug: DebugSection) -> tuple[str, str] | None:
-    """(code, message) of the warning for the switches set in the environment and in [debug], or None."""
+    """(code, message) of the warning for the switches set in the
+    environment and in [debug], or None."""
     defaults = DebugSection()
     fields = [f"debug.{k}={v}" for k, v in debug.model_dump().items() if v != getattr(defaults, k)]
     return gate_warning([*env_switches(), *fields])
 
 
 def eval_unbudgeted() -> bool:
-    """The negative control's switch: evaluation costs are left out of the time budget (and evaluation
-    runs as it did before it was made cheap: `models.griffin_lim_batch`)."""
+    """The negative control's switch: evaluation costs are left out of the time budget (and
+    evaluation runs as it did before it was made cheap: `models.griffin_lim_batch`)."""
     return switch_on(EVAL_UNBUDGETED_ENV)
 
 
 def eval_sleep_s() -> float:
-    """Seconds each validation is held: evaluation as slow as a loaded machine made it (the bench's control)."""
+    """Seconds each validation is held: evaluation as slow as a loaded machine
+    made it (the bench's control)."""
     return _env_seconds(EVAL_SLEEP_ENV)
 
 
@@ -141,7 +144,8 @@ def hold_target() -> tuple[str, int] | None:
 
 
 def hold_at(phase: str) -> None:
-    """Block here on the n-th arrival at `phase` when VEGA_FAULT_HOLD_AT names it, after writing the marker file."""
+    """Block here on the n-th arrival at `phase` when VEGA_FAULT_HOLD_AT names it,
+    after writing the marker file."""
     target = hold_target()
     if target is None or target[0] != phase:
         return
@@ -155,7 +159,8 @@ def hold_at(phase: str) -> None:
 
 
 def writes_in_place() -> bool:
-    """The negative control of the kill drill: checkpoints written without the temp file and rename."""
+    """The negative control of the kill drill: checkpoints written without
+    the temp file and rename."""
     return fault_env(IN_PLACE_ENV) not in ("", "0")
 
 
@@ -178,11 +183,16 @@ def _take(pending: Counter[int], step: int) -> bool:
 
 class FaultInjector:
     def __init__(self, debug: DebugSection) -> None:
-        debug = debug if faults_on() else DebugSection()  # the gate is closed: [debug] faults are ignored
+        # the gate is closed: [debug] faults are ignored
+        debug = debug if faults_on() else DebugSection()
         self.oom = Counter(debug.oom_at_steps) + Counter(_env_numbers(OOM_ENV))
-        self.oom_in_optimizer = Counter(debug.oom_in_optimizer_at_steps) + Counter(_env_numbers(OOM_IN_OPTIMIZER_ENV))
+        self.oom_in_optimizer = Counter(debug.oom_in_optimizer_at_steps) + Counter(
+            _env_numbers(OOM_IN_OPTIMIZER_ENV)
+        )
         self.nonfinite = Counter(debug.nonfinite_at_steps) + Counter(_env_numbers(NONFINITE_ENV))
-        fail: Iterable[int] = _env_numbers(FAIL_ENV) + ([debug.fail_at_step] if debug.fail_at_step is not None else [])
+        fail: Iterable[int] = _env_numbers(FAIL_ENV) + (
+            [debug.fail_at_step] if debug.fail_at_step is not None else []
+        )
         self.fail = Counter(fail)
         self.step_sleep_s = _env_seconds(SLEEP_ENV)
         self.hold_s = debug.hold_checkpoint_write_s
@@ -207,7 +217,9 @@ class FaultInjector:
     def after_unscale(self, step: int, group: str | None = None) -> None:
         """Inside the optimizer step, once the loss scaler has unscaled this group's gradients."""
         if self._aimed_at(group) and _take(self.oom_in_optimizer, step):
-            raise torch.OutOfMemoryError(f"injected out-of-memory in the optimizer step {step} (fault injection)")
+            raise torch.OutOfMemoryError(
+                f"injected out-of-memory in the optimizer step {step} (fault injection)"
+            )
 
     def poison_loss(self, step: int, loss: torch.Tensor, group: str | None = None) -> torch.Tensor:
         if self._aimed_at(group) and _take(self.nonfinite, step):

@@ -42,7 +42,10 @@ def _grads_of(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
             if param.grad is None:
                 continue
             if param.grad.dtype == torch.float16:
-                raise ValueError("Attempting to unscale FP16 gradients: keep parameters in float32 under autocast.")
+                raise ValueError(
+                    "Attempting to unscale FP16 gradients: keep parameters in float32 under"
+                    " autocast."
+                )
             grads.append(param.grad._values() if param.grad.is_sparse else param.grad)
     return grads
 
@@ -95,7 +98,9 @@ class VegaGradScaler:
             return
         stage = self._stages.get(id(optimizer), _Stage.READY)
         if stage is _Stage.UNSCALED:
-            raise RuntimeError("unscale_() has already been called on this optimizer since the last update().")
+            raise RuntimeError(
+                "unscale_() has already been called on this optimizer since the last update()."
+            )
         if stage is _Stage.STEPPED:
             raise RuntimeError("unscale_() is being called after step().")
         grads = _grads_of(optimizer)
@@ -103,7 +108,8 @@ class VegaGradScaler:
         self._stages[id(optimizer)] = _Stage.UNSCALED
 
     def _check_and_unscale(self, grads: list[torch.Tensor]) -> list[torch.Tensor]:
-        """Flag inf/NaN in the scaled grads (before unscaling, as torch does), then unscale in place.
+        """Flag inf/NaN in the scaled grads (before unscaling, as torch
+        does), then unscale in place.
 
         Returns one "all finite" flag tensor per device; nothing is read back to the host here.
         """
@@ -117,17 +123,22 @@ class VegaGradScaler:
             return [torch.stack(flags).all() for flags in per_device.values()]
 
     def _found_inf_in(self, key: int) -> bool:
-        """Whether that optimizer's grads held inf/NaN; reading the flags is the step's device sync."""
+        """Whether that optimizer's grads held inf/NaN; reading the flags is
+        the step's device sync."""
         found = self._found_inf[key]
         if not isinstance(found, bool):
             if not found:
-                raise RuntimeError("No inf checks were recorded for this optimizer: none of its parameters has a grad.")
+                raise RuntimeError(
+                    "No inf checks were recorded for this optimizer: none of its parameters has a"
+                    " grad."
+                )
             found = not all(bool(flag) for flag in found)
             self._found_inf[key] = found
         return found
 
     def step(self, optimizer: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> Any:
-        """Unscale (unless done already) and call `optimizer.step()` only if all grads are finite."""
+        """Unscale (unless done already) and call `optimizer.step()` only if
+        all grads are finite."""
         if not self._enabled:
             return optimizer.step(*args, **kwargs)
         if "closure" in kwargs:
@@ -150,7 +161,9 @@ class VegaGradScaler:
             self._scale = _to_float32(float(new_scale))
         else:
             if not self._found_inf:
-                raise RuntimeError("No inf checks were recorded prior to update(): call step() first.")
+                raise RuntimeError(
+                    "No inf checks were recorded prior to update(): call step() first."
+                )
             found_inf = any([self._found_inf_in(key) for key in self._found_inf])
             self._last_step_skipped = found_inf
             self._apply_update(found_inf)
@@ -173,7 +186,8 @@ class VegaGradScaler:
 
     @property
     def last_step_skipped(self) -> bool:
-        """Whether the most recent `step()` (or the iteration closed by `update()`) skipped the optimizer."""
+        """Whether the most recent `step()` (or the iteration closed by
+        `update()`) skipped the optimizer."""
         return self._enabled and self._last_step_skipped
 
     def get_scale(self) -> float:
@@ -193,7 +207,8 @@ class VegaGradScaler:
         return self._enabled
 
     def state_dict(self) -> dict[str, Any]:
-        """The same five entries torch's scaler saves (empty when disabled); plain Python numbers."""
+        """The same five entries torch's scaler saves (empty when disabled);
+        plain Python numbers."""
         if not self._enabled:
             return {}
         return {
@@ -209,7 +224,10 @@ class VegaGradScaler:
         if not self._enabled:
             return
         if len(state_dict) == 0:
-            raise RuntimeError("The source state dict is empty, possibly because it was saved from a disabled scaler.")
+            raise RuntimeError(
+                "The source state dict is empty, possibly because it was saved from a disabled"
+                " scaler."
+            )
         self._scale = _to_float32(float(state_dict["scale"]))
         self._growth_factor = float(state_dict["growth_factor"])
         self._backoff_factor = float(state_dict["backoff_factor"])
@@ -232,8 +250,9 @@ def step_was_skipped(scaler: Any, scale_before: float) -> bool:
 
 
 def abandon_iteration(scaler: Any) -> None:
-    """Forget which optimizers this iteration has unscaled or stepped, keeping the scale: a step retried after
-    out-of-memory recovery unscales them again (both scalers refuse a second unscale_ before update())."""
+    """Forget which optimizers this iteration has unscaled or stepped, keeping the scale: a
+    step retried after out-of-memory recovery unscales them again (both scalers refuse a
+    second unscale_ before update())."""
     if not scaler.is_enabled():
         return
     if isinstance(scaler, VegaGradScaler):

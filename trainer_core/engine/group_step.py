@@ -1,19 +1,22 @@
-"""One optimizer step over several optimizer groups (e.g. a discriminator, then a generator), in update order.
+"""One optimizer step over several optimizer groups (e.g. a discriminator, then
+a generator), in update order.
 
-The step's micro-batches are fetched once; then each group in turn runs forward and backward over all of them
-(`Task.group_losses`, with one `carry` per micro-batch shared by the groups' passes), has its gradients averaged
-over ranks, unscaled and clipped, and is stepped, so a later group trains against the earlier groups' updated
-weights. One loss scaler serves every optimizer (unscale and step each, update once, as torch documents for
-several optimizers) and the losses of every group reach the host in one sync at the end.
+The step's micro-batches are fetched once; then each group in turn runs forward and backward over
+all of them (`Task.group_losses`, with one `carry` per micro-batch shared by the groups' passes),
+has its gradients averaged over ranks, unscaled and clipped, and is stepped, so a later group trains
+against the earlier groups' updated weights. One loss scaler serves every optimizer (unscale and
+step each, update once, as torch documents for several optimizers) and the losses of every group
+reach the host in one sync at the end.
 
-A group the task rests this step (`Task.resting_groups`, e.g. a pretrained generator while a fresh discriminator
-warms up) has no pass and no update; the step's loss is then the last working group's.
+A group the task rests this step (`Task.resting_groups`, e.g. a pretrained generator while a fresh
+discriminator warms up) has no pass and no update; the step's loss is then the last working group's.
 
-A group stepped before a later one fails is undone from a snapshot: a non-finite loss or gradient anywhere
-skips the whole step (no group moves, no schedule advances), and out-of-memory anywhere leaves every weight as it
-was, so the base runner's halving retry starts clean. Groups already stepped are frozen during later passes:
-their gradients would be wasted work. With gradient accumulation each micro-batch's carry (e.g. the generator's
-output with its graph) lives until the last group's pass.
+A group stepped before a later one fails is undone from a snapshot: a non-finite loss or
+gradient anywhere skips the whole step (no group moves, no schedule advances), and out-of-memory
+anywhere leaves every weight as it was, so the base runner's halving retry starts clean. Groups
+already stepped are frozen during later passes: their gradients would be wasted work. With
+gradient accumulation each micro-batch's carry (e.g. the generator's output with its graph)
+lives until the last group's pass.
 """
 
 from __future__ import annotations
@@ -38,8 +41,9 @@ from trainer_core.models.base import Batch, Carry, batch_to
 class GroupSnapshot:
     """A group's weights and optimizer state just before its step: enough to undo it.
 
-    The copies live in buffers kept from step to step and refilled (`capture`): a 47M-parameter discriminator's
-    weights and Adam moments are half a gigabyte, and allocating them anew every step cost as much as the step."""
+    The copies live in buffers kept from step to step and refilled (`capture`): a 47M-parameter
+    discriminator's weights and Adam moments are half a gigabyte, and allocating them anew every
+    step cost as much as the step."""
 
     def __init__(self, group: OptimizerGroup) -> None:
         self.group = group
@@ -59,7 +63,9 @@ class GroupSnapshot:
         for index, param in enumerate(self.group.params):
             if param in state:
                 old = kept.get(index, {})
-                self.state[index] = {name: _copy_into(old.get(name), value) for name, value in state[param].items()}
+                self.state[index] = {
+                    name: _copy_into(old.get(name), value) for name, value in state[param].items()
+                }
         return self
 
     @torch.no_grad()
@@ -80,10 +86,15 @@ class GroupSnapshot:
 
 
 def _copy_into(buffer: Any, value: Any) -> Any:
-    """`value` copied, into `buffer` when it is a tensor of the same shape and type (no new allocation)."""
+    """`value` copied, into `buffer` when it is a tensor of the same shape
+    and type (no new allocation)."""
     if not isinstance(value, torch.Tensor):
         return copy.deepcopy(value)
-    if isinstance(buffer, torch.Tensor) and buffer.shape == value.shape and buffer.dtype == value.dtype:
+    if (
+        isinstance(buffer, torch.Tensor)
+        and buffer.shape == value.shape
+        and buffer.dtype == value.dtype
+    ):
         return buffer.copy_(value)
     return value.clone()
 
@@ -102,7 +113,8 @@ def frozen(params: Sequence[torch.nn.Parameter]) -> Iterator[None]:
 
 
 class GroupedStepRunner(StepRunner):
-    """StepRunner for tasks that declare optimizer groups; OOM recovery and the loop position are inherited."""
+    """StepRunner for tasks that declare optimizer groups; OOM recovery and
+    the loop position are inherited."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -113,7 +125,8 @@ class GroupedStepRunner(StepRunner):
         self.groups.zero_grad()
         batches, items, data_s = self._fetch(s.grad_accum)
         lr, lrs = self.groups.main.lr(), self.groups.lrs()
-        snapshots: list[GroupSnapshot] = []  # the groups stepped so far this step, each able to undo its step
+        # the groups stepped so far this step, each able to undo its step
+        snapshots: list[GroupSnapshot] = []
         resting = self.task.resting_groups(s.step + 1)
         groups = [group for group in self.groups if group.name not in resting] or list(self.groups)
         try:
@@ -129,7 +142,8 @@ class GroupedStepRunner(StepRunner):
         return outcome
 
     def _fetch(self, accum: int) -> tuple[list[Batch], int, float]:
-        """The step's micro-batches on the device, the items in them and the seconds spent waiting for data."""
+        """The step's micro-batches on the device, the items in them and the
+        seconds spent waiting for data."""
         source = self._train_batches()
         batches, items, data_s = [], 0, 0.0
         for _ in range(accum):
@@ -138,14 +152,21 @@ class GroupedStepRunner(StepRunner):
                 batch, n = self._next_batch(source, items)
             data_s += time.perf_counter() - d0
             with self.profiler.phase("transfer"):
-                batches.append(batch_to(batch, self.device, non_blocking=self.device.type == "cuda"))
+                batches.append(
+                    batch_to(batch, self.device, non_blocking=self.device.type == "cuda")
+                )
             items += n
         return batches, items, data_s
 
     def _passes(
-        self, groups: list[OptimizerGroup], batches: list[Batch], step_no: int, snapshots: list[GroupSnapshot]
+        self,
+        groups: list[OptimizerGroup],
+        batches: list[Batch],
+        step_no: int,
+        snapshots: list[GroupSnapshot],
     ) -> tuple[list[dict[str, torch.Tensor]], list[torch.Tensor]]:
-        """Each working group's pass in update order: per micro-batch its named losses, and its gradient norm."""
+        """Each working group's pass in update order: per micro-batch its named
+        losses, and its gradient norm."""
         carries: list[Carry] = [{} for _ in batches]
         rows: list[dict[str, torch.Tensor]] = [{} for _ in batches]
         norms: list[torch.Tensor] = []
@@ -154,11 +175,15 @@ class GroupedStepRunner(StepRunner):
         for group in groups:
             with frozen(stepped):
                 for row, batch, carry in zip(rows, batches, carries, strict=True):
-                    row.update(self._forward_backward_group(group, batch, carry, step_no, len(batches)))
+                    row.update(
+                        self._forward_backward_group(group, batch, carry, step_no, len(batches))
+                    )
             average_gradients(group.params, self.world)
             with self.profiler.phase("optimizer", group.name):
                 self.precision.scaler.unscale_(group.optimizer)
-                norms.append(torch.nn.utils.clip_grad_norm_(group.params, group.clip or float("inf")))
+                norms.append(
+                    torch.nn.utils.clip_grad_norm_(group.params, group.clip or float("inf"))
+                )
                 self.faults.after_unscale(step_no, group.name)
                 if group is not last:
                     snapshots.append(self._snapshot(group).capture())
@@ -179,7 +204,9 @@ class GroupedStepRunner(StepRunner):
             scaled = loss / accum if accum > 1 else loss
         with self.profiler.phase("backward", name):
             self.precision.scaler.scale(scaled).backward()
-        return {f"{name}.{part}": loss if part == "total" else value for part, value in losses.items()}
+        return {
+            f"{name}.{part}": loss if part == "total" else value for part, value in losses.items()
+        }
 
     def _finish(
         self,
@@ -190,14 +217,18 @@ class GroupedStepRunner(StepRunner):
         items: int,
         lr: tuple[float, dict[str, float]],
     ) -> StepOutcome:
-        """The one sync, then the last group's step, or the whole step undone when anything was non-finite."""
+        """The one sync, then the last group's step, or the whole step
+        undone when anything was non-finite."""
         scaler, last = self.precision.scaler, groups[-1]
         names = list(rows[0])
         main = self.groups.main
-        primary = f"{(main if main in groups else last).name}.total"  # a resting primary: the last working one
+        # a resting primary: the last working one
+        primary = f"{(main if main in groups else last).name}.total"
         with self.profiler.phase("optimizer", last.name):
             grad_norm = torch.linalg.vector_norm(torch.stack(norms))
-            loss, norm, parts = self._read_step_values([[row[primary], *row.values()] for row in rows], grad_norm)
+            loss, norm, parts = self._read_step_values(
+                [[row[primary], *row.values()] for row in rows], grad_norm
+            )
             finite = math.isfinite(norm) and all(math.isfinite(v) for v in parts)
             if finite:
                 scaler.step(last.optimizer)
@@ -207,10 +238,13 @@ class GroupedStepRunner(StepRunner):
             if finite:
                 self._advance()
         self.profiler.step_done()
-        return StepOutcome(finite, loss, dict(zip(names, parts, strict=True)), norm, items, lr[0], lr[1])
+        return StepOutcome(
+            finite, loss, dict(zip(names, parts, strict=True)), norm, items, lr[0], lr[1]
+        )
 
     def _snapshot(self, group: OptimizerGroup) -> GroupSnapshot:
-        """The group's snapshot, its buffers kept from the step before (a new one for a new group object)."""
+        """The group's snapshot, its buffers kept from the step before (a
+        new one for a new group object)."""
         kept = self._snapshots
         if group.name not in kept or kept[group.name].group is not group:
             kept[group.name] = GroupSnapshot(group)

@@ -18,7 +18,8 @@ HF_FOLDER = "hf"
 
 
 def export_hf_folders(trainer: Any, hub: EventHub, run_dir: Path) -> dict[str, str]:
-    """Write export/hf/last and export/hf/best when the run's voice can be a transformers VITS; the paths written."""
+    """Write export/hf/last and export/hf/best when the run's voice can be a
+    transformers VITS; the paths written."""
     from trainer_core.models.vits.hf_export import HfExportError, export_hf
     from trainer_core.models.vits.speech import inference_scales
     from trainer_core.models.vits.synthesizer import Synthesizer
@@ -35,12 +36,18 @@ def export_hf_folders(trainer: Any, hub: EventHub, run_dir: Path) -> dict[str, s
     if best is not None:
         state = load_checkpoint(checkpoint_dir(run_dir) / best["path"])
         generator = Synthesizer(task.config)
-        weights = {k.removeprefix("model_g."): v for k, v in state["model"].items() if k.startswith("model_g.")}
+        weights = {
+            k.removeprefix("model_g."): v
+            for k, v in state["model"].items()
+            if k.startswith("model_g.")
+        }
         generator.load_state_dict(weights, strict=True)
         models["best"] = (generator, int(state.get("step", 0)))
     for name, (generator, step) in models.items():
         try:
-            export_hf(generator, task.config, symbols, rate, folder / name, scales, task.base_model, step)
+            export_hf(
+                generator, task.config, symbols, rate, folder / name, scales, task.base_model, step
+            )
         except HfExportError as exc:
             hub.warn(
                 f"{exc}; the trained weights are in {run_dir / rundir.CHECKPOINTS}",

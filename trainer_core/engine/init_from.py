@@ -1,15 +1,20 @@
-"""Starting a new run from a trained model (`train.init_from`): copy what fits, move table rows by meaning, report.
+"""Starting a new run from a trained model (`train.init_from`): copy what fits, move
+table rows by meaning, report.
 
 `apply_init(model, source)` changes the freshly built model in place, tensor by tensor:
-- the text embedding moves row by row by symbol: a symbol both vocabularies hold keeps its learned row, a symbol
+- the text embedding moves row by row by symbol: a symbol both vocabularies hold
+  keeps its learned row, a symbol
   only this corpus has keeps its fresh one, and the special symbols (padding, unknown) go by position;
-- a speaker embedding moves by speaker name when both models name their speakers, else by name and shape;
-- the run's own values stay: the mel statistics (already computed on this run's data), the vocabulary and the
+- a speaker embedding moves by speaker name when both models name their
+  speakers, else by name and shape;
+- the run's own values stay: the mel statistics (already computed on this
+  run's data), the vocabulary and the
   speaker names of this corpus;
-- every other tensor whose name and shape match is copied ("loaded"); a source tensor this model lacks or holds
+- every other tensor whose name and shape match is copied ("loaded"); a source
+  tensor this model lacks or holds
   in another shape is "skipped", and one only this model has is "new" (fresh initialisation).
-The optimizer and the schedule are built before and hold no state yet: they start fresh. `InitReport` says what
-happened, as an `init_from` event and one log line.
+The optimizer and the schedule are built before and hold no state yet: they start fresh.
+`InitReport` says what happened, as an `init_from` event and one log line.
 """
 
 from __future__ import annotations
@@ -22,7 +27,8 @@ from torch import nn
 from trainer_core.contract.protocol import InitFromEvent, MappedRows
 from trainer_core.engine.model_source import ModelSource
 
-# This run's own values, never taken from the source: statistics of its data, its corpus's vocabulary.
+# This run's own values, never taken from the source: statistics of its
+# data, its corpus's vocabulary.
 OWN_VALUES = ("mel_mean", "mel_std", "text_symbols", "text_phonemes", "speaker_names")
 TEXT_EMBEDDING = "embedding.weight"
 SPEAKER_EMBEDDING = "speaker_embedding.weight"
@@ -62,14 +68,21 @@ class InitReport:
         )
 
     def summary(self) -> str:
-        """`started from run X: its export: 52 tensors loaded, embedding.weight 41/57 symbols kept, 3 skipped, 6 new`"""
+        """`started from run X: its export: 52 tensors loaded, embedding.weight 41/57
+        symbols kept, 3 skipped, 6 new`"""
         tables = [f"{m.name} {m.kept}/{m.rows} {m.by}s kept" for m in self.mapped]
-        parts = [f"{len(self.loaded)} tensors loaded", *tables, f"{len(self.skipped)} skipped", f"{len(self.new)} new"]
+        parts = [
+            f"{len(self.loaded)} tensors loaded",
+            *tables,
+            f"{len(self.skipped)} skipped",
+            f"{len(self.new)} new",
+        ]
         return f"started from {self.source.describe()}: {', '.join(parts)}"
 
 
 def symbol_rows(target: list[int], source: list[int]) -> dict[int, int]:
-    """Target row -> source row for the symbols both vocabularies hold; special symbols (-1) by position."""
+    """Target row -> source row for the symbols both vocabularies hold;
+    special symbols (-1) by position."""
     where = {code: row for row, code in enumerate(source) if code >= 0}
     rows = {}
     for row, code in enumerate(target):
@@ -92,8 +105,11 @@ def _target_symbols(state: dict[str, torch.Tensor]) -> list[int] | None:
     return [int(code) for code in symbols.tolist()] if symbols is not None else None
 
 
-def row_maps(model: nn.Module, state: dict[str, torch.Tensor], source: ModelSource) -> dict[str, tuple[str, dict]]:
-    """The tables whose rows move by meaning: name -> (what a row stands for, target row -> source row)."""
+def row_maps(
+    model: nn.Module, state: dict[str, torch.Tensor], source: ModelSource
+) -> dict[str, tuple[str, dict]]:
+    """The tables whose rows move by meaning: name -> (what a row stands
+    for, target row -> source row)."""
     maps: dict[str, tuple[str, dict[int, int]]] = {}
     symbols = _target_symbols(state)
     if symbols is not None and source.symbols is not None and TEXT_EMBEDDING in state:
@@ -110,8 +126,8 @@ def _shape(tensor: torch.Tensor) -> str:
 
 @torch.no_grad()
 def apply_init(model: nn.Module, source: ModelSource, prefix: str = "") -> InitReport:
-    """Copy `source` into `model` in place by the rules above; `prefix` is added to the source's names (a vocoder's
-    export holds its generator alone, which the model holds as `generator.`)."""
+    """Copy `source` into `model` in place by the rules above; `prefix` is added to the source's
+    names (a vocoder's export holds its generator alone, which the model holds as `generator.`)."""
     report = InitReport(source)
     state = model.state_dict()  # tensors sharing storage with the model's: copy_ changes the model
     weights = {prefix + name: tensor for name, tensor in source.weights.items()}
@@ -126,16 +142,22 @@ def apply_init(model: nn.Module, source: ModelSource, prefix: str = "") -> InitR
             _copy_rows(target, weights[name], rows)
             report.mapped.append(MappedRows(name=name, kept=len(rows), rows=target.shape[0], by=by))
         elif weights[name].shape != target.shape:
-            report.skipped.append((name, f"{_shape(weights[name])} in the source, {_shape(target)} here"))
+            report.skipped.append(
+                (name, f"{_shape(weights[name])} in the source, {_shape(target)} here")
+            )
         else:
             target.copy_(weights[name].to(target.dtype))
             report.loaded.append(name)
     report.skipped += [(name, "not in this model") for name in weights if name not in state]
-    if source.symbols is not None and _target_symbols(state) is not None and source.phonemes != _phonemes(state):
+    if (
+        source.symbols is not None
+        and _target_symbols(state) is not None
+        and source.phonemes != _phonemes(state)
+    ):
         units = ("phonemes", "characters") if source.phonemes else ("characters", "phonemes")
         report.notes.append(
-            f"the source reads {units[0]}, this run {units[1]}: embedding rows moved by symbol may stand for "
-            "other sounds"
+            f"the source reads {units[0]}, this run {units[1]}: embedding rows moved by symbol may"
+            " stand for other sounds"
         )
     return report
 
@@ -154,8 +176,8 @@ def _copy_rows(target: torch.Tensor, source: torch.Tensor, rows: dict[int, int])
 
 
 def export_prefix(model: nn.Module, exported: nn.Module) -> str:
-    """The name under which `model` holds the part an export keeps ("generator." for a GAN vocoder; "" when the
-    export is the whole model)."""
+    """The name under which `model` holds the part an export keeps ("generator." for a GAN vocoder;
+    "" when the export is the whole model)."""
     if exported is model:
         return ""
     found = next((name for name, module in model.named_modules() if module is exported), "")

@@ -1,10 +1,11 @@
 """Memory manager: the trainer's own memory against its budget, and the level that calls for an act.
 
-What is measured is the trainer, not the machine: CUDA's caching allocator's reserved bytes (a host-side
-counter, so reading it never synchronises the GPU), MPS's current allocation, or on the CPU this process's
-resident set (read through /proc at most once a second). The budget and the levels, as fractions of it,
-come from the profile's [memory] section; `MemoryGuard` (engine.memory_guard) acts on them. The reading is
-a plain callable, `source`, so tests (and drills) replace it with one of their own.
+What is measured is the trainer, not the machine: CUDA's caching allocator's reserved bytes (a
+host-side counter, so reading it never synchronises the GPU), MPS's current allocation, or on the
+CPU this process's resident set (read through /proc at most once a second). The budget and the
+levels, as fractions of it, come from the profile's [memory] section; `MemoryGuard`
+(engine.memory_guard) acts on them. The reading is a plain callable, `source`, so tests (and drills)
+replace it with one of their own.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from trainer_core.contract.profile import MemorySection
 from trainer_core.contract.protocol import MemoryLevel
 
 GIB = 1024**3
-# Default budgets when the profile sets none: most of a GPU, three quarters of the host's RAM on CPU.
+# Default budgets when the profile sets none: most of a GPU, three quarters
+# of the host's RAM on CPU.
 DEVICE_BUDGET_FRACTION = 0.90
 HOST_BUDGET_FRACTION = 0.75
 # Host RAM is read through /proc; once a second is plenty and keeps the per-step cost near zero.
@@ -59,7 +61,8 @@ def device_source(device: torch.device) -> MemorySource:
 
 
 def default_budget(device: torch.device) -> int:
-    """The budget when the profile sets none: a share of the GPU's memory, else of the host's RAM."""
+    """The budget when the profile sets none: a share of the GPU's memory,
+    else of the host's RAM."""
     if device.type == "cuda":
         return int(torch.cuda.get_device_properties(device).total_memory * DEVICE_BUDGET_FRACTION)
     if device.type == "mps":
@@ -79,9 +82,12 @@ class MemoryReading:
 
 
 class MemoryManager:
-    """Reads the trainer's memory against its budget; says which level that is and frees caches on request."""
+    """Reads the trainer's memory against its budget; says which level that
+    is and frees caches on request."""
 
-    def __init__(self, device: torch.device, settings: MemorySection, source: MemorySource | None = None) -> None:
+    def __init__(
+        self, device: torch.device, settings: MemorySection, source: MemorySource | None = None
+    ) -> None:
         self.device, self.settings = device, settings
         self.source: MemorySource = source or device_source(device)
         gb = settings.budget_gb

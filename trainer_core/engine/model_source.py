@@ -1,11 +1,13 @@
 """A trained model to start from, read weights-only: its tensors and what they were trained on.
 
-`load_model_source(PATH)` takes a run folder (its export, else its best checkpoint, else its newest one), a
-checkpoint file or an export folder (`contract.init_sources.resolve_source` picks the file). Checkpoints are read
-with `torch.load(weights_only=True)` (`engine.checkpoint_manager.load_checkpoint`), exports with safetensors: nothing in
-either can run code. Besides the state dict it returns the model kind, the audio features, the text vocabulary
-(one code point per id, -1 for the special symbols) and the speaker names, from the checkpoint's own profile
-TOML or the export's config.json, and the source's mel statistics (which a new run recomputes on its own data).
+`load_model_source(PATH)` takes a run folder (its export, else its best checkpoint, else its
+newest one), a checkpoint file or an export folder (`contract.init_sources.resolve_source` picks
+the file). Checkpoints are read with `torch.load(weights_only=True)`
+(`engine.checkpoint_manager.load_checkpoint`), exports with safetensors: nothing in either can
+run code. Besides the state dict it returns the model kind, the audio features, the text
+vocabulary (one code point per id, -1 for the special symbols) and the speaker names, from the
+checkpoint's own profile TOML or the export's config.json, and the source's mel statistics (which
+a new run recomputes on its own data).
 """
 
 from __future__ import annotations
@@ -35,7 +37,8 @@ WRAPPER_PREFIXES = ("module.", "_orig_mod.")
 
 @dataclass
 class ModelSource:
-    """A source's weights (on the CPU) and what they were trained on (None where the source does not say)."""
+    """A source's weights (on the CPU) and what they were trained on (None
+    where the source does not say)."""
 
     file: SourceFile
     weights: dict[str, torch.Tensor]
@@ -73,14 +76,14 @@ def strip_wrappers(state: dict[str, Any]) -> dict[str, torch.Tensor]:
 def load_model_source(
     given: Path | str, init_config: Path | None = None, init_discriminator: Path | None = None
 ) -> ModelSource:
-    """Resolve and read a source; InitSourceError (or CheckpointError / ExportError) naming the file when it
-    cannot be used. `init_config`: a Piper checkpoint's voice config when it is not beside it;
-    `init_discriminator`: the discriminator of a transformers folder, which holds none."""
+    """Resolve and read a source; InitSourceError (or CheckpointError / ExportError) naming the file
+    when it cannot be used. `init_config`: a Piper checkpoint's voice config when it is not beside
+    it; `init_discriminator`: the discriminator of a transformers folder, which holds none."""
     file = resolve_source(given)
     if init_discriminator is not None and file.form != "hf":
         raise InitSourceError(
-            f"train.init_discriminator: {file.describe()} brings its own discriminator (or none is used); "
-            "init_discriminator goes with a transformers VITS folder"
+            f"train.init_discriminator: {file.describe()} brings its own discriminator (or none is"
+            " used); init_discriminator goes with a transformers VITS folder"
         )
     if file.form == "piper":
         return _from_piper(file, init_config)
@@ -93,15 +96,19 @@ def load_model_source(
 
 
 def _from_piper(file: SourceFile, init_config: Path | None) -> ModelSource:
-    """A Piper checkpoint: its generator and discriminator in Vega's names, its voice config's symbols and
-    speakers (models.vits.piper_checkpoint); tensors the model has no place for are kept, so a strict start
-    names them."""
+    """A Piper checkpoint: its generator and discriminator in Vega's names, its voice config's
+    symbols and speakers (models.vits.piper_checkpoint); tensors the model has no place for are
+    kept, so a strict start names them."""
     from trainer_core.contract.piper_voice import read_checkpoint_metadata
     from trainer_core.models.vits.piper_checkpoint import load_piper_checkpoint
 
     ckpt = load_piper_checkpoint(file.path, init_config)
     voice, audio = ckpt.voice, ckpt.audio
-    rows = ckpt.weights["model_g.enc_p.emb.weight"].shape[0] if "model_g.enc_p.emb.weight" in ckpt.weights else 0
+    rows = (
+        ckpt.weights["model_g.enc_p.emb.weight"].shape[0]
+        if "model_g.enc_p.emb.weight" in ckpt.weights
+        else 0
+    )
     vocabulary: list[str | None] = [None] * max(rows, voice.num_symbols)
     for symbol, ids in voice.phoneme_id_map.items():
         for index in ids:
@@ -128,9 +135,9 @@ def _from_piper(file: SourceFile, init_config: Path | None) -> ModelSource:
 
 
 def _from_hf(file: SourceFile, init_discriminator: Path | None = None) -> ModelSource:
-    """A transformers VITS folder (an MMS voice): every generator tensor in Vega's names, mapped strictly against
-    the generator its config.json describes (models.vits.hf_folder); its vocabulary from vocab.json. It holds no
-    discriminator."""
+    """A transformers VITS folder (an MMS voice): every generator tensor in Vega's names, mapped
+    strictly against the generator its config.json describes (models.vits.hf_folder); its vocabulary
+    from vocab.json. It holds no discriminator."""
     from trainer_core.contract.hf_voice import read_hf_voice
     from trainer_core.models.vits.hf_config import vits_config_from_hf
     from trainer_core.models.vits.hf_folder import read_hf_weights, vega_weights
@@ -138,8 +145,11 @@ def _from_hf(file: SourceFile, init_discriminator: Path | None = None) -> ModelS
 
     voice = read_hf_voice(file.path)
     where = voice.describe()
-    # Names and shapes only; built on the CPU, which for a tiny model is quicker than the meta device's first use.
-    shape = Synthesizer(vits_config_from_hf(voice.config, where, n_vocab=voice.num_symbols)).state_dict()
+    # Names and shapes only; built on the CPU, which for a tiny model is quicker than
+    # the meta device's first use.
+    shape = Synthesizer(
+        vits_config_from_hf(voice.config, where, n_vocab=voice.num_symbols)
+    ).state_dict()
     weights = vega_weights(read_hf_weights(voice), shape, where)
     if init_discriminator is not None:
         from trainer_core.models.vits.hf_discriminator import read_discriminator
@@ -155,7 +165,8 @@ def _from_hf(file: SourceFile, init_discriminator: Path | None = None) -> ModelS
         audio=audio_features(voice.audio_section()),
         symbols=None,
         phonemes=bool(voice.tokenizer.get("phonemize", False)),
-        speaker_names=voice.speaker_names or None,  # their ids: a corpus's speaker "2" starts as speaker 2
+        # their ids: a corpus's speaker "2" starts as speaker 2
+        speaker_names=voice.speaker_names or None,
         mel_mean=None,
         mel_std=None,
         step=None,
@@ -164,7 +175,8 @@ def _from_hf(file: SourceFile, init_discriminator: Path | None = None) -> ModelS
 
 
 def _vits_vocabulary(file: SourceFile) -> list[str | None] | None:
-    """A Vega vits source's symbol per embedding row, from its model config (export or checkpoint)."""
+    """A Vega vits source's symbol per embedding row, from its model config
+    (export or checkpoint)."""
     from trainer_core.contract.checkpoint_peek import read_model_config
     from trainer_core.contract.init_sources import read_export_config
 
@@ -186,7 +198,9 @@ def _from_export(file: SourceFile) -> ModelSource:
     weights, document = load_exported(file.path)
     model = document.get("model") or {}
     if not model.get("kind"):
-        raise InitSourceError(f"{FIELD}: {file.path}/config.json does not say its model kind; export it again")
+        raise InitSourceError(
+            f"{FIELD}: {file.path}/config.json does not say its model kind; export it again"
+        )
     audio = model.get("audio")
     names = model.get("speaker_names")
     step = model.get("step")
@@ -204,11 +218,15 @@ def _from_checkpoint(file: SourceFile) -> ModelSource:
     state = load_checkpoint(file.path)
     weights = strip_wrappers(state.get("model") or {})
     if not weights:
-        raise InitSourceError(f"{FIELD}: checkpoint {file.path} holds no model weights; pick another checkpoint")
+        raise InitSourceError(
+            f"{FIELD}: checkpoint {file.path} holds no model weights; pick another checkpoint"
+        )
     try:
         profile = tomllib.loads(state.get("profile_toml") or "")
     except tomllib.TOMLDecodeError as exc:
-        raise InitSourceError(f"{FIELD}: checkpoint {file.path}: its profile TOML does not parse ({exc})") from exc
+        raise InitSourceError(
+            f"{FIELD}: checkpoint {file.path}: its profile TOML does not parse ({exc})"
+        ) from exc
     data_mode = run_data_mode(file.run_dir) if file.run_dir is not None else None
     kind = profile_kind(profile, data_mode) or _kind_from_weights(weights)
     audio = profile.get("audio")
@@ -226,7 +244,8 @@ def _from_checkpoint(file: SourceFile) -> ModelSource:
 
 
 def _kind_from_weights(weights: dict[str, torch.Tensor]) -> str:
-    """An "auto" profile without a recorded data mode: a TTS model carries its vocabulary, a vocoder its GAN."""
+    """An "auto" profile without a recorded data mode: a TTS model carries its
+    vocabulary, a vocoder its GAN."""
     if "text_symbols" in weights:
         return "tts"
     if any(name.startswith("generator.") for name in weights):

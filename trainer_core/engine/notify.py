@@ -1,10 +1,12 @@
-"""Notifications from the trainer: news (contract.notices) posted to a webhook from a thread of their own.
+"""Notifications from the trainer: news (contract.notices) posted to a
+webhook from a thread of their own.
 
-The training loop only ever calls `put_nowait` on a bounded queue: a full queue drops the notice with one log
-line, a slow or dead server costs the loop nothing. The thread tries each notice `tries` times with a short
-timeout and a growing pause between tries; at the end of the run `close` waits a few seconds at most for the
-queue to drain. Log lines name the webhook's host, never its URL (a secret). Payloads: ntfy (plain text,
-Title/Priority/Tags headers), Slack (`{"text"}`), Discord (`{"content"}`) or generic JSON.
+The training loop only ever calls `put_nowait` on a bounded queue: a full queue drops the notice
+with one log line, a slow or dead server costs the loop nothing. The thread tries each notice
+`tries` times with a short timeout and a growing pause between tries; at the end of the run `close`
+waits a few seconds at most for the queue to drain. Log lines name the webhook's host, never its URL
+(a secret). Payloads: ntfy (plain text, Title/Priority/Tags headers), Slack (`{"text"}`), Discord
+(`{"content"}`) or generic JSON.
 """
 
 from __future__ import annotations
@@ -44,7 +46,10 @@ def payload(notice: Notice, fmt: str) -> tuple[bytes, dict[str, str]]:
         headers = {"Title": _header_text(notice.title), "Priority": NTFY_PRIORITY[notice.priority]}
         if notice.tags:
             headers["Tags"] = ",".join(notice.tags)
-        return notice.message.encode("utf-8"), {**headers, "Content-Type": "text/plain; charset=utf-8"}
+        return notice.message.encode("utf-8"), {
+            **headers,
+            "Content-Type": "text/plain; charset=utf-8",
+        }
     if fmt == "slack":
         body: dict[str, Any] = {"text": f"*{notice.title}*\n{notice.message}"}
     elif fmt == "discord":
@@ -64,7 +69,8 @@ def _header_text(text: str) -> str:
 
 
 class WebhookSender:
-    """Posts notices from a daemon thread; `send` never blocks and `close` waits at most `drain_s`."""
+    """Posts notices from a daemon thread; `send` never blocks and `close`
+    waits at most `drain_s`."""
 
     def __init__(
         self,
@@ -75,7 +81,12 @@ class WebhookSender:
         timeout_s: float = TIMEOUT_S,
         backoff_s: float = BACKOFF_S,
     ) -> None:
-        self.config, self.tries, self.timeout_s, self.backoff_s = config, tries, timeout_s, backoff_s
+        self.config, self.tries, self.timeout_s, self.backoff_s = (
+            config,
+            tries,
+            timeout_s,
+            backoff_s,
+        )
         self.sent = self.failed = self.dropped = self.attempts = 0
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=queue_size)
         self._closing = threading.Event()
@@ -84,7 +95,8 @@ class WebhookSender:
         self._thread.start()
 
     def send(self, notice: Notice) -> bool:
-        """Queue a notice; False (and one log line) when the queue is full or the sender is closed."""
+        """Queue a notice; False (and one log line) when the queue is full
+        or the sender is closed."""
         if self._closing.is_set():
             return False
         try:
@@ -98,7 +110,8 @@ class WebhookSender:
         return True
 
     def close(self, drain_s: float = DRAIN_S) -> bool:
-        """Stop taking notices, wait up to `drain_s` for the queued ones; True when all were dealt with."""
+        """Stop taking notices, wait up to `drain_s` for the queued ones;
+        True when all were dealt with."""
         deadline = time.monotonic() + drain_s
         self._closing.set()  # from now on retries do not wait between tries
         with contextlib.suppress(queue.Full):
@@ -124,7 +137,8 @@ class WebhookSender:
         body, headers = payload(notice, self.config.format)
         why = ""
         for attempt in range(self.tries):
-            if attempt and not self._closing.is_set():  # once the run is over, retry without waiting
+            # once the run is over, retry without waiting
+            if attempt and not self._closing.is_set():
                 self._closing.wait(self.backoff_s * 2 ** (attempt - 1))
             self.attempts += 1
             why, retry = self._post(body, headers)
@@ -135,7 +149,9 @@ class WebhookSender:
                 break
         self.failed += 1
         if not self._quiet:
-            log.warning("notification %r not delivered to %s: %s", notice.kind, self.config.host, why)
+            log.warning(
+                "notification %r not delivered to %s: %s", notice.kind, self.config.host, why
+            )
 
     def _post(self, body: bytes, headers: dict[str, str]) -> tuple[str, bool]:
         """("", _) when delivered; else why not, and whether another try may help."""
@@ -144,11 +160,15 @@ class WebhookSender:
             with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
                 response.read(1024)
             return "", False
-        except urllib.error.HTTPError as exc:  # the server answered: only its own trouble is worth a retry
+        # the server answered: only its own trouble is worth a retry
+        except urllib.error.HTTPError as exc:
             return f"HTTP {exc.code}", exc.code >= 500 or exc.code == 429
         except (urllib.error.URLError, OSError, ValueError) as exc:
             reason = getattr(exc, "reason", exc)
-            return str(reason).replace(self.config.url, self.config.host) or type(exc).__name__, True
+            return (
+                str(reason).replace(self.config.url, self.config.host) or type(exc).__name__,
+                True,
+            )
 
 
 class NotifySink:
@@ -164,16 +184,20 @@ class NotifySink:
 
 
 class RunWatchers:
-    """What listens to a run besides the log: the overtraining detector, and notifications when configured.
+    """What listens to a run besides the log: the overtraining detector, and
+    notifications when configured.
 
-    `attach` after the opening events, `close` after the `finished` event (it drains the notification queue)."""
+    `attach` after the opening events, `close` after the `finished` event (it
+    drains the notification queue)."""
 
     def __init__(self) -> None:
         self.hub: EventHub | None = None
         self.listeners: list[Listener] = []
         self.sender: WebhookSender | None = None
 
-    def attach(self, hub: EventHub, run_dir: Path, overtraining_evals: int, config: NotifyConfig | None) -> None:
+    def attach(
+        self, hub: EventHub, run_dir: Path, overtraining_evals: int, config: NotifyConfig | None
+    ) -> None:
         from trainer_core.engine.overtraining import OvertrainingDetector
 
         self.hub = hub

@@ -1,10 +1,11 @@
-"""Optimizer groups: each one an optimizer with its parameters, learning-rate schedule and gradient clipping.
+"""Optimizer groups: each one an optimizer with its parameters, learning-rate
+schedule and gradient clipping.
 
-Most tasks train one group ("main": all parameters, the profile's optimizer and schedule). A task that declares
-groups (`Task.optimizer_groups`, e.g. a discriminator and a generator) gets one AdamW and one schedule per group,
-in its update order; every trainable parameter must belong to exactly one. The primary group's learning rate is
-the run's "lr" and its warmup the run's; the checkpoint keeps its state under the one-group keys, so one-group
-checkpoints read the same as before.
+Most tasks train one group ("main": all parameters, the profile's optimizer and schedule). A task
+that declares groups (`Task.optimizer_groups`, e.g. a discriminator and a generator) gets one AdamW
+and one schedule per group, in its update order; every trainable parameter must belong to exactly
+one. The primary group's learning rate is the run's "lr" and its warmup the run's; the checkpoint
+keeps its state under the one-group keys, so one-group checkpoints read the same as before.
 """
 
 from __future__ import annotations
@@ -88,9 +89,13 @@ class OptimizerGroups(Sequence[OptimizerGroup]):
         return int(self.main.scheduler.lr_lambdas[0].warmup_steps)  # type: ignore[attr-defined]  # a ScheduleLambda
 
     def state_dict(self) -> dict[str, Any]:
-        """One group keeps the checkpoint's original keys (optimizer, scheduler); more groups add theirs by name."""
+        """One group keeps the checkpoint's original keys (optimizer, scheduler);
+        more groups add theirs by name."""
         main = self.main
-        out: dict[str, Any] = {"optimizer": main.optimizer.state_dict(), "scheduler": main.scheduler.state_dict()}
+        out: dict[str, Any] = {
+            "optimizer": main.optimizer.state_dict(),
+            "scheduler": main.scheduler.state_dict(),
+        }
         for group in self.others():
             out[f"optimizer.{group.name}"] = group.optimizer.state_dict()
             out[f"scheduler.{group.name}"] = group.scheduler.state_dict()
@@ -105,26 +110,39 @@ class OptimizerGroups(Sequence[OptimizerGroup]):
 
 
 def fused_on(device: torch.device) -> bool:
-    """One kernel per step where torch has it: on a CPU, 4x faster than the default for Piper's 47M-parameter
-    discriminator (bench/gpu_check compares it with the default on CUDA)."""
+    """One kernel per step where torch has it: on a CPU, 4x faster than the default for Piper's
+    47M-parameter discriminator (bench/gpu_check compares it with the default on CUDA)."""
     return device.type in ("cuda", "cpu")
 
 
 def single_group(
     model: torch.nn.Module, profile: Profile, device: torch.device, warmup: int, total: int
 ) -> OptimizerGroups:
-    """AdamW over every parameter with the profile's schedule: the group every built-in task trains."""
+    """AdamW over every parameter with the profile's schedule: the group
+    every built-in task trains."""
     t = profile.train
     params = list(model.parameters())
-    optimizer = torch.optim.AdamW(params, lr=t.lr, betas=t.betas, weight_decay=t.weight_decay, fused=fused_on(device))
-    scheduler = build_lr_scheduler(optimizer, t.schedule, warmup, total, t.restart_period, t.restart_mult)
-    return OptimizerGroups([OptimizerGroup(MAIN, params, optimizer, scheduler, t.grad_clip or None)])
+    optimizer = torch.optim.AdamW(
+        params, lr=t.lr, betas=t.betas, weight_decay=t.weight_decay, fused=fused_on(device)
+    )
+    scheduler = build_lr_scheduler(
+        optimizer, t.schedule, warmup, total, t.restart_period, t.restart_mult
+    )
+    return OptimizerGroups(
+        [OptimizerGroup(MAIN, params, optimizer, scheduler, t.grad_clip or None)]
+    )
 
 
 def task_groups(
-    task: Task, model: torch.nn.Module, profile: Profile, device: torch.device, warmup: int, total: int
+    task: Task,
+    model: torch.nn.Module,
+    profile: Profile,
+    device: torch.device,
+    warmup: int,
+    total: int,
 ) -> OptimizerGroups:
-    """The task's declared groups (in its update order), or the single "main" group when it declares none."""
+    """The task's declared groups (in its update order), or the single
+    "main" group when it declares none."""
     specs = task.optimizer_groups()
     if not specs:
         return single_group(model, profile, device, warmup, total)
@@ -133,7 +151,9 @@ def task_groups(
     return OptimizerGroups(groups, primary=task.primary_group())
 
 
-def _build_group(spec: GroupSpec, profile: Profile, device: torch.device, warmup: int, total: int) -> OptimizerGroup:
+def _build_group(
+    spec: GroupSpec, profile: Profile, device: torch.device, warmup: int, total: int
+) -> OptimizerGroup:
     """AdamW with the spec's settings where it has them, the profile's elsewhere."""
     t = profile.train
     optimizer = torch.optim.AdamW(
@@ -144,19 +164,26 @@ def _build_group(spec: GroupSpec, profile: Profile, device: torch.device, warmup
         fused=fused_on(device),
     )
     schedule = spec.schedule or t.schedule
-    scheduler = build_lr_scheduler(optimizer, schedule, warmup, total, t.restart_period, t.restart_mult)
+    scheduler = build_lr_scheduler(
+        optimizer, schedule, warmup, total, t.restart_period, t.restart_mult
+    )
     clip = t.grad_clip if spec.clip is None else spec.clip
     return OptimizerGroup(spec.name, list(spec.params), optimizer, scheduler, clip or None)
 
 
 def _check_cover(model: torch.nn.Module, specs: Sequence[GroupSpec]) -> None:
-    """Every trainable parameter in exactly one group: a missing one would never train, a shared one step twice."""
+    """Every trainable parameter in exactly one group: a missing one would never
+    train, a shared one step twice."""
     owner: dict[int, str] = {}
     for spec in specs:
         for param in spec.params:
             if id(param) in owner:
-                raise VegaError(f"a parameter is in optimizer groups {owner[id(param)]!r} and {spec.name!r}")
+                raise VegaError(
+                    f"a parameter is in optimizer groups {owner[id(param)]!r} and {spec.name!r}"
+                )
             owner[id(param)] = spec.name
-    missing = [name for name, p in model.named_parameters() if p.requires_grad and id(p) not in owner]
+    missing = [
+        name for name, p in model.named_parameters() if p.requires_grad and id(p) not in owner
+    ]
     if missing:
         raise VegaError(f"parameters in no optimizer group: {', '.join(missing[:5])}")

@@ -1,9 +1,11 @@
-"""Overtraining: the validation loss rises several evaluations in a row while the training loss falls.
+"""Overtraining: the validation loss rises several evaluations in a row
+while the training loss falls.
 
-The model is then learning its training clips by heart; the checkpoint to keep is the best one already saved.
-`OvertrainingWatch` decides on a sequence of (validation loss, mean training loss of the interval before it);
-`OvertrainingDetector` listens to the trainer's own events and, once per episode (an episode ends when the
-validation loss reaches a new best), emits an `overtraining` event naming the best checkpoint (best.json).
+The model is then learning its training clips by heart; the checkpoint to keep is the best one
+already saved. `OvertrainingWatch` decides on a sequence of (validation loss, mean training loss of
+the interval before it); `OvertrainingDetector` listens to the trainer's own events and, once per
+episode (an episode ends when the validation loss reaches a new best), emits an `overtraining` event
+naming the best checkpoint (best.json).
 """
 
 from __future__ import annotations
@@ -24,15 +26,16 @@ log = logging.getLogger("trainer_core")
 
 @dataclass(frozen=True)
 class Rise:
-    """The evidence: validation losses from before the rise to now, and the training means beside them."""
+    """The evidence: validation losses from before the rise to now, and the
+    training means beside them."""
 
     val_losses: list[float]
     train_losses: list[float]
 
 
 class OvertrainingWatch:
-    """Fed each validation in order; `add` returns a Rise the first time `evals` rises in a row meet a falling
-    training loss, then nothing until the validation loss beats its best again."""
+    """Fed each validation in order; `add` returns a Rise the first time `evals` rises in a row meet
+    a falling training loss, then nothing until the validation loss beats its best again."""
 
     def __init__(self, evals: int) -> None:
         self.evals = evals
@@ -60,7 +63,8 @@ class OvertrainingWatch:
 
 
 class OvertrainingDetector:
-    """An EventHub listener: training losses summed per interval, each validation through the watch."""
+    """An EventHub listener: training losses summed per interval, each
+    validation through the watch."""
 
     def __init__(self, evals: int, hub: EventHub, checkpoints: Path) -> None:
         self.watch, self.hub, self.checkpoints = OvertrainingWatch(evals), hub, checkpoints
@@ -84,12 +88,17 @@ class OvertrainingDetector:
         best_step = best.get("step") if best and isinstance(best.get("step"), int) else None
         best_path = str(self.checkpoints / best["path"]) if best_step is not None and best else None
         vals, trains = rise.val_losses, rise.train_losses
-        keep = f"the best checkpoint is step {best_step}: {best_path}" if best_path else "no best checkpoint yet"
+        keep = (
+            f"the best checkpoint is step {best_step}: {best_path}"
+            if best_path
+            else "no best checkpoint yet"
+        )
         message = (
-            f"validation loss rose {len(vals) - 1} evaluations in a row ({format_number(vals[0])} -> "
-            f"{format_number(vals[-1])}) while the training loss fell ({format_number(trains[0])} -> "
-            f"{format_number(trains[-1])}): the model is learning its training clips by heart; {keep} "
-            "(train.early_stopping_patience ends such runs by itself)"
+            f"validation loss rose {len(vals) - 1} evaluations in a row ({format_number(vals[0])}"
+            f" -> {format_number(vals[-1])}) while the training loss fell"
+            f" ({format_number(trains[0])} -> {format_number(trains[-1])}): the model is learning"
+            f" its training clips by heart; {keep} (train.early_stopping_patience ends such runs by"
+            " itself)"
         )
         log.warning("%s", message, extra={NO_EVENT: True})
         return OvertrainingEvent(step=step, evaluations=len(vals) - 1, val_losses=vals, train_losses=trains,

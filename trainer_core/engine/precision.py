@@ -35,7 +35,8 @@ NO_AUTOCAST = contextlib.nullcontext()
 
 @functools.cache
 def autocast_works(device_type: str, dtype: torch.dtype) -> bool:
-    """Whether autocast to `dtype` really runs a matmul on this device type in the installed torch."""
+    """Whether autocast to `dtype` really runs a matmul on this device type
+    in the installed torch."""
     try:
         with warnings.catch_warnings():
             # Unsupported dtypes only warn and disable autocast; the output dtype tells the truth.
@@ -63,10 +64,12 @@ def native_scaler_works(device_type: str) -> bool:
 
 
 def mps_autocast_available() -> bool:
-    """Whether the installed torch has fp16 autocast for MPS (a build-level check, no device needed)."""
+    """Whether the installed torch has fp16 autocast for MPS (a build-level
+    check, no device needed)."""
     try:
         return bool(torch.amp.is_autocast_available("mps"))
-    except AttributeError:  # older torch: no torch.amp.is_autocast_available, no MPS autocast either
+    # older torch: no torch.amp.is_autocast_available, no MPS autocast either
+    except AttributeError:
         return False
 
 
@@ -113,7 +116,8 @@ class PrecisionPolicy:
         return DTYPES.get(self.name, torch.float32)
 
     def autocast(self) -> AbstractContextManager[Any]:
-        """The context for the forward pass (and loss): a fresh autocast, or the shared no-op one at fp32."""
+        """The context for the forward pass (and loss): a fresh autocast, or
+        the shared no-op one at fp32."""
         if self.name == "fp32":
             return NO_AUTOCAST
         return torch.autocast(self.device_type, dtype=self.dtype)
@@ -135,12 +139,15 @@ class PrecisionPolicy:
         return None
 
     @classmethod
-    def resolve(cls, requested: str, device: torch.device | str, **probes: bool | None) -> PrecisionPolicy:
+    def resolve(
+        cls, requested: str, device: torch.device | str, **probes: bool | None
+    ) -> PrecisionPolicy:
         """Same as `resolve_precision` (probes: bf16_supported, native_mps_scaler)."""
         return resolve_precision(requested, device, **probes)
 
     def describe(self) -> str:
-        """One line for logs and events, e.g. 'fp16 autocast on mps, loss scaling by VegaGradScaler (...)'."""
+        """One line for logs and events, e.g. 'fp16 autocast on mps, loss
+        scaling by VegaGradScaler (...)'."""
         mode = "fp32, no autocast" if self.name == "fp32" else f"{self.name} autocast"
         return f"{mode} on {self.device_type}, {SCALING_NAMES[self.scaler_kind]} ({self.reason})"
 
@@ -164,17 +171,21 @@ def resolve_precision(
     return resolver(requested, device, bf16_supported, native_mps_scaler)
 
 
-def _policy(name: str, device: torch.device, scaler: ScalerKind, bf16: bool, reason: str) -> PrecisionPolicy:
+def _policy(
+    name: str, device: torch.device, scaler: ScalerKind, bf16: bool, reason: str
+) -> PrecisionPolicy:
     return PrecisionPolicy(name, device.type, scaler, bf16, reason)  # type: ignore[arg-type]
 
 
-def _resolve_cuda(requested: str, device: torch.device, bf16: bool, _native: bool | None) -> PrecisionPolicy:
+def _resolve_cuda(
+    requested: str, device: torch.device, bf16: bool, _native: bool | None
+) -> PrecisionPolicy:
     if requested == "fp32":
         return _policy("fp32", device, "none", bf16, "train.precision = fp32")
     if requested == "bf16" and not bf16:
         raise ProfileError(
-            f'train.precision = "bf16" but {cuda_device_label(device)} has no native bf16 (needs compute '
-            'capability 8.0 or newer): set train.precision to "fp16" or "auto"'
+            f'train.precision = "bf16" but {cuda_device_label(device)} has no native bf16 (needs'
+            ' compute capability 8.0 or newer): set train.precision to "fp16" or "auto"'
         )
     if requested == "bf16" or (requested == "auto" and bf16):
         return _policy("bf16", device, "none", bf16, f"{requested}: the GPU supports bf16")
@@ -182,7 +193,9 @@ def _resolve_cuda(requested: str, device: torch.device, bf16: bool, _native: boo
     return _policy("fp16", device, "torch", bf16, reason)
 
 
-def _resolve_mps(requested: str, device: torch.device, bf16: bool, native: bool | None) -> PrecisionPolicy:
+def _resolve_mps(
+    requested: str, device: torch.device, bf16: bool, native: bool | None
+) -> PrecisionPolicy:
     if requested == "fp32":
         return _policy("fp32", device, "none", bf16, "train.precision = fp32")
     if requested == "bf16":
@@ -198,14 +211,18 @@ def _resolve_mps(requested: str, device: torch.device, bf16: bool, native: bool 
                 'train.precision = "fp16" but fp16 autocast does not work on MPS with this torch: '
                 'set train.precision to "fp32" or upgrade torch'
             )
-        return _policy("fp32", device, "none", bf16, "auto: fp16 autocast does not work on MPS with this torch")
+        return _policy(
+            "fp32", device, "none", bf16, "auto: fp16 autocast does not work on MPS with this torch"
+        )
     native = native_scaler_works("mps") if native is None else native
     kind: ScalerKind = "torch" if native else "vega"
     scaler_note = "native MPS grad scaler" if native else "torch has no working MPS grad scaler"
     return _policy("fp16", device, kind, bf16, f"{requested}: {scaler_note}")
 
 
-def _resolve_cpu(requested: str, device: torch.device, bf16: bool, _native: bool | None) -> PrecisionPolicy:
+def _resolve_cpu(
+    requested: str, device: torch.device, bf16: bool, _native: bool | None
+) -> PrecisionPolicy:
     if requested in ("auto", "fp32"):
         return _policy("fp32", device, "none", bf16, f"{requested}: CPU trains in fp32")
     if requested == "bf16":
@@ -217,7 +234,8 @@ def _resolve_cpu(requested: str, device: torch.device, bf16: bool, _native: bool
         return _policy("bf16", device, "none", bf16, "train.precision = bf16")
     if not (autocast_works("cpu", torch.float16) and native_scaler_works("cpu")):
         raise ProfileError(
-            'train.precision = "fp16" is not supported on CPU by this torch: set train.precision to "bf16" or "fp32"'
+            'train.precision = "fp16" is not supported on CPU by this torch: set train.precision to'
+            ' "bf16" or "fp32"'
         )
     return _policy("fp16", device, "torch", bf16, "train.precision = fp16")
 

@@ -1,9 +1,9 @@
 """Inter-batch profiler: where each step's time goes (data, transfer, forward, backward, optimizer).
 
-With several optimizer groups, forward, backward and optimizer are also timed per group (a phase named
-"forward.generator" adds to "forward" and to the generator's own breakdown).
-On CPU the phases run synchronously, so host timestamps are exact. On CUDA the phases are
-bracketed with CUDA events and read back only when a breakdown is emitted, so steps never sync.
+With several optimizer groups, forward, backward and optimizer are also timed per group (a phase
+named "forward.generator" adds to "forward" and to the generator's own breakdown). On CPU the phases
+run synchronously, so host timestamps are exact. On CUDA the phases are bracketed with CUDA events
+and read back only when a breakdown is emitted, so steps never sync.
 """
 
 from __future__ import annotations
@@ -69,16 +69,19 @@ class StepProfiler:
         # Waiting for data is host time even on a GPU: the device is idle meanwhile.
         cuda = self.use_cuda_events
         self._phases = {
-            name: CudaPhase(name, self) if cuda and name != "data" else HostPhase(name, self) for name in PHASES
+            name: CudaPhase(name, self) if cuda and name != "data" else HostPhase(name, self)
+            for name in PHASES
         }
 
     def phase(self, name: str, group: str | None = None) -> HostPhase | CudaPhase:
-        """The context that times phase `name` (one of PHASES), for one optimizer group when named; the same
-        object every call."""
+        """The context that times phase `name` (one of PHASES), for one optimizer group when
+        named; the same object every call."""
         key = name if group is None else f"{name}.{group}"
         found = self._phases.get(key)
         if found is None:
-            found = self._phases[key] = CudaPhase(key, self) if self.use_cuda_events else HostPhase(key, self)
+            found = self._phases[key] = (
+                CudaPhase(key, self) if self.use_cuda_events else HostPhase(key, self)
+            )
         return found
 
     def add(self, key: str, seconds: float) -> None:

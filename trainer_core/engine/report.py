@@ -1,5 +1,6 @@
-"""report.png at the end of a run: loss, validation loss, learning rate and throughput from the event log, and for
-a voice run the last alignment picture (`sample` events of kind "image" name it, `rundir.ALIGNMENT_VIEW`)."""
+"""report.png at the end of a run: loss, validation loss, learning rate and throughput from
+the event log, and for a voice run the last alignment picture (`sample` events of kind "image"
+name it, `rundir.ALIGNMENT_VIEW`)."""
 
 from __future__ import annotations
 
@@ -26,10 +27,14 @@ def _series(events) -> dict[str, list]:
 
 
 def last_alignment(run_dir: Path, events: list[Event]) -> SampleEvent | None:
-    """The newest alignment picture the log names that this run folder still holds (found by its step folder and
-    name, so a moved run folder shows its own copy)."""
+    """The newest alignment picture the log names that this run folder still holds (found by its
+    step folder and name, so a moved run folder shows its own copy)."""
     for e in reversed(events):
-        if isinstance(e, SampleEvent) and e.kind == "image" and Path(e.path).name == rundir.ALIGNMENT_VIEW:
+        if (
+            isinstance(e, SampleEvent)
+            and e.kind == "image"
+            and Path(e.path).name == rundir.ALIGNMENT_VIEW
+        ):
             recorded = Path(e.path)
             here = run_dir / rundir.SAMPLES / recorded.parent.name / recorded.name
             if here.is_file():
@@ -74,7 +79,8 @@ def write_report(run_dir: Path) -> Path:
 
 
 def _alignment_panel(axes, alignment: SampleEvent) -> None:
-    """The alignment picture as written at its evaluation (its own axes, title and colour bar included)."""
+    """The alignment picture as written at its evaluation (its own axes,
+    title and colour bar included)."""
     import matplotlib.image
 
     axes.imshow(matplotlib.image.imread(alignment.path))

@@ -30,7 +30,8 @@ RNG_STATE_VERSION = 1
 
 
 def capture_rng_state() -> dict[str, Any]:
-    """Snapshot all generators into a dict that survives torch.save / torch.load(weights_only=True)."""
+    """Snapshot all generators into a dict that survives torch.save /
+    torch.load(weights_only=True)."""
     return {
         "version": RNG_STATE_VERSION,
         "torch_cpu": torch.get_rng_state().clone(),
@@ -49,15 +50,18 @@ def restore_rng_state(state: dict[str, Any]) -> list[str]:
     """
     if not isinstance(state, dict) or state.get("version") != RNG_STATE_VERSION:
         raise CheckpointError(
-            f"the checkpoint's RNG state is not in the expected format (version {RNG_STATE_VERSION}); "
-            "it was written by a different Vega version or is damaged: start a fresh run"
+            "the checkpoint's RNG state is not in the expected format (version"
+            f" {RNG_STATE_VERSION}); it was written by a different Vega version or is damaged:"
+            " start a fresh run"
         )
     try:
         torch.set_rng_state(_as_byte_tensor(state["torch_cpu"]))
         _restore_numpy(state["numpy"])
         _restore_python(state["python"])
     except (KeyError, TypeError, ValueError, RuntimeError) as exc:
-        raise CheckpointError(f"the checkpoint's RNG state is damaged ({exc}): start a fresh run") from exc
+        raise CheckpointError(
+            f"the checkpoint's RNG state is damaged ({exc}): start a fresh run"
+        ) from exc
     return _restore_cuda(state.get("cuda") or []) + _restore_mps(state.get("mps"))
 
 
@@ -104,7 +108,13 @@ def _as_byte_tensor(value: Any) -> torch.Tensor:
 def _restore_numpy(saved: dict[str, Any]) -> None:
     keys = saved["keys"].numpy().astype(np.uint32)
     np.random.set_state(
-        (saved["name"], keys, int(saved["pos"]), int(saved["has_gauss"]), float(saved["cached_gaussian"]))
+        (
+            saved["name"],
+            keys,
+            int(saved["pos"]),
+            int(saved["has_gauss"]),
+            float(saved["cached_gaussian"]),
+        )
     )
 
 
@@ -118,13 +128,14 @@ def _restore_cuda(saved: list[Any]) -> list[str]:
         return []
     if not torch.cuda.is_available():
         return [
-            f"the checkpoint holds RNG state for {len(saved)} CUDA device(s) but CUDA is not available here: "
-            "not restored"
+            f"the checkpoint holds RNG state for {len(saved)} CUDA device(s) but CUDA is not"
+            " available here: not restored"
         ]
     count = torch.cuda.device_count()
     if count != len(saved):
         return [
-            f"the checkpoint holds RNG state for {len(saved)} CUDA device(s) but {count} are visible here: not restored"
+            f"the checkpoint holds RNG state for {len(saved)} CUDA device(s) but {count} are"
+            " visible here: not restored"
         ]
     torch.cuda.set_rng_state_all([_as_byte_tensor(s) for s in saved])
     return []

@@ -3,8 +3,8 @@
 `run_training` is the trainer's main(): short, with the clean-up in `finally` so that every run
 ends with a `finished` event, a session.json and a closed log, even when it fails.
 
-Under torchrun every rank runs this too, but only rank 0 touches the run folder's shared files: events,
-session.json, profile.toml, the control socket, TensorBoard, exports. The other ranks log to
+Under torchrun every rank runs this too, but only rank 0 touches the run folder's shared files:
+events, session.json, profile.toml, the control socket, TensorBoard, exports. The other ranks log to
 trainer-rank<N>.log and follow rank 0's decisions through the loop's step-boundary exchange.
 """
 
@@ -57,7 +57,11 @@ def run_training(plan: TrainPlan, events_to_stdout: bool = False) -> int:
     run_dir = rundir.create_run_dir(plan.run_dir) if main else _rank_folder(plan.run_dir)
     if main:
         _refuse_a_live_run(run_dir)
-    writer = EventWriter.resume(run_dir / rundir.EVENTS, stdout=events_to_stdout) if main else NullEventWriter()
+    writer = (
+        EventWriter.resume(run_dir / rundir.EVENTS, stdout=events_to_stdout)
+        if main
+        else NullEventWriter()
+    )
     console = _console_for(events_to_stdout, plan) if main else None
     hub = EventHub(writer, [console.on_event] if console else [])
     _setup_rank_logging(plan, hub, run_dir)
@@ -65,7 +69,8 @@ def run_training(plan: TrainPlan, events_to_stdout: bool = False) -> int:
     outcome = RunOutcome(started=time.time())
     watchers = RunWatchers()  # overtraining and notifications (rank 0)
     try:
-        # Signals are caught from the start: a stop during set-up still ends with a `finished` event.
+        # Signals are caught from the start: a stop during set-up still ends
+        # with a `finished` event.
         with console or _nothing(), _stop_on_signals(control):
             if main:
                 _announce(plan, hub, run_dir)
@@ -93,11 +98,14 @@ def run_training(plan: TrainPlan, events_to_stdout: bool = False) -> int:
 
 
 def _rank_folder(path: Path) -> Path:
-    """Ranks other than 0 only need the folder to exist for their own log (rank 0 lays out the rest)."""
+    """Ranks other than 0 only need the folder to exist for their own log
+    (rank 0 lays out the rest)."""
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise VegaError(f"cannot create run folder {path}: {exc.strerror or exc}; choose another --run-dir") from exc
+        raise VegaError(
+            f"cannot create run folder {path}: {exc.strerror or exc}; choose another --run-dir"
+        ) from exc
     return path
 
 
@@ -107,7 +115,9 @@ def _setup_rank_logging(plan: TrainPlan, hub: EventHub, run_dir: Path) -> None:
     if world.is_main:
         setup_logging(run_dir / rundir.LOG, hub, level, to_stderr=_stderr_is_free(run_dir))
     else:
-        setup_logging(run_dir / rank_log_name(world.rank), hub, level, to_stderr=False, rank=world.rank)
+        setup_logging(
+            run_dir / rank_log_name(world.rank), hub, level, to_stderr=False, rank=world.rank
+        )
 
 
 class RunOutcome:
@@ -121,8 +131,11 @@ class RunOutcome:
         self.trainer: Trainer | None = None
         self.summary: dict[str, Any] = {}
 
-    def fail(self, exc: BaseException, hub: EventHub, exit_code: int, tb: str | None = None) -> None:
-        """The `error` event; a failure with a traceback also names the code it happened in (file and line)."""
+    def fail(
+        self, exc: BaseException, hub: EventHub, exit_code: int, tb: str | None = None
+    ) -> None:
+        """The `error` event; a failure with a traceback also names the code
+        it happened in (file and line)."""
         self.status, self.exit_code, self.error = "failed", exit_code, exc
         if self.trainer is not None:
             self.trainer.telemetry.flush()  # the steps before the failure belong in the log
@@ -136,7 +149,8 @@ class RunOutcome:
             self.summary["error_at"] = f"{details['file']}:{details['line']}"
 
     def failure_text(self, log_path: Path) -> str:
-        """What stderr says when the run failed with a traceback: the error, then the log and the last checkpoint."""
+        """What stderr says when the run failed with a traceback: the error, then
+        the log and the last checkpoint."""
         t = self.trainer
         manager = t.checkpointer.manager if t is not None else None
         saved = manager.list_complete() if manager is not None else []
@@ -157,7 +171,8 @@ class RunOutcome:
         summary.update(self.summary)
         try:
             write_session(run_dir, plan, self.status, self.started, seconds, summary)
-        except OSError as exc:  # the events tell the story too; a summary file must not crash the end
+        # the events tell the story too; a summary file must not crash the end
+        except OSError as exc:
             hub.error(f"session.json not written in {run_dir}: {exc.strerror or exc}")
         hub.emit(
             FinishedEvent(
@@ -170,8 +185,16 @@ class RunOutcome:
         )
 
 
-def _train(plan: TrainPlan, hub: EventHub, control: ControlState, run_dir: Path, outcome: RunOutcome) -> FinishedStatus:
-    from trainer_core.engine.setup import build_trainer, check_ranks_agree, finalize, load_start_source, start_model
+def _train(
+    plan: TrainPlan, hub: EventHub, control: ControlState, run_dir: Path, outcome: RunOutcome
+) -> FinishedStatus:
+    from trainer_core.engine.setup import (
+        build_trainer,
+        check_ranks_agree,
+        finalize,
+        load_start_source,
+        start_model,
+    )
 
     main = plan.world.is_main
     # W&B starts first: its service starts (seconds) in a thread while the model is built.
@@ -196,7 +219,8 @@ def _train(plan: TrainPlan, hub: EventHub, control: ControlState, run_dir: Path,
 
 @contextmanager
 def _tensorboard(plan: TrainPlan, hub: EventHub, run_dir: Path) -> Iterator[None]:
-    """TensorBoard scalars while training, when the profile asks for them and the package is there."""
+    """TensorBoard scalars while training, when the profile asks for them
+    and the package is there."""
     if not plan.profile.logging.tensorboard:
         yield
         return
@@ -215,7 +239,9 @@ def _tensorboard(plan: TrainPlan, hub: EventHub, run_dir: Path) -> Iterator[None
         board.close()
 
 
-def _wandb(plan: TrainPlan, hub: EventHub, run_dir: Path) -> AbstractContextManager[WandbSink | None]:
+def _wandb(
+    plan: TrainPlan, hub: EventHub, run_dir: Path
+) -> AbstractContextManager[WandbSink | None]:
     """Weights & Biases logging while training (engine.wandb_log), when the profile asks for it."""
     from trainer_core.engine.wandb_log import wandb_logging
 
@@ -223,7 +249,8 @@ def _wandb(plan: TrainPlan, hub: EventHub, run_dir: Path) -> AbstractContextMana
 
 
 def _refuse_a_live_run(run_dir: Path) -> None:
-    """Two trainers in one run folder would interleave events and overwrite checkpoints: refuse early."""
+    """Two trainers in one run folder would interleave events and overwrite
+    checkpoints: refuse early."""
     from trainer_core.contract.control_client import control_socket_path
     from trainer_core.engine.control_server import socket_answers
 
@@ -237,8 +264,13 @@ def _refuse_a_live_run(run_dir: Path) -> None:
 
 @contextmanager
 def _control_socket(run_dir: Path, control: ControlState, hub: EventHub) -> Iterator[None]:
-    """The control socket while training; where the path is too long for a socket, train without one."""
-    from trainer_core.contract.control_client import ControlError, check_socket_path_length, control_socket_path
+    """The control socket while training; where the path is too long for a
+    socket, train without one."""
+    from trainer_core.contract.control_client import (
+        ControlError,
+        check_socket_path_length,
+        control_socket_path,
+    )
     from trainer_core.engine.control_server import ControlServer
 
     try:
@@ -336,7 +368,8 @@ def _announce(plan: TrainPlan, hub: EventHub, run_dir: Path) -> None:
 
 
 def _torch_version() -> str | None:
-    """The installed torch's version, read from its metadata: importing torch here would delay `hello`."""
+    """The installed torch's version, read from its metadata: importing
+    torch here would delay `hello`."""
     from importlib.metadata import PackageNotFoundError, version
 
     try:

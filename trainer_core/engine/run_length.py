@@ -1,8 +1,10 @@
-"""How long the run trains: the schedule's length and warmup, from train.max_steps, epochs or a time budget.
+"""How long the run trains: the schedule's length and warmup, from
+train.max_steps, epochs or a time budget.
 
-With `train.target_hours` the length is planned from measured throughput (`engine.budget`) and re-planned
-as it changes; the warmup is fitted to the first plan (`trainer_core.warmup`). Under DDP rank 0 alone
-measures and plans, and the step-boundary exchange hands its plan to the other ranks (`adopt`).
+With `train.target_hours` the length is planned from measured throughput (`engine.budget`)
+and re-planned as it changes; the warmup is fitted to the first plan
+(`trainer_core.warmup`). Under DDP rank 0 alone measures and plans, and the step-boundary
+exchange hands its plan to the other ranks (`adopt`).
 """
 
 from __future__ import annotations
@@ -26,15 +28,22 @@ log = logging.getLogger("trainer_core")
 
 
 class RunLength:
-    """Plans `state.total_steps` and `state.warmup_steps` and keeps the optimizer groups' schedules on them."""
+    """Plans `state.total_steps` and `state.warmup_steps` and keeps the
+    optimizer groups' schedules on them."""
 
     def __init__(
-        self, profile: Profile, state: LoopState, steps_per_epoch: Callable[[], int], world: World, events: EventHub
+        self,
+        profile: Profile,
+        state: LoopState,
+        steps_per_epoch: Callable[[], int],
+        world: World,
+        events: EventHub,
     ) -> None:
         self.profile, self.state, self.world, self.events = profile, state, world, events
         self.steps_per_epoch = steps_per_epoch
         self.budget = self._new_budget()
-        self.groups: OptimizerGroups | None = None  # attached once the optimizers exist (they need the plan)
+        # attached once the optimizers exist (they need the plan)
+        self.groups: OptimizerGroups | None = None
         state.warmup_steps = self._initial_warmup()
         state.total_steps = self.planned_total_steps()
 
@@ -42,38 +51,47 @@ class RunLength:
         self.groups = groups
 
     def planned_total_steps(self) -> int:
-        """The schedule's length: train.max_steps, else epochs x steps per epoch (never shorter than the warmup)."""
+        """The schedule's length: train.max_steps, else epochs x steps per epoch
+        (never shorter than the warmup)."""
         t = self.profile.train
         if t.max_steps is not None:
             return t.max_steps
         return max(self.warmup_steps() + 1, t.epochs * self.steps_per_epoch())
 
     def warmup_steps(self) -> int:
-        """The warmup in use: fitted to the plan (trainer_core.warmup), or train.warmup_steps until a budget's plan."""
+        """The warmup in use: fitted to the plan (trainer_core.warmup), or
+        train.warmup_steps until a budget's plan."""
         fitted = self.state.warmup_steps
         return self.profile.train.warmup_steps if fitted is None else fitted
 
     def finished(self) -> bool:
         cap = self.profile.train.max_steps
-        if cap is not None and self.state.step >= cap:  # with a time budget too: whichever comes first
+        # with a time budget too: whichever comes first
+        if cap is not None and self.state.step >= cap:
             return True
         if self.budget is not None:
             return self.budget.out_of_time() and self.state.step > 0
         return self.state.step >= self.state.total_steps
 
     def announce_warmup(self, planned_steps: int | None = None) -> None:
-        """A `warning` event (code warmup_fitted) when the warmup in use is not train.warmup_steps."""
+        """A `warning` event (code warmup_fitted) when the warmup in use is
+        not train.warmup_steps."""
         if self.state.warmup_steps is None:  # a budget's warmup is announced when it is fitted
             return
         asked, used = self.profile.train.warmup_steps, self.warmup_steps()
         if used == asked or not self.world.is_main:
             return
-        source = "the time budget plans" if self.budget is not None else "planned (train.epochs x steps per epoch)"
+        source = (
+            "the time budget plans"
+            if self.budget is not None
+            else "planned (train.epochs x steps per epoch)"
+        )
         planned = self.state.total_steps if planned_steps is None else planned_steps
         self.events.warn(warmup_note(asked, used, planned, source), code="warmup_fitted")
 
     def observe(self, items: int) -> None:
-        """Rank 0 with a time budget: measure the step, and re-plan the schedule when the budget says so."""
+        """Rank 0 with a time budget: measure the step, and re-plan the
+        schedule when the budget says so."""
         if self.budget is None or not self.world.is_main:
             return
         plan = self.budget.observe(self.state.step, items)
@@ -95,7 +113,8 @@ class RunLength:
             self.announce_warmup(plan.total_steps)
 
     def adopt(self, total_steps: int) -> None:
-        """DDP ranks other than 0: take rank 0's plan (fitting the warmup to its first one, as rank 0 did)."""
+        """DDP ranks other than 0: take rank 0's plan (fitting the warmup to
+        its first one, as rank 0 did)."""
         if total_steps == self.state.total_steps:
             return
         if self.state.warmup_steps is None:
@@ -103,7 +122,8 @@ class RunLength:
         self._set_total(total_steps)
 
     def restored(self, budget_elapsed_s: float | None) -> None:
-        """After a resume: the current profile decides how long to train (a resumed run may be extended)."""
+        """After a resume: the current profile decides how long to train (a
+        resumed run may be extended)."""
         s = self.state
         if self.budget is not None:
             # The time budget covers the whole run: time already trained counts against it.
@@ -111,7 +131,11 @@ class RunLength:
         else:
             s.total_steps = self.planned_total_steps()
         if s.step >= s.total_steps:
-            log.warning("the checkpoint is at step %d, already at or past the planned %d steps", s.step, s.total_steps)
+            log.warning(
+                "the checkpoint is at step %d, already at or past the planned %d steps",
+                s.step,
+                s.total_steps,
+            )
         elif self.groups is not None:
             self.groups.set_total_steps(s.total_steps)
 
@@ -121,13 +145,14 @@ class RunLength:
             self.budget.started += seconds
 
     def note_end_cost(self, name: str, seconds: float) -> None:
-        """What a validation or a checkpoint costs: the budget keeps that much for the end of the run."""
+        """What a validation or a checkpoint costs: the budget keeps that
+        much for the end of the run."""
         if self.budget is not None:
             self.budget.note_end_cost(name, seconds)
 
     def note_recurring(self, name: str, seconds: float, evaluations: int = 1) -> None:
-        """What a validation (or a pass every `evaluations` validations) costs, spread over the steps
-        between them; the time it took is kept out of the step-rate measurement."""
+        """What a validation (or a pass every `evaluations` validations) costs, spread over the
+        steps between them; the time it took is kept out of the step-rate measurement."""
         if self.budget is None:
             return
         every = self.profile.train.eval_every_steps or self.budget.steps_per_epoch
@@ -152,7 +177,8 @@ class RunLength:
             self.groups.set_total_steps(total_steps)
 
     def _initial_warmup(self) -> int | None:
-        """Fitted to epochs x steps per epoch now; a time budget's plan fits it after calibration (None until)."""
+        """Fitted to epochs x steps per epoch now; a time budget's plan fits it
+        after calibration (None until)."""
         t = self.profile.train
         if t.max_steps is not None:
             return t.warmup_steps
@@ -161,7 +187,8 @@ class RunLength:
         return fitted_warmup(t.warmup_steps, t.epochs * self.steps_per_epoch())
 
     def _fit_warmup_to(self, planned_steps: int) -> None:
-        """Fit the warmup to a time budget's first plan (once per run; every rank computes the same)."""
+        """Fit the warmup to a time budget's first plan (once per run; every
+        rank computes the same)."""
         self.state.warmup_steps = fitted_warmup(self.profile.train.warmup_steps, planned_steps)
         if self.groups is not None and self.state.warmup_steps != self.groups.warmup_steps():
             self.groups.set_warmup_steps(self.state.warmup_steps)
@@ -175,16 +202,18 @@ class RunLength:
         return TimeBudget(hours, self.steps_per_epoch(), elapsed_s=already)
 
     def _schedulable_length(self, planned: int) -> int:
-        """The schedule needs more steps than its warmup: a re-plan far below the first keeps warmup + 1 steps.
+        """The schedule needs more steps than its warmup: a re-plan far below
+        the first keeps warmup + 1 steps.
 
-        The first plan fitted the warmup to at most half its steps (trainer_core.warmup), so this only acts when
-        a later re-plan (a slowdown, an OOM) shrinks the run below the warmup; the budget still ends it on time.
+        The first plan fitted the warmup to at most half its steps (trainer_core.warmup), so
+        this only acts when a later re-plan (a slowdown, an OOM) shrinks the run below the
+        warmup; the budget still ends it on time.
         """
         shortest = self.warmup_steps() + 1
         if planned < shortest:
             log.info(
-                "the time budget now fits about %d steps, fewer than the %d-step warmup: the LR schedule "
-                "keeps %d steps (the budget still ends the run on time)",
+                "the time budget now fits about %d steps, fewer than the %d-step warmup: the LR"
+                " schedule keeps %d steps (the budget still ends the run on time)",
                 planned,
                 self.warmup_steps(),
                 shortest,

@@ -1,4 +1,5 @@
-"""Learning-rate schedules: linear warmup, then cosine decay, cosine with warm restarts, or constant.
+"""Learning-rate schedules: linear warmup, then cosine decay, cosine with
+warm restarts, or constant.
 
 `lr_factor(step, ...)` is the pure multiplier of the peak LR for optimizer step `step` (0-based),
 shared by the trainer and the dashboard. Warmup: factor = (step + 1) / (warmup_steps + 1) for
@@ -47,7 +48,9 @@ def check_schedule(
     if restart_period < 1:
         raise ProfileError(f"train.restart_period = {restart_period} must be at least 1")
     if restart_mult < 1 or int(restart_mult) != restart_mult:
-        raise ProfileError(f"train.restart_mult = {restart_mult} must be a whole number, at least 1")
+        raise ProfileError(
+            f"train.restart_mult = {restart_mult} must be a whole number, at least 1"
+        )
     if not 0.0 <= min_lr_ratio <= 1.0:
         raise ProfileError(f"min_lr_ratio = {min_lr_ratio} must be between 0 and 1")
 
@@ -105,7 +108,9 @@ class ScheduleLambda:
         restart_mult: int,
         min_lr_ratio: float,
     ) -> None:
-        check_schedule(schedule, warmup_steps, total_steps, restart_period, restart_mult, min_lr_ratio)
+        check_schedule(
+            schedule, warmup_steps, total_steps, restart_period, restart_mult, min_lr_ratio
+        )
         self.schedule = schedule
         self.warmup_steps = int(warmup_steps)
         self.total_steps = None if total_steps is None else int(total_steps)
@@ -134,17 +139,24 @@ def build_lr_scheduler(
     restart_mult: int = 1,
     min_lr_ratio: float = 0.0,
 ) -> LambdaLR:
-    """A LambdaLR following `lr_factor`; call `scheduler.step()` after each applied optimizer step."""
-    multiplier = ScheduleLambda(schedule, warmup_steps, total_steps, restart_period, restart_mult, min_lr_ratio)
+    """A LambdaLR following `lr_factor`; call `scheduler.step()` after each
+    applied optimizer step."""
+    multiplier = ScheduleLambda(
+        schedule, warmup_steps, total_steps, restart_period, restart_mult, min_lr_ratio
+    )
     return LambdaLR(optimizer, multiplier)
 
 
 def _multipliers(scheduler: LambdaLR) -> list[ScheduleLambda]:
-    """The scheduler's ScheduleLambda multipliers; a LambdaLR not made by build_lr_scheduler is refused."""
+    """The scheduler's ScheduleLambda multipliers; a LambdaLR not made by
+    build_lr_scheduler is refused."""
     multipliers: list[ScheduleLambda] = []
     for multiplier in scheduler.lr_lambdas:
         if not isinstance(multiplier, ScheduleLambda):
-            raise TypeError(f"expected a scheduler from build_lr_scheduler, got a {type(multiplier).__name__} lambda")
+            raise TypeError(
+                f"expected a scheduler from build_lr_scheduler, got a {type(multiplier).__name__}"
+                " lambda"
+            )
         multipliers.append(multiplier)
     return multipliers
 
@@ -170,9 +182,11 @@ def set_total_steps(scheduler: LambdaLR, total_steps: int) -> None:
 
 
 def set_warmup_steps(scheduler: LambdaLR, warmup_steps: int) -> None:
-    """Change the warmup's length (fitted to a time budget's plan) keeping progress; applies immediately.
+    """Change the warmup's length (fitted to a time budget's plan) keeping
+    progress; applies immediately.
 
-    Raises ProfileError, leaving the schedule unchanged, when the schedule's length cannot hold the warmup.
+    Raises ProfileError, leaving the schedule unchanged, when the schedule's
+    length cannot hold the warmup.
     """
     multipliers = _multipliers(scheduler)
     for multiplier in multipliers:
@@ -192,7 +206,9 @@ def set_warmup_steps(scheduler: LambdaLR, warmup_steps: int) -> None:
 def _apply_current_lr(scheduler: LambdaLR) -> None:
     """Set the optimizer's LR for the scheduler's current step after its settings changed."""
     step = scheduler.last_epoch
-    new_lrs = [base * fn(step) for base, fn in zip(scheduler.base_lrs, scheduler.lr_lambdas, strict=True)]
+    new_lrs = [
+        base * fn(step) for base, fn in zip(scheduler.base_lrs, scheduler.lr_lambdas, strict=True)
+    ]
     for group, lr in zip(scheduler.optimizer.param_groups, new_lrs, strict=True):
         group["lr"] = lr
     # get_last_lr() reads this list; keep it in step with the optimizer.

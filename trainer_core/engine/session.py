@@ -11,7 +11,9 @@ from trainer_core.contract import rundir
 from trainer_core.plan import TrainPlan
 
 
-def write_session(run_dir: Path, plan: TrainPlan, status: str, started: float, seconds: float, summary: dict) -> None:
+def write_session(
+    run_dir: Path, plan: TrainPlan, status: str, started: float, seconds: float, summary: dict
+) -> None:
     data = {
         "run_dir": str(run_dir),
         "name": plan.profile.run.name,

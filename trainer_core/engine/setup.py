@@ -1,7 +1,8 @@
 """Set-up and clean-up stages around the loop: build the trainer, resume it, export at the end.
 
-Under torchrun every rank builds the same trainer (same seed, so the same initial weights), shards the data,
-resumes from the same checkpoint and checks that it agrees with the other ranks; rank 0 alone exports.
+Under torchrun every rank builds the same trainer (same seed, so the same initial
+weights), shards the data, resumes from the same checkpoint and checks that it agrees with
+the other ranks; rank 0 alone exports.
 """
 
 from __future__ import annotations
@@ -91,8 +92,13 @@ def build_trainer(plan: TrainPlan, hub: EventHub, control: ControlState, run_dir
         torch.__version__,
     )
     if plan.model_size is not None:
-        hub.emit(LogEvent(level="info", message=f"model size (model.size = auto): {plan.model_size['reason']}"))
-    with TaskCall(None, BUILDING):  # the task's factory and constructor: no task yet to name its files
+        hub.emit(
+            LogEvent(
+                level="info", message=f"model size (model.size = auto): {plan.model_size['reason']}"
+            )
+        )
+    # the task's factory and constructor: no task yet to name its files
+    with TaskCall(None, BUILDING):
         task = build_task(
             p,
             plan.data,
@@ -112,8 +118,11 @@ def build_trainer(plan: TrainPlan, hub: EventHub, control: ControlState, run_dir
         hub.warn(warning, code="data")
     world = plan.world
     shard_task_data(task, world)
-    trainer = Trainer(p, task, device, precision, hub, run_dir, profile_to_toml(p), control, world=world)
-    # After the model is built, so every rank starts from the same weights but draws its own dropout masks.
+    trainer = Trainer(
+        p, task, device, precision, hub, run_dir, profile_to_toml(p), control, world=world
+    )
+    # After the model is built, so every rank starts from the same weights but
+    # draws its own dropout masks.
     seed_rank_stream(p.run.seed, world)
     params = sum(x.numel() for x in trainer.module.parameters())
     log.info(
@@ -123,18 +132,31 @@ def build_trainer(plan: TrainPlan, hub: EventHub, control: ControlState, run_dir
         task.train_items(),
     )
     if world.active:
-        log.info("data-parallel: %s on %s; global batch %d", world.describe(), device, trainer.global_batch())
+        log.info(
+            "data-parallel: %s on %s; global batch %d",
+            world.describe(),
+            device,
+            trainer.global_batch(),
+        )
     return trainer
 
 
 def task_event(plan: TrainPlan, task: Task) -> TaskEvent:
-    """Which task trains: a built-in by its kind, or model.task's factory with the file its module came from."""
+    """Which task trains: a built-in by its kind, or model.task's factory with
+    the file its module came from."""
     source, size = plan.task, sum(p.numel() for p in task.model.parameters() if p.requires_grad)
     if source is None:
-        return TaskEvent(name=model_kind(plan.profile, plan.data.mode), speaks=task.speaks(), parameters=size)
+        return TaskEvent(
+            name=model_kind(plan.profile, plan.data.mode), speaks=task.speaks(), parameters=size
+        )
     spec, file = source.spec, str(source.file) if source.file else None
     return TaskEvent(
-        name=str(spec), module=spec.module, file=file, external=not spec.in_vega, speaks=task.speaks(), parameters=size
+        name=str(spec),
+        module=spec.module,
+        file=file,
+        external=not spec.in_vega,
+        speaks=task.speaks(),
+        parameters=size,
     )
 
 
@@ -145,15 +167,16 @@ def _check_one_batch_fits(plan: TrainPlan, train_items: int) -> None:
         return
     ranks = f" x {world} processes" if world > 1 else ""
     raise VegaError(
-        f"the training split has {train_items} items, fewer than one batch "
-        f"(train.batch_size {t.batch_size} x train.grad_accum {t.grad_accum}{ranks} = {effective}); "
-        "lower train.batch_size or add data"
+        f"the training split has {train_items} items, fewer than one batch (train.batch_size"
+        f" {t.batch_size} x train.grad_accum {t.grad_accum}{ranks} = {effective}); lower"
+        " train.batch_size or add data"
     )
 
 
 def load_start_source(plan: TrainPlan) -> ModelSource | None:
-    """The model train.init_from names when the plan applies it (not on a resume), read and checked to fit this
-    run before any data is loaded, so a wrong source fails in seconds, not after the preload."""
+    """The model train.init_from names when the plan applies it (not on a resume), read
+    and checked to fit this run before any data is loaded, so a wrong source fails in
+    seconds, not after the preload."""
     from trainer_core.engine.model_source import load_model_source
 
     given, start = plan.profile.train.init_from, plan.init_from
@@ -167,26 +190,35 @@ def load_start_source(plan: TrainPlan) -> ModelSource | None:
     return source
 
 
-def start_model(trainer: Trainer, plan: TrainPlan, hub: EventHub, source: ModelSource | None) -> None:
+def start_model(
+    trainer: Trainer, plan: TrainPlan, hub: EventHub, source: ModelSource | None
+) -> None:
     """Where the weights start: the run's own checkpoint when it resumes (that wins), else the model
     train.init_from names (`source`), else the fresh initialisation."""
     resumed = resume_into(trainer, plan, hub)
     given = plan.profile.train.init_from
     if resumed and given is not None:
-        log.info("train.init_from (%s) is not applied: the run resumed from its own checkpoint", given)
+        log.info(
+            "train.init_from (%s) is not applied: the run resumed from its own checkpoint", given
+        )
     elif source is not None:
         init_into(trainer, hub, source)
 
 
 def init_into(trainer: Trainer, hub: EventHub, source: ModelSource) -> None:
-    """Copy a trained model's weights into the fresh one (engine.init_from) and report what came along."""
+    """Copy a trained model's weights into the fresh one (engine.init_from)
+    and report what came along."""
     from trainer_core.engine.init_from import apply_init, export_prefix
 
     module = trainer.module
     if source.kind == "vits":
         report = _init_vits(trainer, source)
     else:
-        prefix = export_prefix(module, trainer.task.export_module(module)) if source.file.form == "export" else ""
+        prefix = (
+            export_prefix(module, trainer.task.export_module(module))
+            if source.file.form == "export"
+            else ""
+        )
         report = apply_init(module, source, prefix)
     hub.emit(report.event())
     log.info("%s", report.summary())
@@ -196,14 +228,15 @@ def init_into(trainer: Trainer, hub: EventHub, source: ModelSource) -> None:
         hub.warn(note, code="init_from_units")
     if not report.loaded and not report.mapped:
         hub.warn(
-            f"nothing was loaded from {source.describe()}: no tensor has the same name and shape here (is "
-            "the model's size the same as the source's?)",
+            f"nothing was loaded from {source.describe()}: no tensor has the same name and shape"
+            " here (is the model's size the same as the source's?)",
             code="init_from_empty",
         )
 
 
 def _init_vits(trainer: Trainer, source: ModelSource) -> InitReport:
-    """A VITS start: rows by symbol and speaker, strictly for a Piper checkpoint (engine.vits_init)."""
+    """A VITS start: rows by symbol and speaker, strictly for a Piper
+    checkpoint (engine.vits_init)."""
     from trainer_core.engine.vits_init import apply_vits_init
 
     task, t = trainer.task, trainer.profile.train
@@ -214,13 +247,15 @@ def _init_vits(trainer: Trainer, source: ModelSource) -> InitReport:
 
 
 def resume_into(trainer: Trainer, plan: TrainPlan, hub: EventHub) -> bool:
-    """Restore a checkpoint into a freshly built trainer and say what was restored; False when nothing was
-    (no --resume, or --resume auto with no checkpoint yet)."""
+    """Restore a checkpoint into a freshly built trainer and say what was restored; False when
+    nothing was (no --resume, or --resume auto with no checkpoint yet)."""
     if plan.resume is None:
         return False
     found = shared_resume(plan.resume, trainer.run_dir, trainer.world)
     if found is None:
-        log.warning("--resume auto: no complete checkpoint in %s; starting from step 0", trainer.run_dir)
+        log.warning(
+            "--resume auto: no complete checkpoint in %s; starting from step 0", trainer.run_dir
+        )
         return False
     path, state, warnings = found
     for warning in warnings:
@@ -245,24 +280,29 @@ def resume_into(trainer: Trainer, plan: TrainPlan, hub: EventHub) -> bool:
 
 
 def _check_ranks_resumed_alike(trainer: Trainer, path: Path) -> None:
-    """Under DDP every rank must have restored the same checkpoint (rank 0 sends it to the others)."""
+    """Under DDP every rank must have restored the same checkpoint (rank 0
+    sends it to the others)."""
     s = trainer.state
     rows = gather_ints(trainer.world, [s.step, s.epoch, s.item])
     if any(row != rows[0] for row in rows):
         raise DistributedError(
-            f"the ranks resumed from different places (step, epoch, item per rank: {rows}); every rank reads "
-            f"{path} as rank 0 sent it: start every node with the same Vega and profile"
+            f"the ranks resumed from different places (step, epoch, item per rank: {rows}); every"
+            f" rank reads {path} as rank 0 sent it: start every node with the same Vega and profile"
         )
 
 
 def check_ranks_agree(trainer: Trainer, hub: EventHub) -> list[str]:
-    """Each rank's parameter digest at the end of training, logged by every rank; rank 0 warns if they differ."""
+    """Each rank's parameter digest at the end of training, logged by every
+    rank; rank 0 warns if they differ."""
     digest = parameter_digest(trainer.module.state_dict())
     log.info("parameter digest of %s: %s", trainer.world.describe(), digest)
     digests = gather_digests(trainer.world, digest)
     if trainer.world.is_main and len(set(digests)) > 1:
         listing = ", ".join(f"rank {r}: {d[:12]}" for r, d in enumerate(digests))
-        hub.warn(f"the ranks ended with different parameters ({listing}); report this as a bug", code="ddp_diverged")
+        hub.warn(
+            f"the ranks ended with different parameters ({listing}); report this as a bug",
+            code="ddp_diverged",
+        )
     return digests
 
 
@@ -290,17 +330,25 @@ def profile_differences(saved_toml: str, current_toml: str) -> list[str]:
 
 
 def finalize(trainer: Trainer, plan: TrainPlan, hub: EventHub, run_dir: Path) -> dict:
-    """Export the final model and draw the report; failures here are reported, never lose the run."""
+    """Export the final model and draw the report; failures here are
+    reported, never lose the run."""
     from trainer_core.engine.export import ExportError, export_model
     from trainer_core.engine.hf_exports import export_hf_folders
     from trainer_core.engine.report import write_report
 
     out: dict = {}
     if trainer.state.step > 0:
-        config = {**trainer.task.model_config(), "step": trainer.state.step, "profile": trainer.profile_toml}
+        config = {
+            **trainer.task.model_config(),
+            "step": trainer.state.step,
+            "profile": trainer.profile_toml,
+        }
         try:
-            weights, _ = export_model(trainer.task.export_module(trainer.module), config, run_dir / "export")
-        except ExportError as exc:  # the checkpoints hold the trained model; say so rather than fail the run
+            weights, _ = export_model(
+                trainer.task.export_module(trainer.module), config, run_dir / "export"
+            )
+        # the checkpoints hold the trained model; say so rather than fail the run
+        except ExportError as exc:
             hub.error(f"{exc}; the trained weights are in {run_dir / rundir.CHECKPOINTS}")
         else:
             out["export"] = str(weights)

@@ -1,9 +1,9 @@
 """One optimizer step: micro-batches forward and backward, then every optimizer group updated once.
 
-Owns what a step touches: the (possibly DDP-wrapped) model, the optimizer groups, the precision policy with
-its loss scaler, the batch iterator and the step's timings. On out-of-memory it halves the micro-batch
-(keeping the effective batch) and retries the same items. One sync point per step: every loss and the
-gradient norm reach the host in a single `tolist()`.
+Owns what a step touches: the (possibly DDP-wrapped) model, the optimizer groups, the precision
+policy with its loss scaler, the batch iterator and the step's timings. On out-of-memory it halves
+the micro-batch (keeping the effective batch) and retries the same items. One sync point per step:
+every loss and the gradient norm reach the host in a single `tolist()`.
 """
 
 from __future__ import annotations
@@ -39,7 +39,8 @@ from trainer_core.engine.task_contract import (
 from trainer_core.models.base import Batch, Task, batch_to
 from trainer_core.world import World
 
-# The gradient-sync context of a step that averages over ranks as usual (or has no ranks): shared, stateless.
+# The gradient-sync context of a step that averages over ranks as usual (or has
+# no ranks): shared, stateless.
 SYNC_AS_USUAL = nullcontext()
 
 
@@ -59,7 +60,8 @@ class StepOutcome:
 
 
 class StepRunner:
-    """Runs optimizer steps on the loop's position (`LoopState`): step, item, micro-batch and accumulation."""
+    """Runs optimizer steps on the loop's position (`LoopState`): step,
+    item, micro-batch and accumulation."""
 
     def __init__(
         self,
@@ -79,10 +81,12 @@ class StepRunner:
         self.task, self.model, self.groups, self.precision = task, model, groups, precision
         self.state, self.device, self.world, self.events = state, device, world, events
         self.profiler, self.memory, self.faults = profiler, memory, faults
-        self.on_resize = on_resize  # told when OOM recovery changed the micro-batch (the time budget re-measures)
+        # told when OOM recovery changed the micro-batch (the time budget re-measures)
+        self.on_resize = on_resize
         self.data_s = self.step_s = 0.0  # the last step's data wait and wall time
         self._batches: Iterator[tuple[Batch, int]] | None = None
-        self._batches_at: tuple[int, int, int] | None = None  # (epoch, micro_batch, item) _batches is at
+        # (epoch, micro_batch, item) _batches is at
+        self._batches_at: tuple[int, int, int] | None = None
 
     def run(self) -> StepOutcome:
         """One optimizer step; on out-of-memory, halve the micro-batch and retry the same items."""
@@ -96,7 +100,8 @@ class StepRunner:
                 raise self._oom_under_ddp(message)
             # Recover outside the except block: the traceback pins the failed step's tensors.
             self._recover_from_oom(message)
-            # The retry draws the noise the failed attempt drew (dropout masks, a VITS's latent samples).
+            # The retry draws the noise the failed attempt drew (dropout
+            # masks, a VITS's latent samples).
             self._restore_random_state(random_state)
 
     def _random_state(self) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -113,7 +118,8 @@ class StepRunner:
         step_no, accum, profiler = s.step + 1, s.grad_accum, self.profiler
         self.groups.zero_grad()
         batches = self._train_batches()
-        rows: list[list[torch.Tensor]] = []  # per micro-batch: the loss as stepped, then the task's loss parts
+        # per micro-batch: the loss as stepped, then the task's loss parts
+        rows: list[list[torch.Tensor]] = []
         items, data_s = 0, 0.0
         names: list[str] = []
         for micro in range(accum):
@@ -134,7 +140,9 @@ class StepRunner:
         self.data_s, self.step_s = data_s, time.perf_counter() - t0
         return outcome
 
-    def _forward_backward(self, batch: Batch, step_no: int, accum: int) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    def _forward_backward(
+        self, batch: Batch, step_no: int, accum: int
+    ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         with self.profiler.phase("forward"), self.precision.autocast():
             self.faults.before_forward(step_no)
             with TaskCall(self.task, "compute_losses"):
@@ -148,45 +156,57 @@ class StepRunner:
         return losses, loss
 
     def _train_batches(self) -> Iterator[tuple[Batch, int]]:
-        """The batch iterator, kept from step to step while the loop's position is where it left off; a new one
-        after a new epoch, a resume, a halved micro-batch or a step that failed half-way."""
+        """The batch iterator, kept from step to step while the loop's position is
+        where it left off; a new one after a new epoch, a resume, a halved micro-batch
+        or a step that failed half-way."""
         s = self.state
         if self._batches is None or self._batches_at != (s.epoch, s.micro_batch, s.item):
             with TaskCall(self.task, "train_batches"):
                 made = self.task.train_batches(s.epoch, s.micro_batch, start_item=s.item)
             self._batches = as_iterator(self.task, "train_batches", made)
-        self._batches_at = None  # until this step completes, the iterator is ahead of the loop's position
+        # until this step completes, the iterator is ahead of the loop's position
+        self._batches_at = None
         return self._batches
 
     def _next_batch(self, batches: Iterator[tuple[Batch, int]], taken: int) -> tuple[Batch, int]:
-        """The next (batch, items) of the epoch's order, checked (`taken`: items this step read before it)."""
+        """The next (batch, items) of the epoch's order, checked (`taken`:
+        items this step read before it)."""
         item = next_item(self.task, "train_batches", batches)
         if item is END:
             raise epoch_ended_early(self.task, self.state.epoch, self.state.item + taken, batches)
         return check_train_item(self.task, item, batches)
 
     def _gradient_sync(self, last: bool) -> AbstractContextManager[object]:
-        """DDP averages gradients over ranks on the last micro-batch of a step only (no_sync on the others)."""
+        """DDP averages gradients over ranks on the last micro-batch of a
+        step only (no_sync on the others)."""
         if self.world.active and not last:
             return self.model.no_sync()  # type: ignore[operator]  # DistributedDataParallel.no_sync
         return SYNC_AS_USUAL
 
-    def _optimizer_step(self, rows: list[list[torch.Tensor]], names: list[str], items: int) -> StepOutcome:
-        """Unscale, clip and step every group; one loss scaler for all of them, updated once per step."""
+    def _optimizer_step(
+        self, rows: list[list[torch.Tensor]], names: list[str], items: int
+    ) -> StepOutcome:
+        """Unscale, clip and step every group; one loss scaler for all of
+        them, updated once per step."""
         scaler = self.precision.scaler
         lr = self.groups.main.lr()
         with self.profiler.phase("optimizer"):
             norms = []
             for group in self.groups:
                 scaler.unscale_(group.optimizer)
-                norms.append(torch.nn.utils.clip_grad_norm_(group.params, group.clip or float("inf")))
+                norms.append(
+                    torch.nn.utils.clip_grad_norm_(group.params, group.clip or float("inf"))
+                )
             self.faults.after_unscale(self.state.step + 1)
-            grad_norm = norms[0] if len(norms) == 1 else torch.linalg.vector_norm(torch.stack(norms))
+            grad_norm = (
+                norms[0] if len(norms) == 1 else torch.linalg.vector_norm(torch.stack(norms))
+            )
             loss, norm, parts = self._read_step_values(rows, grad_norm)
             finite = math.isfinite(loss) and math.isfinite(norm)
             if finite or scaler.is_enabled():
                 for group in self.groups:
-                    scaler.step(group.optimizer)  # a scaler skips the step itself on inf/NaN gradients
+                    # a scaler skips the step itself on inf/NaN gradients
+                    scaler.step(group.optimizer)
             scaler.update()
             if finite:
                 self._advance()
@@ -204,13 +224,15 @@ class StepRunner:
     ) -> tuple[float, float, list[float]]:
         """(loss, grad norm, loss parts) of the step, each loss the mean over its micro-batches.
 
-        The step's one sync point: every micro-batch's losses and the gradient norm reach the host in a single
-        `tolist()` and are averaged there, so the loss parts cost no tensor ops of their own on the device.
+        The step's one sync point: every micro-batch's losses and the gradient norm reach the
+        host in a single `tolist()` and are averaged there, so the loss parts cost no tensor
+        ops of their own on the device.
         """
         flat = [value for row in rows for value in row]
         with torch.no_grad():
             if self.world.active:
-                # Every rank reports (and judges finiteness by) the mean loss over ranks, so their decisions agree.
+                # Every rank reports (and judges finiteness by) the mean loss over
+                # ranks, so their decisions agree.
                 losses = mean_over_ranks(torch.stack(flat).float(), self.world)
                 values = torch.cat([losses, grad_norm.float().reshape(1)]).tolist()
             else:
@@ -220,17 +242,20 @@ class StepRunner:
         return means[0], norm, means[1:]
 
     def _oom_under_ddp(self, message: str) -> VegaError:
-        # Halving the batch on one rank alone would make the ranks' steps differ: fail with advice instead.
+        # Halving the batch on one rank alone would make the ranks' steps
+        # differ: fail with advice instead.
         return VegaError(
-            f"out of memory on {self.world.describe()} at step {self.state.step + 1} ({message}); under DDP the "
-            f"micro-batch cannot shrink on one rank alone: lower train.batch_size (now {self.state.micro_batch}) "
-            "and raise train.grad_accum to keep the effective batch, then resume"
+            f"out of memory on {self.world.describe()} at step {self.state.step + 1} ({message});"
+            " under DDP the micro-batch cannot shrink on one rank alone: lower train.batch_size"
+            f" (now {self.state.micro_batch}) and raise train.grad_accum to keep the effective"
+            " batch, then resume"
         )
 
     def shrink_micro_batch(self) -> tuple[int, int] | None:
-        """Halve the micro-batch and raise accumulation so the effective batch holds: (micro_batch, grad_accum),
-        or None when it is 1 already. OOM recovery and the memory manager's pre-emptive shrink both come here;
-        the next step reads the same items in smaller pieces (the batch iterator follows the new size)."""
+        """Halve the micro-batch and raise accumulation so the effective batch holds: (micro_batch,
+        grad_accum), or None when it is 1 already. OOM recovery and the memory manager's pre-emptive
+        shrink both come here; the next step reads the same items in smaller pieces (the batch
+        iterator follows the new size)."""
         s = self.state
         smaller = halve_micro_batch(s.micro_batch, s.grad_accum)
         if smaller is None:
@@ -242,7 +267,8 @@ class StepRunner:
     def _recover_from_oom(self, message: str) -> None:
         s = self.state
         self.groups.zero_grad()
-        # An OOM after the scaler unscaled (inside the optimizer step): the retry must unscale afresh.
+        # An OOM after the scaler unscaled (inside the optimizer step): the
+        # retry must unscale afresh.
         abandon_iteration(self.precision.scaler)
         action = self.memory.release()
         if self.shrink_micro_batch() is None:

@@ -1,15 +1,17 @@
 """The boundary between the engine and a task's code: failures named by the task's own source line.
 
-Every call into a Task method that can fail runs inside `TaskCall(task, method)`: an exception becomes a
-`TaskError` that names the method, the line in the task's code (`engine.code_site`) and the original exception
-(chained, so trainer.log keeps the whole traceback). What a method returns or yields is checked here too, for
-what the engine relies on: losses a dict of scalar tensors with a "total" that requires grad in training, batches
-dicts of tensors, metrics numbers, samples `SampleResult`s. The checks look at types, dimensions and flags only,
-never at values, so they cost no device sync.
+Every call into a Task method that can fail runs inside `TaskCall(task, method)`: an exception
+becomes a `TaskError` that names the method, the line in the task's code (`engine.code_site`)
+and the original exception (chained, so trainer.log keeps the whole traceback). What a method
+returns or yields is checked here too, for what the engine relies on: losses a dict of scalar
+tensors with a "total" that requires grad in training, batches dicts of tensors, metrics
+numbers, samples `SampleResult`s. The checks look at types, dimensions and flags only, never at
+values, so they cost no device sync.
 
-`run.run_training` reports a TaskError as an `error` event (code, method, file, line, expected) and a `finished`
-event with status "failed", and exits with status 3 (TASK_FAILED_EXIT). Out-of-memory errors pass through for the
-step runner's retry, and `VegaError`s (bad data or settings a task reports) keep their own message and status 2.
+`run.run_training` reports a TaskError as an `error` event (code, method, file, line, expected) and
+a `finished` event with status "failed", and exits with status 3 (TASK_FAILED_EXIT). Out-of-memory
+errors pass through for the step runner's retry, and `VegaError`s (bad data or settings a task
+reports) keep their own message and status 2.
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ from trainer_core.contract.errors import VegaError
 from trainer_core.engine.code_site import CodeSite, failure_site, generator_site, method_site
 from trainer_core.models.base import Batch, SampleResult
 
-# The exit status of a run whose task's code failed (1: any other exception; 2: bad settings or data).
+# The exit status of a run whose task's code failed (1: any other exception;
+# 2: bad settings or data).
 TASK_FAILED_EXIT = 3
 BUILDING = "building the task"
 # What next_item returns for an exhausted iterator (None is a wrong batch, not the end).
@@ -35,11 +38,14 @@ PASS_THROUGH = (torch.OutOfMemoryError, VegaError)
 
 
 class TaskError(Exception):
-    """A task's code failed: raised an exception (`code` task_failed) or broke the contract (task_contract)."""
+    """A task's code failed: raised an exception (`code` task_failed) or
+    broke the contract (task_contract)."""
 
     exit_code = TASK_FAILED_EXIT
 
-    def __init__(self, message: str, *, method: str, site: CodeSite | None, expected: str | None = None) -> None:
+    def __init__(
+        self, message: str, *, method: str, site: CodeSite | None, expected: str | None = None
+    ) -> None:
         where = f" ({site})" if site is not None else ""
         super().__init__(f"{message}{where}")
         self.method, self.site, self.expected = method, site, expected
@@ -47,7 +53,8 @@ class TaskError(Exception):
 
 
 class TaskCall:
-    """`with TaskCall(task, "compute_losses"):` turns an exception from the task's code into a TaskError."""
+    """`with TaskCall(task, "compute_losses"):` turns an exception from the
+    task's code into a TaskError."""
 
     __slots__ = ("method", "task")
 
@@ -60,16 +67,29 @@ class TaskCall:
     def __exit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> Literal[False]:
-        if exc is None or not isinstance(exc, Exception) or isinstance(exc, (*PASS_THROUGH, TaskError)):
+        if (
+            exc is None
+            or not isinstance(exc, Exception)
+            or isinstance(exc, (*PASS_THROUGH, TaskError))
+        ):
             return False
         site = failure_site(tb, self.task)
         detail = f": {exc}" if str(exc) else ""
-        raise TaskError(f"{self.method} raised {type(exc).__name__}{detail}", method=self.method, site=site) from exc
+        raise TaskError(
+            f"{self.method} raised {type(exc).__name__}{detail}", method=self.method, site=site
+        ) from exc
 
 
-def broken(task: object, method: str, expected: str, got: str, site: CodeSite | None = None) -> TaskError:
+def broken(
+    task: object, method: str, expected: str, got: str, site: CodeSite | None = None
+) -> TaskError:
     """A contract failure: `method` returned or yielded something other than `expected`."""
-    return TaskError(f"{expected}; got {got}", method=method, site=site or method_site(task, method), expected=expected)
+    return TaskError(
+        f"{expected}; got {got}",
+        method=method,
+        site=site or method_site(task, method),
+        expected=expected,
+    )
 
 
 def describe_value(value: object) -> str:
@@ -82,9 +102,12 @@ def describe_value(value: object) -> str:
     return f"{'an' if name[0] in 'aeiouAEIOU' else 'a'} {name}"
 
 
-def check_losses(task: object, method: str, losses: Any, training: bool, group: str | None = None) -> dict[str, Any]:
-    """`losses` as compute_losses / group_losses must return them: scalar tensors by name, "total" among them,
-    and in training a "total" that requires grad (else backward would fail far from the cause)."""
+def check_losses(
+    task: object, method: str, losses: Any, training: bool, group: str | None = None
+) -> dict[str, Any]:
+    """`losses` as compute_losses / group_losses must return them: scalar tensors by
+    name, "total" among them, and in training a "total" that requires grad (else backward
+    would fail far from the cause)."""
     label = method if group is None else f"{method} (group {group!r})"
     expected = f"{label} must return a dict with a scalar tensor 'total'"
     if not isinstance(losses, dict):
@@ -96,10 +119,23 @@ def check_losses(task: object, method: str, losses: Any, training: bool, group: 
     for name, value in losses.items():
         if not isinstance(value, torch.Tensor) or value.dim() != 0:
             parts = f"{label} must return scalar tensors (0-dim: reduce with .mean() or .sum())"
-            raise broken(task, method, expected if name == "total" else parts, f"{describe_value(value)} for {name!r}")
+            raise broken(
+                task,
+                method,
+                expected if name == "total" else parts,
+                f"{describe_value(value)} for {name!r}",
+            )
     if training and not total.requires_grad:
-        expected = f"{label}'s 'total' must require grad in training (computed from the model's parameters)"
-        raise broken(task, method, expected, "a tensor that does not (detached, or computed under torch.no_grad()?)")
+        expected = (
+            f"{label}'s 'total' must require grad in training (computed from the model's"
+            " parameters)"
+        )
+        raise broken(
+            task,
+            method,
+            expected,
+            "a tensor that does not (detached, or computed under torch.no_grad()?)",
+        )
     return losses
 
 
@@ -112,8 +148,8 @@ def as_iterator(task: object, method: str, made: Any) -> Iterator[Any]:
 
 
 def next_item(task: object, method: str, source: Iterator[Any]) -> Any:
-    """The next item of a task's batch iterator, fetched inside the boundary (a generator's body runs here);
-    END when it is exhausted."""
+    """The next item of a task's batch iterator, fetched inside the boundary (a generator's body
+    runs here); END when it is exhausted."""
     with TaskCall(task, method):
         return next(source, END)
 
@@ -121,29 +157,50 @@ def next_item(task: object, method: str, source: Iterator[Any]) -> Any:
 def epoch_ended_early(task: Any, epoch: int, item: int, source: object) -> TaskError:
     """train_batches stopped before the epoch's train_items() were all yielded."""
     expected = f"train_batches must yield train_items() = {task.train_items()} items in every epoch"
-    return broken(task, "train_batches", expected, f"the end of epoch {epoch} at item {item}", generator_site(source))
+    return broken(
+        task,
+        "train_batches",
+        expected,
+        f"the end of epoch {epoch} at item {item}",
+        generator_site(source),
+    )
 
 
 def check_train_item(task: object, item: Any, source: object) -> tuple[Batch, int]:
-    """One item of train_batches: (batch, items in it); `source` is the iterator, to find the yield's line."""
-    expected = "train_batches must yield (batch, items) pairs: a dict of tensors and the number of items in it"
+    """One item of train_batches: (batch, items in it); `source` is the
+    iterator, to find the yield's line."""
+    expected = (
+        "train_batches must yield (batch, items) pairs: a dict of tensors and the number of items"
+        " in it"
+    )
     if not isinstance(item, tuple) or len(item) != 2:
         raise broken(task, "train_batches", expected, describe_value(item), generator_site(source))
     batch, items = item
-    count = 0 if isinstance(items, bool) or not hasattr(items, "__index__") else operator.index(items)
+    count = (
+        0 if isinstance(items, bool) or not hasattr(items, "__index__") else operator.index(items)
+    )
     if count < 1:
-        raise broken(task, "train_batches", expected, f"{items!r} as the item count", generator_site(source))
+        raise broken(
+            task, "train_batches", expected, f"{items!r} as the item count", generator_site(source)
+        )
     _check_batch(task, "train_batches", batch, source)
     return batch, count
 
 
 def check_val_batch(task: object, batch: Any, source: object) -> Batch:
-    """One val_batches batch: a dict of tensors whose first tensor's first dimension counts its items."""
+    """One val_batches batch: a dict of tensors whose first tensor's first
+    dimension counts its items."""
     _check_batch(task, "val_batches", batch, source)
     first = next(iter(batch.values()))
     if first.dim() == 0:
         expected = "val_batches must yield tensors with the batch as their first dimension"
-        raise broken(task, "val_batches", expected, f"a 0-dim tensor for {next(iter(batch))!r}", generator_site(source))
+        raise broken(
+            task,
+            "val_batches",
+            expected,
+            f"a 0-dim tensor for {next(iter(batch))!r}",
+            generator_site(source),
+        )
     return batch
 
 
@@ -154,17 +211,26 @@ def _check_batch(task: object, method: str, batch: Any, source: object) -> None:
         raise broken(task, method, expected, got, generator_site(source))
     for name, value in batch.items():
         if not isinstance(value, torch.Tensor):
-            raise broken(task, method, expected, f"{describe_value(value)} for {name!r}", generator_site(source))
+            raise broken(
+                task,
+                method,
+                expected,
+                f"{describe_value(value)} for {name!r}",
+                generator_site(source),
+            )
 
 
 def check_metrics(task: object, metrics: Any) -> dict[str, float]:
-    """val_metrics' figures: a dict of numbers by name (they go into `validation` events and charts)."""
+    """val_metrics' figures: a dict of numbers by name (they go into
+    `validation` events and charts)."""
     expected = "val_metrics must return a dict of numbers by name"
     if not isinstance(metrics, dict):
         raise broken(task, "val_metrics", expected, describe_value(metrics))
     for name, value in metrics.items():
         number = isinstance(value, (int, float)) and not isinstance(value, bool)
-        if not isinstance(name, str) or not (number or isinstance(value, torch.Tensor) and value.numel() == 1):
+        if not isinstance(name, str) or not (
+            number or isinstance(value, torch.Tensor) and value.numel() == 1
+        ):
             raise broken(task, "val_metrics", expected, f"{describe_value(value)} for {name!r}")
     return {name: float(value) for name, value in metrics.items()}
 
@@ -181,11 +247,14 @@ def check_samples(task: object, method: str, samples: Any) -> list[SampleResult]
 
 
 def error_details(exc: BaseException, task: object | None) -> dict[str, Any]:
-    """The `error` event's fields beyond the message: what failed, and the line of code (the task's where the
-    traceback reaches it, else the innermost frame)."""
+    """The `error` event's fields beyond the message: what failed, and the line of code (the task's
+    where the traceback reaches it, else the innermost frame)."""
     details: dict[str, Any]
     if isinstance(exc, TaskError):
-        site, details = exc.site, {"code": exc.code, "task_method": exc.method, "expected": exc.expected}
+        site, details = (
+            exc.site,
+            {"code": exc.code, "task_method": exc.method, "expected": exc.expected},
+        )
     else:
         site, details = failure_site(exc.__traceback__, task), {"code": "trainer"}
     if site is not None:

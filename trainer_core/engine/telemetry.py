@@ -1,4 +1,5 @@
-"""Telemetry: per-step metrics coalesced into at most one `step` event per window (bounded log growth).
+"""Telemetry: per-step metrics coalesced into at most one `step` event per
+window (bounded log growth).
 
 Each event carries the latest scalars plus the per-step series of the window, so every chart
 can be redrawn at full resolution from the log whatever the step rate.
@@ -98,9 +99,11 @@ class StepWindow:
 
 
 class Telemetry:
-    """The loop's reporting: coalesced `step` events (with memory figures), profile-breakdown events, and the ETA.
+    """The loop's reporting: coalesced `step` events (with memory figures),
+    profile-breakdown events, and the ETA.
 
-    Under DDP the step events also carry each rank's throughput (`rates`, fed by the step-boundary exchange).
+    Under DDP the step events also carry each rank's throughput (`rates`, fed
+    by the step-boundary exchange).
     """
 
     def __init__(
@@ -141,7 +144,8 @@ class Telemetry:
             self.events.emit(ProfileBreakdownEvent(**self.profiler.flush()))
 
     def flush(self) -> None:
-        """The `step` event of the steps recorded since the last one (nothing when there are none)."""
+        """The `step` event of the steps recorded since the last one
+        (nothing when there are none)."""
         event = self.window.flush()
         if event is None:
             return

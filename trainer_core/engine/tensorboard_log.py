@@ -1,8 +1,10 @@
-"""Optional TensorBoard scalars and audio samples (`[logging] tensorboard = true`), written from the event stream.
+"""Optional TensorBoard scalars and audio samples (`[logging] tensorboard = true`),
+written from the event stream.
 
 An event listener like the console: it sees exactly what events.jsonl records (every step of each
-coalesced `step` event, validations, memory), so the two never disagree. Files go to RUN/tensorboard/.
-The `tensorboard` package is optional; without it the run goes on and a warning says how to get it.
+coalesced `step` event, validations, memory), so the two never disagree. Files go to
+RUN/tensorboard/. The `tensorboard` package is optional; without it the run goes on
+and a warning says how to get it.
 """
 
 from __future__ import annotations
@@ -33,19 +35,23 @@ class TensorBoardScalars:
             self._audio(event)
 
     def _audio(self, event: SampleEvent) -> None:
-        """The sample's wav, as TensorBoard audio tagged by sentence (`samples/01`), so steps line up."""
+        """The sample's wav, as TensorBoard audio tagged by sentence
+        (`samples/01`), so steps line up."""
         import soundfile
         import torch
 
         try:
             wave, rate = soundfile.read(event.path, dtype="float32", always_2d=True)
         except (OSError, RuntimeError):
-            return  # the sample event stands in the log; a missing file only leaves TensorBoard without it
+            # the sample event stands in the log; a missing file only leaves TensorBoard without it
+            return
         tag = f"samples/{Path(event.path).stem}"
         self.writer.add_audio(tag, torch.from_numpy(wave[:, 0]), event.step, sample_rate=rate)
 
     def _step(self, event: StepEvent) -> None:
-        for step, loss, lr in zip(event.step_series, event.loss_series, event.lr_series, strict=False):
+        for step, loss, lr in zip(
+            event.step_series, event.loss_series, event.lr_series, strict=False
+        ):
             if loss is not None:
                 self.writer.add_scalar("train/loss", loss, step)
             self.writer.add_scalar("train/lr", lr, step)
@@ -65,8 +71,11 @@ def open_tensorboard(run_dir: Path) -> tuple[TensorBoardScalars | None, str | No
     try:
         return TensorBoardScalars(run_dir), None
     except ImportError as exc:
-        return None, (
-            f"logging.tensorboard = true, but TensorBoard cannot be used ({exc}); "
-            'install it with `pip install "vega[tensorboard]"` (or `pip install tensorboard`), or set '
-            "logging.tensorboard = false. Training goes on without it"
+        return (
+            None,
+            (
+                f"logging.tensorboard = true, but TensorBoard cannot be used ({exc}); install it"
+                ' with `pip install "vega[tensorboard]"` (or `pip install tensorboard`), or set'
+                " logging.tensorboard = false. Training goes on without it"
+            ),
         )

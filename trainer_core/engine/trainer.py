@@ -1,16 +1,18 @@
 """The Trainer: components with one job each, composed by a short `fit` loop.
 
-- `StepRunner` (engine.step): one optimizer step, OOM retry; `GroupedStepRunner` (engine.group_step) when the
+- `StepRunner` (engine.step): one optimizer step, OOM retry;
+  `GroupedStepRunner` (engine.group_step) when the
   task declares several optimizer groups (a discriminator, then a generator);
 - `NonfiniteGuard` (engine.nonfinite_guard): skipped steps and precision fallback;
 - `RunLength` (engine.run_length): the schedule's length and warmup, the time budget;
 - `Telemetry` (engine.telemetry): step and profile events, the ETA;
-- `MemoryGuard` (engine.memory_guard): memory against its budget; releases, shrinks the micro-batch, pauses;
+- `MemoryGuard` (engine.memory_guard): memory against its budget; releases,
+  shrinks the micro-batch, pauses;
 - `Checkpointer` (engine.checkpointer): save and exact restore;
 - `Evaluator` (engine.evaluation): validation, samples, best model, early stopping;
-- `Controller` (engine.control_state): pause, resume, save, evaluate, stop (agreed over ranks under DDP).
-Set-up (device, task, precision) happens in `engine.setup`. Under torchrun every rank runs this same loop
-on its slice of each global batch; rank 0 alone writes events and checkpoints.
+- `Controller` (engine.control_state): pause, resume, save, evaluate, stop (agreed over ranks under
+  DDP). Set-up (device, task, precision) happens in `engine.setup`. Under torchrun every rank runs
+  this same loop on its slice of each global batch; rank 0 alone writes events and checkpoints.
 """
 
 from __future__ import annotations
@@ -68,12 +70,15 @@ class Trainer:
         self.state = LoopState(micro_batch=t.batch_size, grad_accum=t.grad_accum)
         self.run_length = RunLength(profile, self.state, self.steps_per_epoch, world, events)
         model = self._place_model(task, device, world)
-        groups = task_groups(task, model, profile, device, self.run_length.warmup_steps(), self.state.total_steps)
+        groups = task_groups(
+            task, model, profile, device, self.run_length.warmup_steps(), self.state.total_steps
+        )
         self.run_length.attach(groups)
         self.memory = MemoryManager(device, profile.memory)
         self.profiler = StepProfiler(device, profile.logging.profile_interval_s)
         faults = FaultInjector(profile.debug)
-        # A task that declares groups trains through its group losses even when freezing leaves one group.
+        # A task that declares groups trains through its group losses even
+        # when freezing leaves one group.
         runner = GroupedStepRunner if task.optimizer_groups() else StepRunner
         self.runner = runner(
             task, model, groups, precision, self.state, device, world, events, self.profiler, self.memory, faults,
@@ -82,15 +87,28 @@ class Trainer:
         nonfinite = NonfiniteTracker(t.nonfinite_patience)
         self.guard = NonfiniteGuard(nonfinite, self.runner, events)
         self.memory_guard = MemoryGuard(self.memory, self.runner, control, world, events)
-        self.telemetry = Telemetry(profile, self.state, world, events, self.memory, self.profiler, self.run_length)
-        # Rank 0 alone owns the checkpoint folder (the manager also clears half-written files on start).
+        self.telemetry = Telemetry(
+            profile, self.state, world, events, self.memory, self.profiler, self.run_length
+        )
+        # Rank 0 alone owns the checkpoint folder (the manager also clears
+        # half-written files on start).
         manager = CheckpointManager(run_dir, t.keep_last, t.keep_disk_gb) if world.is_main else None
         self.checkpointer = Checkpointer(
-            profile, profile_toml, self.runner, self.state, nonfinite, self.run_length, manager, world, faults, events
+            profile,
+            profile_toml,
+            self.runner,
+            self.state,
+            nonfinite,
+            self.run_length,
+            manager,
+            world,
+            faults,
+            events,
         )
         with TaskCall(task, "model_config"):
             self.checkpointer.model_config = plain_config(task.model_config())
-        self.early_stopped = False  # fit() ended on train.early_stopping_patience (the summary says so)
+        # fit() ended on train.early_stopping_patience (the summary says so)
+        self.early_stopped = False
         self.evaluator = Evaluator(
             profile, task, self.runner, self.state, world, events, run_dir, self.checkpointer, self.telemetry,
             self.run_length,
@@ -102,8 +120,9 @@ class Trainer:
 
     @staticmethod
     def _place_model(task: Task, device: torch.device, world: World) -> torch.nn.Module:
-        """The model on its device; under torchrun DDP hands rank 0's initial weights to every rank. Several
-        optimizer groups skip the DDP wrapper (their runner averages each group's gradients) but start alike."""
+        """The model on its device; under torchrun DDP hands rank 0's initial weights to every
+        rank. Several optimizer groups skip the DDP wrapper (their runner averages each
+        group's gradients) but start alike."""
         module = task.model.to(device)
         if task.optimizer_groups():
             return share_initial_weights(module, world)
@@ -111,7 +130,8 @@ class Trainer:
 
     @property
     def module(self) -> torch.nn.Module:
-        """The model without its DDP wrapper: what checkpoints, validation, samples and exports use."""
+        """The model without its DDP wrapper: what checkpoints, validation,
+        samples and exports use."""
         return unwrap_model(self.runner.model)
 
     def global_batch(self) -> int:
@@ -126,19 +146,24 @@ class Trainer:
         self.runner.model.train()
         self.run_length.announce_warmup()
         if self.profile.train.validate_at_start and self.state.step == 0:
-            self.evaluator.validate()  # the untrained model's validation loss: where the curve starts
+            # the untrained model's validation loss: where the curve starts
+            self.evaluator.validate()
         self.telemetry.start()
         while True:
-            # Checked before each step too: a stop asked for during set-up ends the run before any work.
+            # Checked before each step too: a stop asked for during set-up
+            # ends the run before any work.
             request = self.controller.next_request()
             if request == "finished":
                 break
             if request == "stop":
                 return self.stop()
             if self.state.item and self._epoch_spent():
-                self.end_epoch()  # resumed from a checkpoint saved after an epoch's last full batch, before its end
+                # resumed from a checkpoint saved after an epoch's last full batch, before its end
+                self.end_epoch()
             if self.state.item == 0:
-                self.events.emit(EpochStartEvent(epoch=self.state.epoch, steps_in_epoch=self.steps_per_epoch()))
+                self.events.emit(
+                    EpochStartEvent(epoch=self.state.epoch, steps_in_epoch=self.steps_per_epoch())
+                )
             self.after_step(self.runner.run())
             if self._epoch_spent():
                 self.end_epoch()
@@ -153,7 +178,8 @@ class Trainer:
         return self.complete()
 
     def _epoch_spent(self) -> bool:
-        """Fewer items left in the epoch than one global batch: the rest waits for the next epoch's order."""
+        """Fewer items left in the epoch than one global batch: the rest
+        waits for the next epoch's order."""
         return self.task.train_items() - self.state.item < self.global_batch()
 
     def after_step(self, outcome: StepOutcome) -> None:
@@ -171,11 +197,14 @@ class Trainer:
         s, t = self.state, self.profile.train
         self.telemetry.flush()
         seconds = time.monotonic() - self.telemetry.started
-        self.events.emit(EpochEndEvent(epoch=s.epoch, loss=self.telemetry.last_loss, seconds=seconds))
+        self.events.emit(
+            EpochEndEvent(epoch=s.epoch, loss=self.telemetry.last_loss, seconds=seconds)
+        )
         if t.eval_every_steps is None:  # evaluate once per epoch
             self.evaluator.validate()
         due = (s.epoch + 1) % t.checkpoint_every_epochs == 0
-        if due and self.checkpointer.last_save_step != s.step:  # not again when validate() just saved a new best
+        # not again when validate() just saved a new best
+        if due and self.checkpointer.last_save_step != s.step:
             self.checkpointer.save()
         s.epoch, s.item = s.epoch + 1, 0
 
@@ -223,13 +252,15 @@ class Trainer:
             self.checkpointer.save()
 
     def best_step(self) -> int | None:
-        """The step of the best checkpoint (best.json), None before there is one or on ranks other than 0."""
+        """The step of the best checkpoint (best.json), None before there is
+        one or on ranks other than 0."""
         manager = self.checkpointer.manager
         record = read_best(manager.folder) if manager is not None else None
         return int(record["step"]) if record and isinstance(record.get("step"), int) else None
 
     def summary(self) -> dict[str, Any]:
-        """Final figures for the `finished` event and session.json (`early_stopped`: the patience ended the run)."""
+        """Final figures for the `finished` event and session.json
+        (`early_stopped`: the patience ended the run)."""
         best = self.checkpointer.manager.best() if self.checkpointer.manager is not None else None
         return {
             "steps": self.state.step,

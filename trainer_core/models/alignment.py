@@ -28,7 +28,8 @@ import torch.nn.functional as F
 
 
 def _best_predecessors(value: torch.Tensor) -> torch.Tensor:
-    """Forward DP over frames of a (Tm, B, Lt) tensor: True where the best way in came from token i - 1."""
+    """Forward DP over frames of a (Tm, B, Lt) tensor: True where the best
+    way in came from token i - 1."""
     frames, batch, tokens = value.shape
     came_from_previous = torch.zeros(frames, batch, tokens, dtype=torch.bool, device=value.device)
     score = torch.full((batch, tokens), float("-inf"), dtype=value.dtype, device=value.device)
@@ -41,8 +42,11 @@ def _best_predecessors(value: torch.Tensor) -> torch.Tensor:
     return came_from_previous
 
 
-def _backtrack(came_from_previous: torch.Tensor, text_lengths: torch.Tensor, mel_lengths: torch.Tensor) -> torch.Tensor:
-    """Walk back from each item's (last token, last frame); returns the path as (Tm, B, Lt) 0/1 float32."""
+def _backtrack(
+    came_from_previous: torch.Tensor, text_lengths: torch.Tensor, mel_lengths: torch.Tensor
+) -> torch.Tensor:
+    """Walk back from each item's (last token, last frame); returns the path
+    as (Tm, B, Lt) 0/1 float32."""
     frames, batch, tokens = came_from_previous.shape
     path = torch.zeros(frames, batch, tokens, dtype=torch.float32, device=came_from_previous.device)
     rows = torch.arange(batch, device=came_from_previous.device)
@@ -56,8 +60,8 @@ def _backtrack(came_from_previous: torch.Tensor, text_lengths: torch.Tensor, mel
 
 
 def _outside_compiled_graphs(fn: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
-    """`torch.compiler.disable`, applied when first needed: decorating at import loads torch._dynamo (~2 s),
-    and a compile can only be under way once torch._dynamo is imported."""
+    """`torch.compiler.disable`, applied when first needed: decorating at import loads torch._dynamo
+    (~2 s), and a compile can only be under way once torch._dynamo is imported."""
     disabled: list[Callable[..., torch.Tensor]] = []
 
     @functools.wraps(fn)
@@ -71,18 +75,24 @@ def _outside_compiled_graphs(fn: Callable[..., torch.Tensor]) -> Callable[..., t
     return call
 
 
-# Kept out of torch.compile graphs: a Python loop over a data-dependent number of frames would recompile per length.
+# Kept out of torch.compile graphs: a Python loop over a data-dependent number of
+# frames would recompile per length.
 @_outside_compiled_graphs
 @torch.no_grad()
 def monotonic_alignment_search(
     log_likelihood: torch.Tensor, text_lengths: torch.Tensor, mel_lengths: torch.Tensor
 ) -> torch.Tensor:
-    """Most likely monotonic hard alignment for (B, Lt, Tm) log-likelihoods: a (B, Lt, Tm) 0/1 float32 path.
+    """Most likely monotonic hard alignment for (B, Lt, Tm) log-likelihoods:
+    a (B, Lt, Tm) 0/1 float32 path.
 
-    Padding (tokens at or beyond `text_lengths[b]`, frames at or beyond `mel_lengths[b]`) is all zeros.
+    Padding (tokens at or beyond `text_lengths[b]`, frames at or beyond
+    `mel_lengths[b]`) is all zeros.
     """
     if log_likelihood.dim() != 3:
-        raise ValueError(f"log_likelihood must be (batch, tokens, frames), got shape {tuple(log_likelihood.shape)}")
+        raise ValueError(
+            "log_likelihood must be (batch, tokens, frames), got shape"
+            f" {tuple(log_likelihood.shape)}"
+        )
     text_lengths = text_lengths.to(log_likelihood.device).long()
     mel_lengths = mel_lengths.to(log_likelihood.device).long()
     # Frames first and contiguous: each DP step then reads one dense (B, Lt) slice.
@@ -94,9 +104,11 @@ def monotonic_alignment_search(
 
 
 def durations_to_path(durations: torch.Tensor, frames: int | None = None) -> torch.Tensor:
-    """The hard alignment that gives token i `durations[b, i]` consecutive frames: (B, Lt, T) 0/1 float32.
+    """The hard alignment that gives token i `durations[b, i]` consecutive
+    frames: (B, Lt, T) 0/1 float32.
 
-    `frames` defaults to the longest total duration in the batch; frames past an item's total are zero.
+    `frames` defaults to the longest total duration in the batch; frames
+    past an item's total are zero.
     """
     durations = durations.long().clamp(min=0)
     ends = durations.cumsum(dim=1)

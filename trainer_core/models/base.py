@@ -27,18 +27,21 @@ if TYPE_CHECKING:
 
 Batch = dict[str, torch.Tensor]
 SampleKind = Literal["text", "audio", "image"]
-# What a group's pass leaves for the later groups of the same micro-batch (e.g. the generator's output).
+# What a group's pass leaves for the later groups of the same micro-batch
+# (e.g. the generator's output).
 Carry = dict[str, Any]
 
 
 def batch_to(batch: Batch, device: torch.device | str, non_blocking: bool = False) -> Batch:
-    """Move every tensor of a batch to `device` (non-blocking copies need pinned host memory to overlap)."""
+    """Move every tensor of a batch to `device` (non-blocking copies need
+    pinned host memory to overlap)."""
     return {name: tensor.to(device, non_blocking=non_blocking) for name, tensor in batch.items()}
 
 
 @dataclass(frozen=True)
 class SampleResult:
-    """One sample written during evaluation: a text, audio or image (PNG) file, with its text or caption."""
+    """One sample written during evaluation: a text, audio or image (PNG)
+    file, with its text or caption."""
 
     kind: SampleKind
     path: Path
@@ -55,8 +58,11 @@ class Task(ABC):
         """Items in one training epoch (the same for every epoch)."""
 
     @abstractmethod
-    def train_batches(self, epoch: int, batch_size: int, start_item: int = 0) -> Iterator[tuple[Batch, int]]:
-        """Yield (batch, items in it) for `epoch`, starting at item `start_item` of its fixed order."""
+    def train_batches(
+        self, epoch: int, batch_size: int, start_item: int = 0
+    ) -> Iterator[tuple[Batch, int]]:
+        """Yield (batch, items in it) for `epoch`, starting at item
+        `start_item` of its fixed order."""
 
     @abstractmethod
     def val_batches(self, batch_size: int) -> Iterator[Batch]:
@@ -64,7 +70,8 @@ class Task(ABC):
 
     @abstractmethod
     def compute_losses(self, model: nn.Module, batch: Batch) -> dict[str, torch.Tensor]:
-        """Scalar losses for a batch on the model's device: "total" (what backward uses) and named parts."""
+        """Scalar losses for a batch on the model's device: "total" (what
+        backward uses) and named parts."""
 
     @abstractmethod
     def val_metrics(self, losses_mean: dict[str, float]) -> dict[str, float]:
@@ -75,17 +82,19 @@ class Task(ABC):
         """Write this evaluation's samples under `out_dir` and describe them."""
 
     def make_views(self, model: nn.Module, out_dir: Path, step: int) -> list[SampleResult]:
-        """Pictures of this evaluation (a voice's mel and alignment of a held-out clip) under `out_dir`; none by
-        default. Called after make_samples, with the model in eval mode."""
+        """Pictures of this evaluation (a voice's mel and alignment of a held-out clip) under
+        `out_dir`; none by default. Called after make_samples, with the model in eval mode."""
         return []
 
     @abstractmethod
     def model_config(self) -> dict[str, Any]:
-        """JSON-ready architecture description, enough to rebuild the model for the exported weights."""
+        """JSON-ready architecture description, enough to rebuild the model
+        for the exported weights."""
 
     @abstractmethod
     def describe(self) -> dict[str, Any]:
-        """JSON-ready summary for events and the dry-run plan: items, vocabulary, parameter count, warnings."""
+        """JSON-ready summary for events and the dry-run plan: items,
+        vocabulary, parameter count, warnings."""
 
     @abstractmethod
     def shard(self, rank: int, world_size: int) -> None:
@@ -96,20 +105,23 @@ class Task(ABC):
         return False
 
     def free_running(self, model: nn.Module) -> FreeRunningResult | None:
-        """Held-out sentences spoken without teacher forcing and scored against their recordings; None when
-        the task cannot (no held-out items, or not a speech task)."""
+        """Held-out sentences spoken without teacher forcing and scored against their recordings;
+        None when the task cannot (no held-out items, or not a speech task)."""
         return None
 
-    # Set by the engine before a free-running pass: called with (sentences scored, sentences in the pass).
+    # Set by the engine before a free-running pass: called with (sentences
+    # scored, sentences in the pass).
     report_progress: Callable[[int, int], None] | None = None
 
     def free_running_estimate(self) -> float | None:
-        """Seconds a free-running pass is expected to take, known before the first (None: not known yet)."""
+        """Seconds a free-running pass is expected to take, known before the
+        first (None: not known yet)."""
         return None
 
     def optimizer_groups(self) -> list[GroupSpec]:
-        """Several optimizers, in update order (e.g. the discriminator, then the generator against the updated
-        discriminator); empty for one AdamW over every parameter driven by compute_losses' "total"."""
+        """Several optimizers, in update order (e.g. the discriminator, then the generator
+        against the updated discriminator); empty for one AdamW over every parameter
+        driven by compute_losses' "total"."""
         return []
 
     def primary_group(self) -> str:
@@ -118,18 +130,23 @@ class Task(ABC):
         return groups[-1].name if groups else "main"
 
     def resting_groups(self, step: int) -> frozenset[str]:
-        """Groups that sit optimizer step `step` (1-based) out: no pass, no update (e.g. a generator while a fresh
-        discriminator warms up against it). Never every group."""
+        """Groups that sit optimizer step `step` (1-based) out: no pass, no update (e.g. a generator
+        while a fresh discriminator warms up against it). Never every group."""
         return frozenset()
 
-    def group_losses(self, model: nn.Module, batch: Batch, group: str, carry: Carry) -> dict[str, torch.Tensor]:
-        """Losses that drive `group` ("total" and named parts) for one micro-batch; `carry` is shared by the
-        groups' passes over that micro-batch, in update order. Only tasks with optimizer groups implement it."""
-        raise NotImplementedError(f"{type(self).__name__} declares optimizer groups but not group_losses")
+    def group_losses(
+        self, model: nn.Module, batch: Batch, group: str, carry: Carry
+    ) -> dict[str, torch.Tensor]:
+        """Losses that drive `group` ("total" and named parts) for one micro-batch; `carry` is
+        shared by the groups' passes over that micro-batch, in update order. Only tasks with
+        optimizer groups implement it."""
+        raise NotImplementedError(
+            f"{type(self).__name__} declares optimizer groups but not group_losses"
+        )
 
     def reference_scores(self) -> dict[str, float] | None:
-        """Validation metrics of a reference to beat, by the names val_metrics uses (e.g. Griffin-Lim's
-        copy-synthesis scores for a vocoder); None when the task has none."""
+        """Validation metrics of a reference to beat, by the names val_metrics uses (e.g.
+        Griffin-Lim's copy-synthesis scores for a vocoder); None when the task has none."""
         return None
 
     def reference_name(self) -> str:
@@ -140,13 +157,15 @@ class Task(ABC):
         return model
 
     def preload_done_event(self, reason: str = "") -> dict[str, Any] | None:
-        """Fields of a `preload_done` event, for tasks that preload features; None when nothing was preloaded."""
+        """Fields of a `preload_done` event, for tasks that preload features;
+        None when nothing was preloaded."""
         return None
 
 
 @dataclass(frozen=True)
 class GroupSpec:
-    """One optimizer group a task declares: what it trains and how (None: the profile's train section)."""
+    """One optimizer group a task declares: what it trains and how (None:
+    the profile's train section)."""
 
     name: str
     """Names the group's losses ("discriminator.total") and learning rate in events and charts."""
@@ -162,7 +181,8 @@ class GroupSpec:
 
 
 def count_parameters(model: nn.Module) -> int:
-    """Distinct trainable parameters (tied weights count once: `parameters()` yields each tensor once)."""
+    """Distinct trainable parameters (tied weights count once:
+    `parameters()` yields each tensor once)."""
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 

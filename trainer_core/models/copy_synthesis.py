@@ -1,9 +1,10 @@
 """Copy synthesis: a recording's mel turned back into audio and scored against the recording itself.
 
-How a vocoder is judged: for each held-out clip, its log-mel (Vega's own mel code) goes through the vocoder,
-and the result is compared with the recording by mel L1 (the log-mel of the output against the clip's) and a
-multi-resolution STFT distance (spectral convergence plus log-magnitude L1 at several FFT sizes). Griffin-Lim
-on the same clips gives the reference a trained vocoder should beat; it is computed once per run.
+How a vocoder is judged: for each held-out clip, its log-mel (Vega's own mel code) goes through the
+vocoder, and the result is compared with the recording by mel L1 (the log-mel of the output against
+the clip's) and a multi-resolution STFT distance (spectral convergence plus log-magnitude L1 at
+several FFT sizes). Griffin-Lim on the same clips gives the reference a trained vocoder should
+beat; it is computed once per run.
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ def fit_length(wave: torch.Tensor, length: int) -> torch.Tensor:
 def clip_scores(
     heard: torch.Tensor, recording: torch.Tensor, extractor: MelExtractor, resolutions: Resolutions
 ) -> dict[str, torch.Tensor]:
-    """Mel L1 and MR-STFT distance of `heard` against `recording`, both (B, samples) on one device."""
+    """Mel L1 and MR-STFT distance of `heard` against `recording`, both (B,
+    samples) on one device."""
     heard = fit_length(heard, recording.shape[-1])
     mel_l1 = (extractor.batch(heard) - extractor.batch(recording)).abs().mean()
     stft = multi_resolution_stft_distance(heard.float(), recording.float(), resolutions)
@@ -64,7 +66,9 @@ def reference_scores(
         mels = [extractor.batch(recording[None])[0] for recording in recordings]
         heard = mels_to_audio(mels, audio, griffin_lim_iters)
         for recording, wave in zip(recordings, heard, strict=True):
-            scores = clip_scores(torch.from_numpy(wave)[None], recording[None], extractor, resolutions)
+            scores = clip_scores(
+                torch.from_numpy(wave)[None], recording[None], extractor, resolutions
+            )
             for name, value in scores.items():
                 totals[name] += float(value)
     count = max(1, len(recordings))

@@ -1,11 +1,12 @@
-"""espeak-ng's library, loaded in-process from the `espeakng-loader` wheel: phonemes with no system package.
+"""espeak-ng's library, loaded in-process from the `espeakng-loader` wheel:
+phonemes with no system package.
 
-The wheel ships `libespeak-ng.so` and its `espeak-ng-data` folder, so `pip install` alone gives phonemes on
-a bare machine. Only three calls are bound: `espeak_Initialize` (synchronous mode, the wheel's data folder),
-`espeak_SetVoiceByName` (with the program's fallback to a language match), `espeak_TextToPhonemes` (IPA),
-which returns one clause per call and advances the text pointer, and `espeak_Synth` with a callback that
-collects 16-bit samples (benchmarks make voice corpora with it). The library keeps global state and is not
-thread-safe, so one lock guards every call.
+The wheel ships `libespeak-ng.so` and its `espeak-ng-data` folder, so `pip install` alone gives
+phonemes on a bare machine. Only three calls are bound: `espeak_Initialize` (synchronous mode, the
+wheel's data folder), `espeak_SetVoiceByName` (with the program's fallback to a language match),
+`espeak_TextToPhonemes` (IPA), which returns one clause per call and advances the text pointer, and
+`espeak_Synth` with a callback that collects 16-bit samples (benchmarks make voice corpora with it).
+The library keeps global state and is not thread-safe, so one lock guards every call.
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ POS_CHARACTER = 1
 PARAM_RATE = 1
 EE_OK = 0
 # int callback(short *wav, int numsamples, espeak_EVENT *events): 0 goes on.
-SYNTH_CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_short), ctypes.c_int, ctypes.c_void_p)
+SYNTH_CALLBACK = ctypes.CFUNCTYPE(
+    ctypes.c_int, ctypes.POINTER(ctypes.c_short), ctypes.c_int, ctypes.c_void_p
+)
 
 
 class VoiceQuery(ctypes.Structure):
@@ -55,11 +58,16 @@ class EspeakLibrary:
             raise EspeakLibraryError(f"could not load {library_path}: {exc}") from exc
         self._bind()
         self.data_path = data_path
-        self.sample_rate = self._lib.espeak_Initialize(AUDIO_OUTPUT_SYNCHRONOUS, 0, data_path.encode(), 0)
+        self.sample_rate = self._lib.espeak_Initialize(
+            AUDIO_OUTPUT_SYNCHRONOUS, 0, data_path.encode(), 0
+        )
         if self.sample_rate <= 0:
-            raise EspeakLibraryError(f"espeak-ng could not initialise with its data folder {data_path}")
+            raise EspeakLibraryError(
+                f"espeak-ng could not initialise with its data folder {data_path}"
+            )
         self._chunks: list[bytes] = []
-        self._callback = SYNTH_CALLBACK(self._collect)  # kept referenced: the library holds only a raw pointer
+        # kept referenced: the library holds only a raw pointer
+        self._callback = SYNTH_CALLBACK(self._collect)
         self._lib.espeak_SetSynthCallback(self._callback)
         self.version: str = (self._lib.espeak_Info(None) or b"unknown").decode()
         self._lock = threading.Lock()
@@ -75,7 +83,11 @@ class EspeakLibrary:
         lib.espeak_SetVoiceByName.restype = ctypes.c_int
         lib.espeak_SetVoiceByProperties.argtypes = [ctypes.POINTER(VoiceQuery)]
         lib.espeak_SetVoiceByProperties.restype = ctypes.c_int
-        lib.espeak_TextToPhonemes.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_int, ctypes.c_int]
+        lib.espeak_TextToPhonemes.argtypes = [
+            ctypes.POINTER(ctypes.c_void_p),
+            ctypes.c_int,
+            ctypes.c_int,
+        ]
         lib.espeak_TextToPhonemes.restype = ctypes.c_char_p
         lib.espeak_SetSynthCallback.argtypes = [SYNTH_CALLBACK]
         lib.espeak_SetSynthCallback.restype = None
@@ -94,7 +106,8 @@ class EspeakLibrary:
         lib.espeak_Synth.restype = ctypes.c_int
 
     def phonemize(self, text: str, voice: str) -> list[str]:
-        """IPA for `text`, one string per clause (the binary prints the same clauses one per line)."""
+        """IPA for `text`, one string per clause (the binary prints the same
+        clauses one per line)."""
         return [ipa for ipa, _ in self.clauses(text, voice)]
 
     def clauses(self, text: str, voice: str) -> list[tuple[str, str]]:
@@ -109,9 +122,16 @@ class EspeakLibrary:
             self._set_voice(voice)
             # The library sets the pointer to NULL once the whole text is read.
             while pointer.value:
-                ipa = self._lib.espeak_TextToPhonemes(ctypes.byref(pointer), CHARS_UTF8, PHONEMES_IPA)
+                ipa = self._lib.espeak_TextToPhonemes(
+                    ctypes.byref(pointer), CHARS_UTF8, PHONEMES_IPA
+                )
                 read = raw[: pointer.value - start] if pointer.value else raw
-                clauses.append(((ipa or b"").decode("utf-8", errors="replace"), read.decode("utf-8", "replace")))
+                clauses.append(
+                    (
+                        (ipa or b"").decode("utf-8", errors="replace"),
+                        read.decode("utf-8", "replace"),
+                    )
+                )
         return clauses
 
     def speak(self, text: str, voice: str, words_per_minute: int = 175) -> bytes:
@@ -121,7 +141,9 @@ class EspeakLibrary:
             self._set_voice(voice)
             self._lib.espeak_SetParameter(PARAM_RATE, int(words_per_minute), 0)
             self._chunks = []
-            status = self._lib.espeak_Synth(data, len(data), 0, POS_CHARACTER, 0, CHARS_UTF8 | END_PAUSE, None, None)
+            status = self._lib.espeak_Synth(
+                data, len(data), 0, POS_CHARACTER, 0, CHARS_UTF8 | END_PAUSE, None, None
+            )
             chunks, self._chunks = self._chunks, []
         if status != EE_OK:
             raise EspeakLibraryError(f"espeak-ng could not speak {text[:60]!r} (status {status})")
@@ -145,7 +167,8 @@ class EspeakLibrary:
 
 @lru_cache(maxsize=1)
 def library_or_reason() -> tuple[EspeakLibrary | None, str]:
-    """The loaded library, or None and why not (asked once per process: a failed load is not retried)."""
+    """The loaded library, or None and why not (asked once per process: a
+    failed load is not retried)."""
     try:
         return load_espeak_library(), ""
     except EspeakLibraryError as exc:
@@ -154,11 +177,14 @@ def library_or_reason() -> tuple[EspeakLibrary | None, str]:
 
 @lru_cache(maxsize=1)
 def load_espeak_library() -> EspeakLibrary:
-    """The process's one library instance (initialising twice would reset the global state under a user)."""
+    """The process's one library instance (initialising twice would reset
+    the global state under a user)."""
     try:
         import espeakng_loader
     except ImportError as exc:
-        raise EspeakLibraryError("the espeakng-loader package is not installed (pip install espeakng-loader)") from exc
+        raise EspeakLibraryError(
+            "the espeakng-loader package is not installed (pip install espeakng-loader)"
+        ) from exc
     try:
         data_path = espeakng_loader.get_data_path()
     except RuntimeError as exc:

@@ -1,8 +1,10 @@
-"""Free-running evaluation of an acoustic model: held-out sentences spoken from text alone (predicted
-durations, no teacher forcing), heard through the vocoder and scored against their recordings.
+"""Free-running evaluation of an acoustic model: held-out sentences spoken from text
+alone (predicted durations, no teacher forcing), heard through the vocoder and
+scored against their recordings.
 
-Used by the voice task every few validations and by `trainer-core evaluate`. The recordings' scores through the
-same vocoder are the floor: what the vocoder alone costs, and the best an acoustic model could reach with it.
+Used by the voice task every few validations and by `trainer-core evaluate`. The recordings'
+scores through the same vocoder are the floor: what the vocoder alone costs, and the best an
+acoustic model could reach with it.
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ if TYPE_CHECKING:
 
 # Log-mel (n_mels, frames) -> waveform: the vocoder the scores are heard through.
 Vocoder = Callable[[np.ndarray], np.ndarray]
-# A held-out sentence -> (the audio a model speaks for it, the log-mel it predicted on the way, if any).
+# A held-out sentence -> (the audio a model speaks for it, the log-mel it
+# predicted on the way, if any).
 Speak = Callable[["HeldOutSentence"], tuple[np.ndarray, np.ndarray | None]]
 # Recordings longer than this are left out of the set: DTW and Griffin-Lim cost grows with length.
 MAX_SECONDS = 12.0
@@ -42,11 +45,15 @@ class HeldOutSentence:
     item_id: str
     text: str
     path: Path
-    speaker: int | None = None  # the speaker id the model says it with (voices with several speakers)
+    # the speaker id the model says it with (voices with several speakers)
+    speaker: int | None = None
 
 
-def pick_sentences(candidates: Sequence[HeldOutSentence], seconds: Sequence[float], count: int) -> list[int]:
-    """Indices of `count` candidates spread evenly over their lengths (short to long), longest ones left out."""
+def pick_sentences(
+    candidates: Sequence[HeldOutSentence], seconds: Sequence[float], count: int
+) -> list[int]:
+    """Indices of `count` candidates spread evenly over their lengths (short
+    to long), longest ones left out."""
     usable = sorted((s, i) for i, s in enumerate(seconds) if s <= MAX_SECONDS) or sorted(
         (s, i) for i, s in enumerate(seconds)
     )
@@ -57,7 +64,8 @@ def pick_sentences(candidates: Sequence[HeldOutSentence], seconds: Sequence[floa
 
 
 class FreeRunning:
-    """Scores an acoustic model on fixed held-out sentences; the recordings are decoded once, on first use."""
+    """Scores an acoustic model on fixed held-out sentences; the recordings
+    are decoded once, on first use."""
 
     def __init__(
         self,
@@ -72,15 +80,20 @@ class FreeRunning:
         self.audio, self.tts = audio, tts
         named = "griffin-lim" if vocoder is None else str(getattr(vocoder, "name", "custom"))
         self.vocoder_name = vocoder_name or named
-        self.vocode: Vocoder = vocoder or (lambda mel: mel_to_audio(mel, audio, tts.griffin_lim_iters))
-        # Griffin-Lim: sentences vocoded in batches and the floor cached (not for a model that speaks audio).
+        self.vocode: Vocoder = vocoder or (
+            lambda mel: mel_to_audio(mel, audio, tts.griffin_lim_iters)
+        )
+        # Griffin-Lim: sentences vocoded in batches and the floor cached (not
+        # for a model that speaks audio).
         self._griffin_lim = vocoder is None and self.vocoder_name == "griffin-lim"
         self.cache = cache or EvalCache(None)
         self._extractor = MelExtractor(audio)
         self._recordings: list[Recording] | None = None
         self._floor: Scores | None = None
-        self.progress: Callable[[int, int], None] | None = None  # (sentences scored, sentences in the pass)
-        self.floor_seconds: float | None = None  # what computing the floor took (here, or when it was cached)
+        # (sentences scored, sentences in the pass)
+        self.progress: Callable[[int, int], None] | None = None
+        # what computing the floor took (here, or when it was cached)
+        self.floor_seconds: float | None = None
 
     def mel_of(self, wave: np.ndarray) -> np.ndarray:
         return self._extractor([np.asarray(wave, dtype=np.float32)])[0].numpy()
@@ -144,13 +157,17 @@ class FreeRunning:
         return [self.vocode(mel) for mel in mels]
 
     def score(self, model: AcousticModel, encoder: TextEncoder) -> Scores:
-        """Every sentence spoken by `model` (in eval mode, no gradient), vocoded together, and scored."""
+        """Every sentence spoken by `model` (in eval mode, no gradient),
+        vocoded together, and scored."""
         self._report(0)
         was_training = model.training
         model.eval()
         try:
             mels = [
-                model.synthesise(encoder.encode(s.text), self.tts.length_scale, s.speaker).float().cpu().numpy()
+                model.synthesise(encoder.encode(s.text), self.tts.length_scale, s.speaker)
+                .float()
+                .cpu()
+                .numpy()
                 for s in self.sentences
             ]
         finally:
@@ -158,7 +175,9 @@ class FreeRunning:
         heard, a = self.vocode_many(mels), self.audio
         items = []
         for r, wave, mel in zip(self.recordings(), heard, mels, strict=True):
-            items.append(score_heard(r, wave, self.mel_of, a.sample_rate, a.hop_length, predicted_mel=mel))
+            items.append(
+                score_heard(r, wave, self.mel_of, a.sample_rate, a.hop_length, predicted_mel=mel)
+            )
             self._report(len(items))
         return Scores(items)
 
@@ -172,11 +191,14 @@ class FreeRunning:
         items = []
         for r, sentence in zip(self.recordings(), self.sentences, strict=True):
             heard, mel = speak(sentence)
-            items.append(score_heard(r, heard, self.mel_of, a.sample_rate, a.hop_length, predicted_mel=mel))
+            items.append(
+                score_heard(r, heard, self.mel_of, a.sample_rate, a.hop_length, predicted_mel=mel)
+            )
         return Scores(items)
 
     def floor_of(self, resynthesise: Callable[[HeldOutSentence], np.ndarray]) -> Scores:
-        """The recordings as `resynthesise` re-makes them (a model's own decoder, which changes as it trains)."""
+        """The recordings as `resynthesise` re-makes them (a model's own
+        decoder, which changes as it trains)."""
         a = self.audio
         return Scores(
             [
@@ -194,13 +216,18 @@ class FreeRunningResult:
     floor: Scores
     vocoder: str
     seconds: float
-    floor_seconds: float = 0.0  # of `seconds`, what computing the floor took (once per run, or never if cached)
+    # of `seconds`, what computing the floor took (once per run, or never if cached)
+    floor_seconds: float = 0.0
 
 
-def evaluate_free_running(free: FreeRunning, model: AcousticModel, encoder: TextEncoder) -> FreeRunningResult:
+def evaluate_free_running(
+    free: FreeRunning, model: AcousticModel, encoder: TextEncoder
+) -> FreeRunningResult:
     started = time.perf_counter()
     with evaluation_threads():
         floor = free.floor()
         floor_seconds = time.perf_counter() - started
         scores = free.score(model, encoder)
-    return FreeRunningResult(scores, floor, free.vocoder_name, time.perf_counter() - started, floor_seconds)
+    return FreeRunningResult(
+        scores, floor, free.vocoder_name, time.perf_counter() - started, floor_seconds
+    )

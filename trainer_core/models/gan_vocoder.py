@@ -1,20 +1,23 @@
 """A small GAN vocoder that turns log-mel frames into a waveform by predicting an STFT, Vocos-style.
 
-Why this shape: classic neural vocoders grow the frame-rate mel into sample-rate audio with a stack of
-transposed convolutions, so most of their compute runs at 22 kHz. Here every layer runs at the mel frame
-rate instead. A ConvNeXt trunk (depthwise convolution over time, then a per-frame MLP over channels) maps
-each normalised mel frame to one STFT column: n_fft // 2 + 1 log-magnitudes and as many phase angles. The
-inverse STFT, with the same hop as the mel features, then does the upsampling exactly and for free. With a
-few hundred thousand parameters that learn quickly this suits modest hardware.
+Why this shape: classic neural vocoders grow the frame-rate mel into sample-rate audio with a
+stack of transposed convolutions, so most of their compute runs at 22 kHz. Here every layer runs
+at the mel frame rate instead. A ConvNeXt trunk (depthwise convolution over time, then a per-frame
+MLP over channels) maps each normalised mel frame to one STFT column: n_fft // 2 + 1
+log-magnitudes and as many phase angles. The inverse STFT, with the same hop as the mel features,
+then does the upsampling exactly and for free. With a few hundred thousand parameters that learn
+quickly this suits modest hardware.
 
-Lengths: the project's mel frames are centred, so a clip of S samples has T = 1 + S // hop frames. The
-generator always returns T * hop samples (at least S); the task trims the result to the clip's length.
+Lengths: the project's mel frames are centred, so a clip of S samples has T = 1 + S //
+hop frames. The generator always returns T * hop samples (at least S); the task trims
+the result to the clip's length.
 
-Training is a least-squares GAN. Period discriminators fold the wave into rows of p samples and look for
-periodic structure; resolution discriminators look at magnitude spectrograms at several STFT sizes. Each
-returns per-patch logits and its hidden feature maps, the latter for a feature-matching loss. The
-multi-resolution STFT distance is both the reconstruction loss and the validation score. Real and fake
-waves passed together to the discriminators must have the same length (crop the target to the output).
+Training is a least-squares GAN. Period discriminators fold the wave into rows of p samples and
+look for periodic structure; resolution discriminators look at magnitude spectrograms at several
+STFT sizes. Each returns per-patch logits and its hidden feature maps, the latter for a
+feature-matching loss. The multi-resolution STFT distance is both the reconstruction loss and the
+validation score. Real and fake waves passed together to the discriminators must have the same
+length (crop the target to the output).
 """
 
 from __future__ import annotations
@@ -33,7 +36,8 @@ Resolution = tuple[int, int, int]
 Features = list[list[Tensor]]
 # Slope of every discriminator activation: negative inputs still pass a gradient.
 LEAK = 0.1
-# Largest predicted magnitude; clamped in the log domain so exp never overflows to inf (inf * 0 = NaN grads).
+# Largest predicted magnitude; clamped in the log domain so exp never overflows
+# to inf (inf * 0 = NaN grads).
 MAX_LOG_MAGNITUDE = math.log(100.0)
 # Magnitudes are floored before the log so silent bins give a finite log and gradient.
 MAGNITUDE_FLOOR = 1e-7
@@ -43,7 +47,8 @@ MIN_MEL_STD = 1e-5
 
 @dataclass(frozen=True)
 class VocoderConfig:
-    """Sizes of the generator and the discriminators; the STFT fields must match the mel features."""
+    """Sizes of the generator and the discriminators; the STFT fields must
+    match the mel features."""
 
     n_mels: int = 80
     """Mel bands of the input log-mel spectrogram."""
@@ -72,10 +77,13 @@ class VocoderConfig:
         if self.win_length > self.n_fft:
             raise ValueError(f"win_length ({self.win_length}) must not exceed n_fft ({self.n_fft})")
         if self.kernel % 2 == 0 or self.blocks < 1:
-            raise ValueError(f"kernel must be odd and blocks at least 1, got {self.kernel} and {self.blocks}")
+            raise ValueError(
+                f"kernel must be odd and blocks at least 1, got {self.kernel} and {self.blocks}"
+            )
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain JSON values: the tuples become lists, so the dict equals its own JSON round trip."""
+        """Plain JSON values: the tuples become lists, so the dict equals
+        its own JSON round trip."""
         values = asdict(self)
         values["periods"] = list(self.periods)
         values["resolutions"] = [list(r) for r in self.resolutions]
@@ -83,7 +91,8 @@ class VocoderConfig:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> VocoderConfig:
-        """Inverse of to_dict (also accepts its JSON-loaded form); missing fields take their defaults."""
+        """Inverse of to_dict (also accepts its JSON-loaded form); missing
+        fields take their defaults."""
         unknown = sorted(set(data) - {f.name for f in fields(cls)})
         if unknown:
             raise ValueError(f"unknown vocoder config fields: {', '.join(unknown)}")
@@ -91,12 +100,15 @@ class VocoderConfig:
         if "periods" in values:
             values["periods"] = tuple(int(p) for p in values["periods"])
         if "resolutions" in values:
-            values["resolutions"] = tuple((int(n), int(h), int(w)) for n, h, w in values["resolutions"])
+            values["resolutions"] = tuple(
+                (int(n), int(h), int(w)) for n, h, w in values["resolutions"]
+            )
         return cls(**values)
 
 
 class ConvNeXtBlock(nn.Module):
-    """Depthwise conv mixes neighbouring frames, a per-frame MLP mixes channels; a scaled residual."""
+    """Depthwise conv mixes neighbouring frames, a per-frame MLP mixes
+    channels; a scaled residual."""
 
     def __init__(self, channels: int, intermediate: int, kernel: int, scale: float) -> None:
         super().__init__()
@@ -118,8 +130,8 @@ class Generator(nn.Module):
     """Log-mel (B, n_mels, T) -> wave (B, T * hop_length); the task trims to the clip's S samples.
 
     T * hop_length >= S because centred frames give T = 1 + S // hop for a clip of S samples.
-    `mel_mean` / `mel_std` (n_mels, 1) normalise the input; the task sets them from corpus statistics
-    (`set_mel_statistics`) and they travel in the state_dict.
+    `mel_mean` / `mel_std` (n_mels, 1) normalise the input; the task sets them from corpus
+    statistics (`set_mel_statistics`) and they travel in the state_dict.
     """
 
     mel_mean: Tensor
@@ -133,12 +145,15 @@ class Generator(nn.Module):
         self.register_buffer("mel_mean", torch.zeros(config.n_mels, 1))
         self.register_buffer("mel_std", torch.ones(config.n_mels, 1))
         # Rebuilt from the config, so not worth saving.
-        self.register_buffer("window", torch.hann_window(config.win_length, periodic=True), persistent=False)
+        self.register_buffer(
+            "window", torch.hann_window(config.win_length, periodic=True), persistent=False
+        )
         self.embed = nn.Conv1d(config.n_mels, width, config.kernel, padding=config.kernel // 2)
         self.embed_norm = nn.LayerNorm(width)
         scale = 1.0 / config.blocks
         self.blocks = nn.ModuleList(
-            ConvNeXtBlock(width, config.intermediate, config.kernel, scale) for _ in range(config.blocks)
+            ConvNeXtBlock(width, config.intermediate, config.kernel, scale)
+            for _ in range(config.blocks)
         )
         self.out_norm = nn.LayerNorm(width)
         self.head = nn.Linear(width, config.n_fft + 2)
@@ -155,15 +170,19 @@ class Generator(nn.Module):
         return torch.complex(magnitude * phase.cos(), magnitude * phase.sin())
 
     def magnitude_and_phase(self, mel: Tensor) -> tuple[Tensor, Tensor]:
-        """(B, n_mels, T) log-mel -> the STFT's magnitude and phase, (B, n_fft // 2 + 1, T) real float32 each
-        (real tensors: the ONNX graph builds its wave from these without complex numbers)."""
+        """(B, n_mels, T) log-mel -> the STFT's magnitude and phase, (B, n_fft // 2 +
+        1, T) real float32 each (real tensors: the ONNX graph builds its wave from
+        these without complex numbers)."""
         if mel.dim() != 3 or mel.shape[1] != self.config.n_mels:
-            raise ValueError(f"expected a (batch, {self.config.n_mels}, frames) log-mel, got {tuple(mel.shape)}")
+            raise ValueError(
+                f"expected a (batch, {self.config.n_mels}, frames) log-mel, got {tuple(mel.shape)}"
+            )
         x = (mel - self.mel_mean) / self.mel_std
         x = self.embed_norm(self.embed(x).transpose(1, 2))
         for block in self.blocks:
             x = block(x)
-        # float32 from here: under autocast the head is half precision, and complex half is poorly supported.
+        # float32 from here: under autocast the head is half precision, and
+        # complex half is poorly supported.
         x = self.head(self.out_norm(x)).transpose(1, 2).float()
         log_magnitude, phase = x.chunk(2, dim=1)
         return log_magnitude.clamp(max=MAX_LOG_MAGNITUDE).exp(), phase
@@ -192,14 +211,17 @@ class Generator(nn.Module):
             self.train(was_training)
 
 
-def _conv2d(c_in: int, c_out: int, kernel: tuple[int, int], stride: tuple[int, int] = (1, 1)) -> nn.Conv2d:
+def _conv2d(
+    c_in: int, c_out: int, kernel: tuple[int, int], stride: tuple[int, int] = (1, 1)
+) -> nn.Conv2d:
     """Weight-normalised 2-D conv with 'same' padding along both axes (before striding)."""
     padding = (kernel[0] // 2, kernel[1] // 2)
     return weight_norm(nn.Conv2d(c_in, c_out, kernel, stride, padding))
 
 
 def _run_stack(layers: nn.ModuleList, final: nn.Module, x: Tensor) -> tuple[Tensor, list[Tensor]]:
-    """Hidden convs with LeakyReLU, each output kept as a feature map, then the 1-channel logit conv."""
+    """Hidden convs with LeakyReLU, each output kept as a feature map, then
+    the 1-channel logit conv."""
     features = []
     for layer in layers:
         x = F.leaky_relu(layer(x), LEAK)
@@ -210,20 +232,28 @@ def _run_stack(layers: nn.ModuleList, final: nn.Module, x: Tensor) -> tuple[Tens
 def _magnitude(wave: Tensor, n_fft: int, hop: int, window: Tensor) -> Tensor:
     """(B, S) wave -> (B, n_fft // 2 + 1, frames) linear STFT magnitude, computed in float32."""
     spec = torch.stft(
-        wave.float(), n_fft, hop, window.shape[0], window=window.float(), center=True, return_complex=True
+        wave.float(),
+        n_fft,
+        hop,
+        window.shape[0],
+        window=window.float(),
+        center=True,
+        return_complex=True,
     )
     return spec.abs()
 
 
 class PeriodDiscriminator(nn.Module):
-    """Judges the wave folded into rows of `period` samples, so each column is one phase of the period."""
+    """Judges the wave folded into rows of `period` samples, so each column
+    is one phase of the period."""
 
     def __init__(self, period: int, channels: int) -> None:
         super().__init__()
         self.period = period
         widths = [1, channels, 4 * channels, 16 * channels]
         self.layers = nn.ModuleList(
-            _conv2d(c_in, c_out, (5, 1), (3, 1)) for c_in, c_out in zip(widths[:-1], widths[1:], strict=True)
+            _conv2d(c_in, c_out, (5, 1), (3, 1))
+            for c_in, c_out in zip(widths[:-1], widths[1:], strict=True)
         )
         self.final = _conv2d(widths[-1], 1, (3, 1))
 
@@ -232,7 +262,8 @@ class PeriodDiscriminator(nn.Module):
         batch, samples = wave.shape
         pad = -samples % self.period
         if pad:
-            # Mirrored samples continue the signal; zeros would add an edge the real audio never has.
+            # Mirrored samples continue the signal; zeros would add an edge
+            # the real audio never has.
             wave = F.pad(wave[:, None], (0, pad), mode="reflect")[:, 0]
         return _run_stack(self.layers, self.final, wave.reshape(batch, 1, -1, self.period))
 
@@ -273,16 +304,26 @@ class Discriminators(nn.Module):
         self.discriminators = nn.ModuleList(
             [
                 *(PeriodDiscriminator(period, width) for period in config.periods),
-                *(ResolutionDiscriminator(n_fft, hop, win, width) for n_fft, hop, win in config.resolutions),
+                *(
+                    ResolutionDiscriminator(n_fft, hop, win, width)
+                    for n_fft, hop, win in config.resolutions
+                ),
             ]
         )
 
-    def forward(self, real: Tensor, fake: Tensor) -> tuple[list[Tensor], list[Tensor], Features, Features]:
-        """(B, S) real and fake waves -> real logits, fake logits, real features, fake features (one per disc)."""
+    def forward(
+        self, real: Tensor, fake: Tensor
+    ) -> tuple[list[Tensor], list[Tensor], Features, Features]:
+        """(B, S) real and fake waves -> real logits, fake logits, real
+        features, fake features (one per disc)."""
         if real.shape != fake.shape:
-            raise ValueError(f"real and fake waves must have one shape, got {tuple(real.shape)}, {tuple(fake.shape)}")
+            raise ValueError(
+                f"real and fake waves must have one shape, got {tuple(real.shape)},"
+                f" {tuple(fake.shape)}"
+            )
         batch = real.shape[0]
-        # One pass over both halves: half the kernel launches, and identical padding for real and fake.
+        # One pass over both halves: half the kernel launches, and identical
+        # padding for real and fake.
         both = torch.cat([real.to(fake.dtype), fake])
         real_logits, fake_logits, real_features, fake_features = [], [], [], []
         for discriminator in self.discriminators:
@@ -310,7 +351,10 @@ class GanVocoder(nn.Module):
 
 def discriminator_loss(real_logits: Sequence[Tensor], fake_logits: Sequence[Tensor]) -> Tensor:
     """LSGAN: mean over discriminators of mean((1 - real)^2) + mean(fake^2)."""
-    terms = [(1 - r).square().mean() + f.square().mean() for r, f in zip(real_logits, fake_logits, strict=True)]
+    terms = [
+        (1 - r).square().mean() + f.square().mean()
+        for r, f in zip(real_logits, fake_logits, strict=True)
+    ]
     return torch.stack(terms).mean()
 
 
@@ -322,7 +366,8 @@ def adversarial_loss(fake_logits: Sequence[Tensor]) -> Tensor:
 def feature_matching_loss(
     real_features: Sequence[Sequence[Tensor]], fake_features: Sequence[Sequence[Tensor]]
 ) -> Tensor:
-    """Mean over every layer of every discriminator of L1(real, fake); real is detached (a fixed target)."""
+    """Mean over every layer of every discriminator of L1(real, fake); real
+    is detached (a fixed target)."""
     terms = [
         (r.detach() - f).abs().mean()
         for real_maps, fake_maps in zip(real_features, fake_features, strict=True)
@@ -338,11 +383,14 @@ def _spectral_convergence(reference: Tensor, estimate: Tensor) -> Tensor:
     return (error / scale).mean()
 
 
-def multi_resolution_stft_distance(wave_a: Tensor, wave_b: Tensor, resolutions: Sequence[Resolution]) -> Tensor:
-    """Mean over resolutions of spectral convergence + L1 of log magnitudes; wave_a is the reference.
+def multi_resolution_stft_distance(
+    wave_a: Tensor, wave_b: Tensor, resolutions: Sequence[Resolution]
+) -> Tensor:
+    """Mean over resolutions of spectral convergence + L1 of log magnitudes;
+    wave_a is the reference.
 
-    Takes (B, S) or (S,) waves of one shape; differentiable in both. Used as the reconstruction loss and
-    as the validation score (0 for identical waves).
+    Takes (B, S) or (S,) waves of one shape; differentiable in both. Used as the reconstruction loss
+    and as the validation score (0 for identical waves).
     """
     wave_a, wave_b = wave_a.reshape(-1, wave_a.shape[-1]), wave_b.reshape(-1, wave_b.shape[-1])
     terms = []

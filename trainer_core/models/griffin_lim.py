@@ -1,12 +1,12 @@
 """Griffin-Lim vocoder in torch: log-mel spectrograms back to audio, and 16-bit WAV writing.
 
 The acoustic model predicts natural-log mel power clamped at a floor (`audio.log_floor`), computed
-from a power spectrogram with librosa's mel filterbank, as in `trainer_core.data.mel`. Inversion undoes
-each step: exp (values at the floor become silence), a non-negative least-squares mel -> linear-frequency
-power inverse (projected gradient from the clamped pseudo-inverse), its square root as magnitudes, then
-Griffin-Lim phase reconstruction with momentum and the same STFT parameters. Everything runs in torch on
-the input's device (a GPU too), and nothing here imports librosa: a cold `synth` stays short.
-Not a neural vocoder, but it makes samples audible with nothing to download.
+from a power spectrogram with librosa's mel filterbank, as in `trainer_core.data.mel`. Inversion
+undoes each step: exp (values at the floor become silence), a non-negative least-squares mel ->
+linear-frequency power inverse (projected gradient from the clamped pseudo-inverse), its square root
+as magnitudes, then Griffin-Lim phase reconstruction with momentum and the same STFT parameters.
+Everything runs in torch on the input's device (a GPU too), and nothing here imports librosa: a cold
+`synth` stays short. Not a neural vocoder, but it makes samples audible with nothing to download.
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ if TYPE_CHECKING:
 PEAK_LEVEL = 0.9
 # librosa's default: the "fast Griffin-Lim" momentum that converges in far fewer iterations.
 MOMENTUM = 0.99
-# Projected-gradient steps refining the pseudo-inverse towards the non-negative least-squares answer.
+# Projected-gradient steps refining the pseudo-inverse towards the
+# non-negative least-squares answer.
 NNLS_STEPS = 50
 # Log-mel values this close to log(floor) count as the floor (float32 rounding).
 FLOOR_TOLERANCE = 1e-5
@@ -44,18 +45,26 @@ def mel_power(log_mel: np.ndarray, log_floor: float) -> np.ndarray:
 
 
 def mel_to_audio(log_mel, audio_cfg: AudioSection, n_iter: int = 32) -> np.ndarray:
-    """(n_mels, T) log-mel (numpy or tensor, on any device) -> float32 mono audio at `audio_cfg.sample_rate`."""
+    """(n_mels, T) log-mel (numpy or tensor, on any device) -> float32 mono
+    audio at `audio_cfg.sample_rate`."""
     magnitude = log_mel_to_magnitude(log_mel, audio_cfg)
     return griffin_lim(magnitude, audio_cfg, n_iter).cpu().numpy().astype(np.float32)
 
 
 def log_mel_to_magnitude(log_mel, audio_cfg: AudioSection) -> torch.Tensor:
-    """(n_mels, T) log-mel (numpy or tensor) -> (1 + n_fft // 2, T) linear magnitude for Griffin-Lim."""
+    """(n_mels, T) log-mel (numpy or tensor) -> (1 + n_fft // 2, T) linear
+    magnitude for Griffin-Lim."""
     import torch
 
-    mel = log_mel.detach().float() if isinstance(log_mel, torch.Tensor) else torch.from_numpy(np.asarray(log_mel))
+    mel = (
+        log_mel.detach().float()
+        if isinstance(log_mel, torch.Tensor)
+        else torch.from_numpy(np.asarray(log_mel))
+    )
     if mel.dim() != 2 or mel.shape[0] != audio_cfg.n_mels:
-        raise VegaError(f"expected a ({audio_cfg.n_mels}, frames) mel spectrogram, got shape {tuple(mel.shape)}")
+        raise VegaError(
+            f"expected a ({audio_cfg.n_mels}, frames) mel spectrogram, got shape {tuple(mel.shape)}"
+        )
     mel = mel.float()
     # Judged in the log domain: exp(log(floor)) in float32 lands a hair above the floor.
     at_floor = mel <= math.log(audio_cfg.log_floor) + FLOOR_TOLERANCE
@@ -70,7 +79,8 @@ def _inverse_parts(sample_rate: int, n_fft: int, n_mels: int, f_min: float, f_ma
     from trainer_core.data.mel_filters import mel_filterbank
 
     basis = torch.from_numpy(mel_filterbank(sample_rate, n_fft, n_mels, f_min, f_max)).double()
-    step = 1.0 / float(torch.linalg.matrix_norm(basis, ord=2) ** 2)  # 1 / Lipschitz constant of the gradient
+    # 1 / Lipschitz constant of the gradient
+    step = 1.0 / float(torch.linalg.matrix_norm(basis, ord=2) ** 2)
     return basis.float(), torch.linalg.pinv(basis).float(), step
 
 
@@ -89,14 +99,20 @@ def mel_power_to_magnitude(power: torch.Tensor, a: AudioSection) -> torch.Tensor
 
 
 def griffin_lim(magnitude: torch.Tensor, a: AudioSection, n_iter: int) -> torch.Tensor:
-    """Phase for a (bins, T) magnitude by fast Griffin-Lim (seeded random start); returns the 1-D wave."""
+    """Phase for a (bins, T) magnitude by fast Griffin-Lim (seeded random
+    start); returns the 1-D wave."""
     import torch
 
     window = torch.hann_window(a.win_length, periodic=True, device=magnitude.device)
 
     def istft(spec: torch.Tensor) -> torch.Tensor:
         return torch.istft(
-            spec, n_fft=a.n_fft, hop_length=a.hop_length, win_length=a.win_length, window=window, center=True
+            spec,
+            n_fft=a.n_fft,
+            hop_length=a.hop_length,
+            win_length=a.win_length,
+            window=window,
+            center=True,
         )
 
     def stft(wave: torch.Tensor) -> torch.Tensor:

@@ -30,7 +30,8 @@ def mels_to_audio(log_mels: Sequence[object], a: AudioSection, n_iter: int) -> l
     """Each (n_mels, T) log-mel -> float32 audio as `vocoder.mel_to_audio` makes it, in batches
     of similar lengths."""
     magnitudes = [log_mel_to_magnitude(mel, a) for mel in log_mels]
-    batch = 1 if switch_on(EVAL_UNBUDGETED_ENV) else BATCH  # the bench's control: one at a time, as before
+    # the bench's control: one at a time, as before
+    batch = 1 if switch_on(EVAL_UNBUDGETED_ENV) else BATCH
     order = sorted(range(len(magnitudes)), key=lambda k: magnitudes[k].shape[-1])
     waves: list[np.ndarray] = [np.zeros(0, np.float32)] * len(magnitudes)
     for start in range(0, len(order), batch):
@@ -72,7 +73,9 @@ def _envelope(frames: int, window: torch.Tensor, a: AudioSection, length: int) -
     return torch.nn.functional.pad(trimmed, (0, max(0, length - trimmed.shape[0])))[:length]
 
 
-def _rescale(magnitudes: Sequence[torch.Tensor], a: AudioSection, window: torch.Tensor) -> torch.Tensor:
+def _rescale(
+    magnitudes: Sequence[torch.Tensor], a: AudioSection, window: torch.Tensor
+) -> torch.Tensor:
     """Per sentence: the batch's window sum over its own, zero past its own end."""
     import torch
 
@@ -89,7 +92,9 @@ def _rescale(magnitudes: Sequence[torch.Tensor], a: AudioSection, window: torch.
     return torch.stack(rows)
 
 
-def griffin_lim_many(magnitudes: Sequence[torch.Tensor], a: AudioSection, n_iter: int) -> list[torch.Tensor]:
+def griffin_lim_many(
+    magnitudes: Sequence[torch.Tensor], a: AudioSection, n_iter: int
+) -> list[torch.Tensor]:
     """Fast Griffin-Lim for each (bins, T_i) magnitude, all at once; returns each 1-D wave."""
     import torch
 

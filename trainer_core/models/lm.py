@@ -1,10 +1,12 @@
-"""Byte-level language model: a small decoder-only transformer over raw UTF-8 bytes (vocabulary 256).
+"""Byte-level language model: a small decoder-only transformer over raw
+UTF-8 bytes (vocabulary 256).
 
 No tokenizer and nothing to download: any text trains as it is. Architecture: byte embedding plus a
 learned positional embedding (up to `data.context_bytes` positions), pre-LayerNorm blocks of causal
 self-attention (torch's scaled_dot_product_attention, which picks a fused kernel where there is one)
 and a GELU feed-forward, a final LayerNorm, and an output layer tied to the byte embedding.
-Initialisation follows GPT-2: N(0, 0.02), with residual output projections scaled by 1/sqrt(2 * layers).
+Initialisation follows GPT-2: N(0, 0.02), with residual output projections
+scaled by 1/sqrt(2 * layers).
 
 `LmTask` binds the model to a `TextCorpus` and implements the engine's `Task` protocol.
 """
@@ -51,7 +53,9 @@ class LmConfig:
     @classmethod
     def from_profile(cls, profile: Profile) -> LmConfig:
         m = profile.model
-        return cls(profile.data.context_bytes, m.hidden, m.encoder_layers, m.heads, m.ffn_mult, m.dropout)
+        return cls(
+            profile.data.context_bytes, m.hidden, m.encoder_layers, m.heads, m.ffn_mult, m.dropout
+        )
 
 
 class CausalSelfAttention(nn.Module):
@@ -69,7 +73,10 @@ class CausalSelfAttention(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         batch, length, hidden = x.shape
         q, k, v = self.qkv(x).split(hidden, dim=2)
-        q, k, v = (t.view(batch, length, self.heads, hidden // self.heads).transpose(1, 2) for t in (q, k, v))
+        q, k, v = (
+            t.view(batch, length, self.heads, hidden // self.heads).transpose(1, 2)
+            for t in (q, k, v)
+        )
         drop = self.dropout if self.training else 0.0
         y = F.scaled_dot_product_attention(q, k, v, dropout_p=drop, is_causal=True)
         y = y.transpose(1, 2).reshape(batch, length, hidden)
@@ -121,8 +128,13 @@ class ByteLM(nn.Module):
 
     def _init_weights(self, module: nn.Module) -> None:
         if isinstance(module, nn.Linear):
-            # Residual projections are scaled down so that the residual stream's variance does not grow with depth.
-            scale = math.sqrt(2 * self.config.layers) if getattr(module, "residual_projection", False) else 1.0
+            # Residual projections are scaled down so that the residual stream's
+            # variance does not grow with depth.
+            scale = (
+                math.sqrt(2 * self.config.layers)
+                if getattr(module, "residual_projection", False)
+                else 1.0
+            )
             nn.init.normal_(module.weight, mean=0.0, std=INIT_STD / scale)
             if module.bias is not None:
                 nn.init.zeros_(module.bias)
@@ -132,7 +144,9 @@ class ByteLM(nn.Module):
     def forward(self, input_bytes: torch.Tensor) -> torch.Tensor:
         length = input_bytes.shape[1]
         if length > self.config.context_bytes:
-            raise ValueError(f"sequence of {length} bytes exceeds the context of {self.config.context_bytes}")
+            raise ValueError(
+                f"sequence of {length} bytes exceeds the context of {self.config.context_bytes}"
+            )
         positions = torch.arange(length, device=input_bytes.device)
         x = self.drop(self.byte_emb(input_bytes) + self.pos_emb(positions))
         for block in self.blocks:
@@ -142,7 +156,8 @@ class ByteLM(nn.Module):
 
 def build_model(config: LmConfig, seed: int) -> ByteLM:
     """A freshly initialised model whose weights depend only on `config` and `seed`."""
-    # fork_rng: building the model must not advance the global generator the engine seeds and checkpoints.
+    # fork_rng: building the model must not advance the global generator the
+    # engine seeds and checkpoints.
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         return ByteLM(config)
@@ -150,11 +165,17 @@ def build_model(config: LmConfig, seed: int) -> ByteLM:
 
 @torch.no_grad()
 def generate(
-    model: nn.Module, prompt_bytes: bytes, max_new: int, temperature: float, generator: torch.Generator
+    model: nn.Module,
+    prompt_bytes: bytes,
+    max_new: int,
+    temperature: float,
+    generator: torch.Generator,
 ) -> bytes:
-    """Sample `max_new` bytes after `prompt_bytes`; the model sees at most its context (the latest bytes).
+    """Sample `max_new` bytes after `prompt_bytes`; the model sees at most
+    its context (the latest bytes).
 
-    `generator` must live on the model's device. The caller chooses train/eval mode (eval for samples).
+    `generator` must live on the model's device. The caller chooses
+    train/eval mode (eval for samples).
     """
     inner = unwrap_model(model)
     if not isinstance(inner, ByteLM):
@@ -174,7 +195,9 @@ def generate(
 
 def _format_samples(prompts: list[str], continuations: list[bytes]) -> str:
     parts = []
-    for number, (prompt, continuation) in enumerate(zip(prompts, continuations, strict=True), start=1):
+    for number, (prompt, continuation) in enumerate(
+        zip(prompts, continuations, strict=True), start=1
+    ):
         text = prompt + continuation.decode("utf-8", errors="replace")
         parts.append(f"--- prompt {number}: {prompt!r}\n{text}\n")
     return "\n".join(parts)
@@ -196,14 +219,21 @@ class LmTask(Task):
         data = profile.data
         files = [item.path for item in report.items]
         corpus = TextCorpus.from_files(
-            files, report.path, data.context_bytes, data.val_fraction, profile.run.seed, data.val_max_items
+            files,
+            report.path,
+            data.context_bytes,
+            data.val_fraction,
+            profile.run.seed,
+            data.val_max_items,
         )
         return cls(profile, corpus, device)
 
     def train_items(self) -> int:
         return self.corpus.train_items()
 
-    def train_batches(self, epoch: int, batch_size: int, start_item: int = 0) -> Iterator[tuple[Batch, int]]:
+    def train_batches(
+        self, epoch: int, batch_size: int, start_item: int = 0
+    ) -> Iterator[tuple[Batch, int]]:
         return self.corpus.train_batches(epoch, batch_size, start_item)
 
     def val_batches(self, batch_size: int) -> Iterator[Batch]:
@@ -220,7 +250,8 @@ class LmTask(Task):
         return {} if ce is None else {"bits_per_byte": ce / math.log(2)}
 
     def make_samples(self, model: nn.Module, out_dir: Path, step: int) -> list[SampleResult]:
-        """Continue every `sample.prompts` entry; write them all to `out_dir/step-<step, 8 digits>.txt`."""
+        """Continue every `sample.prompts` entry; write them all to
+        `out_dir/step-<step, 8 digits>.txt`."""
         sample = self.profile.sample
         inner = unwrap_model(model)
         device = next(inner.parameters()).device
@@ -229,7 +260,9 @@ class LmTask(Task):
         inner.eval()
         try:
             continuations = [
-                generate(inner, p.encode("utf-8"), sample.max_new_bytes, sample.temperature, generator)
+                generate(
+                    inner, p.encode("utf-8"), sample.max_new_bytes, sample.temperature, generator
+                )
                 for p in sample.prompts
             ]
         finally:
@@ -245,7 +278,12 @@ class LmTask(Task):
         self.corpus.shard(rank, world_size)
 
     def model_config(self) -> dict[str, Any]:
-        return {"kind": "lm", "architecture": "byte-transformer", "tied_embeddings": True, **asdict(self.config)}
+        return {
+            "kind": "lm",
+            "architecture": "byte-transformer",
+            "tied_embeddings": True,
+            **asdict(self.config),
+        }
 
     def describe(self) -> dict[str, Any]:
         return {

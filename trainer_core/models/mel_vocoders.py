@@ -1,10 +1,11 @@
 """The vocoders that turn log-mels into audio for samples, `synth`, `evaluate` and `vocode`.
 
-`tts.vocoder` (and `--vocoder`) names one: "griffin-lim" (phase reconstruction, nothing to train), or a trained
-GAN vocoder given as a run folder (its export, else its best, else its newest checkpoint), a checkpoint file or an
-export folder. A trained vocoder only fits mels made with the audio features it was trained on: any difference in
-sample rate, n_fft, hop, window, n_mels, f_min or f_max is one error naming each field with both values.
-Checkpoints are read weights-only; the discriminators in them are dropped.
+`tts.vocoder` (and `--vocoder`) names one: "griffin-lim" (phase reconstruction, nothing to train),
+or a trained GAN vocoder given as a run folder (its export, else its best, else its newest
+checkpoint), a checkpoint file or an export folder. A trained vocoder only fits mels made with the
+audio features it was trained on: any difference in sample rate, n_fft, hop, window, n_mels, f_min
+or f_max is one error naming each field with both values. Checkpoints are read weights-only; the
+discriminators in them are dropped.
 """
 
 from __future__ import annotations
@@ -45,7 +46,11 @@ class MelVocoder:
         return self.generator is not None
 
     def __call__(self, mel: torch.Tensor | np.ndarray) -> np.ndarray:
-        tensor = mel if isinstance(mel, torch.Tensor) else torch.from_numpy(np.asarray(mel, dtype=np.float32))
+        tensor = (
+            mel
+            if isinstance(mel, torch.Tensor)
+            else torch.from_numpy(np.asarray(mel, dtype=np.float32))
+        )
         if self.generator is None:
             from trainer_core.models.griffin_lim import mel_to_audio
 
@@ -65,12 +70,14 @@ def feature_differences(vocoder: AudioSection, mels: AudioSection) -> list[str]:
 
 
 def check_features(vocoder: MelVocoder, mels: AudioSection, mels_from: str) -> None:
-    """VegaError naming every mismatched feature when `vocoder` was trained on other features than `mels`."""
+    """VegaError naming every mismatched feature when `vocoder` was trained
+    on other features than `mels`."""
     differences = feature_differences(vocoder.audio, mels) if vocoder.trained else []
     if differences:
         raise VegaError(
-            f"the vocoder {vocoder.name} does not fit the mels of {mels_from}: {'; '.join(differences)}. "
-            'Train the vocoder with the same [audio] settings, or use tts.vocoder = "griffin-lim"'
+            f"the vocoder {vocoder.name} does not fit the mels of {mels_from}:"
+            f" {'; '.join(differences)}. Train the vocoder with the same [audio] settings, or use"
+            ' tts.vocoder = "griffin-lim"'
         )
 
 
@@ -86,14 +93,16 @@ def load_vocoder(
 def open_vocoder(
     spec: str | Path | None, audio: AudioSection, device: str = "cpu", griffin_lim_iters: int = 32
 ) -> MelVocoder:
-    """The vocoder `spec` names, unchecked; a trained one brings its own audio features, Griffin-Lim takes `audio`."""
+    """The vocoder `spec` names, unchecked; a trained one brings its own audio
+    features, Griffin-Lim takes `audio`."""
     text = str(spec or "").strip()
     if text.lower() in GRIFFIN_LIM_NAMES:
         return MelVocoder(GRIFFIN_LIM, audio, None, griffin_lim_iters)
     path = Path(text).expanduser()
     if not path.exists():
         raise VegaError(
-            f"vocoder {text!r} does not exist: name a vocoder run folder, checkpoint or export folder, "
+            f"vocoder {text!r} does not exist: name a vocoder run folder, checkpoint or export"
+            " folder, "
             f'or "{GRIFFIN_LIM}"'
         )
     config, trained_audio, weights = _read_vocoder(_resolve(path))
@@ -101,7 +110,9 @@ def open_vocoder(
     try:
         generator.load_state_dict(weights)
     except RuntimeError as exc:
-        raise VegaError(f"vocoder {path}: its weights do not fit its own config ({exc}); export it again") from exc
+        raise VegaError(
+            f"vocoder {path}: its weights do not fit its own config ({exc}); export it again"
+        ) from exc
     return MelVocoder(str(path), trained_audio, generator.to(device).eval(), griffin_lim_iters)
 
 
@@ -117,7 +128,9 @@ def _resolve(path: Path) -> Path:
         return best
     found = sorted(checkpoints.glob("step-*.pt")) if checkpoints.is_dir() else []
     if not found:
-        raise VegaError(f"{path} holds no vocoder: no export/, no checkpoints; train one with a vocoder profile")
+        raise VegaError(
+            f"{path} holds no vocoder: no export/, no checkpoints; train one with a vocoder profile"
+        )
     return found[-1]
 
 
@@ -188,4 +201,6 @@ def _audio(data: dict[str, Any], source: Path) -> AudioSection:
     try:
         return AudioSection(**data)
     except Exception as exc:  # pydantic's ValidationError: the export's audio block is damaged
-        raise VegaError(f"{source}: bad audio settings in config.json ({exc}); export it again") from exc
+        raise VegaError(
+            f"{source}: bad audio settings in config.json ({exc}); export it again"
+        ) from exc

@@ -1,8 +1,10 @@
-"""A voice exported as ONNX (`trainer-core export --onnx`), spoken with onnxruntime and numpy: no torch.
+"""A voice exported as ONNX (`trainer-core export --onnx`), spoken with
+onnxruntime and numpy: no torch.
 
-The folder holds `config.json` (CONFIG_FILENAME), the acoustic graph (`acoustic.onnx`) and, when the voice was
-exported with a trained vocoder, its generator (`vocoder.onnx`); `trainer_core.models.onnx_graphs` describes the
-graphs. config.json says everything else a speaker needs:
+The folder holds `config.json` (CONFIG_FILENAME), the acoustic graph (`acoustic.onnx`)
+and, when the voice was exported with a trained vocoder, its generator
+(`vocoder.onnx`); `trainer_core.models.onnx_graphs` describes the graphs. config.json
+says everything else a speaker needs:
 
     {"format": "vega-onnx", "version": 1, "vega_version", "created", "source", "opset",
      "acoustic": {"file", "inputs", "outputs"}, "vocoder": {"file", "source", "inputs", "outputs"} or null,
@@ -12,8 +14,9 @@ graphs. config.json says everything else a speaker needs:
      "speakers": names, id = position (empty: one speaker, no speaker input),
      "tolerance": {"max_abs_diff", "measured": {"mel", "audio"}, "inputs"}: onnxruntime against torch at export}
 
-Text becomes ids with the same torch-free front end training used (`text_frontend`); without `vocoder.onnx` the
-mel is heard through Griffin-Lim in numpy (`griffin_lim_numpy`). This module never imports torch.
+Text becomes ids with the same torch-free front end training used (`text_frontend`);
+without `vocoder.onnx` the mel is heard through Griffin-Lim in numpy (`griffin_lim_numpy`).
+This module never imports torch.
 """
 
 from __future__ import annotations
@@ -42,7 +45,8 @@ INSTALL_HINT = "pip install -e '.[onnx]' (or pip install onnxruntime)"
 
 
 def start_session(graph: Path | bytes, name: str | Path | None = None) -> Any:
-    """An onnxruntime session on the CPU for the graph file (or serialised graph, called `name`), or a clear error."""
+    """An onnxruntime session on the CPU for the graph file (or serialised graph,
+    called `name`), or a clear error."""
     try:
         import onnxruntime
     except ImportError as exc:
@@ -51,29 +55,39 @@ def start_session(graph: Path | bytes, name: str | Path | None = None) -> Any:
     if isinstance(graph, Path) and not graph.is_file():
         raise VegaError(f"{graph} does not exist: the ONNX export is incomplete; export it again")
     options = onnxruntime.SessionOptions()
-    options.log_severity_level = 3  # errors only: its warnings are about graph optimisations, not the voice
+    # errors only: its warnings are about graph optimisations, not the voice
+    options.log_severity_level = 3
     source = str(graph) if isinstance(graph, Path) else graph
     try:
         return onnxruntime.InferenceSession(source, options, providers=["CPUExecutionProvider"])
-    except Exception as exc:  # onnxruntime raises its own exception types for a damaged or unsupported graph
-        raise VegaError(f"{label} is not a graph this onnxruntime can run ({exc}); export it again") from exc
+    # onnxruntime raises its own exception types for a damaged or unsupported graph
+    except Exception as exc:
+        raise VegaError(
+            f"{label} is not a graph this onnxruntime can run ({exc}); export it again"
+        ) from exc
 
 
 def read_config(folder: Path) -> dict[str, Any]:
     """The folder's config.json, checked to be a Vega ONNX export."""
     path = folder / CONFIG_FILENAME
     if not folder.is_dir():
-        raise VegaError(f"--onnx {folder}: no such folder; make one with trainer-core export --onnx RUN")
+        raise VegaError(
+            f"--onnx {folder}: no such folder; make one with trainer-core export --onnx RUN"
+        )
     try:
         document = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise VegaError(f"{folder} has no {CONFIG_FILENAME}: not an ONNX export (trainer-core export --onnx)") from None
+        raise VegaError(
+            f"{folder} has no {CONFIG_FILENAME}: not an ONNX export (trainer-core export --onnx)"
+        ) from None
     except (OSError, ValueError) as exc:
         raise VegaError(f"{path} is not readable JSON ({exc}); export the voice again") from exc
     if not isinstance(document, dict) or document.get("format") != ONNX_FORMAT:
         raise VegaError(f'{path} is not a Vega ONNX config (no "format": "{ONNX_FORMAT}")')
     if document.get("version") != ONNX_VERSION:
-        raise VegaError(f"{path} has format version {document.get('version')}; this Vega reads {ONNX_VERSION}")
+        raise VegaError(
+            f"{path} has format version {document.get('version')}; this Vega reads {ONNX_VERSION}"
+        )
     return document
 
 
@@ -85,7 +99,8 @@ def graph_file(folder: Path, name: str, field: str) -> Path:
 
 @dataclass
 class OnnxVoice:
-    """An ONNX voice: text -> ids -> log-mel (acoustic graph) -> audio (vocoder graph, else numpy Griffin-Lim)."""
+    """An ONNX voice: text -> ids -> log-mel (acoustic graph) -> audio (vocoder
+    graph, else numpy Griffin-Lim)."""
 
     folder: Path
     encoder: TextEncoder
@@ -107,7 +122,8 @@ class OnnxVoice:
             speakers = [str(name) for name in config.get("speakers") or []]
         except VegaError as exc:  # the text section: say which file it is in
             raise VegaError(f"{folder / CONFIG_FILENAME}: {exc}") from exc
-        except (KeyError, TypeError, ValueError) as exc:  # pydantic's ValidationError is a ValueError
+        # pydantic's ValidationError is a ValueError
+        except (KeyError, TypeError, ValueError) as exc:
             why = describe_validation_error(exc) if isinstance(exc, ValidationError) else str(exc)
             path = folder / CONFIG_FILENAME
             bad = f"{path} is incomplete or damaged ({why})"
@@ -118,17 +134,26 @@ class OnnxVoice:
         return cls(folder, encoder, audio, tts, acoustic, generator, speakers)
 
     def speaker_id(self, name: str | None) -> int:
-        """The id of speaker `name` (None: the first); a clear error for a name the voice does not know."""
-        return 0 if name is None else speaker_index(self.speakers, name, f"the voice in {self.folder}")
+        """The id of speaker `name` (None: the first); a clear error for a
+        name the voice does not know."""
+        return (
+            0 if name is None else speaker_index(self.speakers, name, f"the voice in {self.folder}")
+        )
 
-    def mel(self, ids: list[int], length_scale: float | None = None, speaker: int = 0) -> tuple[np.ndarray, np.ndarray]:
-        """Ids -> (log-mel (n_mels, frames) float32, frames per token (tokens,) int64), through the acoustic graph."""
+    def mel(
+        self, ids: list[int], length_scale: float | None = None, speaker: int = 0
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Ids -> (log-mel (n_mels, frames) float32, frames per token (tokens,)
+        int64), through the acoustic graph."""
         if not ids:
             raise VegaError("nothing to say: the text has no symbols after normalisation")
         scale = self.tts.length_scale if length_scale is None else length_scale
         if not scale > 0:
             raise VegaError(f"length scale must be positive, got {scale}")
-        feeds = {"ids": np.asarray([ids], dtype=np.int64), "length_scale": np.asarray([scale], dtype=np.float32)}
+        feeds = {
+            "ids": np.asarray([ids], dtype=np.int64),
+            "length_scale": np.asarray([scale], dtype=np.float32),
+        }
         # Only a voice with a speaker embedding has the input; a single named speaker has none.
         if "speaker" in {graph_input.name for graph_input in self.acoustic.get_inputs()}:
             feeds["speaker"] = np.asarray([speaker], dtype=np.int64)
@@ -141,7 +166,9 @@ class OnnxVoice:
             from trainer_core.models.griffin_lim_numpy import mel_to_audio
 
             return mel_to_audio(mel, self.audio, griffin_lim_iters or self.tts.griffin_lim_iters)
-        (audio,) = self.vocoder.run(["audio"], {"mel": np.ascontiguousarray(mel[None], dtype=np.float32)})
+        (audio,) = self.vocoder.run(
+            ["audio"], {"mel": np.ascontiguousarray(mel[None], dtype=np.float32)}
+        )
         return np.asarray(audio[0], dtype=np.float32)
 
     def speak_to_wav(
@@ -152,8 +179,8 @@ class OnnxVoice:
         iters: int | None = None,
         speaker: str | None = None,
     ) -> dict[str, Any]:
-        """Speak `text` into `out` (16-bit WAV) as `speaker` (a name; None: the first); return what was written,
-        as `synth` prints it."""
+        """Speak `text` into `out` (16-bit WAV) as `speaker` (a name; None: the first); return what
+        was written, as `synth` prints it."""
         from trainer_core.models.griffin_lim import write_wav
 
         speaker_id = self.speaker_id(speaker)

@@ -126,7 +126,8 @@ class PiperPhonemizer:
 
 
 def _after_mark(read: str, done: int) -> int:
-    """Where the next clause's text starts: just after this clause's last mark (else where it began)."""
+    """Where the next clause's text starts: just after this clause's last
+    mark (else where it began)."""
     end = len(read)
     while end > done and not _is_mark(read[end - 1]):
         end -= 1

@@ -1,13 +1,16 @@
-"""`model.size = "auto"`: the model's width and depth chosen for the time budget, this machine and the corpus.
+"""`model.size = "auto"`: the model's width and depth chosen for the time
+budget, this machine and the corpus.
 
-Compute-optimal training puts about 20 training tokens through the model per parameter (Hoffmann et al. 2022,
-"Training Compute-Optimal Large Language Models"). Repeated data is worth less than new data: after R repeats of
-U unique tokens the effective data is U (1 + R* (1 - exp(-R / R*))) with R* about 15 (Muennighoff et al. 2023,
-"Scaling Data-Constrained Language Models"), so four epochs are worth nearly four times the corpus and forty
-epochs little more than sixteen. Vega times one optimizer step of each shape on a ladder, small to large, with
-batches of the run's real shape on the run's device; works out the effective tokens each would see in the budget;
-and keeps the largest shape that still sees 20 per parameter. Tokens are bytes for the LM and mel frames for the voice
-model: the scaling laws were measured on language models, and using them for frames is this module's assumption.
+Compute-optimal training puts about 20 training tokens through the model per parameter (Hoffmann
+et al. 2022, "Training Compute-Optimal Large Language Models"). Repeated data is worth less than
+new data: after R repeats of U unique tokens the effective data is U (1 + R* (1 - exp(-R / R*)))
+with R* about 15 (Muennighoff et al. 2023, "Scaling Data-Constrained Language Models"), so four
+epochs are worth nearly four times the corpus and forty epochs little more than sixteen. Vega
+times one optimizer step of each shape on a ladder, small to large, with batches of the run's
+real shape on the run's device; works out the effective tokens each would see in the budget; and
+keeps the largest shape that still sees 20 per parameter. Tokens are bytes for the LM and mel
+frames for the voice model: the scaling laws were measured on language models, and using them for
+frames is this module's assumption.
 """
 
 from __future__ import annotations
@@ -26,7 +29,8 @@ if TYPE_CHECKING:
 
 TOKENS_PER_PARAMETER = 20.0
 REPEAT_DECAY = 15.4  # R* of Muennighoff et al. 2023: how fast repeated epochs lose their worth
-# Share of the budget spent in training steps; start-up, validation and the final export take the rest.
+# Share of the budget spent in training steps; start-up, validation and the
+# final export take the rest.
 TRAIN_SHARE = 0.85
 TIMED_STEPS = 3
 
@@ -65,7 +69,8 @@ class Probe(Protocol):
 
 @dataclass(frozen=True)
 class Candidate:
-    """One measured shape: its size, its optimizer-step time here and the tokens it would see in the budget."""
+    """One measured shape: its size, its optimizer-step time here and the
+    tokens it would see in the budget."""
 
     shape: Shape
     parameters: int
@@ -91,26 +96,45 @@ class SizeChoice:
         c = self.chosen
         fits = c.tokens_per_parameter >= TOKENS_PER_PARAMETER
         why = (
-            f"the largest that sees >= {TOKENS_PER_PARAMETER:g} {self.unit} per parameter in the budget"
+            f"the largest that sees >= {TOKENS_PER_PARAMETER:g} {self.unit} per parameter in the"
+            " budget"
             if fits
-            else f"the smallest on the ladder (even it sees fewer than {TOKENS_PER_PARAMETER:g} per parameter)"
+            else (
+                f"the smallest on the ladder (even it sees fewer than {TOKENS_PER_PARAMETER:g} per"
+                " parameter)"
+            )
         )
         epochs = c.tokens / max(self.corpus_tokens, 1)
-        capped = f" ({epochs:.0f} epochs of the corpus, worth {c.useful_tokens / 1e6:.2f}M new)" if epochs > 1 else ""
+        capped = (
+            f" ({epochs:.0f} epochs of the corpus, worth {c.useful_tokens / 1e6:.2f}M new)"
+            if epochs > 1
+            else ""
+        )
         return (
-            f"hidden {c.shape.hidden}, {c.shape.layers} layers, {c.shape.heads} heads, lr {self.lr:.2g}, no dropout: "
-            f"{c.parameters / 1e6:.2f}M "
-            f"parameters, {c.step_s * 1000:.0f} ms per step here, {c.tokens / 1e6:.2f}M {self.unit} in "
-            f"{self.budget_s / 60:.1f} min{capped} = {c.tokens_per_parameter:.0f} per parameter; {why}"
+            f"hidden {c.shape.hidden}, {c.shape.layers} layers, {c.shape.heads} heads, lr"
+            f" {self.lr:.2g}, no dropout: {c.parameters / 1e6:.2f}M parameters,"
+            f" {c.step_s * 1000:.0f} ms per step here, {c.tokens / 1e6:.2f}M {self.unit} in"
+            f" {self.budget_s / 60:.1f} min{capped} = {c.tokens_per_parameter:.0f} per parameter;"
+            f" {why}"
         )
 
     def to_dict(self) -> dict[str, object]:
-        rows = [{**asdict(c), "tokens_per_parameter": c.tokens_per_parameter} for c in self.candidates]
-        return {"chosen": asdict(self.chosen.shape), "lr": self.lr, "reason": self.reason(), "candidates": rows}
+        rows = [
+            {**asdict(c), "tokens_per_parameter": c.tokens_per_parameter} for c in self.candidates
+        ]
+        return {
+            "chosen": asdict(self.chosen.shape),
+            "lr": self.lr,
+            "reason": self.reason(),
+            "candidates": rows,
+        }
 
 
-def time_step(probe: Probe, shape: Shape, device: torch.device, accumulation: int) -> tuple[int, float]:
-    """Parameters and seconds per optimizer step (`accumulation` micro-batches) of `shape` on `device`."""
+def time_step(
+    probe: Probe, shape: Shape, device: torch.device, accumulation: int
+) -> tuple[int, float]:
+    """Parameters and seconds per optimizer step (`accumulation`
+    micro-batches) of `shape` on `device`."""
     model = probe.build(shape).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     times = []
@@ -127,8 +151,11 @@ def time_step(probe: Probe, shape: Shape, device: torch.device, accumulation: in
     return parameters, statistics.median(times) * accumulation
 
 
-def choose_size(probe: Probe, budget_s: float, device: torch.device, accumulation: int = 1) -> SizeChoice:
-    """Measure the ladder from the smallest shape up, stopping at the first that sees too few tokens."""
+def choose_size(
+    probe: Probe, budget_s: float, device: torch.device, accumulation: int = 1
+) -> SizeChoice:
+    """Measure the ladder from the smallest shape up, stopping at the first
+    that sees too few tokens."""
     candidates: list[Candidate] = []
     for shape in LADDER:
         parameters, step_s = time_step(probe, shape, device, accumulation)
@@ -143,7 +170,8 @@ def choose_size(probe: Probe, budget_s: float, device: torch.device, accumulatio
 
 
 def effective_tokens(tokens: float, unique: int) -> float:
-    """What `tokens` drawn from `unique` distinct ones are worth as new data (Muennighoff et al. 2023)."""
+    """What `tokens` drawn from `unique` distinct ones are worth as new data
+    (Muennighoff et al. 2023)."""
     if unique <= 0 or tokens <= unique:
         return tokens
     repeats = tokens / unique - 1.0
@@ -151,17 +179,25 @@ def effective_tokens(tokens: float, unique: int) -> float:
 
 
 def sized_lr(profile: Profile, shape: Shape) -> float:
-    """The profile's learning rate moved to the new width: Adam's best rate for hidden layers falls as 1 / width
-    (Yang et al. 2022, "Tensor Programs V", muP), so the profile's (hidden, lr) pair is the reference."""
+    """The profile's learning rate moved to the new width: Adam's best rate for hidden layers
+    falls as 1 / width (Yang et al. 2022, "Tensor Programs V", muP), so the profile's
+    (hidden, lr) pair is the reference."""
     return profile.train.lr * profile.model.hidden / shape.hidden
 
 
 def sized_profile(profile: Profile, choice: SizeChoice) -> Profile:
-    """The profile with the chosen shape, its learning rate and no dropout written in, and `model.size` fixed
-    (a resume rebuilds the same model). No dropout: a compute-optimal run sees each token a few times at most,
-    as in the published runs, and CPU attention with dropout leaves its fused kernel."""
+    """The profile with the chosen shape, its learning rate and no dropout written in, and
+    `model.size` fixed (a resume rebuilds the same model). No dropout: a compute-optimal run
+    sees each token a few times at most, as in the published runs, and CPU attention with
+    dropout leaves its fused kernel."""
     s = choice.chosen.shape
-    update = {"hidden": s.hidden, "encoder_layers": s.layers, "heads": s.heads, "size": "fixed", "dropout": 0.0}
+    update = {
+        "hidden": s.hidden,
+        "encoder_layers": s.layers,
+        "heads": s.heads,
+        "size": "fixed",
+        "dropout": 0.0,
+    }
     model = profile.model.model_copy(update={**update, "attention_dropout": None})
     train = profile.train.model_copy(update={"lr": sized_lr(profile, s)})
     return profile.model_copy(update={"model": model, "train": train})

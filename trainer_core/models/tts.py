@@ -17,17 +17,17 @@ Design (Glow-TTS alignment with a FastSpeech-style decoder):
 Losses, each a float32 scalar: "mel" (masked L1 between the decoder output and the target),
 "prior" (Gaussian NLL of the target frames under their aligned means, per mel bin: the alignment
 loss that trains the encoder and hence MAS), "duration" (MSE between predicted log durations and the
-log of the MAS durations); with model.pitch also "pitch" (L1 between predicted and recorded mean log F0 on
-voiced tokens) and "voicing" (binary cross-entropy of the logit against each token's voiced share). The task
-weights them into "total".
+log of the MAS durations); with model.pitch also "pitch" (L1 between predicted and recorded mean log
+F0 on voiced tokens) and "voicing" (binary cross-entropy of the logit against each token's voiced
+share). The task weights them into "total".
 
 The text vocabulary travels with the weights: `text_symbols` is a persistent buffer with one code
-point per id (-1 for padding and unknown) and `text_phonemes` says whether the ids are phonemes, so a
-checkpoint's `model` state dict with its profile is enough to rebuild the text encoder (see
-`TextEncoder.from_symbol_codes`). Speaker names are not weights: they are `TtsConfig.speaker_names` (id order),
-written to the export's config.json and to each checkpoint's `extra["model_config"]`. Mels are standardised
-per bin with the training data's statistics (`mel_mean`, `mel_std`, also buffers); the "mel" loss and
-`synthesise` are in plain log-mel units.
+point per id (-1 for padding and unknown) and `text_phonemes` says whether the ids are phonemes, so
+a checkpoint's `model` state dict with its profile is enough to rebuild the text encoder (see
+`TextEncoder.from_symbol_codes`). Speaker names are not weights: they are `TtsConfig.speaker_names`
+(id order), written to the export's config.json and to each checkpoint's `extra["model_config"]`.
+Mels are standardised per bin with the training data's statistics (`mel_mean`, `mel_std`, also
+buffers); the "mel" loss and `synthesise` are in plain log-mel units.
 """
 
 from __future__ import annotations
@@ -59,15 +59,18 @@ LOG_2PI = math.log(2 * math.pi)
 # A token never gets more frames than this at inference (about 0.9 s at 22050 Hz, hop 256): an
 # untrained duration predictor then yields odd audio rather than minutes of it.
 MAX_TOKEN_FRAMES = 80
-# Floor for a mel bin's standard deviation: a constant bin (all floor, e.g. above a low f_max) must not divide by 0.
+# Floor for a mel bin's standard deviation: a constant bin (all floor, e.g. above a low
+# f_max) must not divide by 0.
 MIN_MEL_STD = 1e-2
-# The pitch predictor's log F0 is relative to 150 Hz, so an untrained one starts near every voice's range.
+# The pitch predictor's log F0 is relative to 150 Hz, so an untrained one
+# starts near every voice's range.
 LOG_F0_CENTRE = math.log(150.0)
 
 
 @dataclass(frozen=True)
 class TtsConfig:
-    """Everything needed to rebuild the acoustic model (also written to the export's config.json)."""
+    """Everything needed to rebuild the acoustic model (also written to the
+    export's config.json)."""
 
     vocab_size: int
     n_mels: int
@@ -82,17 +85,22 @@ class TtsConfig:
     attention_dropout: float | None = None  # None: the same as dropout
     decoder: str = "transformer"
     pitch: bool = False
-    speakers: int = 1  # 2 or more: a speaker embedding, and every batch and synthesis names a speaker id
-    speaker_names: tuple[str, ...] = ()  # the name of each speaker id (data.speakers); () for unnamed single
+    # 2 or more: a speaker embedding, and every batch and synthesis names a speaker id
+    speakers: int = 1
+    # the name of each speaker id (data.speakers); () for unnamed single
+    speaker_names: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.speakers < 1 or (self.speaker_names and len(self.speaker_names) != self.speakers):
             raise VegaError(
-                f"TTS config: {self.speakers} speaker(s) but {len(self.speaker_names)} speaker name(s); re-export"
+                f"TTS config: {self.speakers} speaker(s) but {len(self.speaker_names)} speaker"
+                " name(s); re-export"
             )
 
     @classmethod
-    def from_profile(cls, profile: Profile, vocab_size: int, speaker_names: Sequence[str] = ()) -> TtsConfig:
+    def from_profile(
+        cls, profile: Profile, vocab_size: int, speaker_names: Sequence[str] = ()
+    ) -> TtsConfig:
         m = profile.model
         names = tuple(speaker_names)
         return cls(
@@ -115,8 +123,9 @@ class TtsConfig:
 
 @dataclass(frozen=True)
 class TeacherForced:
-    """The model on recorded batches (`AcousticModel.teacher_forced`): its mel in log-mel units (B, n_mels, Tm), the
-    hard alignment MAS found (B, Lt, Tm, 0/1) and the log-likelihoods it searched (B, Lt, Tm)."""
+    """The model on recorded batches (`AcousticModel.teacher_forced`): its mel in log-mel
+    units (B, n_mels, Tm), the hard alignment MAS found (B, Lt, Tm, 0/1) and the
+    log-likelihoods it searched (B, Lt, Tm)."""
 
     mel: torch.Tensor
     path: torch.Tensor
@@ -124,8 +133,10 @@ class TeacherForced:
 
 
 def gaussian_log_likelihood(mu: torch.Tensor, mel: torch.Tensor) -> torch.Tensor:
-    """log N(mel[:, :, j]; mu[:, i], I) summed over mel bins: (B, Lt, D), (B, D, Tm) -> (B, Lt, Tm) float32."""
-    # Expanded square so that one batched matmul does the work; fp32 because the terms are large and cancel.
+    """log N(mel[:, :, j]; mu[:, i], I) summed over mel bins: (B, Lt, D), (B,
+    D, Tm) -> (B, Lt, Tm) float32."""
+    # Expanded square so that one batched matmul does the work; fp32 because
+    # the terms are large and cancel.
     with torch.autocast(mu.device.type, enabled=False):
         mu, mel = mu.float(), mel.float()
         frame_term = -0.5 * (mel * mel).sum(dim=1, keepdim=True)
@@ -134,37 +145,49 @@ def gaussian_log_likelihood(mu: torch.Tensor, mel: torch.Tensor) -> torch.Tensor
 
 
 def expand_to_frames(path: torch.Tensor, per_token: torch.Tensor) -> torch.Tensor:
-    """Length regulator: (B, Lt, Tm) path and (B, Lt, C) token features -> (B, Tm, C) frame features."""
+    """Length regulator: (B, Lt, Tm) path and (B, Lt, C) token features ->
+    (B, Tm, C) frame features."""
     return torch.bmm(path.transpose(1, 2).to(per_token.dtype), per_token)
 
 
 class AcousticModel(nn.Module):
     """Text ids to log-mel frames; `forward` returns the training losses, `synthesise` a mel."""
 
-    # Buffers (registered in __init__), declared so that type checkers see tensors rather than Tensor | Module.
+    # Buffers (registered in __init__), declared so that type checkers see tensors
+    # rather than Tensor | Module.
     text_symbols: torch.Tensor
     text_phonemes: torch.Tensor
     mel_mean: torch.Tensor
     mel_std: torch.Tensor
 
-    def __init__(self, config: TtsConfig, symbol_codes: list[int] | None = None, phonemes: bool = False) -> None:
+    def __init__(
+        self, config: TtsConfig, symbol_codes: list[int] | None = None, phonemes: bool = False
+    ) -> None:
         super().__init__()
         self.config = config
         c = config
         self.embedding = nn.Embedding(c.vocab_size, c.hidden, padding_idx=0)
         nn.init.normal_(self.embedding.weight, mean=0.0, std=c.hidden**-0.5)
         attention_dropout = c.dropout if c.attention_dropout is None else c.attention_dropout
-        self.encoder = FFTStack(c.encoder_layers, c.hidden, c.heads, c.ffn_mult, c.dropout, attention_dropout)
+        self.encoder = FFTStack(
+            c.encoder_layers, c.hidden, c.heads, c.ffn_mult, c.dropout, attention_dropout
+        )
         self.to_mean = nn.Linear(c.hidden, c.n_mels)
         self.decoder: nn.Module = (
             ConvStack(c.decoder_layers, c.hidden, c.dropout)
             if c.decoder == "conv"
-            else FFTStack(c.decoder_layers, c.hidden, c.heads, c.ffn_mult, c.dropout, attention_dropout)
+            else FFTStack(
+                c.decoder_layers, c.hidden, c.heads, c.ffn_mult, c.dropout, attention_dropout
+            )
         )
         self.to_mel = nn.Linear(c.hidden, c.n_mels)
-        self.postnet = PostNet(c.n_mels, c.hidden, c.postnet_layers, c.dropout) if c.postnet_layers else None
+        self.postnet = (
+            PostNet(c.n_mels, c.hidden, c.postnet_layers, c.dropout) if c.postnet_layers else None
+        )
         self.duration_predictor = DurationPredictor(c.hidden, c.dropout)
-        self.pitch_predictor = DurationPredictor(c.hidden, c.dropout, outputs=2) if c.pitch else None
+        self.pitch_predictor = (
+            DurationPredictor(c.hidden, c.dropout, outputs=2) if c.pitch else None
+        )
         self.pitch_embedding = PitchEmbedding(c.hidden) if c.pitch else None
         # Zero at first: every speaker starts from the shared voice and learns what sets it apart.
         self.speaker_embedding = nn.Embedding(c.speakers, c.hidden) if c.speakers >= 2 else None
@@ -173,15 +196,22 @@ class AcousticModel(nn.Module):
         codes = symbol_codes if symbol_codes is not None else [-1] * c.vocab_size
         if len(codes) != c.vocab_size:
             raise ValueError(f"{len(codes)} symbol codes for a vocabulary of {c.vocab_size}")
-        self.register_buffer("text_symbols", torch.tensor(codes, dtype=torch.int64), persistent=True)
-        # 1 when the ids are espeak-ng phonemes, 0 for characters: a profile's "auto" is decided once, here.
-        self.register_buffer("text_phonemes", torch.tensor(int(phonemes), dtype=torch.int64), persistent=True)
-        # Per-bin statistics of the training mels (set by the task): the model works on standardised mels.
+        self.register_buffer(
+            "text_symbols", torch.tensor(codes, dtype=torch.int64), persistent=True
+        )
+        # 1 when the ids are espeak-ng phonemes, 0 for characters: a profile's
+        # "auto" is decided once, here.
+        self.register_buffer(
+            "text_phonemes", torch.tensor(int(phonemes), dtype=torch.int64), persistent=True
+        )
+        # Per-bin statistics of the training mels (set by the task): the
+        # model works on standardised mels.
         self.register_buffer("mel_mean", torch.zeros(c.n_mels), persistent=True)
         self.register_buffer("mel_std", torch.ones(c.n_mels), persistent=True)
 
     def set_mel_stats(self, mean: torch.Tensor, std: torch.Tensor) -> None:
-        """Store the training data's per-bin log-mel mean and standard deviation (floored, never zero)."""
+        """Store the training data's per-bin log-mel mean and standard
+        deviation (floored, never zero)."""
         self.mel_mean.copy_(mean.to(self.mel_mean))
         self.mel_std.copy_(std.to(self.mel_std).clamp(min=MIN_MEL_STD))
 
@@ -195,12 +225,16 @@ class AcousticModel(nn.Module):
     def encode(
         self, text: torch.Tensor, text_lengths: torch.Tensor, speaker: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(B, Lt) ids and (B,) speaker ids -> hidden (B, Lt, H), means (B, Lt, n_mels), token mask (B, Lt)."""
+        """(B, Lt) ids and (B,) speaker ids -> hidden (B, Lt, H), means (B,
+        Lt, n_mels), token mask (B, Lt)."""
         mask = length_mask(text_lengths, text.shape[1])
         hidden = self.encoder(self.embedding(text) * math.sqrt(self.config.hidden), mask)
         if self.speaker_embedding is not None:
             if speaker is None:
-                raise ValueError(f"this model has {self.config.speakers} speakers: its batches need the speaker ids")
+                raise ValueError(
+                    f"this model has {self.config.speakers} speakers: its batches need the"
+                    " speaker ids"
+                )
             voice = self.speaker_embedding(speaker.to(device=text.device, dtype=torch.long))
             hidden = hidden + voice[:, None, :].to(hidden.dtype) * mask[:, :, None].to(hidden.dtype)
         return hidden, self.to_mean(hidden), mask
@@ -213,29 +247,37 @@ class AcousticModel(nn.Module):
         masks: tuple[torch.Tensor, torch.Tensor],
         f0: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        """Alignment (B, Lt, Tm), token features (B, Lt, H), aligned means (B, Tm, n_mels), (token, frame) masks
-        -> the decoder's standardised mel and the post-net's (the same tensor without a post-net), (B, n_mels, Tm)
-        each, and the pitch prediction (B, Lt, 2) or None without model.pitch.
+        """Alignment (B, Lt, Tm), token features (B, Lt, H), aligned means (B, Tm, n_mels),
+        (token, frame) masks -> the decoder's standardised mel and the post-net's (the same
+        tensor without a post-net), (B, n_mels, Tm) each, and the pitch prediction (B, Lt,
+        2) or None without model.pitch.
 
-        `f0` (B, Tm), the recording's log F0 (0 unvoiced), conditions the decoder in training; without it the
-        predicted pitch does. Padded frames are zero.
+        `f0` (B, Tm), the recording's log F0 (0 unvoiced), conditions the decoder in training;
+        without it the predicted pitch does. Padded frames are zero.
         """
         token_mask, frame_mask = masks
         frames, pitch = self.frame_features(path, hidden, token_mask, f0)
         keep = frame_mask[:, :, None]
-        refined = ((self.to_mel(self.decoder(frames, frame_mask)).float() + means.float()) * keep).transpose(1, 2)
+        refined = (
+            (self.to_mel(self.decoder(frames, frame_mask)).float() + means.float()) * keep
+        ).transpose(1, 2)
         if self.postnet is None:
             return refined, refined, pitch
         return refined, refined + self.postnet(refined, frame_mask).float(), pitch
 
     def frame_features(
-        self, path: torch.Tensor, hidden: torch.Tensor, token_mask: torch.Tensor, f0: torch.Tensor | None
+        self,
+        path: torch.Tensor,
+        hidden: torch.Tensor,
+        token_mask: torch.Tensor,
+        f0: torch.Tensor | None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """The decoder's input (B, Tm, H): token features (plus, with model.pitch, their pitch embedding) per frame;
-        and the pitch prediction (B, Lt, 2) or None."""
+        """The decoder's input (B, Tm, H): token features (plus, with model.pitch, their pitch
+        embedding) per frame; and the pitch prediction (B, Lt, 2) or None."""
         if self.pitch_predictor is None or self.pitch_embedding is None:
             return expand_to_frames(path, hidden), None
-        # Detached, like the duration predictor: predicting the pitch must not bend the shared features.
+        # Detached, like the duration predictor: predicting the pitch must
+        # not bend the shared features.
         raw = self.pitch_predictor.predict(hidden.detach(), token_mask).float()
         prediction = torch.stack((raw[..., 0] + LOG_F0_CENTRE, raw[..., 1]), dim=-1)
         if f0 is None:
@@ -255,21 +297,26 @@ class AcousticModel(nn.Module):
         f0: torch.Tensor | None = None,
         speaker: torch.Tensor | None = None,
     ) -> dict[str, torch.Tensor]:
-        """Training losses for a padded batch: {"mel", "prior", "duration"} float32 scalars, and with model.pitch
-        {"pitch", "voicing"} (then `f0`, the recordings' log F0 per frame, is required). A model with several
-        speakers needs `speaker`, (B,) speaker ids.
+        """Training losses for a padded batch: {"mel", "prior", "duration"} float32 scalars, and
+        with model.pitch {"pitch", "voicing"} (then `f0`, the recordings' log F0 per frame, is
+        required). A model with several speakers needs `speaker`, (B,) speaker ids.
 
         "mel" is in log-mel units; "prior" is per standardised mel bin.
         """
         if self.pitch_predictor is not None and f0 is None:
-            raise ValueError("this model predicts pitch (model.pitch = true): its batches need the f0 track")
+            raise ValueError(
+                "this model predicts pitch (model.pitch = true): its batches need the f0 track"
+            )
         hidden, means, token_mask = self.encode(text, text_lengths, speaker)
         frame_mask = length_mask(mel_lengths, mel.shape[2])
         target = self.standardise(mel)
         with torch.no_grad():
-            path = monotonic_alignment_search(gaussian_log_likelihood(means, target), text_lengths, mel_lengths)
+            path = monotonic_alignment_search(
+                gaussian_log_likelihood(means, target), text_lengths, mel_lengths
+            )
         aligned_means = expand_to_frames(path, means.float())
-        # Detached: the means are trained by the prior loss alone; the decoder learns what they miss.
+        # Detached: the means are trained by the prior loss alone; the
+        # decoder learns what they miss.
         masks = (token_mask, frame_mask)
         decoded, predicted, pitch = self.decode(path, hidden, aligned_means.detach(), masks, f0)
         log_durations = self.duration_predictor(hidden.detach(), token_mask)
@@ -278,7 +325,8 @@ class AcousticModel(nn.Module):
             "prior": _prior_nll(aligned_means, target, frame_mask),
             "duration": _duration_mse(log_durations, path.sum(dim=2), token_mask),
         }
-        if self.postnet is not None:  # the decoder is also held to the target, so the post-net only refines
+        # the decoder is also held to the target, so the post-net only refines
+        if self.postnet is not None:
             losses["mel_before_postnet"] = _masked_l1(self.unstandardise(decoded), mel, frame_mask)
         if pitch is not None and f0 is not None:
             losses.update(_pitch_losses(pitch, *token_pitch(path, f0), token_mask))
@@ -294,8 +342,9 @@ class AcousticModel(nn.Module):
         f0: torch.Tensor | None = None,
         speaker: torch.Tensor | None = None,
     ) -> TeacherForced:
-        """What training sees of a recorded batch, without the losses: MAS aligns each recording to its text and
-        the decoder predicts the mel along that path (the recorded pitch conditions it, as in training)."""
+        """What training sees of a recorded batch, without the losses: MAS aligns each recording
+        to its text and the decoder predicts the mel along that path (the recorded pitch
+        conditions it, as in training)."""
         hidden, means, token_mask = self.encode(text, text_lengths, speaker)
         frame_mask = length_mask(mel_lengths, mel.shape[2])
         log_likelihood = gaussian_log_likelihood(means, self.standardise(mel))
@@ -308,18 +357,24 @@ class AcousticModel(nn.Module):
     def predict_durations(
         self, hidden: torch.Tensor, mask: torch.Tensor, length_scale: float | torch.Tensor
     ) -> torch.Tensor:
-        """Whole frames per token at inference: rounded, at least 1, at most MAX_TOKEN_FRAMES; 0 on padding."""
+        """Whole frames per token at inference: rounded, at least 1, at most
+        MAX_TOKEN_FRAMES; 0 on padding."""
         log_durations = self.duration_predictor(hidden, mask).float()
         frames = torch.round(torch.exp(log_durations) * length_scale).clamp(1, MAX_TOKEN_FRAMES)
         return frames.long() * mask.long()
 
     @torch.no_grad()
     def synthesise(
-        self, text_ids: torch.Tensor | list[int], length_scale: float = 1.0, speaker: int | None = None
+        self,
+        text_ids: torch.Tensor | list[int],
+        length_scale: float = 1.0,
+        speaker: int | None = None,
     ) -> torch.Tensor:
-        """One utterance: ids (Lt,) -> log-mel (n_mels, T) on the model's device, T from predicted durations.
+        """One utterance: ids (Lt,) -> log-mel (n_mels, T) on the model's
+        device, T from predicted durations.
 
-        `speaker`: the speaker id (a model with several speakers; None: the first), ignored with one speaker.
+        `speaker`: the speaker id (a model with several speakers; None: the
+        first), ignored with one speaker.
         """
         device = self.text_symbols.device
         ids = torch.as_tensor(text_ids, dtype=torch.long, device=device).reshape(1, -1)
@@ -329,7 +384,10 @@ class AcousticModel(nn.Module):
             raise VegaError(f"length scale must be positive, got {length_scale}")
         who = speaker or 0
         if not 0 <= who < self.config.speakers:
-            raise VegaError(f"speaker id {who} is out of range: this voice has {self.config.speakers} speaker(s)")
+            raise VegaError(
+                f"speaker id {who} is out of range: this voice has {self.config.speakers}"
+                " speaker(s)"
+            )
         scale = torch.tensor([float(length_scale)], device=device)
         mel, _ = self.speak(ids, scale, torch.tensor([who], device=device))
         return mel[0]
@@ -337,33 +395,42 @@ class AcousticModel(nn.Module):
     def speak(
         self, ids: torch.Tensor, length_scale: torch.Tensor, speaker: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Free-running inference in operations `torch.export` can trace (the ONNX acoustic graph is this method):
-        ids (1, Lt) int64, length_scale (1,) and speaker (1,) int64 (a model with speakers; else None) -> log-mel
-        (1, n_mels, T) and whole frames per token (1, Lt)."""
+        """Free-running inference in operations `torch.export` can trace (the ONNX acoustic graph is
+        this method): ids (1, Lt) int64, length_scale (1,) and speaker (1,) int64 (a model with
+        speakers; else None) -> log-mel (1, n_mels, T) and whole frames per token (1, Lt)."""
         lengths = torch.full((1,), ids.shape[1], dtype=torch.long, device=ids.device)
         hidden, means, mask = self.encode(ids, lengths, speaker)
         durations = self.predict_durations(hidden, mask, length_scale)
         frames = durations.sum().item()
-        torch._check(frames >= 1)  # every token gets a frame or more: tells the exporter the length is positive
-        # One padded frame more than spoken: the decoder never sees a single frame, whose shape an exported graph
-        # would have to special-case (attention broadcasting); masked, it changes no spoken frame.
+        # every token gets a frame or more: tells the exporter the length is positive
+        torch._check(frames >= 1)
+        # One padded frame more than spoken: the decoder never sees a single frame, whose
+        # shape an exported graph would have to special-case (attention broadcasting);
+        # masked, it changes no spoken frame.
         positions = torch.arange(frames + 1, device=ids.device)
         ends = durations.cumsum(dim=1)[..., None]
         path = ((positions >= ends - durations[..., None]) & (positions < ends)).float()
         frame_mask = (positions < frames)[None, :]
-        _, mel, _ = self.decode(path, hidden, expand_to_frames(path, means.float()), (mask, frame_mask))
+        _, mel, _ = self.decode(
+            path, hidden, expand_to_frames(path, means.float()), (mask, frame_mask)
+        )
         return self.unstandardise(mel)[:, :, :frames], durations
 
 
-def _masked_l1(predicted: torch.Tensor, target: torch.Tensor, frame_mask: torch.Tensor) -> torch.Tensor:
+def _masked_l1(
+    predicted: torch.Tensor, target: torch.Tensor, frame_mask: torch.Tensor
+) -> torch.Tensor:
     """Mean absolute error over real frames and all mel bins: (B, D, Tm) tensors, (B, Tm) mask."""
     keep = frame_mask[:, None, :].float()
     denominator = keep.sum() * target.shape[1]
     return ((predicted.float() - target.float()).abs() * keep).sum() / denominator.clamp(min=1.0)
 
 
-def _prior_nll(aligned_means: torch.Tensor, target: torch.Tensor, frame_mask: torch.Tensor) -> torch.Tensor:
-    """Negative log-likelihood per mel bin of the target frames under unit Gaussians at their aligned means."""
+def _prior_nll(
+    aligned_means: torch.Tensor, target: torch.Tensor, frame_mask: torch.Tensor
+) -> torch.Tensor:
+    """Negative log-likelihood per mel bin of the target frames under unit
+    Gaussians at their aligned means."""
     keep = frame_mask[:, :, None].float()
     squared = (target.float().transpose(1, 2) - aligned_means) ** 2 * keep
     denominator = (keep.sum() * target.shape[1]).clamp(min=1.0)
@@ -371,8 +438,8 @@ def _prior_nll(aligned_means: torch.Tensor, target: torch.Tensor, frame_mask: to
 
 
 def token_pitch(path: torch.Tensor, f0: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(B, Lt, Tm) path and (B, Tm) log F0 -> per token the mean log F0 of its voiced frames (0 when none) and
-    the share of its frames that are voiced, (B, Lt) each."""
+    """(B, Lt, Tm) path and (B, Tm) log F0 -> per token the mean log F0 of its voiced frames (0 when
+    none) and the share of its frames that are voiced, (B, Lt) each."""
     with torch.autocast(path.device.type, enabled=False):
         weights = path.float()
         voiced = (f0 > 0).float()
@@ -385,16 +452,22 @@ def token_pitch(path: torch.Tensor, f0: torch.Tensor) -> tuple[torch.Tensor, tor
 def _pitch_losses(
     prediction: torch.Tensor, log_f0: torch.Tensor, share: torch.Tensor, token_mask: torch.Tensor
 ) -> dict[str, torch.Tensor]:
-    """ "pitch": L1 in mean log F0 over tokens mostly voiced; "voicing": BCE against the voiced share, real tokens."""
+    """ "pitch": L1 in mean log F0 over tokens mostly voiced; "voicing": BCE against
+    the voiced share, real tokens."""
     keep = ((share > 0.5) & token_mask).float()
     pitch = ((prediction[..., 0] - log_f0).abs() * keep).sum() / keep.sum().clamp(min=1.0)
     real = token_mask.float()
-    bce = nn.functional.binary_cross_entropy_with_logits(prediction[..., 1], share, reduction="none")
+    bce = nn.functional.binary_cross_entropy_with_logits(
+        prediction[..., 1], share, reduction="none"
+    )
     return {"pitch": pitch, "voicing": (bce * real).sum() / real.sum().clamp(min=1.0)}
 
 
-def _duration_mse(log_predicted: torch.Tensor, durations: torch.Tensor, token_mask: torch.Tensor) -> torch.Tensor:
-    """MSE in the log domain over real tokens (a zero-frame token, possible only on odd items, counts as 1)."""
+def _duration_mse(
+    log_predicted: torch.Tensor, durations: torch.Tensor, token_mask: torch.Tensor
+) -> torch.Tensor:
+    """MSE in the log domain over real tokens (a zero-frame token, possible
+    only on odd items, counts as 1)."""
     keep = token_mask.float()
     target = torch.log(durations.float().clamp(min=1.0))
     return (((log_predicted.float() - target) ** 2) * keep).sum() / keep.sum().clamp(min=1.0)
@@ -404,14 +477,16 @@ def build_tts_model(
     config: TtsConfig, seed: int, symbol_codes: list[int] | None = None, phonemes: bool = False
 ) -> AcousticModel:
     """A freshly initialised model whose weights depend only on `config` and `seed`."""
-    # fork_rng: building the model must not advance the global generator the engine seeds and checkpoints.
+    # fork_rng: building the model must not advance the global generator the
+    # engine seeds and checkpoints.
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         return AcousticModel(config, symbol_codes, phonemes)
 
 
 def config_from_dict(data: dict[str, Any]) -> TtsConfig:
-    """TtsConfig from a config.json "model" entry (extra keys ignored, missing ones a clear error)."""
+    """TtsConfig from a config.json "model" entry (extra keys ignored,
+    missing ones a clear error)."""
     fields = TtsConfig.__dataclass_fields__
     required = [name for name, f in fields.items() if f.default is dataclasses.MISSING]
     missing = [name for name in required if name not in data]

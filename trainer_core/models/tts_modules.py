@@ -1,4 +1,5 @@
-"""Building blocks of the TTS acoustic model: masked attention, convolutional feed-forward, FFT blocks.
+"""Building blocks of the TTS acoustic model: masked attention,
+convolutional feed-forward, FFT blocks.
 
 All sequence tensors are (batch, time, channels) with a boolean `mask` (batch, time) that is True
 on real positions. Padded positions are zeroed before every convolution, so padding never leaks
@@ -15,7 +16,8 @@ from torch import nn
 
 from trainer_core.data.pitch import HIGHEST_PITCH_HZ, LOWEST_PITCH_HZ
 
-# Width of the first feed-forward convolution: a few neighbours of context per layer (FastSpeech-style).
+# Width of the first feed-forward convolution: a few neighbours of context
+# per layer (FastSpeech-style).
 FFN_KERNEL = 5
 DURATION_KERNEL = 3
 POSTNET_KERNEL = 5
@@ -52,14 +54,20 @@ class MaskedSelfAttention(nn.Module):
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         batch, length, hidden = x.shape
         q, k, v = self.qkv(x).split(hidden, dim=2)
-        q, k, v = (t.view(batch, length, self.heads, hidden // self.heads).transpose(1, 2) for t in (q, k, v))
+        q, k, v = (
+            t.view(batch, length, self.heads, hidden // self.heads).transpose(1, 2)
+            for t in (q, k, v)
+        )
         drop = self.dropout if self.training else 0.0
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, None, None, :], dropout_p=drop)
+        y = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask[:, None, None, :], dropout_p=drop
+        )
         return self.proj(y.transpose(1, 2).reshape(batch, length, hidden))
 
 
 class ConvFeedForward(nn.Module):
-    """Feed-forward with a temporal convolution first: each layer also mixes neighbouring positions."""
+    """Feed-forward with a temporal convolution first: each layer also mixes
+    neighbouring positions."""
 
     def __init__(self, hidden: int, ffn_mult: int, dropout: float) -> None:
         super().__init__()
@@ -75,14 +83,22 @@ class ConvFeedForward(nn.Module):
 
 
 class FFTBlock(nn.Module):
-    """Pre-LayerNorm transformer block with a convolutional feed-forward (a FastSpeech "FFT" block)."""
+    """Pre-LayerNorm transformer block with a convolutional feed-forward (a
+    FastSpeech "FFT" block)."""
 
     def __init__(
-        self, hidden: int, heads: int, ffn_mult: int, dropout: float, attention_dropout: float | None = None
+        self,
+        hidden: int,
+        heads: int,
+        ffn_mult: int,
+        dropout: float,
+        attention_dropout: float | None = None,
     ) -> None:
         super().__init__()
         self.ln_attn = nn.LayerNorm(hidden)
-        self.attn = MaskedSelfAttention(hidden, heads, dropout if attention_dropout is None else attention_dropout)
+        self.attn = MaskedSelfAttention(
+            hidden, heads, dropout if attention_dropout is None else attention_dropout
+        )
         self.drop = nn.Dropout(dropout)
         self.ln_ffn = nn.LayerNorm(hidden)
         self.ffn = ConvFeedForward(hidden, ffn_mult, dropout)
@@ -93,7 +109,8 @@ class FFTBlock(nn.Module):
 
 
 class FFTStack(nn.Module):
-    """Positions added once, then `layers` FFT blocks and a final LayerNorm; padding is zero on output."""
+    """Positions added once, then `layers` FFT blocks and a final LayerNorm;
+    padding is zero on output."""
 
     def __init__(
         self,
@@ -106,7 +123,9 @@ class FFTStack(nn.Module):
     ) -> None:
         super().__init__()
         self.drop = nn.Dropout(dropout)
-        blocks = (FFTBlock(hidden, heads, ffn_mult, dropout, attention_dropout) for _ in range(layers))
+        blocks = (
+            FFTBlock(hidden, heads, ffn_mult, dropout, attention_dropout) for _ in range(layers)
+        )
         self.blocks = nn.ModuleList(blocks)
         self.ln_out = nn.LayerNorm(hidden)
 
@@ -118,13 +137,20 @@ class FFTStack(nn.Module):
 
 
 class ConvStack(nn.Module):
-    """Residual blocks of dilated convolutions (dilations 1, 2, 4, then again): a frame decoder without attention,
-    whose receptive field grows with depth. Positions are not needed: convolutions see order."""
+    """Residual blocks of dilated convolutions (dilations 1, 2, 4, then again): a frame
+    decoder without attention, whose receptive field grows with depth. Positions are not
+    needed: convolutions see order."""
 
     def __init__(self, layers: int, hidden: int, dropout: float) -> None:
         super().__init__()
         self.convs = nn.ModuleList(
-            nn.Conv1d(hidden, hidden, CONV_KERNEL, padding=(CONV_KERNEL // 2) * 2 ** (i % 3), dilation=2 ** (i % 3))
+            nn.Conv1d(
+                hidden,
+                hidden,
+                CONV_KERNEL,
+                padding=(CONV_KERNEL // 2) * 2 ** (i % 3),
+                dilation=2 ** (i % 3),
+            )
             for i in range(layers)
         )
         self.norms = nn.ModuleList(nn.LayerNorm(hidden) for _ in range(layers))
@@ -140,8 +166,9 @@ class ConvStack(nn.Module):
 
 
 class DurationPredictor(nn.Module):
-    """Two convolution layers and a projection: log frames per token, from the encoder's output (with outputs > 1,
-    that many values per position: the pitch predictor's log F0 and voicing logit per frame)."""
+    """Two convolution layers and a projection: log frames per token, from the encoder's
+    output (with outputs > 1, that many values per position: the pitch predictor's log
+    F0 and voicing logit per frame)."""
 
     def __init__(self, hidden: int, dropout: float, outputs: int = 1) -> None:
         super().__init__()
@@ -152,7 +179,9 @@ class DurationPredictor(nn.Module):
         self.drop = nn.Dropout(dropout)
         self.out = nn.Linear(hidden, outputs)
 
-    def _conv(self, conv: nn.Conv1d, norm: nn.LayerNorm, x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    def _conv(
+        self, conv: nn.Conv1d, norm: nn.LayerNorm, x: torch.Tensor, keep: torch.Tensor
+    ) -> torch.Tensor:
         y = F.relu(conv((x * keep).transpose(1, 2))).transpose(1, 2)
         return self.drop(norm(y))
 
@@ -169,8 +198,9 @@ class DurationPredictor(nn.Module):
 
 
 class PitchEmbedding(nn.Module):
-    """Log F0 per frame -> a learned vector: unvoiced frames share row 0, voiced ones fall into PITCH_BINS bins
-    evenly spaced in log F0 over the pitch tracker's range (FastSpeech 2's quantised pitch embedding)."""
+    """Log F0 per frame -> a learned vector: unvoiced frames share row 0, voiced ones fall
+    into PITCH_BINS bins evenly spaced in log F0 over the pitch tracker's range (FastSpeech
+    2's quantised pitch embedding)."""
 
     boundaries: torch.Tensor
 
@@ -178,7 +208,9 @@ class PitchEmbedding(nn.Module):
         super().__init__()
         self.table = nn.Embedding(PITCH_BINS + 1, hidden)
         nn.init.normal_(self.table.weight, mean=0.0, std=hidden**-0.5)
-        edges = torch.linspace(math.log(LOWEST_PITCH_HZ), math.log(HIGHEST_PITCH_HZ), PITCH_BINS - 1)
+        edges = torch.linspace(
+            math.log(LOWEST_PITCH_HZ), math.log(HIGHEST_PITCH_HZ), PITCH_BINS - 1
+        )
         self.register_buffer("boundaries", edges, persistent=False)
 
     def forward(self, log_f0: torch.Tensor, voiced: torch.Tensor) -> torch.Tensor:
@@ -188,16 +220,18 @@ class PitchEmbedding(nn.Module):
 
 
 class PostNet(nn.Module):
-    """A residual stack of convolutions over the mel (Tacotron 2's post-net, with LayerNorm): sharpens detail
-    the frame-wise decoder smooths away."""
+    """A residual stack of convolutions over the mel (Tacotron 2's post-net, with LayerNorm):
+    sharpens detail the frame-wise decoder smooths away."""
 
     def __init__(self, n_mels: int, channels: int, layers: int, dropout: float) -> None:
         super().__init__()
         widths = [n_mels] + [channels] * (layers - 1) + [n_mels]
         convs = [
-            nn.Conv1d(widths[i], widths[i + 1], POSTNET_KERNEL, padding=POSTNET_KERNEL // 2) for i in range(layers)
+            nn.Conv1d(widths[i], widths[i + 1], POSTNET_KERNEL, padding=POSTNET_KERNEL // 2)
+            for i in range(layers)
         ]
-        # Starts as the identity: the decoder's mel passes through unchanged until the post-net has learned.
+        # Starts as the identity: the decoder's mel passes through unchanged
+        # until the post-net has learned.
         for tensor in (convs[-1].weight, convs[-1].bias):
             if tensor is not None:
                 nn.init.zeros_(tensor)
@@ -206,7 +240,8 @@ class PostNet(nn.Module):
         self.drop = nn.Dropout(dropout)
 
     def forward(self, mel: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """(B, n_mels, Tm) standardised mel, (B, Tm) mask -> the correction to add (zero on padding)."""
+        """(B, n_mels, Tm) standardised mel, (B, Tm) mask -> the correction
+        to add (zero on padding)."""
         keep = mask[:, None, :].to(mel.dtype)
         x = mel
         for conv, norm in zip(self.convs[:-1], self.norms, strict=True):

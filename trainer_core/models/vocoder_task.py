@@ -1,18 +1,19 @@
 """The vocoder `Task` (model.kind = "vocoder"): a GAN that turns Vega's log-mels back into audio.
 
-Data: the same voice folders, scan, preload and cache as the acoustic model, but the samples themselves
-(`data.wave_preload`); each step trains on fixed-length segments cut at seeded offsets (`data.segment_dataset`).
-The mels are computed from those segments on the device by Vega's own mel code (`MelExtractor.batch`), so the
-vocoder learns exactly the features an acoustic model trained with the same [audio] settings predicts.
+Data: the same voice folders, scan, preload and cache as the acoustic model, but the samples
+themselves (`data.wave_preload`); each step trains on fixed-length segments cut at seeded offsets
+(`data.segment_dataset`). The mels are computed from those segments on the device by Vega's own mel
+code (`MelExtractor.batch`), so the vocoder learns exactly the features an acoustic model trained
+with the same [audio] settings predicts.
 
-Two optimizer groups, in update order: the discriminators (least-squares loss on real against the generator's
-output, detached), then the generator against the updated discriminators (mel L1, feature matching and the
-adversarial loss, weighted in [vocoder]). The generator's output of a micro-batch is computed once, in the
-discriminator's pass, and carried to the generator's pass.
+Two optimizer groups, in update order: the discriminators (least-squares loss on real against the
+generator's output, detached), then the generator against the updated discriminators (mel L1,
+feature matching and the adversarial loss, weighted in [vocoder]). The generator's output of a
+micro-batch is computed once, in the discriminator's pass, and carried to the generator's pass.
 
-Validation is copy synthesis of the held-out recordings, whole: mel L1 ("total", what picks the best checkpoint)
-and a multi-resolution STFT distance; Griffin-Lim's scores on the same clips are the reference line. Samples are
-copy-synthesised held-out clips. The export holds the generator alone.
+Validation is copy synthesis of the held-out recordings, whole: mel L1 ("total", what picks the best
+checkpoint) and a multi-resolution STFT distance; Griffin-Lim's scores on the same clips are the
+reference line. Samples are copy-synthesised held-out clips. The export holds the generator alone.
 """
 
 from __future__ import annotations
@@ -29,7 +30,15 @@ from trainer_core.data.cache_location import cache_folder
 from trainer_core.data.mel import MelExtractor
 from trainer_core.data.segment_dataset import SegmentDataset
 from trainer_core.data.wave_preload import Waves, preload_waves
-from trainer_core.models.base import Batch, Carry, GroupSpec, SampleResult, Task, count_parameters, unwrap_model
+from trainer_core.models.base import (
+    Batch,
+    Carry,
+    GroupSpec,
+    SampleResult,
+    Task,
+    count_parameters,
+    unwrap_model,
+)
 from trainer_core.models.copy_synthesis import clip_scores, fit_length, reference_scores
 from trainer_core.models.eval_cache import EvalCache
 from trainer_core.models.gan_vocoder import (
@@ -50,11 +59,14 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("trainer_core")
 ARCHITECTURE = "istft-gan-vocoder"
-# Mel statistics from at most this many training clips: stable per-bin figures, quick on a big corpus.
+# Mel statistics from at most this many training clips: stable per-bin
+# figures, quick on a big corpus.
 MAX_STATS_ITEMS = 200
 
 
-def mel_statistics(waves: Waves, indices: list[int], extractor: MelExtractor) -> tuple[torch.Tensor, torch.Tensor]:
+def mel_statistics(
+    waves: Waves, indices: list[int], extractor: MelExtractor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-bin mean and standard deviation of the log-mels of (an even subsample of) `indices`."""
     picked = indices[:: max(1, len(indices) // MAX_STATS_ITEMS)]
     mels = torch.cat([extractor([waves.get(i).numpy()])[0] for i in picked], dim=1).double()
@@ -78,12 +90,16 @@ class VocoderTask(Task):
             log.warning("skipped %s at preload: %s", path, reason)
         d, a = profile.data, profile.audio
         segment = profile.vocoder.segment_frames * a.hop_length
-        self.dataset = SegmentDataset(self.waves, segment, d.val_fraction, profile.run.seed, d.val_max_items)
+        self.dataset = SegmentDataset(
+            self.waves, segment, d.val_fraction, profile.run.seed, d.val_max_items
+        )
         self.config = vocoder_config(profile)
         torch.manual_seed(profile.run.seed)
         self.model: GanVocoder = GanVocoder(self.config)
         cpu_extractor = MelExtractor(a)
-        self.model.generator.set_mel_statistics(*mel_statistics(self.waves, self.dataset.train_ids, cpu_extractor))
+        self.model.generator.set_mel_statistics(
+            *mel_statistics(self.waves, self.dataset.train_ids, cpu_extractor)
+        )
         self.model.to(self.device)
         self.extractor = MelExtractor(a, self.device)
         self._reference: dict[str, float] | None = None
@@ -93,7 +109,9 @@ class VocoderTask(Task):
     def train_items(self) -> int:
         return self.dataset.train_items()
 
-    def train_batches(self, epoch: int, batch_size: int, start_item: int = 0) -> Iterator[tuple[Batch, int]]:
+    def train_batches(
+        self, epoch: int, batch_size: int, start_item: int = 0
+    ) -> Iterator[tuple[Batch, int]]:
         return self.dataset.train_batches(epoch, batch_size, start_item)
 
     def val_batches(self, batch_size: int) -> Iterator[Batch]:
@@ -108,7 +126,10 @@ class VocoderTask(Task):
         v = self.profile.vocoder
         return [
             GroupSpec(
-                "discriminator", list(self.model.discriminators.parameters()), lr=v.discriminator_lr, betas=v.betas
+                "discriminator",
+                list(self.model.discriminators.parameters()),
+                lr=v.discriminator_lr,
+                betas=v.betas,
             ),
             GroupSpec("generator", list(self.model.generator.parameters()), betas=v.betas),
         ]
@@ -116,7 +137,9 @@ class VocoderTask(Task):
     def primary_group(self) -> str:
         return "generator"
 
-    def group_losses(self, model: nn.Module, batch: Batch, group: str, carry: Carry) -> dict[str, torch.Tensor]:
+    def group_losses(
+        self, model: nn.Module, batch: Batch, group: str, carry: Carry
+    ) -> dict[str, torch.Tensor]:
         vocoder = unwrap_model(model)
         assert isinstance(vocoder, GanVocoder)
         real = batch["wave"]
@@ -139,7 +162,9 @@ class VocoderTask(Task):
             "feature": v.feature_weight,
         }
 
-    def _generator_losses(self, vocoder: GanVocoder, real: torch.Tensor, carry: Carry) -> dict[str, torch.Tensor]:
+    def _generator_losses(
+        self, vocoder: GanVocoder, real: torch.Tensor, carry: Carry
+    ) -> dict[str, torch.Tensor]:
         fake = carry["fake"]
         mel = (self.extractor.batch(fake) - carry["mel"]).abs().mean()
         _, fake_logits, real_features, fake_features = vocoder.discriminators(real, fake)
@@ -164,7 +189,8 @@ class VocoderTask(Task):
         return {"mel_l1": losses_mean["mel"], "stft_distance": losses_mean["stft"]}
 
     def reference_scores(self) -> dict[str, float] | None:
-        """Griffin-Lim's copy-synthesis scores on the held-out clips (computed once): the line to beat."""
+        """Griffin-Lim's copy-synthesis scores on the held-out clips
+        (computed once): the line to beat."""
         if self._reference is None and self.dataset.val_ids:
             clips = [self.waves.get(i) for i in self.dataset.val_ids]
             tts = self.profile.tts
@@ -180,17 +206,24 @@ class VocoderTask(Task):
     # ------------------------------------------------------------------ samples and export
 
     def make_samples(self, model: nn.Module, out_dir: Path, step: int) -> list[SampleResult]:
-        """Copy-synthesise the first `vocoder.copy_items` held-out clips to `samples/step-<step>/<NN>.wav`."""
+        """Copy-synthesise the first `vocoder.copy_items` held-out clips to
+        `samples/step-<step>/<NN>.wav`."""
         vocoder = unwrap_model(model)
         assert isinstance(vocoder, GanVocoder)
         folder, rate = samples_folder(out_dir, step), self.profile.audio.sample_rate
         results = []
-        for number, index in enumerate(self.dataset.val_ids[: self.profile.vocoder.copy_items], start=1):
+        for number, index in enumerate(
+            self.dataset.val_ids[: self.profile.vocoder.copy_items], start=1
+        ):
             real = self.waves.get(index).to(self.device)
             with torch.no_grad():
-                heard = fit_length(vocoder.generator(self.extractor.batch(real[None])), real.shape[-1])[0]
+                heard = fit_length(
+                    vocoder.generator(self.extractor.batch(real[None])), real.shape[-1]
+                )[0]
             path = write_wav(folder / f"{number:02d}.wav", heard.float().cpu().numpy(), rate)
-            results.append(SampleResult("audio", path, f"copy synthesis of {self.waves.item_ids[index]}"))
+            results.append(
+                SampleResult("audio", path, f"copy synthesis of {self.waves.item_ids[index]}")
+            )
         return results
 
     def export_module(self, model: nn.Module) -> nn.Module:
@@ -206,13 +239,24 @@ class VocoderTask(Task):
 
     def preload_done_event(self, reason: str = "") -> dict[str, Any]:
         w = self.waves
-        return {"items": len(w), "seconds": w.seconds, "where": w.where, "bytes": 4 * sum(w.lengths), "reason": reason}
+        return {
+            "items": len(w),
+            "seconds": w.seconds,
+            "where": w.where,
+            "bytes": 4 * sum(w.lengths),
+            "reason": reason,
+        }
 
     def describe(self) -> dict[str, Any]:
         generator, discriminators = self.model.generator, self.model.discriminators
-        warnings = [f"{path.name}: skipped at preload ({reason})" for path, reason in self.waves.skipped]
+        warnings = [
+            f"{path.name}: skipped at preload ({reason})" for path, reason in self.waves.skipped
+        ]
         if not self.dataset.val_ids:
-            warnings.append("no held-out clips (data.val_fraction is 0 or the data is tiny): no copy-synthesis score")
+            warnings.append(
+                "no held-out clips (data.val_fraction is 0 or the data is tiny): no copy-synthesis"
+                " score"
+            )
         return {
             "task": "vocoder",
             "architecture": ARCHITECTURE,
@@ -230,7 +274,11 @@ class VocoderTask(Task):
 
 def _vocoder_task(request: TaskRequest) -> VocoderTask:
     return VocoderTask(
-        request.profile, request.report, request.device, progress=request.progress, where=request.preload_where
+        request.profile,
+        request.report,
+        request.device,
+        progress=request.progress,
+        where=request.preload_where,
     )
 
 

@@ -4,11 +4,12 @@ Construction does the heavy lifting once: preload every usable recording's log-m
 feature cache), build the text vocabulary from the training transcripts, split and bucket the data,
 and build the model. The engine then only asks for batches, losses, metrics and samples.
 
-Samples: each `sample.sentences` entry is synthesised with predicted durations, turned into audio by the
-vocoder `tts.vocoder` names (Griffin-Lim by default, or a trained GAN vocoder) and written as 16-bit WAV to
-`samples/step-<8 digits>/<NN>.wav`; a voice with several speakers says each sentence in the voice of each of
-its first MAX_SAMPLE_SPEAKERS speakers (by name), as `<NN>-<speaker>.wav`. Beside them, `make_views`
-draws a fixed held-out clip's mel and alignment (`voice_views`: mel.png, alignment.png).
+Samples: each `sample.sentences` entry is synthesised with predicted durations, turned into audio
+by the vocoder `tts.vocoder` names (Griffin-Lim by default, or a trained GAN vocoder) and written
+as 16-bit WAV to `samples/step-<8 digits>/<NN>.wav`; a voice with several speakers says each
+sentence in the voice of each of its first MAX_SAMPLE_SPEAKERS speakers (by name), as
+`<NN>-<speaker>.wav`. Beside them, `make_views` draws a fixed held-out clip's mel and alignment
+(`voice_views`: mel.png, alignment.png).
 
 Rebuilding elsewhere (`trainer-core synth`): `model_config()` (the export's config.json) holds the
 architecture, the text encoder state and the audio parameters; a checkpoint holds the vocabulary in
@@ -56,26 +57,31 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("trainer_core")
 ARCHITECTURE = "mas-fft-tts"
-# Skipped files listed by name in describe(); the rest are counted (the data_scan event lists them all).
+# Skipped files listed by name in describe(); the rest are counted (the
+# data_scan event lists them all).
 MAX_LISTED_SKIPS = 20
 # Mel statistics come from at most this many training items: enough for stable per-bin figures, and
 # quick even when the features stream from the disk cache.
 MAX_STATS_ITEMS = 1000
-# Samples at each evaluation are spoken by at most this many speakers: a 100-speaker corpus must not write
-# hundreds of files per evaluation.
+# Samples at each evaluation are spoken by at most this many speakers: a 100-speaker corpus must not
+# write hundreds of files per evaluation.
 MAX_SAMPLE_SPEAKERS = 8
 
 
 def choose_where(where: str | None, profile: Profile) -> PreloadWhere:
-    """The plan's choice when given, else data.preload, where "auto" means RAM (nobody measured memory)."""
+    """The plan's choice when given, else data.preload, where "auto" means
+    RAM (nobody measured memory)."""
     wanted = where or profile.data.preload
     if wanted not in ("ram", "disk", "auto"):
         raise ValueError(f'preload place must be "ram" or "disk", got {wanted!r}')
     return "disk" if wanted == "disk" else "ram"
 
 
-def mel_statistics(features: VoiceFeatures, indices: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-bin mean and standard deviation of the log-mel frames of `indices` (an even subsample of a big set)."""
+def mel_statistics(
+    features: VoiceFeatures, indices: list[int]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-bin mean and standard deviation of the log-mel frames of `indices`
+    (an even subsample of a big set)."""
     stride = max(1, math.ceil(len(indices) / MAX_STATS_ITEMS))
     total = torch.zeros(features.n_mels, dtype=torch.float64)
     squares = torch.zeros(features.n_mels, dtype=torch.float64)
@@ -95,7 +101,8 @@ def samples_folder(out_dir: Path, step: int) -> Path:
 
 
 def sample_name(number: int, speaker: str | None) -> str:
-    """`01.wav`, or `01-alice.wav` for a voice with several speakers (a name made safe for any file system)."""
+    """`01.wav`, or `01-alice.wav` for a voice with several speakers (a name
+    made safe for any file system)."""
     if speaker is None:
         return f"{number:02d}.wav"
     return f"{number:02d}-{re.sub(r'[^A-Za-z0-9._-]', '_', speaker)}.wav"
@@ -126,7 +133,11 @@ class VoiceTask(Task):
         # The model's speakers in id order; one speaker (or none named) means no speaker embedding.
         self.speaker_names = speaker_names(self.features.speakers)
         self._speaker_index = {name: i for i, name in enumerate(self.speaker_names)}
-        self.speaker_ids = [self.speaker_id(name) for name in self.features.speakers] if self.multi_speaker else None
+        self.speaker_ids = (
+            [self.speaker_id(name) for name in self.features.speakers]
+            if self.multi_speaker
+            else None
+        )
         if self.multi_speaker:
             log.info("speakers: %d (%s)", len(self.speaker_names), ", ".join(self.speaker_names))
         self.dataset = VoiceDataset(
@@ -150,9 +161,14 @@ class VoiceTask(Task):
         self.model.to(self.device)
         tts = profile.tts
         # Loaded now: a vocoder that does not fit these mels is an error before any training.
-        self.vocoder = load_vocoder(tts.vocoder, profile.audio, str(self.device), tts.griffin_lim_iters)
+        self.vocoder = load_vocoder(
+            tts.vocoder, profile.audio, str(self.device), tts.griffin_lim_iters
+        )
         if self.vocoder.trained:
-            log.info("samples and free-running scores are heard through the vocoder %s", self.vocoder.name)
+            log.info(
+                "samples and free-running scores are heard through the vocoder %s",
+                self.vocoder.name,
+            )
         self._free_running: FreeRunning | None = None
         self.views = ClipViews(self.dataset, self.encoder)
 
@@ -181,7 +197,9 @@ class VoiceTask(Task):
     def train_items(self) -> int:
         return self.dataset.train_items()
 
-    def train_batches(self, epoch: int, batch_size: int, start_item: int = 0) -> Iterator[tuple[Batch, int]]:
+    def train_batches(
+        self, epoch: int, batch_size: int, start_item: int = 0
+    ) -> Iterator[tuple[Batch, int]]:
         return self.dataset.train_batches(epoch, batch_size, start_item)
 
     def val_batches(self, batch_size: int) -> Iterator[Batch]:
@@ -219,7 +237,8 @@ class VoiceTask(Task):
     # ------------------------------------------------------------------ samples
 
     def make_samples(self, model: nn.Module, out_dir: Path, step: int) -> list[SampleResult]:
-        """Synthesise every `sample.sentences` entry to `out_dir/step-<step>/<NN>.wav` (01, 02, ...)."""
+        """Synthesise every `sample.sentences` entry to
+        `out_dir/step-<step>/<NN>.wav` (01, 02, ...)."""
         inner = unwrap_model(model)
         if not isinstance(inner, AcousticModel):
             raise TypeError(f"voice samples need an AcousticModel, got {type(inner).__name__}")
@@ -232,12 +251,16 @@ class VoiceTask(Task):
 
     def _write_samples(self, model: AcousticModel, folder: Path) -> list[SampleResult]:
         tts, audio = self.profile.tts, self.profile.audio
-        voices: list[str | None] = list(self.speaker_names[:MAX_SAMPLE_SPEAKERS]) if self.multi_speaker else [None]
+        voices: list[str | None] = (
+            list(self.speaker_names[:MAX_SAMPLE_SPEAKERS]) if self.multi_speaker else [None]
+        )
         results = []
         for number, sentence in enumerate(self.profile.sample.sentences, start=1):
             ids = self.encoder.encode(sentence)
             if not ids:
-                log.warning("sample sentence %d (%r) has no symbols to say; skipped", number, sentence)
+                log.warning(
+                    "sample sentence %d (%r) has no symbols to say; skipped", number, sentence
+                )
                 continue
             for voice in voices:
                 speaker = self.speaker_id(voice) if voice is not None else None
@@ -247,7 +270,8 @@ class VoiceTask(Task):
         return results
 
     def make_views(self, model: nn.Module, out_dir: Path, step: int) -> list[SampleResult]:
-        """A fixed held-out clip's mel.png and alignment.png in `out_dir/step-<step>/` (voice_views)."""
+        """A fixed held-out clip's mel.png and alignment.png in
+        `out_dir/step-<step>/` (voice_views)."""
         inner = unwrap_model(model)
         if not isinstance(inner, AcousticModel):
             raise TypeError(f"voice views need an AcousticModel, got {type(inner).__name__}")
@@ -261,7 +285,9 @@ class VoiceTask(Task):
     def free_running(self, model: nn.Module) -> FreeRunningResult | None:
         inner = unwrap_model(model)
         if not isinstance(inner, AcousticModel):
-            raise TypeError(f"free-running evaluation needs an AcousticModel, got {type(inner).__name__}")
+            raise TypeError(
+                f"free-running evaluation needs an AcousticModel, got {type(inner).__name__}"
+            )
         if self._free_running is None:
             self._free_running = self._held_out_sentences()
         if not self._free_running.sentences:
@@ -270,7 +296,8 @@ class VoiceTask(Task):
         return evaluate_free_running(self._free_running, inner, self.encoder)
 
     def free_running_estimate(self) -> float | None:
-        """Before the first pass: the floor's cost (the same sentences vocoded and scored), computed or cached."""
+        """Before the first pass: the floor's cost (the same sentences vocoded
+        and scored), computed or cached."""
         if self._free_running is None:
             self._free_running = self._held_out_sentences()
         if not self._free_running.sentences:
@@ -286,12 +313,17 @@ class VoiceTask(Task):
         seconds = [f.frames[i] * a.hop_length / a.sample_rate for i in ids]
         speakers = self.speaker_ids
         candidates = [
-            HeldOutSentence(f.item_ids[i], f.texts[i], f.paths[i], speakers[i] if speakers else None) for i in ids
+            HeldOutSentence(
+                f.item_ids[i], f.texts[i], f.paths[i], speakers[i] if speakers else None
+            )
+            for i in ids
         ]
         picked = pick_sentences(candidates, seconds, self.profile.train.free_running_items)
         vocoder = self.vocoder if self.vocoder.trained else None
         cache = EvalCache(cache_folder(self.profile.data.cache_dir) / "evaluation")
-        return FreeRunning([candidates[k] for k in picked], a, self.profile.tts, vocoder=vocoder, cache=cache)
+        return FreeRunning(
+            [candidates[k] for k in picked], a, self.profile.tts, vocoder=vocoder, cache=cache
+        )
 
     # ------------------------------------------------------------------ descriptions
 
@@ -299,7 +331,8 @@ class VoiceTask(Task):
         self.dataset.shard(rank, world_size)
 
     def model_config(self) -> dict[str, Any]:
-        """Architecture, text encoder and audio parameters: enough for `trainer-core synth --export`."""
+        """Architecture, text encoder and audio parameters: enough for
+        `trainer-core synth --export`."""
         return {
             "kind": "tts",
             "architecture": ARCHITECTURE,
@@ -307,7 +340,8 @@ class VoiceTask(Task):
             "text": self.encoder.state_dict(),
             "audio": self.profile.audio.model_dump(mode="json"),
             "tts": self.profile.tts.model_dump(mode="json"),
-            # How the run held sentences out: `trainer-core evaluate` on an export then scores the same ones.
+            # How the run held sentences out: `trainer-core evaluate` on an
+            # export then scores the same ones.
             "held_out": {
                 "val_fraction": self.profile.data.val_fraction,
                 "val_max_items": self.profile.data.val_max_items,
@@ -323,21 +357,36 @@ class VoiceTask(Task):
     def preload_done_event(self, reason: str = "") -> dict[str, Any]:
         """The fields of a `preload_done` event for this task's preload."""
         f = self.features
-        return {"items": len(f), "seconds": f.seconds, "where": f.where, "bytes": f.feature_bytes, "reason": reason}
+        return {
+            "items": len(f),
+            "seconds": f.seconds,
+            "where": f.where,
+            "bytes": f.feature_bytes,
+            "reason": reason,
+        }
 
     def warnings(self) -> list[str]:
-        """Problems worth showing beside the run: skipped files, items the model cannot align, no validation."""
-        notes = [f"{path.name}: skipped at preload ({reason})" for path, reason in self.features.skipped]
+        """Problems worth showing beside the run: skipped files, items the
+        model cannot align, no validation."""
+        notes = [
+            f"{path.name}: skipped at preload ({reason})" for path, reason in self.features.skipped
+        ]
         if self.dataset.empty_text_ids:
-            notes.append(f"{len(self.dataset.empty_text_ids)} transcript(s) have no symbols and are not trained on")
+            notes.append(
+                f"{len(self.dataset.empty_text_ids)} transcript(s) have no symbols and are not"
+                " trained on"
+            )
         short = self._too_few_frames()
         if short:
             notes.append(
-                f"{short} item(s) have fewer mel frames than text symbols, so no alignment can give every symbol "
-                "a frame: check those transcripts match their audio"
+                f"{short} item(s) have fewer mel frames than text symbols, so no alignment can give"
+                " every symbol a frame: check those transcripts match their audio"
             )
         if self.dataset.val_items() == 0:
-            notes.append("no validation items (data.val_fraction is 0 or the data is tiny): no best-model tracking")
+            notes.append(
+                "no validation items (data.val_fraction is 0 or the data is tiny): no best-model"
+                " tracking"
+            )
         return notes
 
     def _too_few_frames(self) -> int:
@@ -360,7 +409,8 @@ class VoiceTask(Task):
             "padding_fraction": self.dataset.padding_fraction(self.profile.train.batch_size),
             "preload": preload,
             "skipped_files": [
-                {"path": str(path), "reason": reason} for path, reason in self.features.skipped[:MAX_LISTED_SKIPS]
+                {"path": str(path), "reason": reason}
+                for path, reason in self.features.skipped[:MAX_LISTED_SKIPS]
             ],
             "warnings": self.warnings(),
         }
@@ -368,7 +418,11 @@ class VoiceTask(Task):
 
 def _voice_task(request: TaskRequest) -> VoiceTask:
     return VoiceTask(
-        request.profile, request.report, request.device, progress=request.progress, where=request.preload_where
+        request.profile,
+        request.report,
+        request.device,
+        progress=request.progress,
+        where=request.preload_where,
     )
 
 

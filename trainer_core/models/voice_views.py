@@ -1,14 +1,18 @@
-"""Pictures of one held-out clip at each evaluation of a voice run: recorded vs predicted mel, and the alignment.
+"""Pictures of one held-out clip at each evaluation of a voice run: recorded vs
+predicted mel, and the alignment.
 
-The clip is fixed for the run: the held-out recording of middle length. The model runs teacher-forced on it, as
-in training (`AcousticModel.teacher_forced`): MAS aligns the recording to its text and the decoder predicts the
-mel along that path. Two PNGs go in the evaluation's sample folder, each announced as an "image" sample:
+The clip is fixed for the run: the held-out recording of middle length. The model runs
+teacher-forced on it, as in training (`AcousticModel.teacher_forced`): MAS aligns the recording to
+its text and the decoder predicts the mel along that path. Two PNGs go in the evaluation's sample
+folder, each announced as an "image" sample:
 
 - `mel.png`: the recorded log-mel above the predicted one, on one colour scale;
-- `alignment.png`: text symbols x mel frames, each frame's log-likelihood under every symbol's mean relative to
+- `alignment.png`: text symbols x mel frames, each frame's log-likelihood under
+  every symbol's mean relative to
   the frame's most likely symbol (how sure the model is where a frame belongs), with MAS's hard path drawn on it.
 
-matplotlib is imported only when a picture is drawn, and draws with its Agg canvas (no display, no pyplot state).
+matplotlib is imported only when a picture is drawn, and draws with its Agg canvas
+(no display, no pyplot state).
 """
 
 from __future__ import annotations
@@ -37,7 +41,8 @@ MEL_FIGSIZE = (8.0, 5.0)  # inches: 800 x 500 pixels at DPI
 ALIGNMENT_FIGSIZE = (8.0, 4.0)  # 800 x 400 pixels
 # With more symbols than this the text axis shows positions: the labels would overlap.
 MAX_SYMBOL_LABELS = 60
-# Log-likelihood gaps below this (nats, summed over mel bins) draw darkest; the closer ones are the contenders.
+# Log-likelihood gaps below this (nats, summed over mel bins) draw darkest; the
+# closer ones are the contenders.
 LIKELIHOOD_FLOOR = -200.0
 # Shown for symbols that are invisible on an axis.
 VISIBLE_SYMBOLS = {" ": "␣", "\t": "⇥", "\n": "↵"}
@@ -67,7 +72,8 @@ class ClipView:
 
 
 def middle_clip(val_ids: Sequence[int], frames: Sequence[int]) -> int | None:
-    """The held-out item of middle length (the earlier of equals), or None when nothing is held out."""
+    """The held-out item of middle length (the earlier of equals), or None
+    when nothing is held out."""
     if not val_ids:
         return None
     ordered = sorted(val_ids, key=lambda index: (frames[index], index))
@@ -89,7 +95,8 @@ class ClipViews:
         return self._clip
 
     def view(self, model: AcousticModel, step: int) -> ClipView | None:
-        """The clip through the model in eval mode (its mode restored after); None when nothing is held out."""
+        """The clip through the model in eval mode (its mode restored after);
+        None when nothing is held out."""
         index = self.clip()
         if index is None:
             return None
@@ -103,7 +110,12 @@ class ClipViews:
     def _view(self, model: AcousticModel, index: int, step: int) -> ClipView:
         batch = batch_to(self.dataset.collate([index]), model.mel_mean.device)
         seen = model.teacher_forced(
-            batch["text"], batch["text_lens"], batch["mel"], batch["mel_lens"], batch.get("f0"), batch.get("speaker")
+            batch["text"],
+            batch["text_lens"],
+            batch["mel"],
+            batch["mel_lens"],
+            batch.get("f0"),
+            batch.get("speaker"),
         )
         likelihood = seen.log_likelihood[0].float()
         features = self.dataset.features
@@ -119,7 +131,8 @@ class ClipViews:
         )
 
     def write(self, model: AcousticModel, folder: Path, step: int) -> list[SampleResult]:
-        """mel.png and alignment.png of the clip in `folder`, described for `sample` events; none without a clip."""
+        """mel.png and alignment.png of the clip in `folder`, described for
+        `sample` events; none without a clip."""
         view = self.view(model, step)
         if view is None:
             return []
@@ -130,14 +143,21 @@ class ClipViews:
         frames, symbols = view.target.shape[1], len(view.symbols)
         return [
             SampleResult(
-                "image", mel, f"{view.item_id}: recorded vs predicted mel (teacher-forced), L1 {view.mel_l1:.3f}"
+                "image",
+                mel,
+                f"{view.item_id}: recorded vs predicted mel (teacher-forced), L1 {view.mel_l1:.3f}",
             ),
-            SampleResult("image", alignment, f"{view.item_id}: alignment of {symbols} symbols to {frames} frames"),
+            SampleResult(
+                "image",
+                alignment,
+                f"{view.item_id}: alignment of {symbols} symbols to {frames} frames",
+            ),
         ]
 
 
 def new_figure(size: tuple[float, float]) -> Figure:
-    """A figure on matplotlib's Agg canvas: drawn in memory, never shown, no global pyplot state to leak."""
+    """A figure on matplotlib's Agg canvas: drawn in memory, never shown, no
+    global pyplot state to leak."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -159,9 +179,20 @@ def mel_figure(view: ClipView) -> Figure:
     top, bottom = figure.subplots(2, 1, sharex=True)
     low = float(min(view.target.min(), view.predicted.min()))
     high = float(max(view.target.max(), view.predicted.max()))
-    panels = ((top, view.target, "recorded"), (bottom, view.predicted, "predicted (teacher-forced)"))
+    panels = (
+        (top, view.target, "recorded"),
+        (bottom, view.predicted, "predicted (teacher-forced)"),
+    )
     images = [
-        axes.imshow(mel, origin="lower", aspect="auto", cmap="magma", vmin=low, vmax=high, interpolation="nearest")
+        axes.imshow(
+            mel,
+            origin="lower",
+            aspect="auto",
+            cmap="magma",
+            vmin=low,
+            vmax=high,
+            interpolation="nearest",
+        )
         for axes, mel, _ in panels
     ]
     for axes, _, title in panels:
@@ -179,12 +210,22 @@ def alignment_figure(view: ClipView) -> Figure:
     axes = figure.subplots()
     shown = np.maximum(view.likelihood, LIKELIHOOD_FLOOR)
     image = axes.imshow(
-        shown, origin="lower", aspect="auto", cmap="viridis", vmin=LIKELIHOOD_FLOOR, vmax=0.0, interpolation="nearest"
+        shown,
+        origin="lower",
+        aspect="auto",
+        cmap="viridis",
+        vmin=LIKELIHOOD_FLOOR,
+        vmax=0.0,
+        interpolation="nearest",
     )
-    axes.plot(np.arange(view.path.shape[0]), view.path, color="red", linewidth=2.0, drawstyle="steps-mid")
+    axes.plot(
+        np.arange(view.path.shape[0]), view.path, color="red", linewidth=2.0, drawstyle="steps-mid"
+    )
     tokens = len(view.symbols)
     if tokens <= MAX_SYMBOL_LABELS:
-        axes.set_yticks(range(tokens), labels=[VISIBLE_SYMBOLS.get(s, s) for s in view.symbols], fontsize=6)
+        axes.set_yticks(
+            range(tokens), labels=[VISIBLE_SYMBOLS.get(s, s) for s in view.symbols], fontsize=6
+        )
     axes.set_xlabel("frame")
     axes.set_ylabel("text symbol")
     figure.colorbar(image, ax=axes, label="log-likelihood vs best")

@@ -1,2 +1,2 @@
-"""How close synthesised speech is to a recording of the same sentence: DTW-aligned mel distance, duration
-ratio and voicing agreement (free-running evaluation)."""
+"""How close synthesised speech is to a recording of the same sentence: DTW-aligned mel distance,
+duration ratio and voicing agreement (free-running evaluation)."""

@@ -1,8 +1,8 @@
 """Dynamic time warping between two feature sequences, on an L1 frame cost.
 
-The path may step (1, 1), (1, 0) or (0, 1) and runs from the first frames of both sequences to their last.
-The distance is the summed frame cost along the path divided by the path's length, so it is in the units
-of one frame's cost (mean absolute log-mel difference per bin) whatever the lengths.
+The path may step (1, 1), (1, 0) or (0, 1) and runs from the first frames of both sequences to their
+last. The distance is the summed frame cost along the path divided by the path's length, so it is in
+the units of one frame's cost (mean absolute log-mel difference per bin) whatever the lengths.
 """
 
 from __future__ import annotations
@@ -22,9 +22,12 @@ class Alignment:
 
 
 def frame_costs(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """(Ta, Tb) mean absolute difference over features between every frame of a (D, Ta) and b (D, Tb)."""
+    """(Ta, Tb) mean absolute difference over features between every frame
+    of a (D, Ta) and b (D, Tb)."""
     if a.ndim != 2 or b.ndim != 2 or a.shape[0] != b.shape[0]:
-        raise ValueError(f"need two (features, frames) arrays with equal features, got {a.shape} and {b.shape}")
+        raise ValueError(
+            f"need two (features, frames) arrays with equal features, got {a.shape} and {b.shape}"
+        )
     a64, b64 = a.astype(np.float64).T, b.astype(np.float64).T
     # One row of a at a time keeps memory at Ta x Tb, not Ta x Tb x D.
     return np.stack([np.abs(b64 - row).mean(axis=1) for row in a64])
@@ -33,7 +36,8 @@ def frame_costs(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def accumulated_costs(cost: np.ndarray) -> np.ndarray:
     """(Ta + 1, Tb + 1) cheapest cost to reach each cell; row and column 0 are the infinite border.
 
-    Cells on one anti-diagonal depend only on the two before it, so each diagonal is one vector step.
+    Cells on one anti-diagonal depend only on the two before it, so each
+    diagonal is one vector step.
     """
     rows, cols = cost.shape
     total = np.full((rows + 1, cols + 1), np.inf)

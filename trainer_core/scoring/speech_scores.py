@@ -1,8 +1,8 @@
 """Scores of one synthesised utterance against a recording of the same sentence, and their summary.
 
-Both sides are compared as heard: the synthesised mel goes through the vocoder, and the log-mel of that audio
-is DTW-aligned with the recording's. The recording's own re-synthesis through the same vocoder, scored the same
-way, is the floor no acoustic model can beat with that vocoder.
+Both sides are compared as heard: the synthesised mel goes through the vocoder, and the log-mel of
+that audio is DTW-aligned with the recording's. The recording's own re-synthesis through the same
+vocoder, scored the same way, is the floor no acoustic model can beat with that vocoder.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ MelOf = Callable[[np.ndarray], np.ndarray]
 
 @dataclass(frozen=True)
 class Recording:
-    """A held-out sentence and what its recording sounds like: log-mel, and per-frame voicing and pitch."""
+    """A held-out sentence and what its recording sounds like: log-mel, and
+    per-frame voicing and pitch."""
 
     item_id: str
     text: str
@@ -33,10 +34,10 @@ class Recording:
 
 @dataclass(frozen=True)
 class ItemScore:
-    """One sentence: `distance` (DTW log-mel L1 per bin, as heard), the synthesised/recorded duration ratio,
-    the share of aligned frames whose voicing agrees, and `acoustic_distance` (the model's mel before the
-    vocoder; None for a re-synthesised recording), and the pitch error in cents over aligned frames voiced on both
-    sides (None when there are none)."""
+    """One sentence: `distance` (DTW log-mel L1 per bin, as heard), the synthesised/recorded
+    duration ratio, the share of aligned frames whose voicing agrees, and `acoustic_distance` (the
+    model's mel before the vocoder; None for a re-synthesised recording), and the pitch error in
+    cents over aligned frames voiced on both sides (None when there are none)."""
 
     item_id: str
     distance: float
@@ -83,7 +84,9 @@ def _mean(values: Sequence[float]) -> float:
     return float(sum(values) / len(values)) if values else float("nan")
 
 
-def recording(item_id: str, text: str, wave: np.ndarray, mel_of: MelOf, sample_rate: int, hop: int) -> Recording:
+def recording(
+    item_id: str, text: str, wave: np.ndarray, mel_of: MelOf, sample_rate: int, hop: int
+) -> Recording:
     """What the scorer keeps of a recording: its log-mel and voicing, computed once."""
     mel = mel_of(wave)
     pitch = _frames(pitch_track(wave, sample_rate, hop), mel.shape[1])
@@ -102,7 +105,8 @@ def score_heard(
     hop: int,
     predicted_mel: np.ndarray | None = None,
 ) -> ItemScore:
-    """Score `wave` (vocoded speech) against `reference`; `predicted_mel` adds the before-vocoder distance."""
+    """Score `wave` (vocoded speech) against `reference`; `predicted_mel`
+    adds the before-vocoder distance."""
     heard = mel_of(wave)
     aligned = dtw(heard, reference.mel)
     pitch = _frames(pitch_track(wave, sample_rate, hop), heard.shape[1])

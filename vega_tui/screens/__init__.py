@@ -1,5 +1,5 @@
-"""Screens of the dashboard: launch (start a run), runs (browse), compare (marked runs side by side),
-run (follow one), confirm, notes (a run's notes and tags).
+"""Screens of the dashboard: launch (start a run), runs (browse), compare (marked runs side by
+side), run (follow one), confirm, notes (a run's notes and tags).
 
 Each module is imported where it is used, so that the first frame does not wait for every screen.
 """
@@ -11,7 +11,9 @@ from collections.abc import Callable
 from typing import Any
 
 
-def run_in_background(target: Callable[..., Any], *args: Any, name: str = "vega-worker") -> threading.Thread:
+def run_in_background(
+    target: Callable[..., Any], *args: Any, name: str = "vega-worker"
+) -> threading.Thread:
     """Run blocking work (a subprocess, a disk scan, a file watch) on a daemon thread.
 
     Daemon threads, not Textual's thread workers: those run in asyncio's default executor, which

@@ -32,7 +32,9 @@ class ConfirmScreen(ModalScreen[Any]):
         Binding("right", "app.focus_next", "Next", show=False),
     ]
 
-    def __init__(self, question: str, choices: Sequence[tuple[str, str, Any]], *, escape_value: Any = None) -> None:
+    def __init__(
+        self, question: str, choices: Sequence[tuple[str, str, Any]], *, escape_value: Any = None
+    ) -> None:
         super().__init__()
         if not choices:
             raise ValueError("ConfirmScreen needs at least one choice")
@@ -46,7 +48,8 @@ class ConfirmScreen(ModalScreen[Any]):
             with Horizontal(id="confirm-buttons"):
                 for index, (key, label, _value) in enumerate(self.choices):
                     variant: ButtonVariant = "primary" if index == 0 else "default"
-                    yield Button(Text(f"{label} [{key}]"), id=f"confirm-{index}", variant=variant)  # Text: no markup
+                    # Text: no markup
+                    yield Button(Text(f"{label} [{key}]"), id=f"confirm-{index}", variant=variant)
 
     def on_mount(self) -> None:
         self.query_one("#confirm-0", Button).focus()

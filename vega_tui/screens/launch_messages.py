@@ -86,7 +86,8 @@ class PlanReady(CheckAnswered["PlanReport"]):
 
 
 class StartPointsScanned(Message):
-    """The "Start from" choices for `key` (runs folder, model kind): scratch and the models found there."""
+    """The "Start from" choices for `key` (runs folder, model kind): scratch
+    and the models found there."""
 
     def __init__(self, key: tuple[str, str | None], choices: list[Choice]) -> None:
         super().__init__()

@@ -81,7 +81,8 @@ def selection_problem(selection: Selection, profiles_known: bool) -> Problem | N
 
 
 def profile_defaults(entry: ProfileEntry | None) -> dict[str, str] | None:
-    """The values a profile brings to the choices (None for an invalid profile: nothing to follow)."""
+    """The values a profile brings to the choices (None for an invalid
+    profile: nothing to follow)."""
     if entry is None or entry.profile is None:
         return None
     from trainer_core.contract.profile_loader import display_path
@@ -97,18 +98,29 @@ def profile_defaults(entry: ProfileEntry | None) -> dict[str, str] | None:
 def check_data_argv(folder: str, mode: str, entry: ProfileEntry | None) -> list[str]:
     """`trainer-core check-data` with the profile's duration limits, as the trainer will scan."""
     folder_arg = str(Path(folder).expanduser())
-    argv = [sys.executable, "-m", "trainer_core", "check-data", folder_arg, "--data-mode", mode, "--json"]
+    argv = [
+        sys.executable,
+        "-m",
+        "trainer_core",
+        "check-data",
+        folder_arg,
+        "--data-mode",
+        mode,
+        "--json",
+    ]
     if entry is not None and entry.profile is not None:
         d = entry.profile.data
         argv += ["--min-duration", str(d.min_duration_s), "--max-duration", str(d.max_duration_s)]
         argv += ["--workers", str(max(1, d.num_workers))]
-        if d.cache_dir is not None:  # the trainer's scan cache: a check now makes the dry run and start quick
+        # the trainer's scan cache: a check now makes the dry run and start quick
+        if d.cache_dir is not None:
             argv += ["--cache-dir", str(d.cache_dir)]
     return argv
 
 
 def overrides_with_runs_root(overrides: Sequence[str], runs_root: Path | None) -> list[str]:
-    """`--runs-root` sends new runs there too, as a `--set run.runs_dir=...` after the user's own."""
+    """`--runs-root` sends new runs there too, as a `--set run.runs_dir=...`
+    after the user's own."""
     items = list(overrides)
     if runs_root is not None:
         items.append(f"run.runs_dir={json.dumps(str(Path(runs_root).expanduser().resolve()))}")

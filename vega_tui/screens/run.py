@@ -1,15 +1,17 @@
 """The run dashboard: follow one run (live, reattached or finished) and control its trainer.
 
-Data flow (Textual rules): an `EventFollower` thread tails `RUN/events.jsonl` and posts one `EventsArrived`
-message per batch; the handler folds it into a `RunStore` on the app thread (a big log is opened from a
-preview store, then the exact one: `StoreReady` swaps them, see vega_tui/follow.py) and rings the bell with
-a desktop notification for news (vega_tui.alerts); a timer redraws the widgets a few times a second, only
-when `store.state.version` moved. Whatever may block (control commands, NVML/psutil, stat() of checkpoint
-files, checking whether the trainer lives, spawning a resumed trainer) runs in thread workers that post
+Data flow (Textual rules): an `EventFollower` thread tails `RUN/events.jsonl` and posts one
+`EventsArrived` message per batch; the handler folds it into a `RunStore` on the app thread (a
+big log is opened from a preview store, then the exact one: `StoreReady` swaps them, see
+vega_tui/follow.py) and rings the bell with a desktop notification for news (vega_tui.alerts);
+a timer redraws the widgets a few times a second, only when `store.state.version` moved.
+Whatever may block (control commands, NVML/psutil, stat() of checkpoint files, checking
+whether the trainer lives, spawning a resumed trainer) runs in thread workers that post
 messages back; no worker touches a widget.
 
-Layout: status line, resources line (roomy terminals), problem banner, tabs (Charts, Logs, Checkpoints,
-Samples, Resources: keys 1-5), profiler bar, footer; see run.tcss, run_layout.py, run_messages.py, run_actions.py."""
+Layout: status line, resources line (roomy terminals), problem banner, tabs (Charts, Logs,
+Checkpoints, Samples, Resources: keys 1-5), profiler bar, footer; see run.tcss, run_layout.py,
+run_messages.py, run_actions.py."""
 
 from __future__ import annotations
 
@@ -56,7 +58,12 @@ from vega_tui.widgets.breakdown import BreakdownBar
 from vega_tui.widgets.charts import ChartGrid
 from vega_tui.widgets.checkpoints import CheckpointPanel, scan_run_files
 from vega_tui.widgets.logs import LogPane
-from vega_tui.widgets.resources import PROBE_INTERVAL_S, ResourceLine, ResourcesPanel, read_resources
+from vega_tui.widgets.resources import (
+    PROBE_INTERVAL_S,
+    ResourceLine,
+    ResourcesPanel,
+    read_resources,
+)
 from vega_tui.widgets.samples import SamplesPanel, find_player
 from vega_tui.widgets.status import ProblemBanner, StatusLine
 
@@ -73,15 +80,16 @@ REFRESH_INTERVAL_S = 0.25  # widgets: 4 Hz, only when the store changed
 CHART_INTERVAL_S = 0.5  # charts: at most 2 Hz (plotext rebuilds are the costly part)
 LIVENESS_INTERVAL_S = 1.0
 BINDINGS_SETTLE_S = 0.05  # footer refreshes asked for within this time become one
-# Events per message while catching up on a long log: small enough that one batch never stalls the UI.
+# Events per message while catching up on a long log: small enough that one
+# batch never stalls the UI.
 FOLLOW_BATCH = 1000
 
 
 class RunScreen(Screen[None]):
     """`RunScreen(run_dir, process=None)`: the dashboard of one run folder.
 
-    `process` is the trainer this dashboard started (None when attaching). `read_resources` is the probe
-    called every 2 s in a worker (tests pass a fixed one; None turns the live panel off).
+    `process` is the trainer this dashboard started (None when attaching). `read_resources` is the
+    probe called every 2 s in a worker (tests pass a fixed one; None turns the live panel off).
     """
 
     CSS_PATH = "run.tcss"
@@ -115,7 +123,8 @@ class RunScreen(Screen[None]):
     def state(self) -> RunState:
         return self.store.state
 
-    # -- layout --------------------------------------------------------------------------------------------
+    # -- layout
+    # --------------------------------------------------------------------------------------------
 
     def compose(self) -> ComposeResult:
         yield from compose_run_layout(self.run_dir)
@@ -151,7 +160,8 @@ class RunScreen(Screen[None]):
         self.set_class(width >= ROOMY_SIZE[0] and height >= ROOMY_SIZE[1], "-roomy")
         self._charts_version = -1  # chart sizes changed: redraw on the next tick
 
-    # -- following the event log ---------------------------------------------------------------------------
+    # -- following the event log
+    # ---------------------------------------------------------------------------
 
     def _on_follower_batch(self, events: list[Event], malformed: int, gaps: int) -> None:
         # Runs on the follower thread: hand the batch to the app thread, never touch widgets here.
@@ -172,7 +182,8 @@ class RunScreen(Screen[None]):
         """Show the follower's store from now on; every widget redraws from it on this tick."""
         old, self.store = self.store, message.store
         if old.state.status == "crashed" and self.state.finished is None:
-            self.store.mark_crashed(old.state.crash_log)  # the liveness verdict was given on the preview
+            # the liveness verdict was given on the preview
+            self.store.mark_crashed(old.state.crash_log)
         self._drawn_version = self._charts_version = -1
         self._charts_drawn_at = 0.0
         self.refresh_widgets()
@@ -181,10 +192,12 @@ class RunScreen(Screen[None]):
         if self.state.history_progress is not None:
             self.state.history_progress = message.fraction
 
-    # -- periodic refresh ----------------------------------------------------------------------------------
+    # -- periodic refresh
+    # ----------------------------------------------------------------------------------
 
     def refresh_widgets(self) -> None:
-        """Redraw what changed since the last tick (the status line also ticks its clock while live)."""
+        """Redraw what changed since the last tick (the status line also
+        ticks its clock while live)."""
         state = self.state
         now = time.time()
         self._settle_requests(state)
@@ -204,7 +217,8 @@ class RunScreen(Screen[None]):
             self.refresh_bindings()  # pause/resume swap, and controls of an ended run
 
     def _refresh_tab(self, state: RunState, tab: str) -> None:
-        """Bring the panel of `tab` up to date; hidden panels wait until their tab opens (no work off screen)."""
+        """Bring the panel of `tab` up to date; hidden panels wait until their
+        tab opens (no work off screen)."""
         if tab == "logs":
             self.query_one(LogPane).update_from(state)
         elif tab == "samples":
@@ -223,14 +237,16 @@ class RunScreen(Screen[None]):
         self.query_one(ChartGrid).redraw(state)
 
     def _maybe_scan_files(self, state: RunState) -> None:
-        """Stat checkpoint files again when the set of checkpoints changed or the run ended (export)."""
+        """Stat checkpoint files again when the set of checkpoints changed
+        or the run ended (export)."""
         rows = [(row.step, row.path) for row in state.checkpoints.values()]
         wanted = (state.status in ENDED, tuple(rows))
         if wanted != self._scanned_checkpoints:
             self._scanned_checkpoints = wanted
             self._scan_files(rows)
 
-    # -- workers -------------------------------------------------------------------------------------------
+    # -- workers
+    # -------------------------------------------------------------------------------------------
 
     @work(thread=True, exclusive=True, group="files")
     def _scan_files(self, rows: list[tuple[int, str]]) -> None:
@@ -253,8 +269,8 @@ class RunScreen(Screen[None]):
         self.query_one(ResourceLine).show(message.resources)
 
     def _check_trainer_if_running(self) -> None:
-        # Until an ended run's trainer is known to be gone (a finished trainer still exits, a check may
-        # have been skipped while the log was being read), keep looking.
+        # Until an ended run's trainer is known to be gone (a finished trainer still exits, a check
+        # may have been skipped while the log was being read), keep looking.
         if self.state.status not in ENDED or self.trainer_alive is not False:
             self._check_trainer()
 
@@ -271,7 +287,8 @@ class RunScreen(Screen[None]):
         if was_alive != message.alive:
             self.refresh_bindings()
 
-    # -- tabs ----------------------------------------------------------------------------------------------
+    # -- tabs
+    # ----------------------------------------------------------------------------------------------
 
     def _active_tab(self) -> str:
         try:
@@ -292,11 +309,14 @@ class RunScreen(Screen[None]):
         self._refresh_tab(self.state, self._active_tab())
         if self._active_tab() == "charts":
             self._charts_version = -1
-            self.call_after_refresh(self._refresh_charts, self.state, time.time() + CHART_INTERVAL_S)
+            self.call_after_refresh(
+                self._refresh_charts, self.state, time.time() + CHART_INTERVAL_S
+            )
 
     def refresh_bindings(self) -> None:
-        """Gather binding refreshes for a moment: each one makes the footer remount all its keys, and a tab
-        switch asks for two or three (the tab's own keys, the focus that moves with it) a frame or two apart."""
+        """Gather binding refreshes for a moment: each one makes the footer remount all its
+        keys, and a tab switch asks for two or three (the tab's own keys, the focus that moves
+        with it) a frame or two apart."""
         if not self._bindings_refresh_queued:
             self._bindings_refresh_queued = True
             self.set_timer(BINDINGS_SETTLE_S, self._publish_bindings)
@@ -306,20 +326,24 @@ class RunScreen(Screen[None]):
         super().refresh_bindings()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """Show tab-specific keys on their tab only, and Pause or Resume as the trainer's state asks."""
+        """Show tab-specific keys on their tab only, and Pause or Resume as
+        the trainer's state asks."""
         if action in TAB_ACTIONS:
             return self._active_tab() == TAB_ACTIONS[action]
         if action in CONTROL_ACTIONS:
             if not self.is_live() or getattr(self.app, "read_only", False):
                 return False
-            return action not in ("pause", "resume") or (self.state.status == "paused") == (action == "resume")
+            return action not in ("pause", "resume") or (self.state.status == "paused") == (
+                action == "resume"
+            )
         if action == "ended_control":
             return not self.is_live()
         if action == "export_piper":
             return run_actions.is_vits(self.state)
         return True
 
-    # -- chart and log actions -----------------------------------------------------------------------------
+    # -- chart and log actions
+    # -----------------------------------------------------------------------------
 
     def action_toggle_log_scale(self) -> None:
         grid = self.query_one(ChartGrid)
@@ -343,7 +367,8 @@ class RunScreen(Screen[None]):
     def action_log_search(self) -> None:
         self.query_one(LogPane).open_search()
 
-    # -- trainer controls ----------------------------------------------------------------------------------
+    # -- trainer controls
+    # ----------------------------------------------------------------------------------
 
     def is_live(self) -> bool:
         """A trainer is (as far as we know) still running this run."""
@@ -364,19 +389,26 @@ class RunScreen(Screen[None]):
         self.send_command("evaluate")
 
     def _settle_requests(self, state: RunState) -> None:
-        """Say when a save or evaluation asked for here is done (the status line shows it until then)."""
+        """Say when a save or evaluation asked for here is done (the status
+        line shows it until then)."""
         for cmd, done in self.pending.settle(state):
             if not done:
-                self.notify(f"{cmd}: the run ended before it was done", severity="warning", timeout=8)
+                self.notify(
+                    f"{cmd}: the run ended before it was done", severity="warning", timeout=8
+                )
             elif cmd == "save":
                 self.notify(f"save: checkpoint written: {state.last_checkpoint_path}", timeout=8)
             else:
                 self.notify(f"evaluate: validation loss {state.val_loss}", timeout=8)
 
     def action_ended_control(self, cmd: str) -> None:
-        """A control key pressed while no trainer seems to run: try anyway, so the reason gets reported."""
+        """A control key pressed while no trainer seems to run: try anyway,
+        so the reason gets reported."""
         if self.state.status in ENDED and self.state.status != "crashed":
-            self.notify(f"the run has {self.state.status}: no trainer is running to {cmd}", severity="warning")
+            self.notify(
+                f"the run has {self.state.status}: no trainer is running to {cmd}",
+                severity="warning",
+            )
         else:
             self.send_command(cmd)
 
@@ -392,7 +424,9 @@ class RunScreen(Screen[None]):
     def action_detach(self) -> None:
         """Leave the trainer running and leave this screen (quit when nothing is under it)."""
         if self.is_live():
-            self.app.notify(f"detached: the trainer keeps running; reattach with vega-tui attach {self.run_dir}")
+            self.app.notify(
+                f"detached: the trainer keeps running; reattach with vega-tui attach {self.run_dir}"
+            )
         self._leave()
 
     def action_quit(self) -> None:
@@ -400,7 +434,11 @@ class RunScreen(Screen[None]):
             self.app.exit()
             return
         question = "The trainer is still running. Stop it, or leave it running and quit?"
-        choices = [("s", "Stop it", "stop"), ("l", "Leave it running", "leave"), ("c", "Cancel", None)]
+        choices = [
+            ("s", "Stop it", "stop"),
+            ("l", "Leave it running", "leave"),
+            ("c", "Cancel", None),
+        ]
         self.app.push_screen(ConfirmScreen(question, choices), self._quit_answered)
 
     def _quit_answered(self, answer: Any) -> None:
@@ -417,7 +455,8 @@ class RunScreen(Screen[None]):
             self.app.pop_screen()
 
     def send_command(self, cmd: str, then_exit: bool = False) -> None:
-        """Send a control command from a worker; the reply (or why none came) becomes a notification."""
+        """Send a control command from a worker; the reply (or why none
+        came) becomes a notification."""
         self.run_worker(lambda: self._send_blocking(cmd, then_exit), thread=True, group="commands")
 
     def _send_blocking(self, cmd: str, then_exit: bool) -> None:
@@ -431,7 +470,8 @@ class RunScreen(Screen[None]):
         if message.then_exit and message.ok:
             self.app.exit()  # quit after "stop it" only once the trainer took the command
 
-    # -- checkpoint actions --------------------------------------------------------------------------------
+    # -- checkpoint actions
+    # --------------------------------------------------------------------------------
 
     def action_resume_from_selected(self) -> None:
         """Start a new trainer in this run folder that resumes from the highlighted checkpoint."""
@@ -450,16 +490,23 @@ class RunScreen(Screen[None]):
 
     def on_resume_spawned(self, message: ResumeSpawned) -> None:
         if message.process is None:
-            self.notify(f"could not start the trainer: {message.error}", severity="error", timeout=8)
+            self.notify(
+                f"could not start the trainer: {message.error}", severity="error", timeout=8
+            )
             return
-        # Same folder, same log: the new trainer appends to events.jsonl and the store starts its new life.
+        # Same folder, same log: the new trainer appends to events.jsonl and
+        # the store starts its new life.
         self.process, self.trainer_alive = message.process, True
         self.refresh_bindings()
-        self.notify(f"resuming from step {message.step} (trainer pid {message.process.pid})", timeout=6)
+        self.notify(
+            f"resuming from step {message.step} (trainer pid {message.process.pid})", timeout=6
+        )
         self.action_show_tab("charts")
 
     def action_show_export(self) -> None:
-        text, severity = run_actions.export_notice(self.query_one(CheckpointPanel).files, self.run_dir)
+        text, severity = run_actions.export_notice(
+            self.query_one(CheckpointPanel).files, self.run_dir
+        )
         self.notify(text, severity=severity, timeout=10)
         self._scan_files([(row.step, row.path) for row in self.state.checkpoints.values()])
 
@@ -479,7 +526,8 @@ class RunScreen(Screen[None]):
         text, severity = run_actions.piper_notice(message)
         self.notify(text, severity=severity, timeout=15)
 
-    # -- sample actions ------------------------------------------------------------------------------------
+    # -- sample actions
+    # ------------------------------------------------------------------------------------
 
     def action_play_sample(self) -> None:
         panel = self.query_one(SamplesPanel)
@@ -488,7 +536,10 @@ class RunScreen(Screen[None]):
             self.notify("no sample selected", severity="warning")
         elif item.sample.kind != "audio":
             where = "beside" if item.sample.kind == "image" else "in"
-            self.notify(f"a {item.sample.kind} sample: it is shown {where} the list ({item.path})", timeout=4)
+            self.notify(
+                f"a {item.sample.kind} sample: it is shown {where} the list ({item.path})",
+                timeout=4,
+            )
         elif (player := find_player()) is None:
             self.notify(panel.detail_text(item).plain, timeout=15)
         else:

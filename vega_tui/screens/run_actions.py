@@ -1,9 +1,10 @@
-"""What the run dashboard's actions do, as plain functions of plain values (no widget is touched here).
+"""What the run dashboard's actions do, as plain functions of plain values
+(no widget is touched here).
 
 The blocking ones run on the screen's thread workers: a control command over the socket, spawning a
-resumed trainer, checking whether the trainer lives, playing a sample, exporting a vits voice for Piper;
-each returns the message for the screen to post. The others decide what to tell the user (why a resume
-cannot start, where the export is).
+resumed trainer, checking whether the trainer lives, playing a sample, exporting a vits voice for
+Piper; each returns the message for the screen to post. The others decide what to tell the user (why
+a resume cannot start, where the export is).
 """
 
 from __future__ import annotations
@@ -35,9 +36,11 @@ if TYPE_CHECKING:
 def check_trainer(
     run_dir: Path, process: TrainerProcess | None, follower: EventFollower | None
 ) -> TrainerChecked | None:
-    """Is the trainer alive? For a dead one: did it finish (events say so) or crash (then the log tail).
+    """Is the trainer alive? For a dead one: did it finish (events say so)
+    or crash (then the log tail).
 
-    None: no verdict yet (a dead trainer is judged only once its whole log is queued ahead of the verdict).
+    None: no verdict yet (a dead trainer is judged only once its whole log
+    is queued ahead of the verdict).
     """
     alive = process.alive() if process is not None else runner.is_alive(run_dir)
     if alive:
@@ -46,7 +49,8 @@ def check_trainer(
         return None
     status = runner.run_status(run_dir)
     if status == "empty" and process is not None:
-        status = "crashed"  # our trainer exited before its first event (a bad profile, a broken venv)
+        # our trainer exited before its first event (a bad profile, a broken venv)
+        status = "crashed"
     tail = runner.log_tail(run_dir) if status == "crashed" else []
     return TrainerChecked(False, status, tail)
 
@@ -57,14 +61,20 @@ def send_control(run_dir: Path, cmd: str, then_exit: bool) -> CommandReplied:
         reply = runner.send(run_dir, cmd)
     except (ControlError, VegaError, OSError) as exc:
         return CommandReplied(cmd, False, str(exc), then_exit)
-    text = "sent; the trainer acknowledged it" if reply.ok else f"refused: {reply.error or 'no reason given'}"
+    text = (
+        "sent; the trainer acknowledged it"
+        if reply.ok
+        else f"refused: {reply.error or 'no reason given'}"
+    )
     return CommandReplied(cmd, reply.ok, text, then_exit)
 
 
 def resume_problem(files: RunFiles | None, step: int | None, live: bool) -> str | None:
     """Why the run cannot resume from the checkpoint of `step` now, or None."""
     if live:
-        return "the trainer is still running this run: stop it (x) before resuming from a checkpoint"
+        return (
+            "the trainer is still running this run: stop it (x) before resuming from a checkpoint"
+        )
     if step is None:
         return "no checkpoint selected"
     facts = files.checkpoints.get(step) if files else None
@@ -76,7 +86,8 @@ def resume_problem(files: RunFiles | None, step: int | None, live: bool) -> str 
 
 
 def spawn_resume(run_dir: Path, checkpoint: Path, step: int) -> ResumeSpawned:
-    """Start a new trainer in `run_dir` that resumes from `checkpoint`, with the run's own frozen profile."""
+    """Start a new trainer in `run_dir` that resumes from `checkpoint`, with
+    the run's own frozen profile."""
     profile = run_dir / PROFILE  # the resumed run trains the same job
     if not profile.is_file():
         return ResumeSpawned(None, step, f"{profile} is missing: the trainer needs it to resume")

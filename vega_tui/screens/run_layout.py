@@ -1,8 +1,9 @@
-"""The run dashboard's layout and keys: its widgets and tabs, the key bindings and which keys go with which tab.
+"""The run dashboard's layout and keys: its widgets and tabs, the key bindings
+and which keys go with which tab.
 
 `RunScreen.compose` yields `compose_run_layout`; `RunScreen.BINDINGS` is `RUN_BINDINGS`, and
-`RunScreen.check_action` uses `TAB_ACTIONS` and `CONTROL_ACTIONS` to show tab-specific keys only on their tab
-and trainer controls only while a trainer runs. The styles are in run.tcss.
+`RunScreen.check_action` uses `TAB_ACTIONS` and `CONTROL_ACTIONS` to show tab-specific keys only on
+their tab and trainer controls only while a trainer runs. The styles are in run.tcss.
 """
 
 from __future__ import annotations
@@ -37,10 +38,16 @@ TAB_TITLES = {
 ENDED_KEYS = (("p", "pause"), ("s", "save"), ("e", "evaluate"), ("x", "stop"))
 # The widget each tab's key focuses.
 TAB_FOCUS = {"logs": "#log-view", "checkpoints": "#ckpt-table", "samples": "#sample-list"}
-# Width and height from which every chart and the resources line fit at once (class -roomy, see run.tcss).
+# Width and height from which every chart and the resources line fit at once
+# (class -roomy, see run.tcss).
 ROOMY_SIZE = (110, 32)
 # Actions shown (and answering) only on one tab.
-TAB_ACTIONS = {"toggle_log_scale": "charts", "next_chart": "charts", "log_filter": "logs", "log_search": "logs"}
+TAB_ACTIONS = {
+    "toggle_log_scale": "charts",
+    "next_chart": "charts",
+    "log_filter": "logs",
+    "log_search": "logs",
+}
 # Actions that talk to a live trainer.
 CONTROL_ACTIONS = ("pause", "resume", "save", "evaluate", "stop")
 
@@ -56,10 +63,13 @@ RUN_BINDINGS: list[BindingType] = [
     Binding("c", "next_chart", "Chart", tooltip="Show the next secondary chart"),
     Binding("f", "log_filter", "Level", tooltip="Log pane: cycle the lowest level shown"),
     Binding("slash", "log_search", "Search", tooltip="Log pane: search"),
-    # Without a live trainer the controls leave the footer, but the keys still answer (a stale socket,
-    # a run that ended) instead of doing nothing.
+    # Without a live trainer the controls leave the footer, but the keys still answer (a stale
+    # socket, a run that ended) instead of doing nothing.
     *(Binding(key, f"ended_control('{cmd}')", show=False) for key, cmd in ENDED_KEYS),
-    *(Binding(str(i + 1), f"show_tab('{name}')", TAB_TITLES[name], show=False) for i, name in enumerate(TABS)),
+    *(
+        Binding(str(i + 1), f"show_tab('{name}')", TAB_TITLES[name], show=False)
+        for i, name in enumerate(TABS)
+    ),
 ]
 
 

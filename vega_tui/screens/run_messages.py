@@ -1,8 +1,9 @@
 """Messages the run dashboard's threads post to its screen.
 
-The event follower, the thread workers (resources probe, checkpoint file scan, liveness check, control
-commands, resumed trainer, sample player, Piper export) never touch a widget: each posts one of these messages and the
-matching `on_*` handler of `vega_tui.screens.run.RunScreen` applies it on the app thread.
+The event follower, the thread workers (resources probe, checkpoint file scan, liveness check,
+control commands, resumed trainer, sample player, Piper export) never touch a widget: each
+posts one of these messages and the matching `on_*` handler of
+`vega_tui.screens.run.RunScreen` applies it on the app thread.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ class EventsArrived(Message):
 
 
 class StoreReady(Message):
-    """A store built by the follower thread: a preview of a big log (exact False), then its whole history."""
+    """A store built by the follower thread: a preview of a big log (exact
+    False), then its whole history."""
 
     def __init__(self, store: RunStore, exact: bool) -> None:
         super().__init__()
@@ -54,9 +56,12 @@ class FilesScanned(Message):
 
 
 class TrainerChecked(Message):
-    """Whether the trainer process lives; for a dead one, the run's status on disk and trainer.log's tail."""
+    """Whether the trainer process lives; for a dead one, the run's status
+    on disk and trainer.log's tail."""
 
-    def __init__(self, alive: bool, status: str | None = None, log_tail: list[str] | None = None) -> None:
+    def __init__(
+        self, alive: bool, status: str | None = None, log_tail: list[str] | None = None
+    ) -> None:
         super().__init__()
         self.alive, self.status, self.log_tail = alive, status, log_tail or []
 

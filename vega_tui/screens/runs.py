@@ -1,13 +1,12 @@
 """The runs screen: every run under the runs root, its state, results, disk use and loss curves.
 
-Listing (`vega_tui.run_summary.list_runs`, reading only the head and tail of each log), loading curves,
-measuring folders and every file operation happen on background threads
+Listing (`vega_tui.run_summary.list_runs`, reading only the head and tail of each log), loading
+curves, measuring folders and every file operation happen on background threads
 (`vega_tui.screens.runs_workers`) that post messages; the list refreshes every few seconds so live
-runs move on their own. Space marks runs: their loss curves are overlaid here (with none marked,
-the run under the cursor), and `v` compares two or more side by side
-(`vega_tui.screens.compare`). `e` edits a run's notes and tags, `x` moves a run that is not live to
-the trash under the root, `t` empties the trash. Enter opens a run's dashboard (a live run
-reattaches with its controls).
+runs move on their own. Space marks runs: their loss curves are overlaid here (with none marked, the
+run under the cursor), and `v` compares two or more side by side (`vega_tui.screens.compare`). `e`
+edits a run's notes and tags, `x` moves a run that is not live to the trash under the root, `t`
+empties the trash. Enter opens a run's dashboard (a live run reattaches with its controls).
 """
 
 from __future__ import annotations

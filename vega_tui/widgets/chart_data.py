@@ -1,6 +1,7 @@
-"""What each training chart shows, as data: pure functions (`loss_chart`, `lr_chart`, ...) that turn a
-`RunState` into a `ChartData` (lines, markers, scale). No Textual, no plotext: tests check what a chart
-holds without parsing terminal art, and `vega_tui.widgets.charts` only hands a `ChartData` to plotext.
+"""What each training chart shows, as data: pure functions (`loss_chart`, `lr_chart`, ...)
+that turn a `RunState` into a `ChartData` (lines, markers, scale). No Textual, no plotext:
+tests check what a chart holds without parsing terminal art, and `vega_tui.widgets.charts`
+only hands a `ChartData` to plotext.
 
 Given a chart's width (`columns`), each series is read from the store's min/max levels
 (`Series.envelope`), so building a chart costs O(width) however long the run.
@@ -52,8 +53,8 @@ FAULT_KINDS = ("oom", "nonfinite")
 
 @dataclass
 class Line:
-    """One plotted series; `scatter` draws points only (validation losses are sparse); `right` plots it
-    against a y axis of its own on the right (a loss on another scale)."""
+    """One plotted series; `scatter` draws points only (validation losses are sparse); `right` plots
+    it against a y axis of its own on the right (a loss on another scale)."""
 
     label: str
     xs: list[float]
@@ -77,8 +78,11 @@ class ChartData:
         return sum(len(line.xs) for line in self.lines)
 
 
-def finite_points(xs: Sequence[float], ys: Sequence[float], positive: bool = False) -> tuple[list[float], list[float]]:
-    """Drop NaN/inf values (a skipped step), and values <= 0 on a log axis, which plotext cannot place."""
+def finite_points(
+    xs: Sequence[float], ys: Sequence[float], positive: bool = False
+) -> tuple[list[float], list[float]]:
+    """Drop NaN/inf values (a skipped step), and values <= 0 on a log axis,
+    which plotext cannot place."""
     keep_x, keep_y = [], []
     for x, y in zip(xs, ys, strict=False):
         if y is None or not math.isfinite(y) or (positive and y <= 0):
@@ -88,9 +92,12 @@ def finite_points(xs: Sequence[float], ys: Sequence[float], positive: bool = Fal
     return keep_x, keep_y
 
 
-def downsample_minmax(xs: Sequence[float], ys: Sequence[float], columns: int) -> tuple[list[float], list[float]]:
-    """At most two points per column: the lowest and the highest y of the x range that column covers, in x
-    order. A plot one cell wide cannot show more, and a lone spike (a loss blow-up) is kept, not averaged."""
+def downsample_minmax(
+    xs: Sequence[float], ys: Sequence[float], columns: int
+) -> tuple[list[float], list[float]]:
+    """At most two points per column: the lowest and the highest y of the x range that column
+    covers, in x order. A plot one cell wide cannot show more, and a lone spike (a loss
+    blow-up) is kept, not averaged."""
     if columns < 1 or len(xs) <= 2 * columns:
         return list(xs), list(ys)
     first, last = xs[0], xs[-1]
@@ -113,7 +120,12 @@ def downsample_minmax(xs: Sequence[float], ys: Sequence[float], columns: int) ->
 
 
 def _emit_extremes(
-    xs: Sequence[float], ys: Sequence[float], low_i: int, high_i: int, out_x: list[float], out_y: list[float]
+    xs: Sequence[float],
+    ys: Sequence[float],
+    low_i: int,
+    high_i: int,
+    out_x: list[float],
+    out_y: list[float],
 ) -> None:
     for i in sorted({low_i, high_i}):
         out_x.append(xs[i])
@@ -144,7 +156,8 @@ def series_line(
 
 
 def flat_line(label: str, xs: Sequence[float], y: float, color: str) -> Line:
-    """A horizontal line at `y` across the steps of `xs` (at least one step wide): a floor or a reference."""
+    """A horizontal line at `y` across the steps of `xs` (at least one step
+    wide): a floor or a reference."""
     return Line(label, [xs[0], max(xs[-1], xs[0] + 1)], [y] * 2, color)
 
 
@@ -217,8 +230,8 @@ def _loss_title(log_y: bool) -> str:
     return f"{title} (log scale)" if log_y else title
 
 
-# Optimizer group colours, by the group's place in the update order (the same group, the same colour on
-# every chart).
+# Optimizer group colours, by the group's place in the update order (the same group, the
+# same colour on every chart).
 GROUP_COLORS = ("magenta", "green", "blue", "orange", "red")
 
 
@@ -227,9 +240,10 @@ def group_color(state: RunState, group: str) -> str:
 
 
 def group_loss_chart(state: RunState, log_y: bool = False, columns: int = 0) -> ChartData:
-    """Several optimizers (a GAN vocoder): the primary group's loss (`loss`, every step) raw and smoothed on the
-    left axis, each other group's total on a right axis of its own (a discriminator's ~1 would lie flat under a
-    generator's ~100). The validation loss measures something else there: it has the validation chart."""
+    """Several optimizers (a GAN vocoder): the primary group's loss (`loss`, every step) raw and
+    smoothed on the left axis, each other group's total on a right axis of its own (a
+    discriminator's ~1 would lie flat under a generator's ~100). The validation loss measures
+    something else there: it has the validation chart."""
     primary = state.primary_group
     lines = [
         series_line(state, columns, LOSS.key, primary or LOSS.label, LOSS.color, positive=log_y),
@@ -262,8 +276,9 @@ def parts_chart(state: RunState, columns: int = 0) -> ChartData:
 
 
 def group_parts_chart(state: RunState, parts: list[str], columns: int = 0) -> ChartData:
-    """Several optimizers: the parts without the groups' totals (the loss chart has those), named without
-    their group when only one group has parts (a GAN's generator: mel, adversarial, feature)."""
+    """Several optimizers: the parts without the groups' totals (the loss chart has
+    those), named without their group when only one group has parts (a GAN's
+    generator: mel, adversarial, feature)."""
     totals = {f"{group}.total" for group in state.groups}
     names = [name for name in parts if name not in totals]
     owners = {name.partition(".")[0] for name in names}
@@ -287,7 +302,8 @@ def lr_chart(state: RunState, columns: int = 0) -> ChartData:
 
 
 def speech_chart(state: RunState, columns: int = 0) -> ChartData:
-    """Free-running distance of held-out sentences (voice runs), with the vocoder's floor as a flat line."""
+    """Free-running distance of held-out sentences (voice runs), with the
+    vocoder's floor as a flat line."""
     distance = declared_line(state, columns, FREE_RUNNING)
     acoustic = declared_line(state, columns, FREE_RUNNING_ACOUSTIC)
     floor = state.free_running_floor
@@ -300,10 +316,10 @@ def speech_chart(state: RunState, columns: int = 0) -> ChartData:
 
 
 def validation_chart(state: RunState, columns: int = 0) -> ChartData:
-    """The validation metric (a vocoder's mel_l1; the validation loss when there is none) and, when the trainer
-    measured one, the reference it should beat (Griffin-Lim copy synthesis) as a flat line labelled with its
-    name, with best-model markers, one where the metric first beat the reference, one where overtraining was
-    seen and one where early stopping ended the run."""
+    """The validation metric (a vocoder's mel_l1; the validation loss when there is none) and, when
+    the trainer measured one, the reference it should beat (Griffin-Lim copy synthesis) as a flat
+    line labelled with its name, with best-model markers, one where the metric first beat the
+    reference, one where overtraining was seen and one where early stopping ended the run."""
     name = state.metric_name
     metric = None
     if name:
@@ -313,7 +329,11 @@ def validation_chart(state: RunState, columns: int = 0) -> ChartData:
         metric = series_line(state, columns, VAL_LOSS.key, "validation loss", METRIC_COLOR)
     reference = state.reference.get(name) if name else None
     label = state.reference_name or "reference"
-    line = flat_line(label, metric.xs, reference, "green") if metric is not None and reference is not None else None
+    line = (
+        flat_line(label, metric.xs, reference, "green")
+        if metric is not None and reference is not None
+        else None
+    )
     title = _validation_title(state, name, reference)
     others = [] if reference is not None else _other_metrics(state, name, columns)
     markers = declared_markers(state, chart_spec("validation"))
@@ -321,7 +341,8 @@ def validation_chart(state: RunState, columns: int = 0) -> ChartData:
 
 
 def _other_metrics(state: RunState, shown: str | None, columns: int) -> list[Line | None]:
-    """A task's further validation metrics (its val_metrics beyond the first), on the right axis: each scale its own."""
+    """A task's further validation metrics (its val_metrics beyond the first), on the
+    right axis: each scale its own."""
     names = [name for name in VAL_METRICS.members(state.series) if name != shown]
     colors = [color for color in PART_COLORS if color != METRIC_COLOR]  # not the metric's colour
     return [
@@ -331,7 +352,8 @@ def _other_metrics(state: RunState, shown: str | None, columns: int) -> list[Lin
 
 
 def _validation_title(state: RunState, name: str | None, reference: float | None) -> str:
-    """`mel_l1 2.83 · griffin_lim 0.215`: the latest value and the line to beat (short: a compact chart)."""
+    """`mel_l1 2.83 · griffin_lim 0.215`: the latest value and the line to
+    beat (short: a compact chart)."""
     if name is None:
         return "validation loss"
     series = state.series.get(VAL_METRICS.of(name))

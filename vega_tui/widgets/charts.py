@@ -1,19 +1,20 @@
-"""Training charts: loss (raw, smoothed, validation, fault and checkpoint markers), loss parts, learning rate,
-throughput, memory, free-running speech and validation metric (against a reference), drawn with plotext.
+"""Training charts: loss (raw, smoothed, validation, fault and checkpoint markers), loss parts,
+learning rate, throughput, memory, free-running speech and validation metric (against a
+reference), drawn with plotext.
 
 Runs with several optimizers (a GAN vocoder or a vits voice: discriminator, then generator) get
 one learning-rate line per group, the other groups' losses on the loss chart's right axis, the
 generator's parts (mel, adversarial, feature; kl and duration for vits) and the validation chart
 in the speech chart's place.
 
-What to draw is worked out by pure functions (`loss_chart`, `lr_chart`, ... in `chart_data`) that turn a
-`RunState` into a `ChartData`; `RunChart` only hands a `ChartData` to plotext. Keeping the two apart lets
-tests check what a chart holds without parsing terminal art, and keeps plotting cheap: the screen calls
-`ChartGrid.redraw` on a timer, only when the store changed; only charts that are on screen and whose store
-moved are rebuilt, one per frame, never while a key press waits; each series is read at the chart's width
-from the store's min/max levels (`Series.envelope`: O(width), however long the run), then cut down to two
-points per column (the lowest and highest, so spikes survive) before plotext sees it; a repaint reuses the
-last picture.
+What to draw is worked out by pure functions (`loss_chart`, `lr_chart`, ... in `chart_data`) that
+turn a `RunState` into a `ChartData`; `RunChart` only hands a `ChartData` to plotext. Keeping the
+two apart lets tests check what a chart holds without parsing terminal art, and keeps plotting
+cheap: the screen calls `ChartGrid.redraw` on a timer, only when the store changed; only charts that
+are on screen and whose store moved are rebuilt, one per frame, never while a key press waits; each
+series is read at the chart's width from the store's min/max levels (`Series.envelope`: O(width),
+however long the run), then cut down to two points per column (the lowest and highest, so spikes
+survive) before plotext sees it; a repaint reuses the last picture.
 """
 
 from __future__ import annotations
@@ -64,7 +65,8 @@ if TYPE_CHECKING:
 
     from vega_tui.run_state import RunState
 
-# Re-exported: the chart data builders lived here before `chart_data` (tests and screens import them here).
+# Re-exported: the chart data builders lived here before `chart_data` (tests
+# and screens import them here).
 __all__ = [
     "CHART_BUILDERS",
     "FAULT_KINDS",
@@ -107,8 +109,9 @@ def _step_range(data: ChartData) -> tuple[float, float] | None:
 
 
 def marker_bands(plotted: list[float]) -> dict[str, float] | None:
-    """The plotted y of each marker kind: bands just below the lowest value, so markers never hide the
-    curve nor sit under the legend (top left). Checkpoints in one band, faults in the next one down."""
+    """The plotted y of each marker kind: bands just below the lowest value, so
+    markers never hide the curve nor sit under the legend (top left). Checkpoints in
+    one band, faults in the next one down."""
     if not plotted:
         return None
     low, high = min(plotted), max(plotted)
@@ -129,8 +132,9 @@ def marker_bands(plotted: list[float]) -> dict[str, float] | None:
 class RunChart(PlotextPlot):
     """A plotext chart that draws a `ChartData`; `data` keeps what was drawn last (tests read it).
 
-    A log axis is drawn by plotting log10(y) on a linear axis with relabelled ticks: plotext's own log
-    scale rewrites its data while rendering, so a second render of the same figure (any repaint) fails.
+    A log axis is drawn by plotting log10(y) on a linear axis with relabelled ticks:
+    plotext's own log scale rewrites its data while rendering, so a second render of the
+    same figure (any repaint) fails.
     """
 
     DEFAULT_CSS = """
@@ -145,15 +149,20 @@ class RunChart(PlotextPlot):
         self.draws = 0  # figures built so far (tests check that unchanged data is not drawn again)
         self.renders = 0  # pictures built by plotext so far
         self.render_s = 0.0  # what building the last picture took: what the next redraw will cost
-        self.builds = 0  # ChartData built for it so far (tests check a hidden or unchanged chart is not built)
-        self.built_for: tuple[object, ...] | None = None  # (state, version, log scale, size) last built
+        # ChartData built for it so far (tests check a hidden or unchanged chart is not built)
+        self.builds = 0
+        # (state, version, log scale, size) last built
+        self.built_for: tuple[object, ...] | None = None
         self._columns = 0  # the width the figure was downsampled for
         self._rows = 0  # the height its value ticks were chosen for
-        self._picture: tuple[tuple, Text] | None = None  # (what it shows, the picture): repaints reuse it
+        # (what it shows, the picture): repaints reuse it
+        self._picture: tuple[tuple, Text] | None = None
 
     def needs_draw(self, data: ChartData) -> bool:
         """Whether `data` differs from what is drawn, or the chart was resized since."""
-        return data != self.data or self.size.width != self._columns or self.size.height != self._rows
+        return (
+            data != self.data or self.size.width != self._columns or self.size.height != self._rows
+        )
 
     def draw(self, data: ChartData) -> None:
         self.data, self._columns, self._rows = data, self.size.width, self.size.height
@@ -173,7 +182,14 @@ class RunChart(PlotextPlot):
                 plotted += ys
             draw = plt.scatter if line.scatter else plt.plot
             marker = "o" if line.scatter else "braille"
-            draw(xs, ys, label=line.label, color=line.color, marker=marker, yside="right" if line.right else None)
+            draw(
+                xs,
+                ys,
+                label=line.label,
+                color=line.color,
+                marker=marker,
+                yside="right" if line.right else None,
+            )
         plotted += self._draw_markers(data, marker_bands(plotted))
         self._set_ticks(data, plotted, right)
         self._picture = None
@@ -184,37 +200,49 @@ class RunChart(PlotextPlot):
         used: list[float] = []
         if bands is None:
             return used  # nothing to anchor markers against yet
-        for kind, (char, color, label) in MARKER_STYLES.items():  # best after checkpoint: drawn on top
+        # best after checkpoint: drawn on top
+        for kind, (char, color, label) in MARKER_STYLES.items():
             steps = data.markers.get(kind)
             if not steps:
                 continue
             if kind in FAULT_KINDS:
                 for step in steps:
                     self.plt.vline(step, color)
-            self.plt.scatter(steps, [bands[kind]] * len(steps), marker=char, color=color, label=label)
+            self.plt.scatter(
+                steps, [bands[kind]] * len(steps), marker=char, color=color, label=label
+            )
             used.append(bands[kind])
         return used
 
-    def _set_ticks(self, data: ChartData, plotted: Sequence[float], right: Sequence[float] = ()) -> None:
-        """Explicit ticks on both axes: whole step numbers, and round values (or real values on a log axis).
-        Always set, never reset: plotext's reset to automatic ticks does not work once ticks were set."""
+    def _set_ticks(
+        self, data: ChartData, plotted: Sequence[float], right: Sequence[float] = ()
+    ) -> None:
+        """Explicit ticks on both axes: whole step numbers, and round values (or real
+        values on a log axis). Always set, never reset: plotext's reset to automatic ticks
+        does not work once ticks were set."""
         span = _step_range(data)
         if span is not None:
             ticks = step_ticks(*span)
-            positions: list[float] = list(ticks)  # plotext's stubs want floats; the values stay whole numbers
+            # plotext's stubs want floats; the values stay whole numbers
+            positions: list[float] = list(ticks)
             self.plt.xticks(positions, [str(tick) for tick in ticks])
         # No more ticks than about one per two plot rows: a short chart would print two on one row.
         count = max(2, min(6, (self._rows - PLOT_FRAME_ROWS) // 2))
         for values, side in ((plotted, 1), (right, 2)):  # plotext's y sides: 1 left, 2 right
             if values:
                 low, high = min(values), max(values)
-                ticks_labels = log_ticks(low, high, min(count, 5)) if data.log_y else value_ticks(low, high, count)
+                ticks_labels = (
+                    log_ticks(low, high, min(count, 5))
+                    if data.log_y
+                    else value_ticks(low, high, count)
+                )
                 self.plt.yticks(*ticks_labels, yside=side)
 
     def render(self) -> Text:
         key = (self.size, self.app.theme, self.theme)
         if self._picture is not None and self._picture[0] == key:
-            return self._picture[1]  # a repaint (another widget moved, a tab came back): same picture
+            # a repaint (another widget moved, a tab came back): same picture
+            return self._picture[1]
         try:
             started = time.perf_counter()
             picture = super().render()
@@ -224,7 +252,9 @@ class RunChart(PlotextPlot):
             self._picture = (key, picture)
             return picture
         except Exception as exc:  # noqa: BLE001 - a plotting-library failure must not take the dashboard down
-            return Text(f"{self.data.title if self.data else 'chart'}: cannot draw ({exc!r})", style="red")
+            return Text(
+                f"{self.data.title if self.data else 'chart'}: cannot draw ({exc!r})", style="red"
+            )
 
 
 class ChartGrid(Container):
@@ -259,18 +289,20 @@ class ChartGrid(Container):
         return self.query_one(f"#chart-{name}", RunChart)
 
     def redraw(self, state: RunState, only_visible: bool = True, force: bool = False) -> None:
-        """Rebuild the charts whose data changed; hidden charts wait until they are shown, secondary ones
-        until SECONDARY_INTERVAL_S passed since their last draw (unless `force`). The first one is drawn
-        now, the others one per frame after it (see `_draw_next`)."""
+        """Rebuild the charts whose data changed; hidden charts wait until they are shown, secondary
+        ones until SECONDARY_INTERVAL_S passed since their last draw (unless `force`). The first one
+        is drawn now, the others one per frame after it (see `_draw_next`)."""
         now, self._state = time.monotonic(), state
         self._swap_validation(validation_wanted(state))
         shown = [chart for chart in self.charts() if not only_visible or _on_screen(chart)]
         for chart in shown:
             wait = 0.0 if force else chart.drawn_at + redraw_gap(chart, len(shown)) - now
             if wait > 0:
-                self._catch_up_in(wait)  # so the last change is drawn even if the run then goes quiet
+                # so the last change is drawn even if the run then goes quiet
+                self._catch_up_in(wait)
                 continue
-            # Nothing moved since this chart's last build (same state, scale and size): skip the build too.
+            # Nothing moved since this chart's last build (same state, scale
+            # and size): skip the build too.
             built_for = (id(state), state.version, self.log_y, chart.size)
             if chart.built_for == built_for:
                 continue
@@ -286,8 +318,8 @@ class ChartGrid(Container):
             self._draw_next()
 
     def _swap_validation(self, wanted: bool) -> None:
-        """Show the validation chart instead of the speech chart (or back); the chart swapped in is on screen
-        only after the next layout, so it is drawn then."""
+        """Show the validation chart instead of the speech chart (or back); the chart swapped in is
+        on screen only after the next layout, so it is drawn then."""
         if wanted == self.validation_shown:
             return
         self.validation_shown = wanted
@@ -299,7 +331,8 @@ class ChartGrid(Container):
         self.call_after_refresh(self._catch_up_now)
 
     def shown_secondary(self) -> list[str]:
-        """The secondary charts `c` cycles through (the speech or the validation chart, not both)."""
+        """The secondary charts `c` cycles through (the speech or the
+        validation chart, not both)."""
         return [name for name in SECONDARY if name != self._swapped_out()]
 
     def _swapped_out(self) -> str:
@@ -321,8 +354,9 @@ class ChartGrid(Container):
             self.redraw(self._state)
 
     def _draw_next(self) -> None:
-        """Draw one pending chart; the rest wait for the next frame, and all wait while a key is queued:
-        a plotext build takes tens of milliseconds, and a key must not queue behind several of them."""
+        """Draw one pending chart; the rest wait for the next frame, and all wait
+        while a key is queued: a plotext build takes tens of milliseconds, and a key
+        must not queue behind several of them."""
         self._draw_scheduled = False
         if not self._pending:
             return
@@ -354,15 +388,17 @@ class ChartGrid(Container):
 
 
 INPUT_BACKOFF_S = 0.05  # how long a chart redraw steps aside for queued input
-SECONDARY_INTERVAL_S = 1.0  # learning rate, throughput, memory, parts: 1 Hz is plenty, and saves CPU
+# learning rate, throughput, memory, parts: 1 Hz is plenty, and saves CPU
+SECONDARY_INTERVAL_S = 1.0
 MAX_DEFERRALS = 4  # then draw anyway: a stream of input must not freeze the charts
 CHART_SHARE = 0.06  # of one core, for all charts on screen while a run streams in
 MAX_GAP_S = 5.0  # however slow a picture is, a chart shows what happened within this long
 
 
 def redraw_gap(chart: RunChart, shown: int) -> float:
-    """Seconds between two draws of `chart`: the shown charts together take at most CHART_SHARE of a core
-    (a fast run redraws less often, a slow one as before), the secondary ones at most once a second."""
+    """Seconds between two draws of `chart`: the shown charts together take at most
+    CHART_SHARE of a core (a fast run redraws less often, a slow one as before), the
+    secondary ones at most once a second."""
     primary = chart_spec(chart.build_name).place.role == "primary"
     base = 0.0 if primary else SECONDARY_INTERVAL_S
     return min(MAX_GAP_S, max(base, chart.render_s * shown / CHART_SHARE))
@@ -370,7 +406,8 @@ def redraw_gap(chart: RunChart, shown: int) -> float:
 
 def input_pending(app: App) -> bool:
     """Whether the app has events queued (key presses arrive there from the terminal driver)."""
-    queue = getattr(app, "_message_queue", None)  # Textual keeps it private; no queue reads as "none waiting"
+    # Textual keeps it private; no queue reads as "none waiting"
+    queue = getattr(app, "_message_queue", None)
     return queue is not None and not queue.empty()
 
 

@@ -1,10 +1,10 @@
-"""The checkpoints table: step, training loss at that step, validation loss, best marker, size and age,
-plus an info line for the export folder and the actions' hints.
+"""The checkpoints table: step, training loss at that step, validation loss, best marker, size and
+age, plus an info line for the export folder and the actions' hints.
 
-File facts (does the checkpoint still exist, its size on disk, the export folder's contents) are read by
-`scan_run_files` in a worker thread; the table only renders what it is given. Ages are measured against a
-reference time the screen passes: now for a live run, the run's last event for an ended one, so a finished
-run always renders the same.
+File facts (does the checkpoint still exist, its size on disk, the export folder's contents) are
+read by `scan_run_files` in a worker thread; the table only renders what it is given. Ages are
+measured against a reference time the screen passes: now for a live run, the run's last event for an
+ended one, so a finished run always renders the same.
 """
 
 from __future__ import annotations
@@ -57,10 +57,11 @@ class RunFiles:
 
 
 def locate(run_dir: Path, recorded: str | Path, sub: str) -> Path:
-    """Where a file the trainer recorded belongs in this run folder: its path below the last `sub` folder of
-    the recorded path (`samples/step-00000060/01.wav` keeps its step folder), under `run_dir / sub`. The
-    recorded absolute path is not trusted, so a run folder copied or moved elsewhere shows its own
-    files. A name that still leads out of `run_dir / sub` (through a link) is a PathEscapeError."""
+    """Where a file the trainer recorded belongs in this run folder: its path below the last
+    `sub` folder of the recorded path (`samples/step-00000060/01.wav` keeps its step folder),
+    under `run_dir / sub`. The recorded absolute path is not trusted, so a run folder copied or
+    moved elsewhere shows its own files. A name that still leads out of `run_dir / sub`
+    (through a link) is a PathEscapeError."""
     parts = Path(recorded).parts
     below = parts[len(parts) - parts[::-1].index(sub) :] if sub in parts else parts[-1:]
     if not below or ".." in below:
@@ -70,7 +71,8 @@ def locate(run_dir: Path, recorded: str | Path, sub: str) -> Path:
 
 
 def scan_run_files(run_dir: Path, rows: list[tuple[int, str]]) -> RunFiles:
-    """Stat the checkpoints `(step, recorded path)` and list the export folder. Blocking: run it in a worker."""
+    """Stat the checkpoints `(step, recorded path)` and list the export
+    folder. Blocking: run it in a worker."""
     files = RunFiles()
     for step, recorded in rows:
         try:
@@ -87,7 +89,9 @@ def scan_run_files(run_dir: Path, rows: list[tuple[int, str]]) -> RunFiles:
     export_dir = run_dir / EXPORT_DIR
     try:
         entries = sorted(os.scandir(export_dir), key=lambda entry: entry.name)
-        files.export_files = {entry.name: entry.stat().st_size for entry in entries if entry.is_file()}
+        files.export_files = {
+            entry.name: entry.stat().st_size for entry in entries if entry.is_file()
+        }
         files.export_dir = export_dir
     except OSError:
         pass  # no export folder: the run has not reached the end yet
@@ -95,17 +99,21 @@ def scan_run_files(run_dir: Path, rows: list[tuple[int, str]]) -> RunFiles:
 
 
 def loss_at(points: list[tuple[float, float]], step: int) -> float | None:
-    """Training loss recorded at `step` (or the last one before it); `points` are the loss series' points."""
+    """Training loss recorded at `step` (or the last one before it);
+    `points` are the loss series' points."""
     index = bisect.bisect_right(points, (step, math.inf)) - 1
     return points[index][1] if index >= 0 else None
 
 
 def loss_points(state: RunState) -> list[tuple[float, float]]:
     series = state.series.get("loss")
-    return sorted(series.points()) if series is not None else []  # a resumed run revisits earlier steps
+    # a resumed run revisits earlier steps
+    return sorted(series.points()) if series is not None else []
 
 
-def row_cells(row: CheckpointRow, loss: float | None, facts: FileFacts | None, reference_t: float | None) -> list:
+def row_cells(
+    row: CheckpointRow, loss: float | None, facts: FileFacts | None, reference_t: float | None
+) -> list:
     """The table cells for one checkpoint."""
     best = Text("★ best", style="bold green") if row.best else Text("")
     if facts is not None and not facts.exists:
@@ -121,7 +129,9 @@ def export_text(files: RunFiles | None, run_dir: Path, ended: bool) -> Text:
     if files is None:
         return Text("export: checking…", style="dim")
     if files.export_files:
-        listing = ", ".join(f"{name} {format_bytes(size)}" for name, size in files.export_files.items())
+        listing = ", ".join(
+            f"{name} {format_bytes(size)}" for name, size in files.export_files.items()
+        )
         return Text(f"export: {files.export_dir} ({listing})")
     if ended:
         return Text(f"export: no files in {run_dir / EXPORT_DIR}", style="dim")
@@ -154,7 +164,8 @@ class CheckpointPanel(Vertical):
         self.files: RunFiles | None = None
         self._age_header = "age"
         self._signature: tuple = ()
-        self._started_from: list[str] = []  # what the run started from (train.init_from), shown above the hints
+        # what the run started from (train.init_from), shown above the hints
+        self._started_from: list[str] = []
         self._vits = False  # a vits run: its hints offer the export for Piper
 
     def compose(self) -> ComposeResult:
@@ -180,7 +191,8 @@ class CheckpointPanel(Vertical):
         table.add_column(self._age_header, key="age")
 
     def update_from(self, state: RunState, reference_t: float | None, ended: bool) -> None:
-        """Rebuild the rows when anything they show changed, keeping the cursor on the same checkpoint."""
+        """Rebuild the rows when anything they show changed, keeping the
+        cursor on the same checkpoint."""
         started_from = init_from_lines(state.init_from)
         vits = (state.task or {}).get("name") == "vits"
         if ended != self.ended or started_from != self._started_from or vits != self._vits:
@@ -189,7 +201,10 @@ class CheckpointPanel(Vertical):
         header = "before end" if ended else "age"
         rows = sorted(state.checkpoints.values(), key=lambda row: row.step)
         points = loss_points(state)
-        cells = [row_cells(row, loss_at(points, row.step), self._facts(row.step), reference_t) for row in rows]
+        cells = [
+            row_cells(row, loss_at(points, row.step), self._facts(row.step), reference_t)
+            for row in rows
+        ]
         signature = (header, tuple(tuple(str(c) for c in row) for row in cells))
         if signature == self._signature:
             return

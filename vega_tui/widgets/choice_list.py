@@ -22,7 +22,8 @@ UNSELECTED_MARK = "○ "
 
 @dataclass(frozen=True)
 class Choice:
-    """One option: `label` is the short name, `detail` a dim explanation, `style` colours the label."""
+    """One option: `label` is the short name, `detail` a dim explanation,
+    `style` colours the label."""
 
     value: str
     label: str
@@ -32,7 +33,8 @@ class Choice:
 
 
 class ChoiceList(OptionList):
-    """An OptionList whose highlight is its value; posts `Changed` only when the value really changes."""
+    """An OptionList whose highlight is its value; posts `Changed` only when
+    the value really changes."""
 
     class Changed(Message):
         """The choice moved to `value`."""

@@ -1,11 +1,13 @@
 """Pictures as coloured half-block cells, which every colour terminal shows.
 
-Each cell is "▀" drawn in the colour of the upper pixel on a background of the lower one, so one cell holds two
-pixels stacked; a terminal cell is about twice as tall as wide, so those pixels come out about square. A picture
-is shrunk (never enlarged) to fit the cells it is given, keeping its proportions.
+Each cell is "▀" drawn in the colour of the upper pixel on a background of the lower one, so
+one cell holds two pixels stacked; a terminal cell is about twice as tall as wide, so those
+pixels come out about square. A picture is shrunk (never enlarged) to fit the cells it is
+given, keeping its proportions.
 
-Decoding and shrinking a PNG (Pillow, imported on first use) takes long enough to stall a key press: the dashboard
-calls `decode_halfblocks` in a worker thread and hands the `HalfBlocks` it returns, a Rich renderable, to a widget.
+Decoding and shrinking a PNG (Pillow, imported on first use) takes long enough to stall a key
+press: the dashboard calls `decode_halfblocks` in a worker thread and hands the `HalfBlocks` it
+returns, a Rich renderable, to a widget.
 """
 
 from __future__ import annotations
@@ -52,7 +54,9 @@ class HalfBlocks:
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         for row in self.cells:
             for upper, lower in row:
-                yield Segment(UPPER_HALF, Style(color=Color.from_rgb(*upper), bgcolor=Color.from_rgb(*lower)))
+                yield Segment(
+                    UPPER_HALF, Style(color=Color.from_rgb(*upper), bgcolor=Color.from_rgb(*lower))
+                )
             yield Segment.line()
 
     def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
@@ -60,8 +64,9 @@ class HalfBlocks:
 
 
 def fitted_pixels(width: int, height: int, cols: int, rows: int) -> tuple[int, int]:
-    """The pixel size that fits `cols` x `rows` cells (two pixels a cell, stacked) with the picture's proportions;
-    never larger than the picture, at least one cell, and an even height (cells hold pixel pairs)."""
+    """The pixel size that fits `cols` x `rows` cells (two pixels a cell, stacked) with the
+    picture's proportions; never larger than the picture, at least one cell, and an even
+    height (cells hold pixel pairs)."""
     scale = min(1.0, cols / width, 2 * rows / height)
     fitted_width = max(1, min(cols, round(width * scale)))
     fitted_height = max(2, min(2 * rows, 2 * round(height * scale / 2)))
@@ -69,7 +74,8 @@ def fitted_pixels(width: int, height: int, cols: int, rows: int) -> tuple[int, i
 
 
 def halfblocks_of(picture: Image, cols: int, rows: int) -> HalfBlocks:
-    """An RGB picture shrunk to fit `cols` x `rows` cells (box filter: each pixel the mean of those it covers)."""
+    """An RGB picture shrunk to fit `cols` x `rows` cells (box filter: each
+    pixel the mean of those it covers)."""
     from PIL.Image import Resampling
 
     if cols < 1 or rows < 1:
@@ -85,7 +91,8 @@ def halfblocks_of(picture: Image, cols: int, rows: int) -> HalfBlocks:
 
 
 def decode_picture(path: Path) -> Image:
-    """The file's picture, read whole, in RGB over BACKDROP; PictureError when it is missing or not a picture."""
+    """The file's picture, read whole, in RGB over BACKDROP; PictureError when
+    it is missing or not a picture."""
     from PIL import Image as PilImage
     from PIL import UnidentifiedImageError
 
@@ -102,5 +109,6 @@ def decode_picture(path: Path) -> Image:
 
 
 def decode_halfblocks(path: Path, cols: int, rows: int) -> HalfBlocks:
-    """The picture in `path` as cells fitting `cols` x `rows` (slow: call it from a worker thread)."""
+    """The picture in `path` as cells fitting `cols` x `rows` (slow: call it
+    from a worker thread)."""
     return halfblocks_of(decode_picture(path), cols, rows)

@@ -1,9 +1,11 @@
-"""A virtual log view: a bounded ring of log entries of which only the rows on screen are ever rendered.
+"""A virtual log view: a bounded ring of log entries of which only the rows
+on screen are ever rendered.
 
-`RichLog` renders every line it is given at write time, so showing a few thousand lines at once (the first
-switch to the Logs tab, a filter change) costs O(lines) on the UI thread. This view stores the entries
-unformatted and formats a row only when Textual asks for it (`render_line`), so appending a burst of
-entries or (re)filling the view costs O(entries) of cheap bookkeeping and drawing costs O(screen).
+`RichLog` renders every line it is given at write time, so showing a few thousand lines at
+once (the first switch to the Logs tab, a filter change) costs O(lines) on the UI thread. This
+view stores the entries unformatted and formats a row only when Textual asks for it
+(`render_line`), so appending a burst of entries or (re)filling the view costs O(entries) of
+cheap bookkeeping and drawing costs O(screen).
 
 Rows do not wrap: a multi-line message takes one row per line, long rows scroll sideways.
 """
@@ -27,11 +29,11 @@ STRIP_CACHE_ENTRIES = 512  # formatted entries kept: a few screens' worth
 
 
 class LogView(ScrollView, Generic[Entry], can_focus=True):
-    """Holds at most `max_entries` entries; `format` turns one into a Text (newlines split it into rows),
-    `measure` gives (rows, widest row in cells) of an entry without formatting it.
+    """Holds at most `max_entries` entries; `format` turns one into a Text (newlines split it into
+    rows), `measure` gives (rows, widest row in cells) of an entry without formatting it.
 
-    The view follows the tail while it is scrolled to the bottom; scrolling up stops that, scrolling back
-    to the bottom (or End) resumes it.
+    The view follows the tail while it is scrolled to the bottom; scrolling up stops that, scrolling
+    back to the bottom (or End) resumes it.
     """
 
     DEFAULT_CSS = """
@@ -52,16 +54,19 @@ class LogView(ScrollView, Generic[Entry], can_focus=True):
         self.max_entries = max_entries
         self.following = True
         self._entries: list[Entry] = []
-        self._starts: list[int] = []  # absolute first row of each entry (rows dropped off the front included)
+        # absolute first row of each entry (rows dropped off the front included)
+        self._starts: list[int] = []
         self._serials: list[int] = []  # absolute number of each entry: the key of its cached strips
         self._next_serial = 0
         self._base_row = 0  # absolute row number of the first row still held
         self._end_row = 0  # absolute row number just past the last row
         self._width = 0
         self._strips: LRUCache[int, list[Strip]] = LRUCache(STRIP_CACHE_ENTRIES)
-        self.rendered_rows = 0  # rows rendered so far (tests check that only visible rows are drawn)
+        # rows rendered so far (tests check that only visible rows are drawn)
+        self.rendered_rows = 0
 
-    # -- content -------------------------------------------------------------------------------------------
+    # -- content
+    # -------------------------------------------------------------------------------------------
 
     @property
     def entry_count(self) -> int:
@@ -84,7 +89,8 @@ class LogView(ScrollView, Generic[Entry], can_focus=True):
         self._resize()
 
     def extend(self, entries: Iterable[Entry]) -> None:
-        """Append entries (oldest first), dropping the oldest beyond `max_entries`; keeps following the tail."""
+        """Append entries (oldest first), dropping the oldest beyond
+        `max_entries`; keeps following the tail."""
         added = 0
         for entry in entries:
             rows, width = self._measure(entry)
@@ -99,12 +105,14 @@ class LogView(ScrollView, Generic[Entry], can_focus=True):
             return
         dropped_rows = self._trim()
         if not self.following and dropped_rows:
-            # Keep the rows the reader is looking at in place while the front of the ring falls away.
+            # Keep the rows the reader is looking at in place while the
+            # front of the ring falls away.
             self.set_scroll(self.scroll_x, max(0, self.scroll_y - dropped_rows))
         self._resize()
 
     def _trim(self) -> int:
-        """Drop the oldest entries beyond the bound (in chunks, so a steady stream costs O(1) per entry)."""
+        """Drop the oldest entries beyond the bound (in chunks, so a steady
+        stream costs O(1) per entry)."""
         excess = len(self._entries) - self.max_entries
         if excess <= 0:
             return 0
@@ -119,8 +127,9 @@ class LogView(ScrollView, Generic[Entry], can_focus=True):
         self.refresh()
 
     def _stick_to_end(self) -> None:
-        """While following, show the last rows: now, and again once the layout is known (a view that just
-        became visible, or whose horizontal scrollbar just appeared, learns its height only then)."""
+        """While following, show the last rows: now, and again once the layout is
+        known (a view that just became visible, or whose horizontal scrollbar just
+        appeared, learns its height only then)."""
         if not self.following:
             return
         self.scroll_end(animate=False, immediate=True, x_axis=False)
@@ -130,7 +139,8 @@ class LogView(ScrollView, Generic[Entry], can_focus=True):
         if self.following and self.scroll_y != self.max_scroll_y:
             self.scroll_end(animate=False, immediate=True, x_axis=False)
 
-    # -- scrolling -----------------------------------------------------------------------------------------
+    # -- scrolling
+    # -----------------------------------------------------------------------------------------
 
     def watch_scroll_y(self, old_value: float, new_value: float) -> None:
         super().watch_scroll_y(old_value, new_value)
@@ -143,12 +153,14 @@ class LogView(ScrollView, Generic[Entry], can_focus=True):
     def on_show(self) -> None:
         self._stick_to_end()
 
-    # -- drawing -------------------------------------------------------------------------------------------
+    # -- drawing
+    # -------------------------------------------------------------------------------------------
 
     def render_line(self, y: int) -> Strip:
         scroll_x, scroll_y = self.scroll_offset
         if self.following:
-            scroll_y = self.max_scroll_y  # the scroll position may lag a frame behind a burst or a resize
+            # the scroll position may lag a frame behind a burst or a resize
+            scroll_y = self.max_scroll_y
         width = self.size.width
         style = self.rich_style
         row = self._base_row + scroll_y + y
@@ -157,7 +169,9 @@ class LogView(ScrollView, Generic[Entry], can_focus=True):
         index = bisect_right(self._starts, row) - 1
         strips = self._entry_strips(index)
         strip = strips[min(row - self._starts[index], len(strips) - 1)]
-        return strip.crop_extend(scroll_x, scroll_x + width, style).apply_offsets(scroll_x, scroll_y + y)
+        return strip.crop_extend(scroll_x, scroll_x + width, style).apply_offsets(
+            scroll_x, scroll_y + y
+        )
 
     def _entry_strips(self, index: int) -> list[Strip]:
         serial = self._serials[index]
@@ -184,7 +198,8 @@ class LogView(ScrollView, Generic[Entry], can_focus=True):
 
 
 def text_measure(text: str, prefix_cells: int) -> tuple[int, int]:
-    """(rows, widest row in cells) of a message shown after a prefix of `prefix_cells` cells (first row only)."""
+    """(rows, widest row in cells) of a message shown after a prefix of
+    `prefix_cells` cells (first row only)."""
     if "\n" not in text:
         return 1, prefix_cells + cell_len(text)
     first, *rest = text.split("\n")

@@ -1,10 +1,11 @@
-"""The log pane: the run's log lines with a level filter, a search box and the reader's health counters
-(malformed lines, seq gaps, unknown event types).
+"""The log pane: the run's log lines with a level filter, a search box and the reader's health
+counters (malformed lines, seq gaps, unknown event types).
 
-Lines come from the store's bounded ring (`RunState.logs`); the pane keeps the matching ones in a virtual
-`LogView`, which formats and renders only the rows on screen, so catching up on lines that arrived while the
-tab was hidden, or a filter change, costs O(lines) of cheap bookkeeping and O(screen) of drawing.
-New lines are appended incrementally; changing the filter or the search, or a new store, rebuilds the view.
+Lines come from the store's bounded ring (`RunState.logs`); the pane keeps the matching ones in a
+virtual `LogView`, which formats and renders only the rows on screen, so catching up on lines that
+arrived while the tab was hidden, or a filter change, costs O(lines) of cheap bookkeeping and
+O(screen) of drawing. New lines are appended incrementally; changing the filter or the search, or
+a new store, rebuilds the view.
 """
 
 from __future__ import annotations
@@ -27,7 +28,13 @@ if TYPE_CHECKING:
 
 LEVELS = ("debug", "info", "warning", "error")
 LEVEL_RANK = {"debug": 0, "info": 1, "warning": 2, "error": 3, "critical": 4}
-LEVEL_STYLES = {"debug": "dim", "info": "", "warning": "yellow", "error": "bold red", "critical": "bold red"}
+LEVEL_STYLES = {
+    "debug": "dim",
+    "info": "",
+    "warning": "yellow",
+    "error": "bold red",
+    "critical": "bold red",
+}
 MAX_VIEW_LINES = 5000
 PREFIX_CELLS = len("00:00:00 INFO ")  # stamp and level before every message
 
@@ -43,10 +50,13 @@ def line_matches(line: LogLine, min_level: str, search: str) -> bool:
 
 
 def clean(text: str) -> str:
-    """Replace control characters (a sample of random bytes, a stray escape) that would corrupt the screen."""
+    """Replace control characters (a sample of random bytes, a stray escape)
+    that would corrupt the screen."""
     if text.isprintable():
         return text  # the common case, checked in C
-    return "".join(ch if ch.isprintable() or ch == "\n" else " " * 4 if ch == "\t" else "·" for ch in text)
+    return "".join(
+        ch if ch.isprintable() or ch == "\n" else " " * 4 if ch == "\t" else "·" for ch in text
+    )
 
 
 def format_line(line: LogLine) -> Text:
@@ -56,18 +66,22 @@ def format_line(line: LogLine) -> Text:
     text.append(f"{line.level[:4].upper():<4} ", style=LEVEL_STYLES.get(line.level, ""))
     if line.kind and line.kind != "log":
         text.append(f"[{line.kind}] ", style="cyan")
-    text.append(clean(line.message), style=LEVEL_STYLES.get(line.level, "") if line.level != "info" else "")
+    text.append(
+        clean(line.message), style=LEVEL_STYLES.get(line.level, "") if line.level != "info" else ""
+    )
     return text
 
 
 def measure_line(line: LogLine) -> tuple[int, int]:
-    """(rows, widest row in cells) of a formatted line, without formatting it (see `format_line`)."""
+    """(rows, widest row in cells) of a formatted line, without formatting
+    it (see `format_line`)."""
     kind = len(line.kind) + 3 if line.kind and line.kind != "log" else 0
     return text_measure(line.message, PREFIX_CELLS + kind)
 
 
 def new_lines(logs: Iterable[LogLine], last: LogLine | None) -> list[LogLine] | None:
-    """Lines after `last` (by identity), oldest first; None when `last` fell out of the ring (rewrite all)."""
+    """Lines after `last` (by identity), oldest first; None when `last` fell
+    out of the ring (rewrite all)."""
     fresh: list[LogLine] = []
     for line in reversed(logs):  # type: ignore[call-overload]  # deque supports reversed()
         if line is last:
@@ -110,15 +124,19 @@ class LogPane(Vertical):
     def compose(self) -> ComposeResult:
         yield Static(id="log-header")
         yield LogView(format_line, measure_line, max_entries=MAX_VIEW_LINES, id="log-view")
-        yield SearchInput(placeholder="search the log (Enter keeps it, Escape closes)", id="log-search")
+        yield SearchInput(
+            placeholder="search the log (Enter keeps it, Escape closes)", id="log-search"
+        )
 
     @property
     def view(self) -> LogView[LogLine]:
         return self.query_one("#log-view", LogView)
 
     def update_from(self, state: RunState) -> None:
-        """Append the lines that arrived since the last call; rewrite when the ring moved past our last line."""
-        if state is not self._state or state.logs is not self._logs:  # first call, or the store was replaced
+        """Append the lines that arrived since the last call; rewrite when the
+        ring moved past our last line."""
+        # first call, or the store was replaced
+        if state is not self._state or state.logs is not self._logs:
             self._state, self._logs = state, state.logs
             self.rewrite()
             return
@@ -130,7 +148,8 @@ class LogPane(Vertical):
         self._update_header()
 
     def rewrite(self) -> None:
-        """Rebuild the view from the ring: the newest MAX_VIEW_LINES matching lines (the view's bound)."""
+        """Rebuild the view from the ring: the newest MAX_VIEW_LINES
+        matching lines (the view's bound)."""
         self.view.clear()
         self.shown = 0
         self._last = None
@@ -163,7 +182,11 @@ class LogPane(Vertical):
         if state is not None:
             problems = (state.malformed_lines, state.seq_gaps, state.unknown_events)
             style = "bold yellow" if any(problems) else "dim"
-            text.append(f" · bad lines {problems[0]} · seq gaps {problems[1]} · unknown events {problems[2]}", style)
+            text.append(
+                f" · bad lines {problems[0]} · seq gaps {problems[1]} · unknown events"
+                f" {problems[2]}",
+                style,
+            )
         return text
 
     def cycle_level(self) -> str:

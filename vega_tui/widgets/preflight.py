@@ -2,8 +2,8 @@
 
 The panel only formats the trainer's plan (`trainer_core.contract.plan_report.PlanReport`, parsed
 from its JSON); it never computes anything itself. The run
-folder is shown as `<runs folder>/<name>-<start time>`: the folder is named when Start is pressed, so
-the summary holds no clock and two runs started from one preflight never share a folder.
+folder is shown as `<runs folder>/<name>-<start time>`: the folder is named when Start is pressed,
+so the summary holds no clock and two runs started from one preflight never share a folder.
 """
 
 from __future__ import annotations
@@ -40,13 +40,15 @@ _STAMP = re.compile(r"-\d{8}-\d{6}(-\d+)?$")
 
 
 def run_folder_parts(plan: PlanReport) -> tuple[Path, str]:
-    """(runs folder, run name) from the plan's proposed run folder `<runs>/<name>-<YYYYmmdd-HHMMSS>`."""
+    """(runs folder, run name) from the plan's proposed run folder
+    `<runs>/<name>-<YYYYmmdd-HHMMSS>`."""
     proposed = Path(plan.run_dir)
     return proposed.parent, _STAMP.sub("", proposed.name)
 
 
 class PreflightPanel(Static):
-    """Shows 'computing', the plan, or the problem that blocks the run; `text` is what it shows, as plain text."""
+    """Shows 'computing', the plan, or the problem that blocks the run; `text`
+    is what it shows, as plain text."""
 
     text = ""
 
@@ -66,7 +68,9 @@ class PreflightPanel(Static):
     def show_plan(self, plan: PlanReport) -> None:
         self.set_class(False, "-problem")
         rows = plan_rows(plan)
-        self.text = "\n".join(f"{label} {value if isinstance(value, str) else value.plain}" for label, value in rows)
+        self.text = "\n".join(
+            f"{label} {value if isinstance(value, str) else value.plain}" for label, value in rows
+        )
         self.update(plan_renderable(rows))
 
 
@@ -135,7 +139,9 @@ def _problem_lines(data: PlanData) -> list[str]:
     problems = data.problems
     lines = [f"{Path(p.path).name}: {p.reason}" for p in problems[:MAX_PROBLEMS_SHOWN]]
     if len(problems) > MAX_PROBLEMS_SHOWN:
-        lines.append(f"… and {len(problems) - MAX_PROBLEMS_SHOWN} more (trainer-core check-data shows all)")
+        lines.append(
+            f"… and {len(problems) - MAX_PROBLEMS_SHOWN} more (trainer-core check-data shows all)"
+        )
     return lines
 
 
@@ -161,9 +167,11 @@ def _model_text(model: PlanModel) -> str:
 
 
 def _vocoder_text(shape: VocoderShape | None) -> str:
-    """A GAN vocoder by its generator and discriminators (the plan's hidden/layers are a transformer's: unused)."""
+    """A GAN vocoder by its generator and discriminators (the plan's
+    hidden/layers are a transformer's: unused)."""
     if shape is None:
-        return "vocoder (GAN: generator + discriminators)"  # a plan from before the trainer described it
+        # a plan from before the trainer described it
+        return "vocoder (GAN: generator + discriminators)"
     return (
         f"vocoder, generator {shape.channels} channels x {shape.blocks} blocks; "
         f"{len(shape.periods)} period + {shape.resolutions} resolution discriminators"
@@ -219,11 +227,15 @@ def _schedule_text(schedule: Schedule) -> str:
 
 
 def _validation_text(validation: ValidationEstimate) -> Text:
-    """Validation items (and those the cap left out) and the estimated share of wall time, in yellow when high."""
+    """Validation items (and those the cap left out) and the estimated share of
+    wall time, in yellow when high."""
     share = validation.estimated_share
     capped = f" ({validation.capped} capped away)" if validation.capped else ""
     text = Text(f"{validation.items} items{capped}")
     every = validation.every_steps
     text.append(f", every {every} steps" if every else ", each epoch")
-    text.append(f" · ~{share:.0%} of the time (estimate)", style="yellow" if share > HIGH_VALIDATION_SHARE else "dim")
+    text.append(
+        f" · ~{share:.0%} of the time (estimate)",
+        style="yellow" if share > HIGH_VALIDATION_SHARE else "dim",
+    )
     return text

@@ -1,4 +1,5 @@
-"""The launch screen's "processes per node" list: `--nproc-per-node` for the run, from this machine's GPUs."""
+"""The launch screen's "processes per node" list: `--nproc-per-node` for the
+run, from this machine's GPUs."""
 
 from __future__ import annotations
 
@@ -12,13 +13,15 @@ if TYPE_CHECKING:
 
 
 class ProcessList(ChoiceList):
-    """1..N processes (N: the GPUs torch can drive), or gloo ranks on the CPU where there is no usable GPU."""
+    """1..N processes (N: the GPUs torch can drive), or gloo ranks on the
+    CPU where there is no usable GPU."""
 
     def on_mount(self) -> None:
         self.set_choices(process_choices(None, "mixed"), "1")
 
     def show(self, resources: MachineResources | None, mode: str, device: str, wanted: int) -> int:
-        """Offer what this machine, compute mode and device allow; the count kept (1 when `wanted` is not)."""
+        """Offer what this machine, compute mode and device allow; the count
+        kept (1 when `wanted` is not)."""
         self.set_choices(process_choices(resources, mode, device), str(wanted))
         return self.count
 

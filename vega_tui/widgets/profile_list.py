@@ -1,8 +1,9 @@
 """The profile picker: shipped and user profiles, each shown valid or with its validation errors.
 
-`scan_profiles()` is plain Python (run it in a worker thread); `ProfileList` only displays the result.
-Validation is the trainer's own (`trainer_core.contract.profile_loader.resolve_profile`, torch-free), with the
-machine file and the dashboard's `--set` overrides applied, so what shows as valid here starts there.
+`scan_profiles()` is plain Python (run it in a worker thread); `ProfileList` only displays the
+result. Validation is the trainer's own
+(`trainer_core.contract.profile_loader.resolve_profile`, torch-free), with the machine file and
+the dashboard's `--set` overrides applied, so what shows as valid here starts there.
 """
 
 from __future__ import annotations
@@ -42,7 +43,8 @@ class ProfileEntry:
 
 def scan_profiles(overrides: Sequence[str] = ()) -> list[ProfileEntry]:
     """Every profile available by name, validated (blocking: call it from a worker thread)."""
-    # Imported here, off the first frame's path: the profile schema builds pydantic models at import.
+    # Imported here, off the first frame's path: the profile schema builds
+    # pydantic models at import.
     from trainer_core.contract.profile_loader import list_profiles, repo_profiles_dir
 
     shipped = repo_profiles_dir().resolve()
@@ -56,13 +58,16 @@ def _entry(path: Path, shipped: Path, overrides: Sequence[str]) -> ProfileEntry:
     try:
         profile = resolve_profile(path, overrides).profile
     except VegaError as exc:
-        return ProfileEntry(path.stem, path, origin, None, _error_lines(str(exc), display_path(path)))
+        return ProfileEntry(
+            path.stem, path, origin, None, _error_lines(str(exc), display_path(path))
+        )
     return ProfileEntry(path.stem, path, origin, profile)
 
 
 def _error_lines(message: str, label: str) -> tuple[str, ...]:
     """A ProfileError's problems one per line, without the header and without the file's own name
-    (the list already names it); problems from other files (a parent, the machine file) keep theirs."""
+    (the list already names it); problems from other files (a parent, the
+    machine file) keep theirs."""
     lines = [line.strip() for line in message.splitlines() if line.strip()]
     if len(lines) > 1 and lines[0].startswith("invalid profile"):
         lines = lines[1:]
@@ -79,7 +84,8 @@ def default_profile_name(entries: Sequence[ProfileEntry]) -> str | None:
 
 
 class ProfileList(ChoiceList):
-    """The profile picker. Invalid profiles stay selectable so their errors can be read and fixed."""
+    """The profile picker. Invalid profiles stay selectable so their errors
+    can be read and fixed."""
 
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(id=id, classes=classes)

@@ -1,8 +1,9 @@
 """Live machine resources: per-GPU utilisation, memory and temperature; CPU; RAM.
 
-`read_resources()` calls `trainer_core.contract.resources.probe()` (NVML + psutil, never torch) and is meant for a
-worker thread every couple of seconds; the widgets only render the `MachineResources` they are handed.
-`ResourcesPanel` is the detailed tab, `ResourceLine` the one-line summary shown on roomy terminals.
+`read_resources()` calls `trainer_core.contract.resources.probe()` (NVML + psutil, never torch) and
+is meant for a worker thread every couple of seconds; the widgets only render the
+`MachineResources` they are handed. `ResourcesPanel` is the detailed tab, `ResourceLine` the
+one-line summary shown on roomy terminals.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ BAR_WIDTH = 20
 
 
 def read_resources() -> MachineResources:
-    """One probe of the machine (blocking: NVML and psutil). Imported lazily to keep start-up fast."""
+    """One probe of the machine (blocking: NVML and psutil). Imported lazily
+    to keep start-up fast."""
     from trainer_core.contract.resources import probe
 
     return probe()
@@ -75,7 +77,9 @@ def resources_table(res: MachineResources) -> Table:
             temperature,
         )
     cpu = None if res.cpu_percent is None else res.cpu_percent / 100
-    table.add_row(f"CPU ({res.cpu_logical} threads)", meter(cpu, 10), _pct(res.cpu_percent), "", "", "")
+    table.add_row(
+        f"CPU ({res.cpu_logical} threads)", meter(cpu, 10), _pct(res.cpu_percent), "", "", ""
+    )
     ram = f"{format_bytes(ram_used(res))} / {format_bytes(res.ram_total_bytes)}"
     ram_fraction = ram_used(res) / res.ram_total_bytes if res.ram_total_bytes else None
     table.add_row("RAM", "", "", ram, meter(ram_fraction, 10), "")
@@ -105,15 +109,24 @@ class ResourcesPanel(Static):
         super().__init__(id=id)
         self.resources: MachineResources | None = None  # the latest probe shown
 
-    def show(self, res: MachineResources | None, error: str | None = None, live: bool = True) -> None:
+    def show(
+        self, res: MachineResources | None, error: str | None = None, live: bool = True
+    ) -> None:
         self.resources = res
         if not live:
             self.update(Text("live resources are off for this view", style="dim"))
             return
         if res is None:
-            self.update(Text(f"cannot read resources: {error}" if error else "reading resources…", style="dim"))
+            self.update(
+                Text(
+                    f"cannot read resources: {error}" if error else "reading resources…",
+                    style="dim",
+                )
+            )
             return
-        body = Text(f"{res.accelerator_note}\nrefreshed every {PROBE_INTERVAL_S:g} s\n", style="dim")
+        body = Text(
+            f"{res.accelerator_note}\nrefreshed every {PROBE_INTERVAL_S:g} s\n", style="dim"
+        )
         self.update(Group(body, resources_table(res)))
 
 

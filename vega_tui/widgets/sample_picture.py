@@ -1,9 +1,10 @@
-"""The highlighted image sample (a voice's mel or alignment PNG), drawn in the terminal, with its path under it.
+"""The highlighted image sample (a voice's mel or alignment PNG), drawn in the
+terminal, with its path under it.
 
-Drawn with half-block cells (vega_tui.widgets.halfblocks), or with a terminal graphics protocol when the `images`
-extra found one at start-up (vega_tui.widgets.image_protocol). A worker thread reads and shrinks the PNG and posts
-`PictureDecoded`; only the handler, on the app thread, changes widgets. A decode that a newer selection or a
-resize overtook is dropped.
+Drawn with half-block cells (vega_tui.widgets.halfblocks), or with a terminal graphics protocol when
+the `images` extra found one at start-up (vega_tui.widgets.image_protocol). A worker thread reads
+and shrinks the PNG and posts `PictureDecoded`; only the handler, on the app thread, changes
+widgets. A decode that a newer selection or a resize overtook is dropped.
 """
 
 from __future__ import annotations
@@ -24,11 +25,13 @@ if TYPE_CHECKING:
     from textual.app import ComposeResult
     from textual.widget import Widget
 
-Request = tuple[Path, int, int]  # the file and the cells (columns, rows) it is drawn into (0, 0: any)
+# the file and the cells (columns, rows) it is drawn into (0, 0: any)
+Request = tuple[Path, int, int]
 
 
 class PictureDecoded(Message):
-    """A worker's result for `request`: the picture (HalfBlocks, or a PIL image for a graphics widget) or an error."""
+    """A worker's result for `request`: the picture (HalfBlocks, or a PIL image for
+    a graphics widget) or an error."""
 
     def __init__(self, request: Request, picture: Any = None, error: str | None = None) -> None:
         super().__init__()
@@ -36,7 +39,8 @@ class PictureDecoded(Message):
 
 
 class SamplePicture(Vertical):
-    """`show(path, caption)` draws a picture file into the space this widget has; `clear()` forgets it."""
+    """`show(path, caption)` draws a picture file into the space this widget
+    has; `clear()` forgets it."""
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
@@ -64,7 +68,8 @@ class SamplePicture(Vertical):
             return
         self.path, self.caption, self.error, self.picture = path, caption, None, None
         if self.graphics is None:
-            self.query_one("#picture-cells", Static).update("")  # not the last picture under this one's path
+            # not the last picture under this one's path
+            self.query_one("#picture-cells", Static).update("")
         self._describe("decoding…")
         self.call_after_refresh(self._request)  # once laid out: the canvas then has its size
 
@@ -105,7 +110,8 @@ class SamplePicture(Vertical):
             return  # overtaken by another selection or size
         self.error = message.error
         if self.graphics is not None:
-            cast(Any, self.canvas).image = message.picture  # textual-image draws a PIL image (None: nothing)
+            # textual-image draws a PIL image (None: nothing)
+            cast(Any, self.canvas).image = message.picture
         else:
             self.picture = message.picture
             self.query_one("#picture-cells", Static).update(message.picture or "")

@@ -1,12 +1,13 @@
-"""The samples list: text samples shown inline, audio samples with their path, a play action that uses a
-local player when there is one, and the `scp` command that fetches the file otherwise (the usual case over
-SSH: the audio lives on the GPU box, the ears are at the laptop). Image samples (a voice's mel and alignment
-pictures, listed after the same step's audio) are drawn beside the list when highlighted (SamplePicture).
+"""The samples list: text samples shown inline, audio samples with their path, a play action that
+uses a local player when there is one, and the `scp` command that fetches the file otherwise (the
+usual case over SSH: the audio lives on the GPU box, the ears are at the laptop). Image samples (a
+voice's mel and alignment pictures, listed after the same step's audio) are drawn beside the list
+when highlighted (SamplePicture).
 
-Samples are grouped by the evaluation (step) that wrote them, and `[` / `]` jump to the same sentence at
-the previous / next evaluation, so one sentence can be heard as training goes on. A sentence is known by
-its file name (`samples/step-N/01.wav` is the first `sample.sentences` entry at every step; `mel.png` the same
-picture at every step)."""
+Samples are grouped by the evaluation (step) that wrote them, and `[` / `]` jump to the same
+sentence at the previous / next evaluation, so one sentence can be heard as training goes on. A
+sentence is known by its file name (`samples/step-N/01.wav` is the first `sample.sentences` entry at
+every step; `mel.png` the same picture at every step)."""
 
 from __future__ import annotations
 
@@ -62,7 +63,8 @@ def scp_command(host: str | None, path: Path) -> str:
 
 
 def play(player: list[str], path: Path) -> subprocess.Popen[bytes]:
-    """Start the player on a file (argument list, own session, no pipes: it never blocks the dashboard)."""
+    """Start the player on a file (argument list, own session, no pipes: it
+    never blocks the dashboard)."""
     return subprocess.Popen(
         [*player, str(path)],
         stdin=subprocess.DEVNULL,
@@ -78,8 +80,8 @@ def sentence_key(sample: SampleRow) -> tuple[str, str]:
 
 
 def sample_text(sample: SampleRow, path: Path, first_of_step: bool = False) -> Text:
-    """One list entry: a rule opening each step's group, a header line, then the text itself (text samples)
-    or the file path and the sentence or caption (audio, image)."""
+    """One list entry: a rule opening each step's group, a header line, then the text itself (text
+    samples) or the file path and the sentence or caption (audio, image)."""
     text = Text()
     if first_of_step:
         text.append(f"── step {sample.step} ──\n", style="bold reverse")
@@ -99,7 +101,8 @@ def sample_text(sample: SampleRow, path: Path, first_of_step: bool = False) -> T
 
 
 def appended(rows: Sequence[SampleRow], last: SampleRow | None) -> list[SampleRow] | None:
-    """Rows after `last` (by identity); None when `last` was dropped from the bounded list (rebuild)."""
+    """Rows after `last` (by identity); None when `last` was dropped from
+    the bounded list (rebuild)."""
     if last is None:
         return list(rows)
     for index in range(len(rows) - 1, -1, -1):
@@ -139,13 +142,18 @@ class SampleList(ListView):
             self.app.notify(f"{item.path.name}: sent to the browser (a new tab)", timeout=4)
 
     def action_same_sentence(self, direction: int) -> None:
-        index = same_sentence_index([item.sample for item in self.query(SampleItem)], self.index, direction)
+        index = same_sentence_index(
+            [item.sample for item in self.query(SampleItem)], self.index, direction
+        )
         if index is not None:
             self.index = index
 
 
-def same_sentence_index(samples: Sequence[SampleRow], current: int | None, direction: int) -> int | None:
-    """The index of the nearest sample of the same sentence at an earlier (-1) or later (+1) step."""
+def same_sentence_index(
+    samples: Sequence[SampleRow], current: int | None, direction: int
+) -> int | None:
+    """The index of the nearest sample of the same sentence at an earlier
+    (-1) or later (+1) step."""
     if current is None or not 0 <= current < len(samples):
         return None
     here = samples[current]
@@ -177,7 +185,8 @@ class SamplesPanel(Vertical):
             yield SampleList(id="sample-list")
             yield SamplePicture(id="sample-picture")
         yield Static(
-            "no samples yet: the trainer writes them at each evaluation (press e to evaluate now)", id="sample-detail"
+            "no samples yet: the trainer writes them at each evaluation (press e to evaluate now)",
+            id="sample-detail",
         )
 
     @property
@@ -231,7 +240,8 @@ class SamplesPanel(Vertical):
             picture.clear()
 
     def detail_text(self, item: SampleItem) -> Text:
-        """What the line under the list says about the highlighted sample (players looked up afresh)."""
+        """What the line under the list says about the highlighted sample
+        (players looked up afresh)."""
         compare = " · [ ]: same sentence, earlier/later step"
         if self.app.is_web:  # served: the browser is where the ears and eyes are
             return Text(f"{item.sample.kind} sample · w: open it in the browser{compare}")
@@ -242,5 +252,10 @@ class SamplesPanel(Vertical):
             return Text(f"text sample: {item.path}{compare}")
         player = find_player()
         if player:
-            return Text(f"a: play with {Path(player[0]).name}{compare} · fetch: {scp_command(self.host, item.path)}")
-        return Text(f"no local audio player{compare}; fetch it: {scp_command(self.host, item.path)}")
+            return Text(
+                f"a: play with {Path(player[0]).name}{compare} · fetch:"
+                f" {scp_command(self.host, item.path)}"
+            )
+        return Text(
+            f"no local audio player{compare}; fetch it: {scp_command(self.host, item.path)}"
+        )

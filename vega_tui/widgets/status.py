@@ -1,8 +1,8 @@
-"""The run's status line, the crash/failure and fault-injection banner, and the small number formatters the
-dashboard shares.
+"""The run's status line, the crash/failure and fault-injection banner, and the small number
+formatters the dashboard shares.
 
-Everything here renders from a `vega_tui.store.RunState`; nothing reads files or clocks by itself (the
-caller passes `now`), so a finished run always renders the same way.
+Everything here renders from a `vega_tui.store.RunState`; nothing reads files or clocks by itself
+(the caller passes `now`), so a finished run always renders the same way.
 """
 
 from __future__ import annotations
@@ -73,7 +73,8 @@ PHASE_WORDS = {"validating": "validating", "sampling": "sampling", "free_running
 
 
 def phase_text(state: RunState) -> str:
-    """`free-running 3/8`, `validating`, `sampling`: what the trainer does between steps, else ""."""
+    """`free-running 3/8`, `validating`, `sampling`: what the trainer does
+    between steps, else ""."""
     if state.phase is None or state.status in ENDED_STATES:
         return ""
     _, phase, done, total = state.phase
@@ -84,9 +85,14 @@ def phase_text(state: RunState) -> str:
 def status_first_line(state: RunState, now: float | None) -> Text:
     """`name · STATE · step 120/600 · epoch 1/5 · 3m05s · ETA 12m00s`."""
     line = Text(no_wrap=True, overflow="ellipsis")
-    line.append(state.name or (state.run_dir.name if state.run_dir is not None else ""), style="bold")
+    line.append(
+        state.name or (state.run_dir.name if state.run_dir is not None else ""), style="bold"
+    )
     line.append("  ")
-    line.append(f"{state.status.upper()}{_preload_text(state)}", style=STATE_STYLES.get(state.status, "bold"))
+    line.append(
+        f"{state.status.upper()}{_preload_text(state)}",
+        style=STATE_STYLES.get(state.status, "bold"),
+    )
     if state.status == "paused" and state.pause_reason:
         line.append(f" ({state.pause_reason})", style="yellow")
     if state.status == "failed" and (site := error_site(state, short=True)):
@@ -99,17 +105,23 @@ def status_first_line(state: RunState, now: float | None) -> Text:
         kept = f", best step {best_step}" if best_step is not None else ""
         line.append(f" (overtraining{kept})", style="yellow")
     eta = "—" if state.status in ENDED_STATES else format_duration(state.eta_s)
-    parts = [_step_text(state), _epoch_text(state), f"elapsed {format_duration(elapsed_seconds(state, now))}"]
+    parts = [
+        _step_text(state),
+        _epoch_text(state),
+        f"elapsed {format_duration(elapsed_seconds(state, now))}",
+    ]
     doing = phase_text(state)
     parts.append(doing if doing else f"ETA {eta}")
     if state.history_progress is not None:
-        parts.append(f"history {state.history_progress * 100:.0f} %")  # a preview: the exact history is still loading
+        # a preview: the exact history is still loading
+        parts.append(f"history {state.history_progress * 100:.0f} %")
     line.append("  " + " · ".join(parts))
     return line
 
 
 def rank_text(state: RunState) -> str | None:
-    """`ranks 0 12.3/s · 1 11.8/s, slowest 1` for a multi-process run's latest step window, else None."""
+    """`ranks 0 12.3/s · 1 11.8/s, slowest 1` for a multi-process run's
+    latest step window, else None."""
     rates = state.rank_samples_per_s
     if len(rates) < 2:
         return None
@@ -119,10 +131,16 @@ def rank_text(state: RunState) -> str | None:
 
 
 def status_second_line(state: RunState) -> Text:
-    """`52.3 samples/s · cpu fp32 · world 1 · text · batch 16×1` (DDP: `ranks 0 26.1/s · 1 25.9/s, slowest 1`)."""
+    """`52.3 samples/s · cpu fp32 · world 1 · text · batch 16×1` (DDP: `ranks 0
+    26.1/s · 1 25.9/s, slowest 1`)."""
     device = " ".join(part for part in (state.device, state.precision) if part) or "device —"
-    ranks = rank_text(state)  # several processes: each rank's own rate says more than the world size
-    parts = [f"{format_rate(state.samples_per_s)} samples/s", device, ranks or f"world {state.world_size or 1}"]
+    # several processes: each rank's own rate says more than the world size
+    ranks = rank_text(state)
+    parts = [
+        f"{format_rate(state.samples_per_s)} samples/s",
+        device,
+        ranks or f"world {state.world_size or 1}",
+    ]
     if state.data_mode:
         parts.append(state.data_mode)
     if state.micro_batch:
@@ -140,17 +158,20 @@ class StatusLine(Static):
     """
 
     def show(self, state: RunState, now: float | None, waiting: list[str] | None = None) -> None:
-        """Redraw; `waiting` names requests under way ("saving…"), shown until their event arrives."""
+        """Redraw; `waiting` names requests under way ("saving…"), shown
+        until their event arrives."""
         text = status_first_line(state, now)
         for label in waiting or ():
             text.append(f"  {label}", style="bold yellow")
         text.append("\n")
         text.append_text(status_second_line(state))
-        self.update(text, layout=False)  # two rows always: a layout pass each redraw would cost the whole screen
+        # two rows always: a layout pass each redraw would cost the whole screen
+        self.update(text, layout=False)
 
 
 def last_error_message(state: RunState) -> str | None:
-    """The most recent error the trainer reported (an `error` event first, else an error-level log line)."""
+    """The most recent error the trainer reported (an `error` event first,
+    else an error-level log line)."""
     if state.last_error:
         return state.last_error
     for line in reversed(state.logs):
@@ -160,7 +181,8 @@ def last_error_message(state: RunState) -> str | None:
 
 
 def error_site(state: RunState, short: bool = False) -> str | None:
-    """`file.py:42` (`short`: the file's name only) of the last error, when the trainer named where it was."""
+    """`file.py:42` (`short`: the file's name only) of the last error, when
+    the trainer named where it was."""
     if not state.last_error_file or state.last_error_line is None:
         return None
     file = PurePath(state.last_error_file).name if short else state.last_error_file
@@ -168,8 +190,8 @@ def error_site(state: RunState, short: bool = False) -> str | None:
 
 
 def problem_text(state: RunState) -> Text | None:
-    """What the banner says for a crashed or failed run, a run with fault injection on (a test or drill,
-    whose failures may be planted), or an overtraining one; None when the run is fine."""
+    """What the banner says for a crashed or failed run, a run with fault injection on (a test or
+    drill, whose failures may be planted), or an overtraining one; None when the run is fine."""
     failure = _join(_failure_text(state), overtraining_text(state))
     if state.fault_injection is None:
         return failure
@@ -185,7 +207,8 @@ def _join(first: Text | None, second: Text | None) -> Text | None:
 
 
 def overtraining_text(state: RunState) -> Text | None:
-    """`OVERTRAINING since step 120: validation loss rose 3 evaluations ...; the best checkpoint is step 50: PATH`."""
+    """`OVERTRAINING since step 120: validation loss rose 3 evaluations ...; the
+    best checkpoint is step 50: PATH`."""
     found = state.overtraining
     if found is None:
         return None
@@ -216,7 +239,8 @@ def _failure_text(state: RunState) -> Text | None:
 
 
 class ProblemBanner(Static):
-    """Shown above the tabs only while the run is crashed or failed, overtrains, or has fault injection on."""
+    """Shown above the tabs only while the run is crashed or failed,
+    overtrains, or has fault injection on."""
 
     DEFAULT_CSS = """
     ProblemBanner { display: none; max-height: 8; padding: 0 1; border-left: thick $error; overflow-y: auto; }
@@ -228,7 +252,9 @@ class ProblemBanner(Static):
     def show(self, state: RunState) -> None:
         text = problem_text(state)
         if text == self._shown:
-            return  # unchanged (nearly always: nothing wrong): no update, so no layout pass of the whole screen
+            # unchanged (nearly always: nothing wrong): no update, so no
+            # layout pass of the whole screen
+            return
         self._shown = text
         self.set_class(text is not None, "-shown")
         self.update(text or "")

@@ -1,7 +1,9 @@
-"""A VITS batch's audio features, on the device: linear spectrograms for the posterior, log-mels for the loss.
+"""A VITS batch's audio features, on the device: linear spectrograms for the
+posterior, log-mels for the loss.
 
-Everything follows Piper's conventions (`vits.spectrogram`): magnitude spectrograms of each item over its own
-length, mels of those magnitudes, and the same mel of the decoder's audio, all in float32 even under autocast.
+Everything follows Piper's conventions (`vits.spectrogram`): magnitude spectrograms of each
+item over its own length, mels of those magnitudes, and the same mel of the decoder's audio,
+all in float32 even under autocast.
 """
 
 from __future__ import annotations
@@ -25,10 +27,15 @@ class BatchAudio:
     def __init__(self, audio: AudioSection, device: torch.device) -> None:
         self.audio = audio
         a = audio
-        self.filterbank = mel_filterbank_tensor(a.sample_rate, a.n_fft, a.n_mels, a.f_min, a.f_max, device)
+        self.filterbank = mel_filterbank_tensor(
+            a.sample_rate, a.n_fft, a.n_mels, a.f_min, a.f_max, device
+        )
 
-    def spectrogram(self, wave: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(B, S) zero-padded waves and their lengths -> (B, n_fft // 2 + 1, frames) magnitudes, frame counts."""
+    def spectrogram(
+        self, wave: torch.Tensor, lengths: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(B, S) zero-padded waves and their lengths -> (B, n_fft // 2 + 1,
+        frames) magnitudes, frame counts."""
         a = self.audio
         spec = linear_spectrogram(wave, lengths, a.n_fft, a.hop_length, a.win_length)
         return spec, spectrogram_lengths(lengths, a.hop_length)
@@ -48,10 +55,14 @@ class BatchAudio:
         return slice_segments(x, starts, frames)
 
     @staticmethod
-    def masked_mel_l1(target: torch.Tensor, heard: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    def masked_mel_l1(
+        target: torch.Tensor, heard: torch.Tensor, lengths: torch.Tensor
+    ) -> torch.Tensor:
         """Mean |target - heard| over each item's own frames (and every mel band)."""
         frames = min(target.shape[-1], heard.shape[-1])
-        mask = (torch.arange(frames, device=target.device)[None, :] < lengths[:, None]).to(target.dtype)
+        mask = (torch.arange(frames, device=target.device)[None, :] < lengths[:, None]).to(
+            target.dtype
+        )
         error = (target[..., :frames] - heard[..., :frames]).abs().mean(dim=1)
         return (error * mask).sum() / mask.sum().clamp(min=1.0)
 

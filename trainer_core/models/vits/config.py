@@ -194,7 +194,8 @@ class VitsConfig:
         return cls(**values)
 
 
-# The layout fields Piper's hyperparameters and the profile's [vits] section name as VitsConfig does.
+# The layout fields Piper's hyperparameters and the profile's [vits] section
+# name as VitsConfig does.
 LAYOUT_FIELDS = (
     "inter_channels",
     "hidden_channels",

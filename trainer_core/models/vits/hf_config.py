@@ -1,5 +1,5 @@
-"""transformers' VITS `config.json` <-> Vega's `VitsConfig` (torch-free: the plan reads a hub model's
-shape).
+"""transformers' VITS `config.json` <-> Vega's `VitsConfig` (torch-free: the
+plan reads a hub model's shape).
 
 Field by field: hidden_size -> hidden_channels, flow_size -> inter_channels, ffn_dim ->
 filter_channels, num_attention_heads -> n_heads, num_hidden_layers -> n_layers, ffn_kernel_size ->
@@ -68,7 +68,8 @@ HF_DEFAULTS: dict[str, Any] = {
     "noise_scale_duration": 0.8,
     "sampling_rate": 16000,
 }
-# Values Vega's modules hold fixed (attention.WINDOW, the synthesizer's kernels, the duration flows, layers.LEAK).
+# Values Vega's modules hold fixed (attention.WINDOW, the synthesizer's kernels, the
+# duration flows, layers.LEAK).
 FIXED: dict[str, Any] = {
     name: HF_DEFAULTS[name]
     for name in (
@@ -120,7 +121,9 @@ def _same(a: Any, b: Any) -> bool:
 
 
 def _refuse(where: str, problems: list[str]) -> InitSourceError:
-    return InitSourceError(f"{where}: Vega's vits model cannot hold this model: {'; '.join(problems)}")
+    return InitSourceError(
+        f"{where}: Vega's vits model cannot hold this model: {'; '.join(problems)}"
+    )
 
 
 def vits_config_from_hf(
@@ -147,8 +150,8 @@ def vits_config_from_hf(
     speakers, width = int(values["num_speakers"]), int(values["speaker_embedding_size"])
     if (speakers > 1) != (width > 0):
         problems.append(
-            f"num_speakers is {speakers} and speaker_embedding_size {width}: Vega conditions on a speaker "
-            "exactly when there are two or more"
+            f"num_speakers is {speakers} and speaker_embedding_size {width}: Vega conditions on a"
+            " speaker exactly when there are two or more"
         )
     if problems:
         raise _refuse(where, problems)
@@ -175,14 +178,17 @@ def vits_config_from_hf(
 def hf_config_from_vits(
     config: VitsConfig, sample_rate: int, inference: Mapping[str, float] | None = None
 ) -> dict[str, Any]:
-    """transformers' config.json for a Vega VITS (every field written); a resblock "2" decoder is refused."""
+    """transformers' config.json for a Vega VITS (every field written); a
+    resblock "2" decoder is refused."""
     if config.resblock != "1":
         raise InitSourceError(
-            "this voice's decoder uses residual block \"2\" (Piper's x_low, low and medium voices); "
-            'transformers\' VITS decoder has residual block "1" only, so it cannot hold this voice'
+            "this voice's decoder uses residual block \"2\" (Piper's x_low, low and medium voices);"
+            ' transformers\' VITS decoder has residual block "1" only, so it cannot hold this voice'
         )
     if config.n_speakers <= 1 and config.gin_channels:
-        raise InitSourceError("this one-speaker voice has speaker conditioning layers, which transformers drops")
+        raise InitSourceError(
+            "this one-speaker voice has speaker conditioning layers, which transformers drops"
+        )
     values = dict(HF_DEFAULTS)
     values.update({theirs: getattr(config, ours) for theirs, ours in RENAMED.items()})
     plain = config.to_dict()

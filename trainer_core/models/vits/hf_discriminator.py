@@ -29,12 +29,14 @@ from trainer_core.models.vits.piper_names import vega_name
 
 PREFIX = "model_d."
 WRAPPER = "module."
-# finetune-hf-vits names each discriminator's last convolution final_conv; VITS (and Vega) conv_post.
+# finetune-hf-vits names each discriminator's last convolution final_conv;
+# VITS (and Vega) conv_post.
 RENAMED = {".final_conv.": ".conv_post."}
 
 
 def read_discriminator(path: Path) -> dict[str, Tensor]:
-    """The discriminator's tensors keyed as `VitsModel.state_dict()` keys them (`model_d.` prefix)."""
+    """The discriminator's tensors keyed as `VitsModel.state_dict()` keys
+    them (`model_d.` prefix)."""
     state = _from_folder(path) if path.is_dir() else _from_checkpoint(path)
     if not state:
         raise InitSourceError(f"train.init_discriminator: {path} holds no discriminator tensors")
@@ -43,7 +45,8 @@ def read_discriminator(path: Path) -> dict[str, Tensor]:
         name = vega_name(name.removeprefix(WRAPPER))
         for old, new in RENAMED.items():
             name = name.replace(old, new)
-        if name.endswith(".weight") and value.dim() >= 3:  # a plain weight: Vega's convolutions are weight-normed
+        # a plain weight: Vega's convolutions are weight-normed
+        if name.endswith(".weight") and value.dim() >= 3:
             stem = name[: -len(".weight")]
             out[PREFIX + stem + GAIN], out[PREFIX + stem + DIRECTION] = (
                 to_vega(value, "gain"),
@@ -58,13 +61,21 @@ def _from_checkpoint(path: Path) -> Mapping[str, Tensor]:
     try:
         content = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - unreadable or refused by the weights-only loader: say which file
-        raise InitSourceError(f"train.init_discriminator: cannot read {path} weights-only ({exc})") from exc
+        raise InitSourceError(
+            f"train.init_discriminator: cannot read {path} weights-only ({exc})"
+        ) from exc
     state = content.get("model", content) if isinstance(content, Mapping) else None
     if not isinstance(state, Mapping):
-        raise InitSourceError(f"train.init_discriminator: {path} is not a VITS checkpoint (no state dict)")
+        raise InitSourceError(
+            f"train.init_discriminator: {path} is not a VITS checkpoint (no state dict)"
+        )
     return {str(k): v for k, v in state.items() if isinstance(v, Tensor)}
 
 
 def _from_folder(path: Path) -> Mapping[str, Tensor]:
     weights = read_hf_weights(read_hf_voice(path))
-    return {k[len(DISCRIMINATOR_PREFIX) :]: v for k, v in weights.items() if k.startswith(DISCRIMINATOR_PREFIX)}
+    return {
+        k[len(DISCRIMINATOR_PREFIX) :]: v
+        for k, v in weights.items()
+        if k.startswith(DISCRIMINATOR_PREFIX)
+    }

@@ -33,7 +33,8 @@ class HfExportError(VegaError):
 
 
 def hf_inference(scales: Mapping[str, float]) -> dict[str, float]:
-    """Vega's speaking scales under transformers' names (a length scale is the inverse of a speaking rate)."""
+    """Vega's speaking scales under transformers' names (a length scale is
+    the inverse of a speaking rate)."""
     return {
         "noise_scale": float(scales.get("noise_scale", 0.667)),
         "noise_scale_duration": float(scales.get("noise_scale_w", 0.8)),
@@ -42,7 +43,8 @@ def hf_inference(scales: Mapping[str, float]) -> dict[str, float]:
 
 
 def model_card(base: Mapping[str, Any] | None, language: str | None, step: int | None) -> str:
-    """README.md with YAML front matter: the base model's licence (or "other" when it is not known)."""
+    """README.md with YAML front matter: the base model's licence (or
+    "other" when it is not known)."""
     license_name = (base or {}).get("license") or NO_LICENSE
     base_id = (base or {}).get("id")
     lines = [
@@ -55,10 +57,14 @@ def model_card(base: Mapping[str, Any] | None, language: str | None, step: int |
     lines += [f"language: {language}"] if language else []
     lines += ["tags:", "- vits", "- text-to-speech", "---", ""]
     started = f"fine-tuned from {base_id} " if base_id else ""
-    lines.append(f"# VITS voice {started}with Vega" + (f" ({step} steps)" if step is not None else ""))
+    lines.append(
+        f"# VITS voice {started}with Vega" + (f" ({step} steps)" if step is not None else "")
+    )
     lines.append("")
     if license_name == NO_LICENSE:
-        lines.append("The base model's licence was not recorded: check it before sharing this voice.")
+        lines.append(
+            "The base model's licence was not recorded: check it before sharing this voice."
+        )
     else:
         lines.append(f"Licensed as its base model is: {license_name}.")
     lines.append("")
@@ -75,7 +81,8 @@ def export_hf(
     base: Mapping[str, Any] | None = None,
     step: int | None = None,
 ) -> dict[str, Any]:
-    """Write `out` for transformers; HfExportError (nothing written) when the voice cannot be held there."""
+    """Write `out` for transformers; HfExportError (nothing written) when
+    the voice cannot be held there."""
     if symbols.mms is None:
         try:
             write_tokenizer_files(symbols, out)  # refuses Piper's framing before it writes anything
@@ -95,8 +102,9 @@ def _tokenizer(symbols: SymbolTable, folder: Path) -> None:
 
 
 def base_model_of(given: Path | str | None) -> dict[str, Any] | None:
-    """What a run started from, for the model card: a transformers folder's or hub model's id and licence; a Vega
-    run, checkpoint or export passes on the base model its own model config recorded. None: from scratch."""
+    """What a run started from, for the model card: a transformers folder's or hub model's id
+    and licence; a Vega run, checkpoint or export passes on the base model its own model
+    config recorded. None: from scratch."""
     from trainer_core.contract.checkpoint_peek import read_model_config
     from trainer_core.contract.hf_voice import hub_folder, hub_repo, is_hf_folder, read_hf_voice
     from trainer_core.contract.init_sources import read_export_config, resolve_source

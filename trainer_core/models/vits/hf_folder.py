@@ -46,7 +46,9 @@ def read_hf_weights(voice: HfVoice) -> dict[str, Tensor]:
         else:
             state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - a damaged file has many ways to fail; the message names it
-        raise InitSourceError(f"{path}: cannot read its tensors ({exc}); download the model again") from exc
+        raise InitSourceError(
+            f"{path}: cannot read its tensors ({exc}); download the model again"
+        ) from exc
     if not isinstance(state, Mapping):
         raise InitSourceError(f"{path}: holds no state dict of tensors")
     try:
@@ -58,8 +60,9 @@ def read_hf_weights(voice: HfVoice) -> dict[str, Tensor]:
 def vega_weights(
     hf: Mapping[str, Tensor], generator: Mapping[str, Tensor], where: str, prefix: str = GENERATOR
 ) -> dict[str, Tensor]:
-    """Every tensor of `generator` (names without `prefix`) from transformers' tensors `hf`, keyed with `prefix`;
-    HfWeightsError naming each tensor missing, unused or of another shape. Discriminator tensors are left out."""
+    """Every tensor of `generator` (names without `prefix`) from transformers' tensors `hf`, keyed
+    with `prefix`; HfWeightsError naming each tensor missing, unused or of another shape.
+    Discriminator tensors are left out."""
     layout = hf_layout(generator)
     ours = {name: value for name, value in hf.items() if not name.startswith(DISCRIMINATOR_PREFIX)}
     missing = sorted({theirs for theirs, _ in layout.to_hf.values() if theirs not in ours})
@@ -71,17 +74,22 @@ def vega_weights(
             continue
         value = to_vega(ours[theirs], form)
         if value.shape != generator[name].shape:
-            mismatched.append(f"{theirs} {list(ours[theirs].shape)} (this model: {list(generator[name].shape)})")
+            mismatched.append(
+                f"{theirs} {list(ours[theirs].shape)} (this model: {list(generator[name].shape)})"
+            )
             continue
         out[prefix + name] = value
     problems = fit_problems(missing, unused, mismatched)
     if problems:
-        raise HfWeightsError(f"{where} does not fit Vega's vits model tensor for tensor: {'; '.join(problems)}")
+        raise HfWeightsError(
+            f"{where} does not fit Vega's vits model tensor for tensor: {'; '.join(problems)}"
+        )
     return out
 
 
 def hf_weights(generator: Mapping[str, Tensor]) -> dict[str, Tensor]:
-    """A Vega generator's tensors (no prefix) in transformers' names and forms, contiguous, float32 on the CPU."""
+    """A Vega generator's tensors (no prefix) in transformers' names and forms,
+    contiguous, float32 on the CPU."""
     layout = hf_layout(generator)
     state = {name: value.detach().to("cpu", torch.float32) for name, value in generator.items()}
     out: dict[str, Tensor] = {}
@@ -100,8 +108,8 @@ def write_hf_folder(
     card: str,
     inference: Mapping[str, float] | None = None,
 ) -> dict[str, Any]:
-    """Write transformers' VITS folder for a generator; returns the config written. Each file is atomic and
-    config.json comes last, so a folder with a config is complete."""
+    """Write transformers' VITS folder for a generator; returns the config written. Each file is
+    atomic and config.json comes last, so a folder with a config is complete."""
     from safetensors.torch import save
 
     document = hf_config_from_vits(config, sample_rate, inference)
@@ -115,7 +123,8 @@ def write_hf_folder(
 
 
 def load_hf_generator(voice: HfVoice) -> Any:
-    """The folder's model as Vega's generator (`Synthesizer`), every tensor set from it, in eval mode."""
+    """The folder's model as Vega's generator (`Synthesizer`), every tensor
+    set from it, in eval mode."""
     from trainer_core.models.vits.hf_config import vits_config_from_hf
     from trainer_core.models.vits.synthesizer import Synthesizer
 

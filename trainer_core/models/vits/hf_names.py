@@ -60,7 +60,8 @@ def _flow(prefix: str, offset: int) -> Callable[[re.Match[str]], str]:
     return build
 
 
-# Vega's generator name (no `model_g.`) -> transformers' name, the first matching rule applied to the prefix.
+# Vega's generator name (no `model_g.`) -> transformers' name, the first
+# matching rule applied to the prefix.
 _RULES: tuple[_Rule, ...] = (
     _rule(r"^enc_p\.emb\.", "text_encoder.embed_tokens."),
     _rule(
@@ -72,7 +73,9 @@ _RULES: tuple[_Rule, ...] = (
         r"text_encoder.encoder.layers.\1.attention.out_proj.",
     ),
     _rule(r"^enc_p\.encoder\.attn_layers\.(\d+)\.", r"text_encoder.encoder.layers.\1.attention."),
-    _rule(r"^enc_p\.encoder\.norm_layers_1\.(\d+)\.", r"text_encoder.encoder.layers.\1.layer_norm."),
+    _rule(
+        r"^enc_p\.encoder\.norm_layers_1\.(\d+)\.", r"text_encoder.encoder.layers.\1.layer_norm."
+    ),
     _rule(r"^enc_p\.encoder\.ffn_layers\.(\d+)\.", r"text_encoder.encoder.layers.\1.feed_forward."),
     _rule(
         r"^enc_p\.encoder\.norm_layers_2\.(\d+)\.",
@@ -115,8 +118,13 @@ def _prefix(name: str) -> str:
 
 def hf_name(name: str, deterministic_dp: bool = False) -> tuple[str, Form]:
     """A Vega generator tensor (no `model_g.`) -> (its transformers name, how the value differs);
-    `deterministic_dp`: the duration predictor is the deterministic one, whose `proj` keeps its name."""
-    out = f"duration_predictor.{name[3:]}" if deterministic_dp and name.startswith("dp.") else _prefix(name)
+    `deterministic_dp`: the duration predictor is the deterministic one,
+    whose `proj` keeps its name."""
+    out = (
+        f"duration_predictor.{name[3:]}"
+        if deterministic_dp and name.startswith("dp.")
+        else _prefix(name)
+    )
     for pattern, replacement in _INNER:
         out = pattern.sub(replacement, out)
     if _DECODER_NORMED.match(name) and name.endswith((GAIN, DIRECTION)):
@@ -129,7 +137,8 @@ def hf_name(name: str, deterministic_dp: bool = False) -> tuple[str, Form]:
 
 @dataclass(frozen=True)
 class HfLayout:
-    """Each Vega generator tensor's transformers name and form, and the inverse: transformers' names -> Vega's."""
+    """Each Vega generator tensor's transformers name and form, and the inverse:
+    transformers' names -> Vega's."""
 
     to_hf: dict[str, tuple[str, Form]]
     from_hf: dict[str, list[str]]
@@ -147,8 +156,8 @@ def hf_layout(vega_names: Iterable[str]) -> HfLayout:
 
 
 def parametrized_names(state: Mapping[str, Tensor]) -> dict[str, Tensor]:
-    """A transformers state dict with the hub's old weight-norm names (`weight_g`/`weight_v`) in torch's
-    parametrization spelling; a tensor under both spellings is an error."""
+    """A transformers state dict with the hub's old weight-norm names (`weight_g`/`weight_v`) in
+    torch's parametrization spelling; a tensor under both spellings is an error."""
     renamed = {vega_name(name): value for name, value in state.items()}
     if len(renamed) != len(state):
         raise ValueError("the weights hold a tensor under both weight-norm spellings")

@@ -1,10 +1,12 @@
-"""A voice's text front end as transformers' VITS tokenizer files, for an exported transformers folder.
+"""A voice's text front end as transformers' VITS tokenizer files, for an
+exported transformers folder.
 
-`write_tokenizer_files(table, folder)` writes `vocab.json`, `tokenizer_config.json` and `special_tokens_map.json`
-so that `VitsTokenizer.from_pretrained(folder)` gives the ids `table.encode` gives. Only a voice that keeps an
-MMS (transformers VITS) tokenizer can be written: Piper's framing (`^` first, `$` last, NFD code points, espeak
-phonemes for most voices) is not something VitsTokenizer can make, so such a voice is refused with the reason.
-The files are read back with Vega's own reader before returning, and must describe the same tokenizer.
+`write_tokenizer_files(table, folder)` writes `vocab.json`, `tokenizer_config.json` and
+`special_tokens_map.json` so that `VitsTokenizer.from_pretrained(folder)` gives the ids
+`table.encode` gives. Only a voice that keeps an MMS (transformers VITS) tokenizer can be written:
+Piper's framing (`^` first, `$` last, NFD code points, espeak phonemes for most voices) is not
+something VitsTokenizer can make, so such a voice is refused with the reason. The files are read
+back with Vega's own reader before returning, and must describe the same tokenizer.
 """
 
 from __future__ import annotations
@@ -30,13 +32,15 @@ class TokenizerNotRepresentable(VegaError):
 
 
 def write_tokenizer_files(table: SymbolTable, folder: Path) -> list[Path]:
-    """Writes the tokenizer files of `table`'s voice into `folder` (created); returns the files written."""
+    """Writes the tokenizer files of `table`'s voice into `folder`
+    (created); returns the files written."""
     tokenizer = table.mms
     if tokenizer is None:
         raise TokenizerNotRepresentable(
-            f"this voice frames its ids as Piper does ({table.units}, `^` first and `$` last, accents as symbols "
-            "of their own), which transformers' VitsTokenizer cannot make: it only puts blanks between "
-            "characters; a voice fine-tuned from a transformers VITS voice (e.g. an MMS voice) can be exported so"
+            f"this voice frames its ids as Piper does ({table.units}, `^` first and `$` last,"
+            " accents as symbols of their own), which transformers' VitsTokenizer cannot make: it"
+            " only puts blanks between characters; a voice fine-tuned from a transformers VITS"
+            " voice (e.g. an MMS voice) can be exported so"
         )
     folder.mkdir(parents=True, exist_ok=True)
     vocab_path, config_path = folder / VOCAB_FILE, folder / CONFIG_FILE

@@ -1,16 +1,22 @@
-"""An MMS voice's own text front end: text to ids exactly as transformers' `VitsTokenizer` makes them.
+"""An MMS voice's own text front end: text to ids exactly as transformers'
+`VitsTokenizer` makes them.
 
 The steps, in VitsTokenizer's order (settings from `contract.mms_tokenizer.MmsTokenizer`):
-1. `normalize`: each character is lowercased unless the text holds a vocabulary entry (or added token) at that
+1. `normalize`: each character is lowercased unless the text holds a vocabulary
+   entry (or added token) at that
    point, which is kept as written (so an upper-case symbol the vocabulary has stays upper case).
-2. `language = "ron"`: t with comma below becomes t with cedilla, the letter MMS's Romanian voice knows.
+2. `language = "ron"`: t with comma below becomes t with cedilla, the letter
+   MMS's Romanian voice knows.
 3. `is_uroman`, when the text has a character outside ASCII: romanised with the `uroman` package.
-4. `normalize`: characters outside the vocabulary are dropped (and counted), then whitespace at both ends.
-5. The text is cut at its whole tokens (added tokens, and the special tokens the vocabulary holds, e.g. the
+4. `normalize`: characters outside the vocabulary are dropped (and counted),
+   then whitespace at both ends.
+5. The text is cut at its whole tokens (added tokens, and the special tokens
+   the vocabulary holds, e.g. the
    blank's own letter): each such token is one id, with no blanks around it; every other piece becomes one id
    per character, with `add_blank` putting id 0 between them and at both ends of the piece. Without
    `normalize`, a character outside the vocabulary becomes the unknown token (counted too).
-No Unicode normalisation is applied: decomposed accents (NFD) are separate characters, as in VitsTokenizer.
+No Unicode normalisation is applied: decomposed accents (NFD) are separate
+characters, as in VitsTokenizer.
 """
 
 from __future__ import annotations
@@ -29,15 +35,17 @@ _romanizer: Any = None
 
 
 def romanizer(tokenizer: MmsTokenizer) -> Any:
-    """The process's uroman romaniser (built once: it takes seconds), or a clear error naming the voice."""
+    """The process's uroman romaniser (built once: it takes seconds), or a
+    clear error naming the voice."""
     global _romanizer
     if _romanizer is None:
         try:
             import uroman
         except ImportError as exc:
             raise ProfileError(
-                f"voice {tokenizer.name}: its tokenizer_config.json sets is_uroman = true (text in other scripts is "
-                f"romanised before it is spoken), which needs the uroman package: {INSTALL_HINT}"
+                f"voice {tokenizer.name}: its tokenizer_config.json sets is_uroman = true (text in"
+                " other scripts is romanised before it is spoken), which needs the uroman package:"
+                f" {INSTALL_HINT}"
             ) from exc
         _romanizer = uroman.Uroman()
     return _romanizer
@@ -50,7 +58,8 @@ def require_romanizer(tokenizer: MmsTokenizer) -> None:
 
 
 class MmsText:
-    """Text -> ids for one MMS tokenizer; `missing` counts the characters dropped or unknown so far."""
+    """Text -> ids for one MMS tokenizer; `missing` counts the characters
+    dropped or unknown so far."""
 
     def __init__(self, tokenizer: MmsTokenizer) -> None:
         self.tokenizer = tokenizer
@@ -114,7 +123,9 @@ class MmsText:
         out: list[str] = []
         at = 0
         while at < len(text):
-            entry = next((e for e in self._entries.get(text[at], ()) if text.startswith(e, at)), None)
+            entry = next(
+                (e for e in self._entries.get(text[at], ()) if text.startswith(e, at)), None
+            )
             if entry is None:
                 out.append(text[at].lower())
                 at += 1
@@ -124,10 +135,13 @@ class MmsText:
         return "".join(out)
 
     def _pieces(self, text: str) -> Iterator[tuple[str, bool]]:
-        """`text` cut at its whole tokens (longest first at each point): (piece, is a whole token)."""
+        """`text` cut at its whole tokens (longest first at each point):
+        (piece, is a whole token)."""
         start = at = 0
         while at < len(text):
-            token = next((w for w in self._whole_by_first.get(text[at], ()) if text.startswith(w, at)), None)
+            token = next(
+                (w for w in self._whole_by_first.get(text[at], ()) if text.startswith(w, at)), None
+            )
             if token is None:
                 at += 1
                 continue
@@ -141,7 +155,8 @@ class MmsText:
 
 
 def dropped_characters(tokenizer: MmsTokenizer, texts: Iterable[str]) -> Counter[str]:
-    """The characters the voice's front end drops (or, without normalisation, makes unknown) in `texts`."""
+    """The characters the voice's front end drops (or, without
+    normalisation, makes unknown) in `texts`."""
     encoder = MmsText(tokenizer)
     encoder.check_ready()
     for text in texts:

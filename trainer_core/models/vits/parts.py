@@ -21,14 +21,20 @@ PARTS = {
 
 
 def frozen_parameters(model: nn.Module, names: Sequence[str]) -> list[nn.Parameter]:
-    """The parameters of the parts `names` (train.freeze); an unknown name is an error listing the known ones."""
+    """The parameters of the parts `names` (train.freeze); an unknown name is
+    an error listing the known ones."""
     out: list[nn.Parameter] = []
     for name in names:
         if name not in PARTS:
-            raise ProfileError(f"train.freeze: {name!r} is not a part of a vits model; parts: {', '.join(PARTS)}")
+            raise ProfileError(
+                f"train.freeze: {name!r} is not a part of a vits model; parts: {', '.join(PARTS)}"
+            )
         module = model.get_submodule(PARTS[name]) if _has(model, PARTS[name]) else None
         if module is None:
-            raise ProfileError(f"train.freeze: this model has no {name} (a one-speaker voice has no speaker embedding)")
+            raise ProfileError(
+                f"train.freeze: this model has no {name} (a one-speaker voice has no speaker"
+                " embedding)"
+            )
         out += list(module.parameters())
     return out
 

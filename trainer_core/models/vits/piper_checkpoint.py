@@ -123,8 +123,11 @@ def load_piper_checkpoint(path: Path, config_path: Path | None = None) -> PiperC
     )
 
 
-def fit_problems(missing: Sequence[str], unused: Sequence[str], mismatched: Sequence[str]) -> list[str]:
-    """What keeps a file's tensors from fitting a model tensor for tensor, one phrase per kind of problem."""
+def fit_problems(
+    missing: Sequence[str], unused: Sequence[str], mismatched: Sequence[str]
+) -> list[str]:
+    """What keeps a file's tensors from fitting a model tensor for tensor,
+    one phrase per kind of problem."""
     problems = []
     if missing:
         problems.append(f"{len(missing)} tensors of the model are not in it: {', '.join(missing)}")

@@ -1,5 +1,6 @@
 """A VITS voice's text as Piper's runtime reads it: sentences of espeak-ng phonemes, clause marks
-kept (`models.piper_phonemes`), each sentence framed on its own; and the id map Piper gives a new voice.
+kept (`models.piper_phonemes`), each sentence framed on its own; and the id
+map Piper gives a new voice.
 
 Piper's trainer joins a transcript's framed sentences into one sequence; its runtime speaks each
 sentence apart. `PiperText` keeps what it phonemized, so a corpus is phonemized once per table.

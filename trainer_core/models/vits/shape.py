@@ -1,9 +1,10 @@
 """A VITS model's shape from a profile: the `VitsConfig` a run builds, and its sizes for the plan.
 
-`config_from_profile` turns `[vits]` and `[audio]` into the model's config once the vocabulary and the speakers
-are known. `model_sizes` builds the model on torch's meta device (no memory, no initialisation work) to count
-the generator's and the discriminator's parameters and estimate a training step's memory, so the dry run and
-the launch screen can say them without building the real thing.
+`config_from_profile` turns `[vits]` and `[audio]` into the model's config once the
+vocabulary and the speakers are known. `model_sizes` builds the model on torch's meta device
+(no memory, no initialisation work) to count the generator's and the discriminator's
+parameters and estimate a training step's memory, so the dry run and the launch screen can
+say them without building the real thing.
 """
 
 from __future__ import annotations
@@ -17,15 +18,16 @@ if TYPE_CHECKING:
 
 # AdamW keeps two moments per parameter, beside the weight and its gradient: 4 float32 copies.
 BYTES_PER_PARAMETER = 16
-# A step's activations grow with the batch, the segment and the decoder's width: peak RSS of Piper's medium shape
-# on a CPU, 4.6 s clips, batches 2 and 4, gave about 130 bytes per segment sample and decoder channel per item,
-# beside a fixed 0.75 GiB. An estimate to size a batch by, not a promise.
+# A step's activations grow with the batch, the segment and the decoder's width: peak RSS of Piper's
+# medium shape on a CPU, 4.6 s clips, batches 2 and 4, gave about 130 bytes per segment sample and
+# decoder channel per item, beside a fixed 0.75 GiB. An estimate to size a batch by, not a promise.
 ACTIVATION_BYTES = 130
 FIXED_BYTES = int(0.75 * 1024**3)
 
 
 def config_from_profile(profile: Profile, n_vocab: int, n_speakers: int) -> VitsConfig:
-    """The model config for a run: `[vits]` and `[audio]`, a vocabulary of `n_vocab` and `n_speakers`."""
+    """The model config for a run: `[vits]` and `[audio]`, a vocabulary of
+    `n_vocab` and `n_speakers`."""
     v, a = profile.vits, profile.audio
     return VitsConfig(
         n_vocab=n_vocab,
@@ -56,7 +58,8 @@ def config_from_profile(profile: Profile, n_vocab: int, n_speakers: int) -> Vits
 
 
 def model_sizes(profile: Profile, n_speakers: int) -> dict[str, Any]:
-    """Parameter counts of the generator and the discriminator and a training memory estimate (bytes)."""
+    """Parameter counts of the generator and the discriminator and a
+    training memory estimate (bytes)."""
     import torch
 
     from trainer_core.models.vits.model import VitsModel

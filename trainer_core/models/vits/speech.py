@@ -1,9 +1,11 @@
-"""A VITS voice speaking: sample sentences at each evaluation, held-out sentences for free-running scores.
+"""A VITS voice speaking: sample sentences at each evaluation, held-out
+sentences for free-running scores.
 
-VITS speaks audio directly, so there is no vocoder to hear it through. Every utterance draws its noise from a
-fixed seed: the same weights say a sentence the same way at every evaluation, and scores move only when the
-model does. The free-running floor is each held-out recording re-made by the model's own decoder from its
-posterior (no text involved): what the decoder alone costs at this step.
+VITS speaks audio directly, so there is no vocoder to hear it through. Every utterance draws
+its noise from a fixed seed: the same weights say a sentence the same way at every
+evaluation, and scores move only when the model does. The free-running floor is each held-out
+recording re-made by the model's own decoder from its posterior (no text involved): what the
+decoder alone costs at this step.
 """
 
 from __future__ import annotations
@@ -17,7 +19,12 @@ import numpy as np
 import torch
 
 from trainer_core.models.base import SampleResult
-from trainer_core.models.free_running import FreeRunning, FreeRunningResult, HeldOutSentence, pick_sentences
+from trainer_core.models.free_running import (
+    FreeRunning,
+    FreeRunningResult,
+    HeldOutSentence,
+    pick_sentences,
+)
 from trainer_core.models.griffin_lim import write_wav
 from trainer_core.models.voice_task import MAX_SAMPLE_SPEAKERS, sample_name, samples_folder
 
@@ -34,17 +41,24 @@ SPEECH_SEED = 1234
 
 
 class VitsSpeaker:
-    """Turns text (and a speaker id) into audio with a VITS generator, at a voice's noise and length scales."""
+    """Turns text (and a speaker id) into audio with a VITS generator, at a
+    voice's noise and length scales."""
 
     def __init__(
-        self, symbols: SymbolTable, scales: Mapping[str, float], speaker_names: list[str], sample_rate: int
+        self,
+        symbols: SymbolTable,
+        scales: Mapping[str, float],
+        speaker_names: list[str],
+        sample_rate: int,
     ) -> None:
         self.symbols, self.speaker_names, self.sample_rate = symbols, speaker_names, sample_rate
         self.noise_scale, self.noise_scale_w = scales["noise_scale"], scales["noise_scale_w"]
         self.length_scale = scales["length_scale"]
 
     @classmethod
-    def from_profile(cls, symbols: SymbolTable, profile: Profile, speaker_names: list[str]) -> VitsSpeaker:
+    def from_profile(
+        cls, symbols: SymbolTable, profile: Profile, speaker_names: list[str]
+    ) -> VitsSpeaker:
         return cls(symbols, inference_scales(profile), speaker_names, profile.audio.sample_rate)
 
     @torch.no_grad()
@@ -56,14 +70,20 @@ class VitsSpeaker:
         length_scale: float | None = None,
         noise_scales: tuple[float, float] | None = None,
     ) -> np.ndarray:
-        """Float32 mono audio for `text`, its sentences spoken one by one and joined, as Piper's runtime
-        speaks them (empty when it has no symbol the voice knows)."""
+        """Float32 mono audio for `text`, its sentences spoken one by one and joined, as Piper's
+        runtime speaks them (empty when it has no symbol the voice knows)."""
         sentences = self.symbols.encode_sentences(text)
         if not sentences:
             return np.zeros(0, dtype=np.float32)
-        noise, noise_w = noise_scales if noise_scales is not None else (self.noise_scale, self.noise_scale_w)
+        noise, noise_w = (
+            noise_scales if noise_scales is not None else (self.noise_scale, self.noise_scale_w)
+        )
         device = next(model.parameters()).device
-        sid = torch.tensor([speaker], dtype=torch.int64, device=device) if speaker is not None else None
+        sid = (
+            torch.tensor([speaker], dtype=torch.int64, device=device)
+            if speaker is not None
+            else None
+        )
         was_training = model.training
         model.eval()
         devices = [device] if device.type == "cuda" else []
@@ -74,7 +94,9 @@ class VitsSpeaker:
                 for ids in sentences:
                     x = torch.tensor([ids], dtype=torch.int64, device=device)
                     lengths = torch.tensor([len(ids)], dtype=torch.int64, device=device)
-                    out = model.infer(x, lengths, sid, noise, length_scale or self.length_scale, noise_w)
+                    out = model.infer(
+                        x, lengths, sid, noise, length_scale or self.length_scale, noise_w
+                    )
                     parts.append(out.audio[0, 0].float().cpu().numpy())
         finally:
             model.train(was_training)
@@ -89,9 +111,12 @@ class VitsSpeaker:
 
 
 class VitsFreeRunning(FreeRunning):
-    """FreeRunning over a VITS task's held-out recordings, which can also be re-made through the posterior."""
+    """FreeRunning over a VITS task's held-out recordings, which can also be
+    re-made through the posterior."""
 
-    def __init__(self, sentences: list[HeldOutSentence], profile: Profile, waves: Waves, audio: BatchAudio) -> None:
+    def __init__(
+        self, sentences: list[HeldOutSentence], profile: Profile, waves: Waves, audio: BatchAudio
+    ) -> None:
         super().__init__(sentences, profile.audio, profile.tts, None, vocoder_name="vits")
         self.waves, self.batch_audio = waves, audio
         self._index = {item_id: i for i, item_id in enumerate(waves.item_ids)}
@@ -102,8 +127,11 @@ class VitsFreeRunning(FreeRunning):
 
 
 @torch.no_grad()
-def reconstruct_wave(model: Synthesizer, wave: torch.Tensor, audio: BatchAudio, speaker: int | None) -> np.ndarray:
-    """A recording re-made by the model's posterior encoder and decoder (no text): float32 mono audio."""
+def reconstruct_wave(
+    model: Synthesizer, wave: torch.Tensor, audio: BatchAudio, speaker: int | None
+) -> np.ndarray:
+    """A recording re-made by the model's posterior encoder and decoder (no
+    text): float32 mono audio."""
     device = next(model.parameters()).device
     samples = wave.to(device)[None]
     lengths = torch.tensor([samples.shape[1]], dtype=torch.int64, device=device)
@@ -119,17 +147,30 @@ def reconstruct_wave(model: Synthesizer, wave: torch.Tensor, audio: BatchAudio, 
 
 def inference_scales(profile: Profile) -> dict[str, float]:
     v = profile.vits
-    return {"noise_scale": v.noise_scale, "noise_scale_w": v.noise_scale_w, "length_scale": v.length_scale}
+    return {
+        "noise_scale": v.noise_scale,
+        "noise_scale_w": v.noise_scale_w,
+        "length_scale": v.length_scale,
+    }
 
 
 def held_out_free_running(
-    dataset: VitsDataset, waves: Waves, profile: Profile, audio: BatchAudio, speaker_ids: list[int] | None
+    dataset: VitsDataset,
+    waves: Waves,
+    profile: Profile,
+    audio: BatchAudio,
+    speaker_ids: list[int] | None,
 ) -> VitsFreeRunning:
     """The fixed set: held-out items spread over their lengths (as the voice task picks them)."""
     ids = dataset.val_ids
     seconds = [waves.lengths[i] / profile.audio.sample_rate for i in ids]
     candidates = [
-        HeldOutSentence(waves.item_ids[i], waves.texts[i], waves.paths[i], speaker_ids[i] if speaker_ids else None)
+        HeldOutSentence(
+            waves.item_ids[i],
+            waves.texts[i],
+            waves.paths[i],
+            speaker_ids[i] if speaker_ids else None,
+        )
         for i in ids
     ]
     picked = pick_sentences(candidates, seconds, profile.train.free_running_items)
@@ -139,14 +180,17 @@ def held_out_free_running(
 def write_samples(
     model: Synthesizer, speaker: VitsSpeaker, sentences: list[str], out_dir: Path, step: int
 ) -> list[SampleResult]:
-    """Every sentence spoken to `samples/step-N/NN.wav` (NN-<speaker>.wav for each of the first speakers)."""
+    """Every sentence spoken to `samples/step-N/NN.wav` (NN-<speaker>.wav
+    for each of the first speakers)."""
     folder, rate = samples_folder(out_dir, step), speaker.sample_rate
     names = speaker.speaker_names
     voices: list[str | None] = list(names[:MAX_SAMPLE_SPEAKERS]) if len(names) >= 2 else [None]
     results = []
     for number, sentence in enumerate(sentences, start=1):
         for voice in voices:
-            audio = speaker.speak(model, sentence, names.index(voice) if voice is not None else None)
+            audio = speaker.speak(
+                model, sentence, names.index(voice) if voice is not None else None
+            )
             if audio.size == 0:
                 continue
             path = write_wav(folder / sample_name(number, voice), audio, rate)

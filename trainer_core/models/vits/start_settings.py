@@ -1,12 +1,14 @@
-"""What a VITS run takes from the model it starts from before anything is built: settings and symbols.
+"""What a VITS run takes from the model it starts from before anything is
+built: settings and symbols.
 
-A Piper checkpoint (or a transformers VITS folder, such as an MMS voice: `adopt_hf`) decides the model: its shape
-(`[vits]`), its audio front end (`[audio]`: the corpus is resampled to its sample rate), its text front end
-(`[tts]`: espeak-ng voice, phonemes or characters) and a fine-tuning learning rate (`train.finetune_lr`, else
-Piper's 2e-4). `adopt_piper` writes those into the profile and says what changed, so the dry run, the launch
-screen and the frozen profile.toml all show the model that will train. A resumed run keeps what it started with:
-the same sections are read back from its own frozen profile (`adopt_frozen`), whether or not the resume names the
-start model again. Torch-free: the plan calls it.
+A Piper checkpoint (or a transformers VITS folder, such as an MMS voice: `adopt_hf`) decides the
+model: its shape (`[vits]`), its audio front end (`[audio]`: the corpus is resampled to its sample
+rate), its text front end (`[tts]`: espeak-ng voice, phonemes or characters) and a fine-tuning
+learning rate (`train.finetune_lr`, else Piper's 2e-4). `adopt_piper` writes those into the profile
+and says what changed, so the dry run, the launch screen and the frozen profile.toml all show the
+model that will train. A resumed run keeps what it started with: the same sections are read back
+from its own frozen profile (`adopt_frozen`), whether or not the resume names the start model again.
+Torch-free: the plan calls it.
 """
 
 from __future__ import annotations
@@ -46,19 +48,23 @@ def finetune_lr(profile: Profile, kind: str) -> float:
     return t.finetune_lr if t.finetune_lr is not None else (PIPER_LR if kind == "vits" else t.lr)
 
 
-def piper_sections(facts: PiperCheckpointFacts, voice: PiperVoiceConfig, profile: Profile) -> dict[str, Any]:
+def piper_sections(
+    facts: PiperCheckpointFacts, voice: PiperVoiceConfig, profile: Profile
+) -> dict[str, Any]:
     """The [audio], [vits] and [tts] values a Piper checkpoint decides, as profile sections."""
     config = vits_config_from_piper(facts.hyperparameters, voice)
     audio = audio_settings(facts.hyperparameters, voice)
     units = TEXT_UNITS.get(voice.phoneme_type)
     if units is None:
         raise ProfileError(
-            f"{voice.path}: phoneme_type {voice.phoneme_type!r} needs Piper's own phonemizer; Vega makes espeak-ng "
-            f"phonemes or characters ({', '.join(TEXT_UNITS)})"
+            f"{voice.path}: phoneme_type {voice.phoneme_type!r} needs Piper's own phonemizer; Vega"
+            f" makes espeak-ng phonemes or characters ({', '.join(TEXT_UNITS)})"
         )
     vits = {
         **profile.vits.model_dump(),
-        "quality": voice.quality if voice.quality in ("x_low", "low", "medium", "high") else "custom",
+        "quality": (
+            voice.quality if voice.quality in ("x_low", "low", "medium", "high") else "custom"
+        ),
         **{name: getattr(config, name) for name in _SHAPE_FIELDS},
         "duration_predictor": "stochastic" if config.use_sdp else "deterministic",
         "speaker_channels": config.gin_channels or profile.vits.speaker_channels,
@@ -66,11 +72,21 @@ def piper_sections(facts: PiperCheckpointFacts, voice: PiperVoiceConfig, profile
     return {
         "audio": {**profile.audio.model_dump(), **audio.audio_section()},
         "vits": vits,
-        "tts": {**profile.tts.model_dump(), "espeak_voice": voice.espeak_voice, "text_units": units},
+        "tts": {
+            **profile.tts.model_dump(),
+            "espeak_voice": voice.espeak_voice,
+            "text_units": units,
+        },
     }
 
 
-_SHAPE_FIELDS = (*LAYOUT_FIELDS, "posterior_layers", "flow_layers", "flow_count", "discriminator_channels")
+_SHAPE_FIELDS = (
+    *LAYOUT_FIELDS,
+    "posterior_layers",
+    "flow_layers",
+    "flow_count",
+    "discriminator_channels",
+)
 
 
 def adopt_piper(
@@ -83,24 +99,32 @@ def adopt_piper(
 
 
 def hf_sections(voice: HfVoice, profile: Profile) -> dict[str, Any]:
-    """The [audio] and [vits] values a transformers VITS folder decides (its text front end is its tokenizer's)."""
+    """The [audio] and [vits] values a transformers VITS folder decides (its text
+    front end is its tokenizer's)."""
     config = vits_config_from_hf(voice.config, voice.describe())
     vits = {
         **profile.vits.model_dump(),
         "quality": "custom",
-        **{name: getattr(config, name) for name in _SHAPE_FIELDS if name != "discriminator_channels"},
+        **{
+            name: getattr(config, name)
+            for name in _SHAPE_FIELDS
+            if name != "discriminator_channels"
+        },
         "duration_predictor": "stochastic" if config.use_sdp else "deterministic",
         "speaker_channels": config.gin_channels or profile.vits.speaker_channels,
-        "num_symbols": voice.num_symbols,  # the model's own rows: the export keeps transformers' vocab_size
+        # the model's own rows: the export keeps transformers' vocab_size
+        "num_symbols": voice.num_symbols,
     }
-    if profile.vits.discriminator_warmup_steps is None:  # no discriminator in the folder: one starts fresh
+    # no discriminator in the folder: one starts fresh
+    if profile.vits.discriminator_warmup_steps is None:
         fresh = profile.train.init_discriminator is None
         vits["discriminator_warmup_steps"] = FRESH_DISCRIMINATOR_WARMUP if fresh else 0
     return {"audio": {**profile.audio.model_dump(), **voice.audio_section()}, "vits": vits}
 
 
 def adopt_hf(profile: Profile, voice: HfVoice, where: str) -> tuple[Profile, list[str]]:
-    """The profile with a transformers VITS's shape and audio settings and the fine-tuning rate, and what changed."""
+    """The profile with a transformers VITS's shape and audio settings and the
+    fine-tuning rate, and what changed."""
     sections = hf_sections(voice, profile)
     sections["train"] = {**profile.train.model_dump(), "lr": finetune_lr(profile, "vits")}
     updated, changes = _replace(profile, sections, f"{where} (the model's config.json)")
@@ -108,12 +132,16 @@ def adopt_hf(profile: Profile, voice: HfVoice, where: str) -> tuple[Profile, lis
     if rate != profile.audio.sample_rate:
         changes.append(f"the corpus is resampled to {rate} Hz, the model's sample rate")
     if updated.train.init_discriminator is None:
-        changes.append(f"the model holds no discriminator: a fresh one trains alone for the first {warmup} steps")
+        changes.append(
+            f"the model holds no discriminator: a fresh one trains alone for the first {warmup}"
+            " steps"
+        )
     return updated, changes
 
 
 def adopt_frozen(profile: Profile, run_dir: Path) -> tuple[Profile, list[str]]:
-    """A resumed run started from another model: the shape, audio and text front end it started with."""
+    """A resumed run started from another model: the shape, audio and text
+    front end it started with."""
     path = run_dir / rundir.PROFILE
     frozen = _frozen(run_dir)
     sections: dict[str, Any] = {}
@@ -145,7 +173,8 @@ def _replace(profile: Profile, sections: dict[str, Any], where: str) -> tuple[Pr
     except ValidationError as exc:
         raise ProfileError(f"{where}: its settings do not make a valid profile: {exc}") from exc
     changes = [
-        f"{name}.{key}: {_show(getattr(getattr(profile, name), key))} -> {_show(getattr(section, key))}"
+        f"{name}.{key}: {_show(getattr(getattr(profile, name), key))} ->"
+        f" {_show(getattr(section, key))}"
         for name, section in built.items()
         for key in type(section).model_fields
         if getattr(getattr(profile, name), key) != getattr(section, key)
@@ -163,10 +192,17 @@ def _show(value: Any) -> str:
     return repr(value) if isinstance(value, str) else str(value)
 
 
-def adopt_start(profile: Profile, kind: str, resume: str | None, run_dir: Path) -> tuple[Profile, list[str]]:
-    """What the start model (`train.init_from`) decides for this run, and the changes, as `section.key` lines."""
+def adopt_start(
+    profile: Profile, kind: str, resume: str | None, run_dir: Path
+) -> tuple[Profile, list[str]]:
+    """What the start model (`train.init_from`) decides for this run, and the
+    changes, as `section.key` lines."""
     from trainer_core.contract.init_sources import resolve_source, resumes
-    from trainer_core.contract.piper_voice import find_voice_config, read_checkpoint_metadata, read_voice_config
+    from trainer_core.contract.piper_voice import (
+        find_voice_config,
+        read_checkpoint_metadata,
+        read_voice_config,
+    )
 
     t = profile.train
     if resumes(resume, run_dir):
@@ -178,16 +214,17 @@ def adopt_start(profile: Profile, kind: str, resume: str | None, run_dir: Path) 
     if file.form == "piper":
         if kind != "vits":
             raise ProfileError(
-                f"train.init_from: {t.init_from} is a Piper voice, a vits model, but this run trains a {kind!r} "
-                "model; use a vits profile (vits-medium, vits-low, vits-x_low, vits-high)"
+                f"train.init_from: {t.init_from} is a Piper voice, a vits model, but this run"
+                f" trains a {kind!r} model; use a vits profile (vits-medium, vits-low, vits-x_low,"
+                " vits-high)"
             )
         voice = read_voice_config(find_voice_config(file.path, t.init_config))
         return adopt_piper(profile, read_checkpoint_metadata(file.path), voice, str(t.init_from))
     if file.form == "hf":
         if kind != "vits":
             raise ProfileError(
-                f"train.init_from: {t.init_from} is a transformers VITS, but this run trains a {kind!r} model; use a "
-                "vits profile (mms-finetune, vits-medium, ...)"
+                f"train.init_from: {t.init_from} is a transformers VITS, but this run trains a"
+                f" {kind!r} model; use a vits profile (mms-finetune, vits-medium, ...)"
             )
         return adopt_hf(profile, read_hf_voice(file.path, hub_repo(file.given)), str(t.init_from))
     rate = finetune_lr(profile, kind)

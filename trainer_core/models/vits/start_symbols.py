@@ -1,15 +1,18 @@
-"""The symbol map a VITS run keeps, known before it builds anything, and what maps from its start model.
+"""The symbol map a VITS run keeps, known before it builds anything, and
+what maps from its start model.
 
-A new voice builds its map from its corpus. A run that starts from a trained VITS keeps that model's map (a
-Piper voice's `phoneme_id_map`, a Vega voice's own), so every symbol keeps its embedding row and only the
-corpus's new symbols get new rows. A resumed run keeps the map its own checkpoints hold. All read without
-torch: the voice config, an export's config.json, or a checkpoint's pickled model config (tensors unread).
+A new voice builds its map from its corpus. A run that starts from a trained VITS keeps that model's
+map (a Piper voice's `phoneme_id_map`, a Vega voice's own), so every symbol keeps its embedding row
+and only the corpus's new symbols get new rows. A resumed run keeps the map its own checkpoints
+hold. All read without torch: the voice config, an export's config.json, or a checkpoint's pickled
+model config (tensors unread).
 
-`plan_voice_start` also says, for the dry run and the launch screen, how the start model fits this corpus: how
-many of the corpus's symbols (in a sample of its transcripts) the map holds and which are new, and which of
-its speakers the source knows. A transformers VITS folder (an MMS voice, form "hf") gives its own vocabulary and
-text front end (`contract.mms_tokenizer`, `vits.mms_symbols`): its symbols never grow, so the plan says instead
-which characters of the corpus its front end drops, and how often.
+`plan_voice_start` also says, for the dry run and the launch screen, how the start model fits this
+corpus: how many of the corpus's symbols (in a sample of its transcripts) the map holds and which
+are new, and which of its speakers the source knows. A transformers VITS folder (an MMS voice,
+form "hf") gives its own vocabulary and text front end (`contract.mms_tokenizer`,
+`vits.mms_symbols`): its symbols never grow, so the plan says instead which characters of the
+corpus its front end drops, and how often.
 """
 
 from __future__ import annotations
@@ -32,13 +35,18 @@ from trainer_core.contract.init_sources import (
     resumes,
 )
 from trainer_core.contract.mms_tokenizer import MmsTokenizer, read_tokenizer_folder
-from trainer_core.contract.piper_voice import find_voice_config, read_checkpoint_metadata, read_voice_config
+from trainer_core.contract.piper_voice import (
+    find_voice_config,
+    read_checkpoint_metadata,
+    read_voice_config,
+)
 from trainer_core.contract.profile import Profile
 from trainer_core.data.scan_report import DataReport, VoiceItem
 from trainer_core.models.vits.mms_symbols import dropped_characters
 from trainer_core.models.vits.symbols import SymbolTable, mms_id_map
 
-# Transcripts phonemized to tell how the start model's symbols cover the corpus (the plan stays quick).
+# Transcripts phonemized to tell how the start model's symbols cover the
+# corpus (the plan stays quick).
 SAMPLE_TRANSCRIPTS = 100
 TEXT_TABLE = "model_g.enc_p.emb.weight"
 LISTED = 12
@@ -47,7 +55,8 @@ LISTED = 12
 def plan_voice_start(
     profile: Profile, report: DataReport, resume: str | None, run_dir: Path
 ) -> tuple[VoiceStart | None, dict[str, Any] | None]:
-    """(the map to keep, or None for a new one; how the start model maps onto this corpus, or None)."""
+    """(the map to keep, or None for a new one; how the start model maps
+    onto this corpus, or None)."""
     if resumes(resume, run_dir):
         return _own_map(run_dir), None
     given = profile.train.init_from
@@ -82,17 +91,21 @@ def _source_map(file: SourceFile, profile: Profile) -> tuple[VoiceStart, list[st
     start = _from_model_config(config, file.path)
     if start is None:
         raise ProfileError(
-            f"train.init_from: {file.given} holds no vits symbol map (is it a vits run?); start a vits run from a "
-            "vits run, checkpoint or export, or a Piper checkpoint"
+            f"train.init_from: {file.given} holds no vits symbol map (is it a vits run?); start a"
+            " vits run from a vits run, checkpoint or export, or a Piper checkpoint"
         )
     return start, [str(name) for name in config.get("speaker_names") or []]
 
 
 def _transformers_map(file: SourceFile) -> VoiceStart:
-    """A transformers VITS folder's vocabulary and tokenizer; rows: its config's vocab_size, at least."""
+    """A transformers VITS folder's vocabulary and tokenizer; rows: its
+    config's vocab_size, at least."""
     tokenizer = read_tokenizer_folder(file.path, str(file.given))
     try:
-        rows = int(json.loads((file.path / EXPORT_CONFIG).read_text(encoding="utf-8")).get("vocab_size") or 0)
+        rows = int(
+            json.loads((file.path / EXPORT_CONFIG).read_text(encoding="utf-8")).get("vocab_size")
+            or 0
+        )
     except (OSError, ValueError, TypeError, AttributeError):
         rows = 0  # the model's own loading names a damaged config.json
     return VoiceStart(mms_id_map(tokenizer), max(rows, tokenizer.rows()), tokenizer)
@@ -107,13 +120,19 @@ def _from_model_config(config: Mapping[str, Any] | None, where: Path) -> VoiceSt
         mms = MmsTokenizer.from_state(symbols["mms"]) if symbols.get("mms") else None
         return VoiceStart(id_map, int(symbols["num_symbols"]), mms)
     except (KeyError, TypeError, ValueError) as exc:
-        raise ProfileError(f"{where}: its symbol map is damaged ({exc}); use another checkpoint") from exc
+        raise ProfileError(
+            f"{where}: its symbol map is damaged ({exc}); use another checkpoint"
+        ) from exc
 
 
-def _mapping(start: VoiceStart, speakers: list[str], report: DataReport, profile: Profile) -> dict[str, Any]:
+def _mapping(
+    start: VoiceStart, speakers: list[str], report: DataReport, profile: Profile
+) -> dict[str, Any]:
     items = [item for item in report.items if isinstance(item, VoiceItem)]
     texts = [item.text for item in items[:SAMPLE_TRANSCRIPTS]]
-    table, added = SymbolTable.build(texts, profile.tts, start.num_symbols, start.id_map, start.tokenizer)
+    table, added = SymbolTable.build(
+        texts, profile.tts, start.num_symbols, start.id_map, start.tokenizer
+    )
     seen = {symbol for text in texts for symbol in table.symbols_of(text)}
     dropped = _dropped(table, texts)
     corpus_speakers = sorted({item.speaker for item in items if item.speaker})
@@ -134,18 +153,27 @@ def _mapping(start: VoiceStart, speakers: list[str], report: DataReport, profile
 
 
 def _dropped(table: SymbolTable, texts: list[str]) -> dict[str, Any]:
-    """An MMS voice's front end drops what its vocabulary lacks: which characters, how often (else nothing)."""
+    """An MMS voice's front end drops what its vocabulary lacks: which
+    characters, how often (else nothing)."""
     if table.mms is None:
         return {"counts": {}, "text": ""}
     counts = dropped_characters(table.mms, texts)
     listed = ", ".join(f"{char!r} x{count}" for char, count in counts.most_common(LISTED))
     more = f" and {len(counts) - LISTED} more" if len(counts) > LISTED else ""
-    said = f"; dropped by its text front end (not in its vocabulary): {listed}{more}" if counts else ""
+    said = (
+        f"; dropped by its text front end (not in its vocabulary): {listed}{more}" if counts else ""
+    )
     return {"counts": dict(counts.most_common()), "text": said}
 
 
 def _mapping_text(
-    seen: int, added: list[str], sampled: int, speakers: list[str], corpus: list[str], known: list[str], width: int
+    seen: int,
+    added: list[str],
+    sampled: int,
+    speakers: list[str],
+    corpus: list[str],
+    known: list[str],
+    width: int,
 ) -> str:
     more = f" and {len(added) - LISTED} more" if len(added) > LISTED else ""
     new = f"; new rows for {' '.join(added[:LISTED])}{more}" if added else ""

@@ -1,20 +1,22 @@
-"""A VITS voice's text front end: transcripts to ids the way Piper numbers them, through a symbol -> ids map.
+"""A VITS voice's text front end: transcripts to ids the way Piper numbers
+them, through a symbol -> ids map.
 
-With phonemes from the espeak-ng library (`frontend = "piper"`), a transcript becomes Piper's sentences of
-phoneme symbols with their clause marks (`vits.piper_text`); each sentence is framed as Piper's runtime frames
-it: `^`, then `_` after every symbol, `$` at the end (`_` is padding, id 0); a transcript's framed sentences
-are joined for training, as Piper's trainer joins them, and spoken one by one. Characters (and voices made
-before this front end, or with the espeak-ng program) take the text's units as one sentence. A symbol the map
-does not hold is left out and counted. The map is a voice's own: a new voice starts from Piper's map for new
-voices, then every symbol of its corpus it lacks; a voice started from another model keeps that model's map,
-and the corpus's symbols it lacks take ids the model's embedding leaves unused (more rows only when none are
-left).
+With phonemes from the espeak-ng library (`frontend = "piper"`), a transcript becomes Piper's
+sentences of phoneme symbols with their clause marks (`vits.piper_text`); each sentence is framed as
+Piper's runtime frames it: `^`, then `_` after every symbol, `$` at the end (`_` is padding, id 0);
+a transcript's framed sentences are joined for training, as Piper's trainer joins them, and spoken
+one by one. Characters (and voices made before this front end, or with the espeak-ng program) take
+the text's units as one sentence. A symbol the map does not hold is left out and counted. The map is
+a voice's own: a new voice starts from Piper's map for new voices, then every symbol of its corpus
+it lacks; a voice started from another model keeps that model's map, and the corpus's symbols it
+lacks take ids the model's embedding leaves unused (more rows only when none are left).
 
-A voice started from a transformers VITS folder (an MMS voice) keeps that folder's vocabulary and its text front
-end instead (`mms`, `vits.mms_symbols`): no Piper framing, blanks as VitsTokenizer puts them, characters outside
-the vocabulary dropped and counted, never given new rows.
+A voice started from a transformers VITS folder (an MMS voice) keeps that folder's vocabulary and
+its text front end instead (`mms`, `vits.mms_symbols`): no Piper framing, blanks as VitsTokenizer
+puts them, characters outside the vocabulary dropped and counted, never given new rows.
 
-`state_dict()` (plain types) goes into the task's model config, so checkpoints and exports rebuild the same map.
+`state_dict()` (plain types) goes into the task's model config, so checkpoints
+and exports rebuild the same map.
 """
 
 from __future__ import annotations
@@ -56,14 +58,22 @@ class SymbolTable:
     def __post_init__(self) -> None:
         self._mms = MmsText(self.mms) if self.mms is not None else None
         if self._mms is not None:
-            self._mms.missing = self.missing  # one count of what transcripts lose, whichever front end
+            # one count of what transcripts lose, whichever front end
+            self._mms.missing = self.missing
         for symbol in (PAD, BOS, EOS) if self.mms is None else ():
             if symbol not in self.id_map:
-                raise ProfileError(f"the symbol map has no {symbol!r}, which frames every sentence; use another voice")
+                raise ProfileError(
+                    f"the symbol map has no {symbol!r}, which frames every sentence; use another"
+                    " voice"
+                )
         top = max(i for ids in self.id_map.values() for i in ids)
         if top >= self.num_symbols:
-            raise ProfileError(f"the symbol map uses id {top} but the voice has {self.num_symbols} symbols")
-        self._frontend = TextEncoder([], self.units, self.lowercase, self.espeak_voice, self.espeak_backend)  # type: ignore[arg-type]
+            raise ProfileError(
+                f"the symbol map uses id {top} but the voice has {self.num_symbols} symbols"
+            )
+        self._frontend = TextEncoder(
+            [], self.units, self.lowercase, self.espeak_voice, self.espeak_backend
+        )  # type: ignore[arg-type]
         self._piper = PiperText(self.espeak_voice) if self.frontend == PIPER_FRONTEND else None
 
     @classmethod
@@ -75,8 +85,9 @@ class SymbolTable:
         base: Mapping[str, Sequence[int]] | None = None,
         mms: MmsTokenizer | None = None,
     ) -> tuple[SymbolTable, list[str]]:
-        """The map for a corpus: `base` (a source model's) or the framing and punctuation, plus every symbol of the
-        corpus it lacks; returns the table and the symbols added. With `mms`, its vocabulary as it is (none added)."""
+        """The map for a corpus: `base` (a source model's) or the framing and punctuation, plus
+        every symbol of the corpus it lacks; returns the table and the symbols added. With `mms`,
+        its vocabulary as it is (none added)."""
         if mms is not None:
             table = cls(mms_id_map(mms), max(num_symbols, mms.rows()), "chars", False, "", mms=mms)
             require_romanizer(mms)
@@ -104,8 +115,8 @@ class SymbolTable:
         return grown, added
 
     def symbols_of(self, text: str) -> list[str]:
-        """`text` as symbols before lookup: its units, NFD-decomposed into code points (an MMS voice: the
-        characters its ids stand for)."""
+        """`text` as symbols before lookup: its units, NFD-decomposed into code points (an MMS
+        voice: the characters its ids stand for)."""
         if self._mms is not None:
             return self._mms.symbols_of(text)
         return [symbol for sentence in self._sentences(text) for symbol in sentence]
@@ -116,14 +127,15 @@ class SymbolTable:
         return [list(unicodedata.normalize("NFD", "".join(self._frontend.units_of(text))))]
 
     def encode(self, text: str) -> list[int]:
-        """Ids for `text` as Piper's trainer makes them: each sentence framed (`^ _ s1 _ s2 _ ... $`), joined;
-        an empty list when no symbol is known. An MMS voice's ids are VitsTokenizer's (`vits.mms_symbols`)."""
+        """Ids for `text` as Piper's trainer makes them: each sentence framed (`^ _ s1 _ s2 _ ...
+        $`), joined; an empty list when no symbol is known. An MMS voice's ids are
+        VitsTokenizer's (`vits.mms_symbols`)."""
         return [i for ids in self.encode_sentences(text) for i in ids]
 
     def encode_sentences(self, text: str) -> list[list[int]]:
-        """Each sentence's framed ids, as Piper's runtime speaks them one by one; none when no symbol of
-        `text` is known. Piper frames every sentence, even one with no symbol; other front ends leave
-        such sentences out."""
+        """Each sentence's framed ids, as Piper's runtime speaks them one by one; none when no
+        symbol of `text` is known. Piper frames every sentence, even one with no symbol; other front
+        ends leave such sentences out."""
         if self._mms is not None:
             ids = self._mms.encode(text)
             return [ids] if ids else []
@@ -148,7 +160,8 @@ class SymbolTable:
         return [*self.id_map[BOS], *self.id_map[PAD], *inner, *self.id_map[EOS]]
 
     def vocabulary(self) -> list[str | None]:
-        """The symbol of each embedding row (None for rows no symbol uses): what a row means, for moving rows."""
+        """The symbol of each embedding row (None for rows no symbol uses):
+        what a row means, for moving rows."""
         rows: list[str | None] = [None] * self.num_symbols
         for symbol, ids in self.id_map.items():
             for index in ids:
@@ -171,7 +184,9 @@ class SymbolTable:
     @classmethod
     def from_state(cls, state: Mapping[str, Any]) -> SymbolTable:
         try:
-            id_map = {str(symbol): [int(i) for i in ids] for symbol, ids in dict(state["id_map"]).items()}
+            id_map = {
+                str(symbol): [int(i) for i in ids] for symbol, ids in dict(state["id_map"]).items()
+            }
             return cls(
                 id_map,
                 int(state["num_symbols"]),
@@ -180,10 +195,13 @@ class SymbolTable:
                 str(state["espeak_voice"]),
                 str(state.get("espeak_backend") or "auto"),
                 mms=MmsTokenizer.from_state(state["mms"]) if state.get("mms") else None,
-                frontend=str(state.get("frontend") or ""),  # voices made before Piper's front end: ""
+                # voices made before Piper's front end: ""
+                frontend=str(state.get("frontend") or ""),
             )
         except (KeyError, TypeError, ValueError) as exc:
-            raise ProfileError(f"the voice's symbol map is incomplete ({exc}); export the model again") from exc
+            raise ProfileError(
+                f"the voice's symbol map is incomplete ({exc}); export the model again"
+            ) from exc
 
 
 def mms_id_map(tokenizer: MmsTokenizer) -> dict[str, list[int]]:

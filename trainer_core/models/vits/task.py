@@ -1,18 +1,22 @@
-"""The VITS `Task` (model.kind = "vits"): text to waveform end to end, Piper's model trained by Vega's engine.
+"""The VITS `Task` (model.kind = "vits"): text to waveform end to end, Piper's
+model trained by Vega's engine.
 
-Data: the recordings themselves (`data.wave_preload`, as the vocoder), split and length-bucketed like the voice
-task's (`data.vits_dataset`), and the transcripts as ids through the voice's symbol map (`vits.symbols`). Each
-batch's linear spectrograms are computed on the device from its samples; nothing spectral is preloaded.
+Data: the recordings themselves (`data.wave_preload`, as the vocoder), split and length-bucketed
+like the voice task's (`data.vits_dataset`), and the transcripts as ids through the voice's symbol
+map (`vits.symbols`). Each batch's linear spectrograms are computed on the device from its samples;
+nothing spectral is preloaded.
 
-Two optimizer groups, in update order: the discriminator (least squares, real segments against the generator's
-output, detached), then the generator against the updated discriminator: mel L1 (weighted as Piper's c_mel),
-KL, the duration predictor's loss, the adversarial and feature-matching losses. The generator's forward runs
-once per micro-batch, in the discriminator's pass, and its output is carried to the generator's pass.
+Two optimizer groups, in update order: the discriminator (least squares, real segments against the
+generator's output, detached), then the generator against the updated discriminator: mel L1
+(weighted as Piper's c_mel), KL, the duration predictor's loss, the adversarial and feature-matching
+losses. The generator's forward runs once per micro-batch, in the discriminator's pass, and its
+output is carried to the generator's pass.
 
-Validation (what picks the best checkpoint and early-stops): each held-out recording through the posterior
-encoder and decoded whole ("total" is the mel L1 of that reconstruction), with the KL and duration losses of a
-training forward under a fixed seed, so two validations of the same weights agree. Samples, the alignment view
-and free-running scores speak audio directly (`vits.speech`, `vits.views`). The export holds the generator.
+Validation (what picks the best checkpoint and early-stops): each held-out recording through the
+posterior encoder and decoded whole ("total" is the mel L1 of that reconstruction), with the KL and
+duration losses of a training forward under a fixed seed, so two validations of the same weights
+agree. Samples, the alignment view and free-running scores speak audio directly (`vits.speech`,
+`vits.views`). The export holds the generator.
 """
 
 from __future__ import annotations
@@ -28,13 +32,26 @@ from torch import nn
 from trainer_core.data.speakers import speaker_names
 from trainer_core.data.vits_dataset import VitsDataset
 from trainer_core.data.wave_preload import preload_waves
-from trainer_core.models.base import Batch, Carry, GroupSpec, SampleResult, Task, count_parameters, unwrap_model
+from trainer_core.models.base import (
+    Batch,
+    Carry,
+    GroupSpec,
+    SampleResult,
+    Task,
+    count_parameters,
+    unwrap_model,
+)
 from trainer_core.models.free_running import FreeRunningResult
 from trainer_core.models.loss_table import weighted_total
 from trainer_core.models.registry import TaskRequest, register_task
 from trainer_core.models.vits.batch_audio import BatchAudio, cut_segments
 from trainer_core.models.vits.hf_export import base_model_of
-from trainer_core.models.vits.losses import discriminator_loss, feature_loss, generator_loss, kl_loss
+from trainer_core.models.vits.losses import (
+    discriminator_loss,
+    feature_loss,
+    generator_loss,
+    kl_loss,
+)
 from trainer_core.models.vits.model import VitsModel
 from trainer_core.models.vits.parts import frozen_parameters
 from trainer_core.models.vits.shape import config_from_profile
@@ -80,7 +97,9 @@ class VitsTask(Task):
         base = start.id_map if start is not None else None
         rows = max(v.num_symbols, start.num_symbols if start is not None else 0)
         mms = start.tokenizer if start is not None else None
-        self.symbols, self.added_symbols = SymbolTable.build(self.waves.texts, profile.tts, rows, base, mms)
+        self.symbols, self.added_symbols = SymbolTable.build(
+            self.waves.texts, profile.tts, rows, base, mms
+        )
         if start is not None and self.added_symbols:
             log.info("symbols the start model lacks (new rows): %s", " ".join(self.added_symbols))
         self.speaker_names = speaker_names(self.waves.speakers)
@@ -92,7 +111,9 @@ class VitsTask(Task):
             speaker_ids,
         )  # fmt: skip
         self.dataset.pin_memory = self.device.type == "cuda"
-        self.config = config_from_profile(profile, self.symbols.num_symbols, max(1, len(self.speaker_names)))
+        self.config = config_from_profile(
+            profile, self.symbols.num_symbols, max(1, len(self.speaker_names))
+        )
         torch.manual_seed(profile.run.seed)
         self.model: VitsModel = VitsModel(self.config).to(self.device)
         frozen = frozen_parameters(self.model, profile.train.freeze)
@@ -100,7 +121,8 @@ class VitsTask(Task):
             param.requires_grad_(False)
         self.audio = BatchAudio(profile.audio, self.device)
         self.speaker = VitsSpeaker.from_profile(self.symbols, profile, self.speaker_names)
-        self.base_model = base_model_of(profile.train.init_from)  # its licence goes into export --hf's card
+        # its licence goes into export --hf's card
+        self.base_model = base_model_of(profile.train.init_from)
         self.views = VitsViews(self.dataset, self.symbols, self.audio)
         self._free_running: VitsFreeRunning | None = None
 
@@ -113,7 +135,9 @@ class VitsTask(Task):
     def train_items(self) -> int:
         return self.dataset.train_items()
 
-    def train_batches(self, epoch: int, batch_size: int, start_item: int = 0) -> Iterator[tuple[Batch, int]]:
+    def train_batches(
+        self, epoch: int, batch_size: int, start_item: int = 0
+    ) -> Iterator[tuple[Batch, int]]:
         return self.dataset.train_batches(epoch, batch_size, start_item)
 
     def val_batches(self, batch_size: int) -> Iterator[Batch]:
@@ -125,12 +149,18 @@ class VitsTask(Task):
     # ------------------------------------------------------------------ optimizers and losses
 
     def optimizer_groups(self) -> list[GroupSpec]:
-        """The discriminator, then the generator; a group whose parts are all frozen (train.freeze) is left out."""
+        """The discriminator, then the generator; a group whose parts are all
+        frozen (train.freeze) is left out."""
         v = self.profile.vits
         trainable = [(name, [p for p in module.parameters() if p.requires_grad]) for name, module in
                      (("discriminator", self.model.model_d), ("generator", self.model.model_g))]  # fmt: skip
         return [
-            GroupSpec(name, params, lr=v.discriminator_lr if name == "discriminator" else None, betas=v.betas)
+            GroupSpec(
+                name,
+                params,
+                lr=v.discriminator_lr if name == "discriminator" else None,
+                betas=v.betas,
+            )
             for name, params in trainable
             if params
         ]
@@ -139,19 +169,29 @@ class VitsTask(Task):
         return "generator"
 
     def resting_groups(self, step: int) -> frozenset[str]:
-        """The generator rests while a fresh discriminator warms up (vits.discriminator_warmup_steps)."""
+        """The generator rests while a fresh discriminator warms up
+        (vits.discriminator_warmup_steps)."""
         warmup = self.profile.vits.discriminator_warmup_steps or 0
         return frozenset({"generator"}) if step <= warmup else frozenset()
 
-    def group_losses(self, model: nn.Module, batch: Batch, group: str, carry: Carry) -> dict[str, torch.Tensor]:
+    def group_losses(
+        self, model: nn.Module, batch: Batch, group: str, carry: Carry
+    ) -> dict[str, torch.Tensor]:
         vits = unwrap_model(model)
         assert isinstance(vits, VitsModel)
-        if "out" not in carry:  # the generator's forward, once per micro-batch, in the first group's pass
+        # the generator's forward, once per micro-batch, in the first group's pass
+        if "out" not in carry:
             spec, spec_lens = self.audio.spectrogram(batch["wave"], batch["wave_lens"])
-            out = vits.model_g(batch["text"], batch["text_lens"], spec, spec_lens, batch.get("speaker"))
-            carry.update(spec=spec, out=out, real=cut_segments(batch["wave"], out.slice_starts, self.config))
+            out = vits.model_g(
+                batch["text"], batch["text_lens"], spec, spec_lens, batch.get("speaker")
+            )
+            carry.update(
+                spec=spec, out=out, real=cut_segments(batch["wave"], out.slice_starts, self.config)
+            )
         if group == "discriminator":
-            real_logits, fake_logits, _, _ = vits.model_d(carry["real"], carry["out"].audio.detach())
+            real_logits, fake_logits, _, _ = vits.model_d(
+                carry["real"], carry["out"].audio.detach()
+            )
             parts = {"least_squares": discriminator_loss(real_logits, fake_logits)[0]}
             return {"total": weighted_total(parts, self.loss_weights(group))}
         return self._generator_losses(vits, carry)
@@ -173,17 +213,34 @@ class VitsTask(Task):
         out = carry["out"]
         frames = self.config.segment_frames
         target = self.audio.mel_of_spectrogram(carry["spec"])
-        mel = (self.audio.segment_frames(target, out.slice_starts, frames) - self.audio.mel(out.audio)).abs().mean()
+        mel = (
+            (
+                self.audio.segment_frames(target, out.slice_starts, frames)
+                - self.audio.mel(out.audio)
+            )
+            .abs()
+            .mean()
+        )
         kl = kl_loss(out.z_p, out.logs_q, out.m_p, out.logs_p, out.y_mask)
         duration = out.duration_loss.float().sum()
         _, fake_logits, real_features, fake_features = vits.model_d(carry["real"], out.audio)
-        adversarial, feature = generator_loss(fake_logits)[0], feature_loss(real_features, fake_features)
-        parts = {"mel": mel, "kl": kl, "duration": duration, "adversarial": adversarial, "feature": feature}
+        adversarial, feature = (
+            generator_loss(fake_logits)[0],
+            feature_loss(real_features, fake_features),
+        )
+        parts = {
+            "mel": mel,
+            "kl": kl,
+            "duration": duration,
+            "adversarial": adversarial,
+            "feature": feature,
+        }
         total = weighted_total(parts, self.loss_weights("generator"))
         return {"total": total, **{name: value.detach() for name, value in parts.items()}}
 
     def compute_losses(self, model: nn.Module, batch: Batch) -> dict[str, torch.Tensor]:
-        """Validation: whole held-out clips reconstructed through the posterior; KL and duration at a fixed seed."""
+        """Validation: whole held-out clips reconstructed through the posterior;
+        KL and duration at a fixed seed."""
         vits = unwrap_model(model)
         assert isinstance(vits, VitsModel)
         spec, spec_lens = self.audio.spectrogram(batch["wave"], batch["wave_lens"])
@@ -193,19 +250,28 @@ class VitsTask(Task):
             torch.manual_seed(VALIDATION_SEED)
             out = vits.model_g(batch["text"], batch["text_lens"], spec, spec_lens, speaker)
         heard = vits.model_g.reconstruct(spec, spec_lens, speaker)
-        mel = self.audio.masked_mel_l1(self.audio.mel_of_spectrogram(spec), self.audio.mel(heard), spec_lens)
+        mel = self.audio.masked_mel_l1(
+            self.audio.mel_of_spectrogram(spec), self.audio.mel(heard), spec_lens
+        )
         kl = kl_loss(out.z_p, out.logs_q, out.m_p, out.logs_p, out.y_mask)
         return {"total": mel, "mel": mel, "kl": kl, "duration": out.duration_loss.float().sum()}
 
     def val_metrics(self, losses_mean: dict[str, float]) -> dict[str, float]:
         if "mel" not in losses_mean:
             return {}
-        return {"mel_l1": losses_mean["mel"], "kl": losses_mean["kl"], "duration": losses_mean["duration"]}
+        return {
+            "mel_l1": losses_mean["mel"],
+            "kl": losses_mean["kl"],
+            "duration": losses_mean["duration"],
+        }
 
-    # ------------------------------------------------------------------ samples, views, free-running
+    # ------------------------------------------------------------------
+    # samples, views, free-running
 
     def make_samples(self, model: nn.Module, out_dir: Path, step: int) -> list[SampleResult]:
-        return write_samples(self._generator(model), self.speaker, self.profile.sample.sentences, out_dir, step)
+        return write_samples(
+            self._generator(model), self.speaker, self.profile.sample.sentences, out_dir, step
+        )
 
     def make_views(self, model: nn.Module, out_dir: Path, step: int) -> list[SampleResult]:
         return self.views.write(self._generator(model), out_dir, step)
@@ -252,18 +318,31 @@ class VitsTask(Task):
 
     def preload_done_event(self, reason: str = "") -> dict[str, Any]:
         w = self.waves
-        return {"items": len(w), "seconds": w.seconds, "where": w.where, "bytes": 4 * sum(w.lengths), "reason": reason}
+        return {
+            "items": len(w),
+            "seconds": w.seconds,
+            "where": w.where,
+            "bytes": 4 * sum(w.lengths),
+            "reason": reason,
+        }
 
     def describe(self) -> dict[str, Any]:
         generator, discriminator = self.model.model_g, self.model.model_d
-        warnings = [f"{path.name}: skipped at preload ({reason})" for path, reason in self.waves.skipped]
+        warnings = [
+            f"{path.name}: skipped at preload ({reason})" for path, reason in self.waves.skipped
+        ]
         if self.dataset.empty_text_ids:
-            warnings.append(f"{len(self.dataset.empty_text_ids)} transcript(s) have no symbol the voice knows")
+            warnings.append(
+                f"{len(self.dataset.empty_text_ids)} transcript(s) have no symbol the voice knows"
+            )
         if self.symbols.missing:
             listing = ", ".join(f"{s!r} x{n}" for s, n in self.symbols.missing.most_common(10))
             warnings.append(f"symbols left out of transcripts (not in the voice's map): {listing}")
         if not self.dataset.val_ids:
-            warnings.append("no validation items (data.val_fraction is 0 or the data is tiny): no best-model tracking")
+            warnings.append(
+                "no validation items (data.val_fraction is 0 or the data is tiny): no best-model"
+                " tracking"
+            )
         return {
             "task": "vits",
             "architecture": ARCHITECTURE,

@@ -1,9 +1,10 @@
 """Pictures of one held-out clip at each evaluation of a VITS voice: its mel and its alignment.
 
-The same two pictures as a two-stage voice (`models.voice_views` draws them): `mel.png`, the recording's log-mel
-above the mel of the clip re-made through the posterior and the decoder, and `alignment.png`, text symbols x
-frames, each frame's log-likelihood under each symbol's prior (the latent after the flow, as monotonic alignment
-search scores it, from the posterior mean so the picture does not flicker with noise) with the search's path.
+The same two pictures as a two-stage voice (`models.voice_views` draws them): `mel.png`, the
+recording's log-mel above the mel of the clip re-made through the posterior and the decoder, and
+`alignment.png`, text symbols x frames, each frame's log-likelihood under each symbol's prior (the
+latent after the flow, as monotonic alignment search scores it, from the posterior mean so the
+picture does not flicker with noise) with the search's path.
 """
 
 from __future__ import annotations
@@ -20,7 +21,13 @@ from trainer_core.models.vits.batch_audio import BatchAudio
 from trainer_core.models.vits.symbols import SymbolTable
 from trainer_core.models.vits.synthesizer import Synthesizer, prior_log_likelihood
 from trainer_core.models.voice_task import samples_folder
-from trainer_core.models.voice_views import ClipView, alignment_figure, mel_figure, middle_clip, save
+from trainer_core.models.voice_views import (
+    ClipView,
+    alignment_figure,
+    mel_figure,
+    middle_clip,
+    save,
+)
 
 
 class VitsViews:
@@ -85,7 +92,14 @@ class VitsViews:
         frames, symbols = view.target.shape[1], len(view.symbols)
         return [
             SampleResult(
-                "image", mel, f"{view.item_id}: recorded vs re-made mel (posterior and decoder), L1 {view.mel_l1:.3f}"
+                "image",
+                mel,
+                f"{view.item_id}: recorded vs re-made mel (posterior and decoder), L1"
+                f" {view.mel_l1:.3f}",
             ),
-            SampleResult("image", alignment, f"{view.item_id}: alignment of {symbols} symbols to {frames} frames"),
+            SampleResult(
+                "image",
+                alignment,
+                f"{view.item_id}: alignment of {symbols} symbols to {frames} frames",
+            ),
         ]
