@@ -175,22 +175,56 @@ def hop_negative(config: Config) -> None:
 H = TINY_HEAD
 # (key, what was fed, the profile's text, names the error must carry, more files beside it)
 PROFILES: list[tuple[str, str, str | bytes, tuple[str, ...], dict[str, str] | None]] = [
-    ("profile-syntax", "a profile that is not TOML", H + "[train\nlr = 0.1\n", ("voice.toml",),
-     None),
-    ("profile-binary", "a profile of binary garbage", b"\x89PNG\r\n\x00\xff", ("voice.toml",),
-     None),
-    ("profile-unknown-key", "a profile with a misspelt key", H + "[train]\nlearning_rate = 0.1\n",
-     ("learning_rate",), None),
-    ("profile-wrong-type", 'a profile with train.lr = "fast"', H + '[train]\nlr = "fast"\n',
-     ("lr",), None),
-    ("profile-negative", "a profile with train.batch_size = -4", H + "[train]\nbatch_size = -4\n",
-     ("batch_size",), None),
-    ("profile-extends-loop", "two profiles that extend each other", 'extends = "other.toml"\n',
-     ("other.toml", "voice.toml"), {"other.toml": 'extends = "voice.toml"\n'}),
-    ("profile-extends-missing", "a profile extending a missing file",
-     'extends = "base.toml"\n' + H,
-     ("base.toml",), None),
-]  # fmt: skip
+    (
+        "profile-syntax",
+        "a profile that is not TOML",
+        H + "[train\nlr = 0.1\n",
+        ("voice.toml",),
+        None,
+    ),
+    (
+        "profile-binary",
+        "a profile of binary garbage",
+        b"\x89PNG\r\n\x00\xff",
+        ("voice.toml",),
+        None,
+    ),
+    (
+        "profile-unknown-key",
+        "a profile with a misspelt key",
+        H + "[train]\nlearning_rate = 0.1\n",
+        ("learning_rate",),
+        None,
+    ),
+    (
+        "profile-wrong-type",
+        'a profile with train.lr = "fast"',
+        H + '[train]\nlr = "fast"\n',
+        ("lr",),
+        None,
+    ),
+    (
+        "profile-negative",
+        "a profile with train.batch_size = -4",
+        H + "[train]\nbatch_size = -4\n",
+        ("batch_size",),
+        None,
+    ),
+    (
+        "profile-extends-loop",
+        "two profiles that extend each other",
+        'extends = "other.toml"\n',
+        ("other.toml", "voice.toml"),
+        {"other.toml": 'extends = "voice.toml"\n'},
+    ),
+    (
+        "profile-extends-missing",
+        "a profile extending a missing file",
+        'extends = "base.toml"\n' + H,
+        ("base.toml",),
+        None,
+    ),
+]
 EXPORT = "an export's config.json"
 ONNX = "an ONNX export's config.json"
 CONFIG_CASES = [
@@ -198,22 +232,40 @@ CONFIG_CASES = [
     Case("machine-garbage", "profiles", "a machine.toml that is not TOML", machine_garbage),
     Case("set-garbage", "profiles", "--set train.lr= and --set model.hidden=[1,", set_garbage),
     export_case("config-not-json", f"{EXPORT} cut mid-object", config_not_json),
-    export_case("config-no-model", f'{EXPORT} without its "model" entry',
-                config_edit(no_model, ('config.json has no "model"',))),
-    export_case("config-rate-text", f'{EXPORT} with sample_rate = "fast"',
-                config_edit(rate_as_text, ("sample_rate",))),
-    export_case("config-hidden-text", f'{EXPORT} with model.hidden = "wide"',
-                config_edit(hidden_as_text, ("hidden",))),
-    export_case("weights-cut", "an export's model.safetensors cut in half",
-                cut("model.safetensors")),
+    export_case(
+        "config-no-model",
+        f'{EXPORT} without its "model" entry',
+        config_edit(no_model, ('config.json has no "model"',)),
+    ),
+    export_case(
+        "config-rate-text",
+        f'{EXPORT} with sample_rate = "fast"',
+        config_edit(rate_as_text, ("sample_rate",)),
+    ),
+    export_case(
+        "config-hidden-text",
+        f'{EXPORT} with model.hidden = "wide"',
+        config_edit(hidden_as_text, ("hidden",)),
+    ),
+    export_case(
+        "weights-cut", "an export's model.safetensors cut in half", cut("model.safetensors")
+    ),
     export_case("weights-gone", "an export without its model.safetensors", weights_gone),
     onnx_case("onnx-config-not-json", f"{ONNX} cut mid-object", config_not_json),
-    onnx_case("onnx-no-acoustic", f'{ONNX} without its "acoustic" graph',
-              config_edit(no_acoustic, ("acoustic",))),
-    onnx_case("onnx-symbols-text", f"{ONNX} with its symbols a string",
-              config_edit(symbols_as_text, ("symbols",))),
-    onnx_case("onnx-hop-negative", f"{ONNX} with audio.hop_length = -256",
-              config_edit(hop_negative, ("hop_length",))),
-    onnx_case("onnx-graph-cut", "an ONNX export's acoustic.onnx cut in half",
-              cut("acoustic.onnx")),
-]  # fmt: skip
+    onnx_case(
+        "onnx-no-acoustic",
+        f'{ONNX} without its "acoustic" graph',
+        config_edit(no_acoustic, ("acoustic",)),
+    ),
+    onnx_case(
+        "onnx-symbols-text",
+        f"{ONNX} with its symbols a string",
+        config_edit(symbols_as_text, ("symbols",)),
+    ),
+    onnx_case(
+        "onnx-hop-negative",
+        f"{ONNX} with audio.hop_length = -256",
+        config_edit(hop_negative, ("hop_length",)),
+    ),
+    onnx_case("onnx-graph-cut", "an ONNX export's acoustic.onnx cut in half", cut("acoustic.onnx")),
+]

@@ -91,12 +91,25 @@ async def wait_for(pilot: Any, predicate: Callable[[], object]) -> bool:
 STEP = b'{"v":1,"seq":999,"t":1.0,"type":"step","ste'
 WRONG = b'{"v":"one","seq":"x","t":null,"type":"step","step":"many","loss":"low"}\n'
 DASHBOARD_CASES = [
-    dashboard_case("events-garbage", "a garbage line in events.jsonl under the dashboard",
-                   (b"this is not json at all\n",), 1),
-    dashboard_case("events-cut", "half an event line (a killed writer), then its end and more",
-                   (STEP, b"\n"), 1),
-    dashboard_case("events-binary", "binary bytes, then a 2 MiB line, under the dashboard",
-                   (b"\x00\xff\xfe\x80garbage\n", b"x" * (2 << 20) + b"\n"), 2),
-    dashboard_case("events-wrong-types", "an event with every field of the wrong type",
-                   (WRONG,), 1),
-]  # fmt: skip
+    dashboard_case(
+        "events-garbage",
+        "a garbage line in events.jsonl under the dashboard",
+        (b"this is not json at all\n",),
+        1,
+    ),
+    dashboard_case(
+        "events-cut",
+        "half an event line (a killed writer), then its end and more",
+        (STEP, b"\n"),
+        1,
+    ),
+    dashboard_case(
+        "events-binary",
+        "binary bytes, then a 2 MiB line, under the dashboard",
+        (b"\x00\xff\xfe\x80garbage\n", b"x" * (2 << 20) + b"\n"),
+        2,
+    ),
+    dashboard_case(
+        "events-wrong-types", "an event with every field of the wrong type", (WRONG,), 1
+    ),
+]

@@ -15,9 +15,10 @@ Measured, one after the other:
   cache, then with it filled;
 - spawn to first step, cold and warm: the real CLI (`trainer-core train
   --profile mms-finetune` on this CPU,
-  fp32, a micro-batch of 2) with empty caches, then with the caches the cold run filled, from spawn to its
-  first `step` event (then SIGTERM); `preload_done` gives the preload time, wait4() the peak RSS, and the
-  wave cache's size on disk is what Vega keeps of the waves (memory-mapped, read as batches need it);
+  fp32, a micro-batch of 2) with empty caches, then with the caches the cold run filled, from spawn
+  to its first `step` event (then SIGTERM); `preload_done` gives the preload time, wait4() the peak
+  RSS, and the wave cache's size on disk is what Vega keeps of the waves (memory-mapped, read as
+  batches need it);
 - negative control: the warm start again after the wave cache is emptied,
   which must MISS the warm target.
 
@@ -74,7 +75,7 @@ TINY_MODEL = [
 ]
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # The corpus
 
 
@@ -129,7 +130,7 @@ def build_corpus(clips: int, sources: list[tuple[Path, str]]) -> Path:
     return folder
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Measuring
 
 

@@ -16,7 +16,7 @@ LOGS_TAB = "level ≥"  # the log pane's header: on screen only while the Logs t
 CHARTS_TAB = "learning rate"  # a chart title: on screen only while the Charts tab shows
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Key presses while the history is read
 
 
@@ -72,7 +72,7 @@ def key_presses(term: Terminal, presses: int) -> list[float]:
     return latencies
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # In-process costs of a big log
 
 
@@ -133,7 +133,7 @@ def history_costs(run_dir: Path) -> dict[str, float]:
     return {"preview_s": handed.get(False, float("nan")), "exact_s": handed.get(True, float("nan"))}
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Profiling the open with py-spy
 
 

@@ -11,9 +11,9 @@ and reads the screen with `capture-pane`, as a person would see it:
   (target < 2 s), with the peak resident memory of the vega-tui process (target < 300 MB);
 - follow: a live run written at 1,000 lines/s (a writer thread appends step
   lines, plus a log line every
-  100 ms; the run's hello names another host, so the dashboard treats it as a remote live run): CPU of
-  vega-tui, and key-press latency, pressing 2 (Logs tab: the heartbeat log line appears) and 1 (Charts:
-  it disappears) and timing each until the screen shows it (target < 100 ms);
+  100 ms; the run's hello names another host, so the dashboard treats it as a remote live run): CPU
+  of vega-tui, and key-press latency, pressing 2 (Logs tab: the heartbeat log line appears) and 1
+  (Charts: it disappears) and timing each until the screen shows it (target < 100 ms);
 - live run: CPU of vega-tui attached to a real `trainer-core train` run over
   10 minutes (--live-seconds;
   target < 10 % of one core: a cost that grew with the history would show over that time);
@@ -50,7 +50,7 @@ HEARTBEAT = "bench heartbeat"
 OTHER_HOST = "bench-remote-writer"
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Event logs
 
 
@@ -176,7 +176,7 @@ class StreamWriter(threading.Thread):
                 time.sleep(max(0.0, next_t - time.perf_counter()))
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Measurements
 
 
@@ -318,7 +318,7 @@ def _wait_for_step_event(path: Path, timeout: float) -> bool:
     return False
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # The script
 
 

@@ -93,8 +93,11 @@ def main() -> int:
             "from scratch": None,
             "negative control (from an untrained base)": untrained,
         }
-        jobs = [(name, seed, number, start) for seed in range(1, seeds + 1)
-                for number, (name, start) in enumerate(starts.items())]  # fmt: skip
+        jobs = [
+            (name, seed, number, start)
+            for seed in range(1, seeds + 1)
+            for number, (name, start) in enumerate(starts.items())
+        ]
         with ThreadPoolExecutor(max_workers=workers) as pool:
             losses = pool.map(
                 lambda job: spanish_run(

@@ -61,9 +61,16 @@ SIDES = ("vega", "lightning", "raw")
 GAN_SIDES = ("vega", "unfrozen", "raw")
 MMS_SIDES = ("vega", "slowed", "raw")
 MMS_TINY_WIDTHS = (
-    "inter_channels", "hidden_channels", "filter_channels", "n_layers", "posterior_layers", "flow_layers",
-    "flow_count", "discriminator_channels", "p_dropout",
-)  # fmt: skip
+    "inter_channels",
+    "hidden_channels",
+    "filter_channels",
+    "n_layers",
+    "posterior_layers",
+    "flow_layers",
+    "flow_count",
+    "discriminator_channels",
+    "p_dropout",
+)
 # Vega / raw targets: a two-optimizer step does more bookkeeping (a snapshot to
 # undo the first group's step).
 TARGETS = {"vocoder-small": 1.03, "mms": 1.03}
@@ -86,8 +93,12 @@ SLOWED = 0.06  # the negative control's extra time per step, as a fraction of th
 # beside Vega's, past the profile's 7 GB budget (meant for an 8 GB card), and a paused
 # trainer would wait here for ever.
 MMS_CPU = [
-    "compute.mode=cpu", "train.precision=fp32", "train.batch_size=2", "train.grad_accum=1", "memory.act=false",
-]  # fmt: skip
+    "compute.mode=cpu",
+    "train.precision=fp32",
+    "train.batch_size=2",
+    "train.grad_accum=1",
+    "memory.act=false",
+]
 
 
 class Baselines:

@@ -193,8 +193,10 @@ def cuda_available() -> bool:
 def gpu_name() -> str:
     out = subprocess.run(
         ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     import torch
 
     return f"GPU: {out.stdout.strip()}; torch {torch.__version__} (CUDA {torch.version.cuda})"
@@ -207,8 +209,10 @@ def check_nvml(result: common.Result) -> None:
     gpu = probe().gpus[0]
     out = subprocess.run(
         ["nvidia-smi", "--query-gpu=memory.used,memory.total", "--format=csv,noheader,nounits"],
-        capture_output=True, text=True, check=True,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     used_mib, total_mib = (float(x) for x in out.stdout.splitlines()[0].split(","))
     total_diff = abs(gpu.memory_total_bytes / 2**20 - total_mib)
     used_diff = abs(gpu.memory_used_bytes / 2**20 - used_mib)

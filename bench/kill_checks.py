@@ -37,9 +37,15 @@ from trainer_core.engine.checkpoint_manager import (
 )
 
 ZERO_COUNTERS = (
-    "vacuous_kills", "unreadable_latest", "lost_checkpoints", "failed_resumes", "event_log_damage",
-    "torn_samples", "bad_cache", "bad_best",
-)  # fmt: skip
+    "vacuous_kills",
+    "unreadable_latest",
+    "lost_checkpoints",
+    "failed_resumes",
+    "event_log_damage",
+    "torn_samples",
+    "bad_cache",
+    "bad_best",
+)
 RESUMED_RE = re.compile(r"^resumed from (?P<path>\S+): step (?P<step>\d+),")
 
 

@@ -64,9 +64,19 @@ DEFAULT_KILLS = 36  # 3 in each of the 12 phases
 # checkpoint (a fresh run validates and samples at step 0; the vocoder's two optimizers each
 # pass the step hook once per step).
 NTH = {
-    "write": 2, "rename": 2, "prune": 1, "step": 3, "validation": 2, "sampling": 2, "preload": 1,
-    "preload_decode": 3, "cache_write": 1, "best_write": 1, "best_json": 1, "sample_write": 1,
-}  # fmt: skip
+    "write": 2,
+    "rename": 2,
+    "prune": 1,
+    "step": 3,
+    "validation": 2,
+    "sampling": 2,
+    "preload": 1,
+    "preload_decode": 3,
+    "cache_write": 1,
+    "best_write": 1,
+    "best_json": 1,
+    "sample_write": 1,
+}
 # Held before the resume; the cache is deleted first, so that the preload decodes and writes.
 PRELOAD_PHASES = ("preload", "preload_decode", "cache_write")
 # The runs that take turns at a phase; the others rotate over OTHER_RUNS.
@@ -126,7 +136,7 @@ TINY_SCHEDULE = [
 ]
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # The drill
 
 
@@ -268,7 +278,7 @@ def run_control(name: str, root: Path) -> Tally:
     return run_drill(root, [control.kill], {control.switch: "1"}, final=False)
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Report
 
 

@@ -83,9 +83,11 @@ class Setup:
     eval_items: int = EVAL_ITEMS
     ablations: tuple[str, ...] = tuple(ABLATIONS)
     workers: int = 1
-    """Runs trained at once: 1 for real figures; the smoke run's one-thread trainers go three at a time."""
+    """Runs trained at once: 1 for real figures; the smoke run's one-thread
+    trainers go three at a time."""
     twice_up_front: bool = False
-    """The smoke run trains "twice the budget" with the rest (in the real one it runs only on a miss)."""
+    """The smoke run trains "twice the budget" with the rest (in the real
+    one it runs only on a miss)."""
 
 
 def train(setup: Setup, name: str, profile: str, sets: list[str]) -> Trained:

@@ -4,13 +4,13 @@ For lm-small, tts-small and vocoder-small (two optimizers), in one process:
 
 - Vega: a real run built through the engine API (`build_trainer` from a
   `make_plan` TrainPlan): the real
-  data pipeline (batches cut from the corpus / collated from preloaded mels each step), events written
-  to events.jsonl, the inter-batch profiler and the memory manager on, stopped after W + N steps the
-  way the control socket stops a run;
+  data pipeline (batches cut from the corpus / collated from preloaded mels each step), events
+  written to events.jsonl, the inter-batch profiler and the memory manager on, stopped after W + N
+  steps the way the control socket stops a run;
 - limit: the same model architecture and initialisation (its own copy), the
   same first W + N batches of
-  epoch 0 already built and resident in memory, and the loop stripped to zero_grad, forward, backward,
-  gradient clipping (the profile asks for it) and optimizer.step.
+  epoch 0 already built and resident in memory, and the loop stripped to zero_grad, forward,
+  backward, gradient clipping (the profile asks for it) and optimizer.step.
 
 The two are paired step by step (`common.Paired`): after each Vega step, one limit step runs on the
 same batch, so both see the same machine load. Efficiency = limit seconds / Vega seconds per pair,

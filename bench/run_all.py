@@ -1,10 +1,13 @@
 """Run every benchmark and rewrite the generated part of docs/benchmarks.md
 (`bench/run_all` calls this).
 
-    bench/run_all                 every benchmark with its documented settings (about 4 hours: the learning
-                                  benchmarks train 12 minutes per variant; --only skips them)
-    bench/run_all --tiny          every benchmark once on smoke settings (what tests/test_bench.py runs)
-    bench/run_all --only preload,dashboard   rerun those; the other sections of the document are kept
+    bench/run_all                 every benchmark with its documented settings (about 4 hours: the
+                                  learning benchmarks train 12 minutes per variant; --only skips
+                                  them)
+    bench/run_all --tiny          every benchmark once on smoke settings (what tests/test_bench.py
+                                  runs)
+    bench/run_all --only preload,dashboard   rerun those; the other sections of the document are
+                                             kept
     bench/run_all --render-only   rewrite the document from the JSON results already in --out
 
 Each benchmark runs as its own process (`python bench/<script>.py ...`), one after the other, the
@@ -210,7 +213,7 @@ def parse_args() -> argparse.Namespace:
     return parser.parse_args()
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # The document
 
 

@@ -14,20 +14,22 @@ Measured, one after the other:
   cache, then again with it filled;
 - spawn to first step, cold and warm: the real CLI (`trainer-core train
   --profile demo`) as a subprocess with
-  empty caches, then with the caches the cold run filled, from spawn to its first `step` event (then stopped
-  with SIGTERM, as a user's Ctrl-C); each run's `preload_done` event gives the preload time (cold, cache hit)
-  and its peak RSS comes from wait4(). tts-small then starts warm too (its audio settings equal the demo's,
-  so the same feature cache serves both). The profiles run as shipped (the demo validates once at start).
+  empty caches, then with the caches the cold run filled, from spawn to its first `step` event (then
+  stopped with SIGTERM, as a user's Ctrl-C); each run's `preload_done` event gives the preload time
+  (cold, cache hit) and its peak RSS comes from wait4(). tts-small then starts warm too (its audio
+  settings equal the demo's, so the same feature cache serves both). The profiles run as shipped
+  (the demo validates once at start).
 - share of wall time spent validating: a real run built through the engine
   API (`common.build_vega`) on the
-  warm caches, `Trainer.validate` timed from outside, over `--steps` steps with `train.eval_every_steps` set to
-  `--eval-every` (the demo profile's own interval; tts-small validates once per epoch as shipped, about 7,600
-  steps on this corpus, too long to measure here, so it gets the demo's interval, a harsher setting). The
-  validation time includes the samples each validation writes. `train.validate_at_start` is off here so that
-  the window holds only periodic validations.
-  Two figures each: the validation passes alone (loss over the held-out items: what data.val_max_items bounds)
-  and the whole of `validate()`, samples included (synthesis and Griffin-Lim of `sample.sentences` at every
-  validation: a fixed cost per validation that no corpus size or cap changes).
+  warm caches, `Trainer.validate` timed from outside, over `--steps` steps with
+  `train.eval_every_steps` set to `--eval-every` (the demo profile's own interval; tts-small
+  validates once per epoch as shipped, about 7,600 steps on this corpus, too long to measure here,
+  so it gets the demo's interval, a harsher setting). The validation time includes the samples each
+  validation writes. `train.validate_at_start` is off here so that the window holds only periodic
+  validations. Two figures each: the validation passes alone (loss over the held-out items: what
+  data.val_max_items bounds) and the whole of `validate()`, samples included (synthesis and
+  Griffin-Lim of `sample.sentences` at every validation: a fixed cost per validation that no corpus
+  size or cap changes).
 - negative control: the demo's validation share again with
   `data.val_max_items = 0` (no cap): 10 % of the
   corpus is validated on, which must MISS the target; if it does not, the measurement cannot tell.
@@ -56,7 +58,7 @@ SPAWN_TIMEOUT_S = 900.0
 CPU = ["compute.mode=cpu", "logging.step_interval_s=0.05", "logging.report=false"]
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # The corpus
 
 
@@ -103,7 +105,7 @@ def build_corpus(hours: float) -> tuple[Path, int]:
     return folder, copies * len(rows)
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Scan
 
 
@@ -121,7 +123,7 @@ def time_scans(corpus: Path, cache: Path) -> tuple[float, float, int]:
     return times[0], times[1], report.usable_count
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Spawned trainers
 
 
@@ -205,7 +207,7 @@ def anonymous_bytes(pid: int) -> int:
     return 0
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Validation share
 
 
@@ -240,7 +242,7 @@ def validation_share(
     }
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Report
 
 

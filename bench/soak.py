@@ -24,7 +24,8 @@ end, sampled with the trainer:
 - at the end it shows the trainer's latest step;
 - then a fresh dashboard attaches to the long log, as after a dropped SSH
   session: seconds until it shows the
-  latest step (target < 2 s) and its peak memory with the child reading the history (target < 300 MiB).
+  latest step (target < 2 s) and its peak memory with the child reading the history (target < 300
+  MiB).
 
 Negative control (`--control leaky`): the trainer and both dashboards run under
 bench/leak_wrapper.py, which keeps memory it never frees; both growth figures

@@ -9,8 +9,9 @@ A demo-profile voice is trained for a few steps by the real CLI (the model size 
   is what the old vocoder and the import-time compile decorator cost; it must miss the cold target;
 - batch: the loaded model speaks the demo corpus's 40 transcripts (what the
   slow synth was measured on:
-  1-2 s sentences) through the same code as `synth --text-file`, Griffin-Lim included; then N book sentences
-  of 40-140 characters for the real-time factor on longer speech. The end-to-end CLI wall is a detail.
+  1-2 s sentences) through the same code as `synth --text-file`, Griffin-Lim included; then N book
+  sentences of 40-140 characters for the real-time factor on longer speech. The end-to-end CLI wall
+  is a detail.
 """
 
 from __future__ import annotations

@@ -79,7 +79,7 @@ CONTROLS = (
         UNBUDGETED,
         "unbudgeted",
         HOLD_S,
-    ),  # fmt: skip
+    ),
 )
 
 
@@ -189,9 +189,12 @@ def measure(
     if quiet and busy:
         result.add(
             f"{label}: a free-running pass beside the CPU-bound process / quiet",
-            busy / quiet, "x", f"<= {BUSY_PASS_RATIO:g}x", busy / quiet <= BUSY_PASS_RATIO,
+            busy / quiet,
+            "x",
+            f"<= {BUSY_PASS_RATIO:g}x",
+            busy / quiet <= BUSY_PASS_RATIO,
             f"{busy:.2f} s against {quiet:.2f} s a pass",
-        )  # fmt: skip
+        )
 
 
 def report(
@@ -204,9 +207,14 @@ def report(
     miss = " (negative control: must MISS)"
     # a held validation can't be split: up to one early
     early = max(tolerance, case.hold_s / target_s)
-    target = f"within ±{tolerance * 100:.0f} %" if early == tolerance else (
-        f"-{early * 100:.0f} % to +{tolerance * 100:.0f} % (early by less than one {case.hold_s:g} s validation)"
-    )  # fmt: skip
+    target = (
+        f"within ±{tolerance * 100:.0f} %"
+        if early == tolerance
+        else (
+            f"-{early * 100:.0f} % to +{tolerance * 100:.0f} % (early by less than one"
+            f" {case.hold_s:g} s validation)"
+        )
+    )
     target += miss if case.control == "unbudgeted" else ""
     detail = f"{wall:.1f} s for a {target_s:.1f} s budget"
     finished = next((e for e in reversed(events) if e.type == "finished"), None)
@@ -218,19 +226,23 @@ def report(
         share = run.beside_share
         result.add(
             f"{label}: CPU share of the process beside it (load control)",
-            100 * share, "% of a core",
-            f">= 50 %{miss if case.control == 'idle' else ''}", share >= 0.5,
-        )  # fmt: skip
+            100 * share,
+            "% of a core",
+            f">= 50 %{miss if case.control == 'idle' else ''}",
+            share >= 0.5,
+        )
     passes = [e for e in events if e.type == "free_running"]
     if passes:
         spent = sum(e.seconds for e in passes)
         demo = label.startswith("demo")
         result.add(
             f"{label}: free-running evaluation, share of wall time",
-            100 * spent / wall, "%", f"<= {FREE_RUNNING_SHARE * 100:.0f} %" if demo else "",
+            100 * spent / wall,
+            "%",
+            f"<= {FREE_RUNNING_SHARE * 100:.0f} %" if demo else "",
             spent / wall <= FREE_RUNNING_SHARE if demo else None,
             f"{len(passes)} pass(es), {spent:.1f} s in all",
-        )  # fmt: skip
+        )
     steps = [e for e in events if e.type == "step"]
     if steps:
         result.notes.append(f"{label}: after the last step: {tail_breakdown(events, steps[-1])}")

@@ -12,14 +12,16 @@ removing one fails it. Everything here is re-exported from where it lives; nothi
 
 - The Task interface: `Task`, `Batch`, `Carry`, `SampleKind`, `SampleResult`,
   optimizer groups (`GroupSpec`), and
-  the helpers `batch_to`, `count_parameters`, `unwrap_model`; the registry: `TaskRequest`, `TaskFactory`,
-  `register_task`; the profile a task reads (`Profile`, `AudioSection`) and the errors it raises for bad input.
+  the helpers `batch_to`, `count_parameters`, `unwrap_model`; the registry: `TaskRequest`,
+  `TaskFactory`, `register_task`; the profile a task reads (`Profile`, `AudioSection`) and the
+  errors it raises for bad input.
 - Data: the data-folder scan (`scan_data`, `DataReport`, `VoiceItem`),
   preloading recordings as mel features
-  (`preload_voice`, `VoiceFeatures`) or as samples (`preload_waves`, `Waves`) into RAM or the disk cache
-  (`choose_where`), mel features (`MelExtractor`), text windows (`TextCorpus`), the stable train/validation split
-  (`split_items`), length-bucketed voice batches (`VoiceDataset`), fixed-length audio segments (`SegmentDataset`),
-  and the deterministic, resumable epoch order they share (`epoch_seed`, `segment_offset`; `check_shard` for DDP).
+  (`preload_voice`, `VoiceFeatures`) or as samples (`preload_waves`, `Waves`) into RAM or the disk
+  cache (`choose_where`), mel features (`MelExtractor`), text windows (`TextCorpus`), the stable
+  train/validation split (`split_items`), length-bucketed voice batches (`VoiceDataset`),
+  fixed-length audio segments (`SegmentDataset`), and the deterministic, resumable epoch order they
+  share (`epoch_seed`, `segment_offset`; `check_shard` for DDP).
 - Text front end: `TextEncoder` (characters or espeak-ng phonemes), `normalize_text`, `phonemize`.
 - Samples: `samples_folder` (samples/step-<8 digits>/) and `write_wav`.
 """

@@ -62,21 +62,26 @@ class TrainPlan:
     validation: ValidationPlan | None = None
     """Validation items (after the cap) and the estimated share of wall time spent validating."""
     warmup_steps: int | None = None
-    """The warmup the run will use when known now (None: fitted after a time budget's calibration)."""
+    """The warmup the run will use when known now (None: fitted after a time
+    budget's calibration)."""
     notes: list[str] = field(default_factory=list)
     world: World = SINGLE
     backend: str | None = None
     """The torch.distributed backend once this rank joined the process group."""
     launch: LaunchPlan | None = None
-    """Set by `trainer-core train --nproc-per-node N` before torchrun starts (what --dry-run shows)."""
+    """Set by `trainer-core train --nproc-per-node N` before torchrun starts
+    (what --dry-run shows)."""
     model_size: dict[str, Any] | None = None
     """`model.size = "auto"`: the shape chosen, why, and every candidate measured."""
     init_from: dict[str, Any] | None = None
-    """`train.init_from`: what the run starts from (checked to fit), or why it is not applied; None: scratch."""
+    """`train.init_from`: what the run starts from (checked to fit), or why it
+    is not applied; None: scratch."""
     task: TaskSource | None = None
-    """`model.task`: the module the run imports, its file, and the machine file's pattern that allows it."""
+    """`model.task`: the module the run imports, its file, and the machine
+    file's pattern that allows it."""
     voice_start: VoiceStart | None = None
-    """VITS: the symbol map the run keeps (its start model's, or its own on a resume); None: a new map."""
+    """VITS: the symbol map the run keeps (its start model's, or its own on
+    a resume); None: a new map."""
 
     @property
     def data_mode(self) -> str:
@@ -202,7 +207,7 @@ def plan_warmup(profile: Profile, steps_per_epoch: int) -> tuple[int | None, str
     )
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Data-parallel: how many processes, on which devices
 
 

@@ -15,9 +15,20 @@ import tomli_w
 
 Kind = Literal["lm", "tts", "vocoder", "vits"]
 _ORDER = (
-    "run", "data", "model", "train", "compute", "audio", "tts", "vocoder", "vits", "sample", "logging", "memory",
+    "run",
+    "data",
+    "model",
+    "train",
+    "compute",
+    "audio",
+    "tts",
+    "vocoder",
+    "vits",
+    "sample",
+    "logging",
+    "memory",
     "debug",
-)  # fmt: skip
+)
 
 # The parts both kinds share: CPU, one thread, quick telemetry, no report.
 _COMMON: dict[str, dict[str, Any]] = {
@@ -72,7 +83,7 @@ TINY: dict[Kind, dict[str, dict[str, Any]]] = {
             "win_length": 256,
             "n_mels": 40,
             "f_max": 8000.0,
-        },  # fmt: skip
+        },
         "tts": {"text_units": "chars"},
         "vits": {
             "inter_channels": 8,
@@ -93,7 +104,7 @@ TINY: dict[Kind, dict[str, dict[str, Any]]] = {
             "discriminator_channels": 2,
             "segment_size": 1024,
             "num_symbols": 64,
-        },  # fmt: skip
+        },
         "sample": {"sentences": ["Hello there."]},
     },
 }

@@ -1,7 +1,8 @@
 """`vega-tui`: the terminal dashboard.
 
     vega-tui [launch]            pick a profile and data, then start training (the default)
-    vega-tui attach [RUN_DIR]    follow one run, live or finished (the newest run when none is named)
+    vega-tui attach [RUN_DIR]    follow one run, live or finished (the newest run when none is
+                                 named)
     vega-tui runs [ROOT]         list the runs under ROOT and compare their loss curves
     vega-tui serve               the dashboard in a browser, behind a token (the web extra)
 

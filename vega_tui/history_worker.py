@@ -9,8 +9,8 @@ nothing but a ~100 KiB pickle at the end.
 Protocol (parent `HistoryChild` <-> child `main`), both ends in this module:
 - stdin: one pickled `HistoryRequest` (the log, the line end to stop at, an
   empty store to fold into).
-  The parent then keeps stdin open and writes nothing more; EOF means the dashboard went away (closed,
-  killed) and the child exits at once, so it never outlives the dashboard.
+  The parent then keeps stdin open and writes nothing more; EOF means the dashboard went away
+  (closed, killed) and the child exits at once, so it never outlives the dashboard.
 - stdout: frames (`FRAME` header: kind byte, payload length) of pickles: progress fractions while
   reading, then one `HistoryResult` (the finished store and the reader's state at the stop offset).
 - stderr: a traceback or a one-line reason when it fails (exit status not 0).
@@ -78,7 +78,7 @@ class HistoryResult:
     last_error: str | None
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # The child
 
 
@@ -149,7 +149,7 @@ def main() -> int:
     return 0
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # The parent's handle
 
 

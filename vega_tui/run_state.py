@@ -41,7 +41,7 @@ MAX_CHECKPOINTS = 1000
 MAX_LOG_MESSAGE = 2000
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Bounded series
 
 
@@ -251,7 +251,7 @@ class Ema:
         return self._raw / (1.0 - self._power)
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Rows the screens show
 
 
@@ -403,7 +403,8 @@ class RunState:
     task: dict[str, Any] | None = None
     memory_level: str | None = None
     pause_reason: str | None = None
-    """Why the trainer paused itself (memory near its budget), while paused; None for a client's pause."""
+    """Why the trainer paused itself (memory near its budget), while paused;
+    None for a client's pause."""
     last_error: str | None = None
     # Where the last error happened (the error event's file and line: a
     # task's own code where it failed).
@@ -425,7 +426,7 @@ class RunState:
     history_progress: float | None = None
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Formatting helpers for one-line summaries
 
 

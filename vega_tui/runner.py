@@ -3,10 +3,12 @@
 - `train_argv` builds the `trainer_core train` command line the launch screen runs.
 - `TrainerProcess.spawn` starts it in its own session with stdout/stderr going
   to files in the run folder, so
-  the trainer never blocks on a pipe nobody drains and outlives the dashboard (closed laptop, dropped SSH).
+  the trainer never blocks on a pipe nobody drains and outlives the dashboard (closed laptop,
+  dropped SSH).
 - `trainer_pid`, `is_alive` and `run_status` tell a live run from a finished
   or crashed one using the log's
-  `hello`/`finished` events and the process table (PID reuse is ruled out by the command line and start time).
+  `hello`/`finished` events and the process table (PID reuse is ruled out by the command line and
+  start time).
 - `send` delivers a control command; a dead trainer's stale socket is
   reported at once, never waited on.
 - `run_report` runs a `trainer_core` CLI command (check-data, train --dry-run) and parses its typed
@@ -58,7 +60,7 @@ class RunnerError(VegaError):
     command's own `error: ...` line."""
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Command lines
 
 
@@ -109,7 +111,7 @@ def train_argv(
     return argv
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Spawning
 
 
@@ -180,7 +182,7 @@ def trainer_env() -> dict[str, str]:
     return env
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Reading the end of files
 
 
@@ -318,7 +320,7 @@ def _event_of(line: bytes, types: tuple[str, ...]) -> dict[str, Any] | None:
     return event if isinstance(event, dict) and event.get("type") in types else None
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Is the trainer alive?
 
 
@@ -390,7 +392,7 @@ def _recently_written(run_dir: Path | str) -> bool:
         return False
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Commands
 
 
@@ -436,7 +438,7 @@ def socket_ready(run_dir: Path | str) -> bool:
     return True
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # JSON commands
 
 

@@ -67,7 +67,7 @@ from vega_tui.store_lifecycle import RunLifecycleHandlers
 # 0.2 passes griffin_lim's 0.21"); it comes just before that validation event.
 TRAINER_PASSES = re.compile(r"^step (\d+): \S+ \S+ passes ")
 
-# ---------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # The store
 
 
@@ -84,7 +84,8 @@ class RunStore(RunLifecycleHandlers):
         charts: Iterable[ChartSpec] | None = None,
     ) -> None:
         super().__init__(max_points, max_logs, run_dir=run_dir, charts=charts)
-        # Event class -> handler; each handler's parameter is typed, so a field renamed in the protocol fails mypy.
+        # Event class -> handler; each handler's parameter is typed, so a field renamed in the
+        # protocol fails mypy.
         self._handlers: dict[type[Event], Callable[[Any], None]] = {
             HelloEvent: self._on_hello,
             ResourcesEvent: self._on_resources,

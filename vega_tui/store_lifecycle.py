@@ -73,8 +73,13 @@ class RunLifecycleHandlers(StoreBase):
 
     def _on_overtraining(self, e: OvertrainingEvent) -> None:
         """The banner and status line say so (naming the best checkpoint) until a new best model."""
-        self.state.overtraining = {"step": e.step, "best_step": e.best_step, "best_path": e.best_path,
-                                   "message": e.message, "evaluations": e.evaluations}  # fmt: skip
+        self.state.overtraining = {
+            "step": e.step,
+            "best_step": e.best_step,
+            "best_path": e.best_path,
+            "message": e.message,
+            "evaluations": e.evaluations,
+        }
         self._mark("overtraining", e.step, e.t, f"overtraining at step {e.step}")
         self._log("warning", "overtraining", e.message, e.t)
 

@@ -35,21 +35,29 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("path", metavar="DIR", type=Path, help="the data folder")
     parser.add_argument(
-        "--data-mode", "--mode", dest="data_mode", choices=["auto", "voice", "text"], default="auto",
+        "--data-mode",
+        "--mode",
+        dest="data_mode",
+        choices=["auto", "voice", "text"],
+        default="auto",
         help="data mode (default: auto); --mode is the older spelling",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--speakers", choices=["auto", "column", "folders", "none"], default="auto",
+        "--speakers",
+        choices=["auto", "column", "folders", "none"],
+        default="auto",
         help="how clips get their speaker, as data.speakers (default: auto)",
-    )  # fmt: skip
+    )
     corpus = parser.add_argument_group("Common Voice and datasets folders")
     corpus.add_argument(
         "--min-up-votes", type=int, default=0, metavar="N", help="data.min_up_votes"
     )
     corpus.add_argument(
-        "--common-voice-train", choices=["validated", "train"], default="validated",
+        "--common-voice-train",
+        choices=["validated", "train"],
+        default="validated",
         help="data.common_voice_train: validated (minus dev/test, the default) or train",
-    )  # fmt: skip
+    )
     corpus.add_argument("--text-column", metavar="NAME", help="the text column (data.text_column)")
     corpus.add_argument(
         "--audio-column", metavar="NAME", help="the audio column (data.audio_column)"
@@ -82,10 +90,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="read every file, neither using nor writing the cache",
     )
     parser.add_argument(
-        "--tokenizer", metavar="FOLDER|hf:ORG/NAME",
-        help="a transformers VITS voice folder (vocab.json, tokenizer_config.json; e.g. an MMS voice) or hub id: "
-        "count the transcript characters its text front end drops",
-    )  # fmt: skip
+        "--tokenizer",
+        metavar="FOLDER|hf:ORG/NAME",
+        help=(
+            "a transformers VITS voice folder (vocab.json, tokenizer_config.json; e.g. an MMS"
+            " voice) or hub id: count the transcript characters its text front end drops"
+        ),
+    )
     parser.set_defaults(handler=run)
 
 
@@ -105,9 +116,13 @@ def run(args: argparse.Namespace) -> int:
     front_end = load_front_end(args.tokenizer) if args.tokenizer is not None else None
     cache = None if args.no_cache else scan_cache_folder(args.cache_dir)
     corpus = CorpusOptions(
-        args.speakers, args.min_up_votes, args.common_voice_train,
-        args.text_column, args.audio_column, cache_folder(args.cache_dir) / "clips",
-    )  # fmt: skip
+        args.speakers,
+        args.min_up_votes,
+        args.common_voice_train,
+        args.text_column,
+        args.audio_column,
+        cache_folder(args.cache_dir) / "clips",
+    )
     report = scan_data(
         args.path,
         args.data_mode,

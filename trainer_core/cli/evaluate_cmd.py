@@ -1,7 +1,8 @@
 """`trainer-core evaluate`: score a trained voice on sentences of a voice folder,
 spoken without teacher forcing.
 
-    trainer-core evaluate runs/demo-…                 --data my-voice/     # the run's best (else newest) checkpoint
+    trainer-core evaluate runs/demo-…                 --data my-voice/     # the run's best (else
+                                                      newest) checkpoint
     trainer-core evaluate runs/demo-…/checkpoints/step-00000400.pt --data my-voice/ --json
     trainer-core evaluate runs/demo-…/export          --data my-voice/ --all
 

@@ -2,7 +2,8 @@
 and no torch. (`--hf`: a vits voice as a transformers folder, `cli.hf_export`; `--piper`: a vits
 voice as a Piper voice, `cli.piper_export`.)
 
-    trainer-core export --onnx runs/demo-…                              # its best checkpoint -> runs/demo-…/onnx/
+    trainer-core export --onnx runs/demo-…                              # its best checkpoint ->
+        runs/demo-…/onnx/
     trainer-core export --onnx runs/demo-…/export --out voice-onnx/ --vocoder runs/vocoder-…
     trainer-core synth --onnx voice-onnx/ --text "Hello." --out hello.wav   # torch is not imported
 

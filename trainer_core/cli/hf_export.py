@@ -57,12 +57,23 @@ def run_hf(args: argparse.Namespace) -> int:
         )
     config = _model_config(path)
     speaker = voice.speaker
-    scales = {"noise_scale": speaker.noise_scale, "noise_scale_w": speaker.noise_scale_w,
-              "length_scale": speaker.length_scale}  # fmt: skip
+    scales = {
+        "noise_scale": speaker.noise_scale,
+        "noise_scale_w": speaker.noise_scale_w,
+        "length_scale": speaker.length_scale,
+    }
     out = args.out if args.out is not None else default_out(source)
     step = config.get("step")
-    document = export_hf(voice.model, voice.model.config, voice.encoder, voice.audio.sample_rate, out, scales,
-                         config.get("base_model"), step if isinstance(step, int) else None)  # fmt: skip
+    document = export_hf(
+        voice.model,
+        voice.model.config,
+        voice.encoder,
+        voice.audio.sample_rate,
+        out,
+        scales,
+        config.get("base_model"),
+        step if isinstance(step, int) else None,
+    )
     if args.json:
         print_json({"out": str(out), "config": document})
     else:

@@ -148,8 +148,11 @@ def run_piper(args: argparse.Namespace) -> int:
             'writes vits voices (model.kind = "vits"); export this one with export --onnx'
         )
     speaker = voice.speaker
-    scales = {"noise_scale": speaker.noise_scale, "noise_scale_w": speaker.noise_scale_w,
-              "length_scale": speaker.length_scale}  # fmt: skip
+    scales = {
+        "noise_scale": speaker.noise_scale,
+        "noise_scale_w": speaker.noise_scale_w,
+        "length_scale": speaker.length_scale,
+    }
     out = args.out if args.out is not None else default_out(source)
     facts = voice_facts(path, source, args.name)
     names, rate = voice.speaker_names, voice.audio.sample_rate

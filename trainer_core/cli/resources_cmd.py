@@ -40,9 +40,15 @@ def register(sub: Any) -> None:
         "--json", action="store_true", help="print one JSON document instead of tables"
     )
     parser.add_argument(
-        "--compute-mode", "--mode", dest="compute_mode", choices=MODES,
-        help="check this compute mode: exit 2 if it cannot be satisfied; --mode is the older spelling",
-    )  # fmt: skip
+        "--compute-mode",
+        "--mode",
+        dest="compute_mode",
+        choices=MODES,
+        help=(
+            "check this compute mode: exit 2 if it cannot be satisfied; --mode is the older"
+            " spelling"
+        ),
+    )
     parser.add_argument(
         "--device", help="check an explicit device (cpu, mps, cuda, cuda:N) under --mode"
     )

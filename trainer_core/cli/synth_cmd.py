@@ -1,10 +1,11 @@
 """`trainer-core synth`: speak a sentence with a trained TTS model, from a checkpoint or an export.
 
-    trainer-core synth --checkpoint runs/demo-…/checkpoints/step-00000200.pt --text "Hello." --out hello.wav
-    trainer-core synth --export runs/demo-…/export --text "Hello." --out hello.wav --length-scale 1.2
-    trainer-core synth --checkpoint C --text-file lines.txt --out-dir spoken/   # one wav per line + index
-    trainer-core synth --export runs/multi-…/export --speaker alice --text "Hello." --out alice.wav
-    trainer-core synth --onnx runs/demo-…/onnx --text "Hello." --out hello.wav   # onnxruntime, no torch
+    trainer-core synth --checkpoint runs/demo-…/checkpoints/step-00000200.pt --text "Hello." --out
+    hello.wav trainer-core synth --export runs/demo-…/export --text "Hello." --out hello.wav
+    --length-scale 1.2 trainer-core synth --checkpoint C --text-file lines.txt --out-dir spoken/   #
+    one wav per line + index trainer-core synth --export runs/multi-…/export --speaker alice --text
+    "Hello." --out alice.wav trainer-core synth --onnx runs/demo-…/onnx --text "Hello." --out
+    hello.wav   # onnxruntime, no torch
 
 A checkpoint carries the weights (with the text vocabulary in the model's `text_symbols` buffer) and
 the run's profile TOML (architecture sizes, audio parameters, text settings). An export carries the

@@ -33,13 +33,19 @@ def register(sub) -> None:
         "--run-dir", type=Path, help="run folder to create (default: <runs_dir>/<name>-<time>)"
     )
     p.add_argument(
-        "--compute-mode", "--mode", dest="compute_mode", choices=["gpu", "cpu", "mixed"],
+        "--compute-mode",
+        "--mode",
+        dest="compute_mode",
+        choices=["gpu", "cpu", "mixed"],
         help="compute mode (overrides compute.mode); --mode is the older spelling",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--data-mode", "--voice-mode", dest="data_mode", choices=["voice", "text", "auto"],
+        "--data-mode",
+        "--voice-mode",
+        dest="data_mode",
+        choices=["voice", "text", "auto"],
         help="data mode (overrides data.mode); --voice-mode is the older spelling",
-    )  # fmt: skip
+    )
     p.add_argument(
         "--device", help="explicit device: cuda:N, mps or cpu (overrides compute.device)"
     )
@@ -130,9 +136,8 @@ def flag_overrides(args: argparse.Namespace) -> list[str]:
     if args.init_from is not None:
         given = str(args.init_from)
         hub_id = given.startswith("hf:")  # a Hugging Face hub id, not a path
-        out.append(
-            f"train.init_from={json.dumps(given if hub_id else str(args.init_from.expanduser().resolve()))}"
-        )
+        start = given if hub_id else str(args.init_from.expanduser().resolve())
+        out.append(f"train.init_from={json.dumps(start)}")
     if args.init_discriminator is not None:
         path = str(args.init_discriminator.expanduser().resolve())
         out.append(f"train.init_discriminator={json.dumps(path)}")

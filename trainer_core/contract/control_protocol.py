@@ -18,7 +18,7 @@ from pydantic import (
 from trainer_core.contract.event_lines import describe_validation_error, load_json_object
 from trainer_core.contract.protocol import ProtocolError
 
-# ---------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Control commands: `{"cmd": "pause", "id": "<optional client id>"}` one per
 # line, answered by CommandReply
 

@@ -17,7 +17,7 @@ from trainer_core.contract.protocol import (
     event_adapter,
 )
 
-# ---------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # JSON Schema export (`trainer-core schema`)
 
 SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"

@@ -146,8 +146,15 @@ def read_hf_voice(folder: Path, repo_id: str | None = None) -> HfVoice:
     tokenizer_path = folder / TOKENIZER_CONFIG
     tokenizer = _json(tokenizer_path, "the tokenizer settings") if tokenizer_path.is_file() else {}
     license_name = read_license(folder) or config.get("license")
-    return HfVoice(folder, config, weights, {str(k): int(v) for k, v in vocab.items()}, dict(tokenizer),
-                   str(license_name) if license_name else None, repo_id)  # fmt: skip
+    return HfVoice(
+        folder,
+        config,
+        weights,
+        {str(k): int(v) for k, v in vocab.items()},
+        dict(tokenizer),
+        str(license_name) if license_name else None,
+        repo_id,
+    )
 
 
 # ------------------------------------------------------------------------------------------------

@@ -214,8 +214,10 @@ def _token_text(token: Any, path: Path, key: str) -> str:
     if isinstance(token, dict) and isinstance(token.get("content"), str) and token["content"]:
         flags = [flag for flag in STRIPPING_FLAGS if token.get(flag)]
         if flags:
-            raise ProfileError(f"{path}: {key}: token {token['content']!r} sets {', '.join(flags)}, "
-                               "which Vega does not reproduce; remove the flag")  # fmt: skip
+            raise ProfileError(
+                f"{path}: {key}: token {token['content']!r} sets {', '.join(flags)}, "
+                "which Vega does not reproduce; remove the flag"
+            )
         return str(token["content"])
     raise ProfileError(f"{path}: {key}: {token!r} is not a token (a non-empty string)")
 
@@ -238,8 +240,9 @@ def _json_object(path: Path) -> dict[str, Any]:
     try:
         document = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError as exc:
-        raise ProfileError(f"{path} is missing; a transformers VITS folder holds {VOCAB_FILE} and "
-                           f"{CONFIG_FILE}") from exc  # fmt: skip
+        raise ProfileError(
+            f"{path} is missing; a transformers VITS folder holds {VOCAB_FILE} and {CONFIG_FILE}"
+        ) from exc
     except (OSError, ValueError) as exc:
         raise ProfileError(f"{path} is not readable JSON ({exc})") from exc
     if not isinstance(document, dict):

@@ -25,9 +25,15 @@ from trainer_core.contract.protocol import (
 from trainer_core.contract.units import format_duration, format_number
 
 NoticeKind = Literal[
-    "finished", "stopped", "early_stop", "failed", "nonfinite_stop", "memory_pause", "best_free_running",
+    "finished",
+    "stopped",
+    "early_stop",
+    "failed",
+    "nonfinite_stop",
+    "memory_pause",
+    "best_free_running",
     "overtraining",
-]  # fmt: skip
+]
 Priority = Literal["low", "default", "high"]
 NONFINITE_STOP = "nonfinite_stop"  # the `error` event's code when non-finite steps ended the run
 
@@ -71,8 +77,13 @@ class NoticeTracker:
         elif isinstance(event, FreeRunningEvent):
             return self._free_running(event)
         elif isinstance(event, OvertrainingEvent):
-            return self._notice("overtraining", f"overtraining at step {event.step}", event.message, "high",
-                                ("chart_with_upwards_trend",))  # fmt: skip
+            return self._notice(
+                "overtraining",
+                f"overtraining at step {event.step}",
+                event.message,
+                "high",
+                ("chart_with_upwards_trend",),
+            )
         return None
 
     def _notice(
@@ -90,21 +101,41 @@ class NoticeTracker:
                 else None
             )
             if self._error is not None and self._error.code == NONFINITE_STOP:
-                return self._notice("nonfinite_stop", f"non-finite stop at step {e.step}",
-                                    error or "non-finite steps", "high", ("warning",))  # fmt: skip
+                return self._notice(
+                    "nonfinite_stop",
+                    f"non-finite stop at step {e.step}",
+                    error or "non-finite steps",
+                    "high",
+                    ("warning",),
+                )
             where = f" (at {e.summary['error_at']})" if e.summary.get("error_at") else ""
             message = f"{error or e.summary.get('error') or 'no error message'}{where}"
             return self._notice("failed", f"failed at step {e.step}{took}", message, "high", ("x",))
         best = _best_text(e.summary)
         if e.summary.get("early_stopped") is True:
             message = f"validation stopped improving (train.early_stopping_patience){best}"
-            return self._notice("early_stop", f"stopped early at step {e.step}{took}", message, "default",
-                                ("white_check_mark",))  # fmt: skip
+            return self._notice(
+                "early_stop",
+                f"stopped early at step {e.step}{took}",
+                message,
+                "default",
+                ("white_check_mark",),
+            )
         if e.status == "stopped":
-            return self._notice("stopped", f"stopped at step {e.step}{took}", f"stopped on request{best}", "low",
-                                ("stop_sign",))  # fmt: skip
-        return self._notice("finished", f"finished at step {e.step}{took}", f"completed{best}", "default",
-                            ("white_check_mark",))  # fmt: skip
+            return self._notice(
+                "stopped",
+                f"stopped at step {e.step}{took}",
+                f"stopped on request{best}",
+                "low",
+                ("stop_sign",),
+            )
+        return self._notice(
+            "finished",
+            f"finished at step {e.step}{took}",
+            f"completed{best}",
+            "default",
+            ("white_check_mark",),
+        )
 
     def _free_running(self, e: FreeRunningEvent) -> Notice | None:
         distance, best = e.distance, self._best_distance
@@ -119,8 +150,13 @@ class NoticeTracker:
             f"free-running distance {format_number(distance)} (was {format_number(best)}; "
             f"the recordings through the vocoder score {format_number(e.floor_distance)})"
         )
-        return self._notice("best_free_running", f"new best free-running score at step {e.step}", message, "low",
-                            ("star",))  # fmt: skip
+        return self._notice(
+            "best_free_running",
+            f"new best free-running score at step {e.step}",
+            message,
+            "low",
+            ("star",),
+        )
 
 
 def _best_text(summary: dict[str, Any]) -> str:

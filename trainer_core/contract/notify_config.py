@@ -3,7 +3,8 @@
 
     [notify]
     url = "https://ntfy.sh/vega-7f3c9a"   # a secret: whoever knows it can read or post
-    format = "ntfy"                       # ntfy, slack, discord or json; unset: guessed from the host
+    format = "ntfy"                       # ntfy, slack, discord or json; unset: guessed from the
+                                          host
 
 `VEGA_NOTIFY_URL` (and `VEGA_NOTIFY_FORMAT`) in the environment win over the machine file. A profile
 can never set it: profiles travel between machines and get shared, a webhook URL is a secret. The

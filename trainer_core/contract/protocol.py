@@ -19,8 +19,8 @@ Wire rules, decided once for every reader and writer:
   types come back as `UnknownEvent`, never as an error.
 - `trainer-core schema` prints `event_json_schema()`: one JSON Schema
   document whose root validates an
-  event line as this version writes it, with `$defs` holding every event model plus `Envelope` (what any
-  line, even from a newer trainer, has), `Command` and `CommandReply`.
+  event line as this version writes it, with `$defs` holding every event model plus `Envelope` (what
+  any line, even from a newer trainer, has), `Command` and `CommandReply`.
 
 Torch-free: the dashboard imports this module. Only stdlib and pydantic.
 """
@@ -59,7 +59,7 @@ class ProtocolError(ValueError):
     a known type with bad fields."""
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Training progress (the envelope is contract.event_envelope; start-up
 # events contract.startup_events)
 
@@ -272,7 +272,7 @@ class SampleEvent(Event):
     text: str | None = None
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Messages, control and the end of a run
 
 
@@ -311,7 +311,8 @@ class PausedEvent(Event):
     type: Literal["paused"] = "paused"
     step: Count
     reason: str | None = None
-    """Why the trainer paused itself (e.g. memory near its budget); None for a pause asked for by a client."""
+    """Why the trainer paused itself (e.g. memory near its budget); None for
+    a pause asked for by a client."""
 
 
 class ResumedEvent(Event):

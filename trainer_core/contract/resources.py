@@ -7,7 +7,8 @@ outside this torch-free wing) to learn what NVML cannot tell: whether the instal
 the GPUs, and whether MPS works on macOS.
 
 `select_device()` is the compute-mode policy:
-  gpu   - an accelerator is required: the CUDA GPU with the most free memory, else MPS, else DeviceError.
+  gpu   - an accelerator is required: the CUDA GPU with the most free memory, else MPS, else
+        DeviceError.
   cpu   - never an accelerator.
   mixed - the CUDA GPU with the most free memory among those with at least `min_gpu_memory_gb`
           free, else MPS, else CPU with `fallback=True` and a reason saying why.

@@ -39,8 +39,14 @@ def voice_dirs_of(table: Any, label: str, base: Path) -> list[Path]:
         raise ProfileError(
             f"{label}: {VOICES_TABLE}.dirs must be a list of folder names, for example {EXAMPLE}"
         )
-    return [(base / Path(d).expanduser()).resolve() if not Path(d).expanduser().is_absolute()
-            else Path(d).expanduser() for d in dirs]  # fmt: skip
+    return [
+        (
+            (base / Path(d).expanduser()).resolve()
+            if not Path(d).expanduser().is_absolute()
+            else Path(d).expanduser()
+        )
+        for d in dirs
+    ]
 
 
 def machine_voice_dirs(machine_file: Path) -> list[Path]:

@@ -144,7 +144,8 @@ class AudioProbe:
     header: AudioHeader | None
     problem: Problem | None
     facts: AudioFacts | None = None
-    """What reading found (None when the file could not even be stat'ed or is empty): for the scan cache."""
+    """What reading found (None when the file could not even be stat'ed or
+    is empty): for the scan cache."""
 
 
 def read_header(path: Path) -> AudioHeader:

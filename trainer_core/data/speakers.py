@@ -6,15 +6,16 @@ Modes:
   sidecar (`<stem>.txt`) has no speaker then and is skipped with a `missing_speaker` problem.
 - "folders": one folder per speaker, `DATA/<speaker>/...` (a `metadata.csv` of its
   own, or sidecars): the speaker
-  is the name of the clip's first folder below the data folder. A clip directly in the data folder is skipped.
+  is the name of the clip's first folder below the data folder. A clip directly in the data folder
+  is skipped.
 - "none": one speaker; tables are read as LJSpeech's `id|text|normalized`.
 - "auto" chooses, by two rules that keep LJSpeech-style corpora single-speaker:
-  1. column, when every metadata.csv has a speaker column: at least half its rows have 3 or 4 fields, the
-     second field of each of those is a name (1-64 characters, no spaces), and the names repeat (at most
-     half as many distinct names as rows) or some row has 4 fields. A transcript in the second field has
-     spaces, so LJSpeech's `id|text|normalized` never passes.
-  2. folders, when the data folder holds no metadata.csv and no audio of its own, and two or more folders
-     directly below it hold audio, each with its own metadata.csv.
+  1. column, when every metadata.csv has a speaker column: at least half its rows have 3 or 4
+     fields, the second field of each of those is a name (1-64 characters, no spaces), and the names
+     repeat (at most half as many distinct names as rows) or some row has 4 fields. A transcript in
+     the second field has spaces, so LJSpeech's `id|text|normalized` never passes.
+  2. folders, when the data folder holds no metadata.csv and no audio of its own, and two or more
+     folders directly below it hold audio, each with its own metadata.csv.
   Otherwise none.
 
 Torch-free: part of the scan the dashboard runs through `trainer-core check-data`.

@@ -68,7 +68,8 @@ class ValidationPlan:
     """Training items between two validation passes."""
     share: float
     item_size: float = 1.0
-    """Training items one validation item is as long as (a vocoder validates whole clips, trains on segments)."""
+    """Training items one validation item is as long as (a vocoder validates
+    whole clips, trains on segments)."""
 
     def to_dict(self) -> dict[str, object]:
         return {

@@ -241,9 +241,15 @@ class VoiceDataset(BucketedItems):
                 f"none of the {len(features)} transcripts has a symbol the text encoder knows"
             )
         super().__init__(
-            features.item_ids, features.frames, usable, val_fraction, seed, bucket_size, val_max_items,
+            features.item_ids,
+            features.frames,
+            usable,
+            val_fraction,
+            seed,
+            bucket_size,
+            val_max_items,
             features.held_out,
-        )  # fmt: skip
+        )
 
     def collate(self, indices: Sequence[int]) -> Batch:
         """The padded batch of the given feature indices (see the module

@@ -68,7 +68,8 @@ class Waves:
     speakers: list[str] = field(default_factory=list)
     """Each item's speaker name ("" for single-speaker data)."""
     held_out: list[bool] | None = None
-    """Each item's held-out flag when the corpus has its own split (data.corpus_layout), else None."""
+    """Each item's held-out flag when the corpus has its own split
+    (data.corpus_layout), else None."""
 
     def __len__(self) -> int:
         return len(self.item_ids)

@@ -14,10 +14,12 @@ folder (events, checkpoints, samples, exports, session.json, report); the other 
 `trainer-rank<N>.log`. Every collective is entered by all ranks at the same point of the loop, so no
 rank ever waits for one that went elsewhere:
   - once per step boundary, `StepSync.exchange`: any rank's stop request, rank 0's commands and its
-    finished / schedule-length decisions (the time budget is measured on rank 0), each rank's step timings;
-  - inside a step: DDP's gradient all-reduce and `mean_over_ranks` of the loss (non-finite decisions agree);
-  - at validation (`reduce_sums`), at every checkpoint (`gather_rank_rng`), after a resume (`gather_ints`)
-    and at the end (`gather_digests`).
+    finished / schedule-length decisions (the time budget is measured on rank 0), each rank's step
+    timings;
+  - inside a step: DDP's gradient all-reduce and `mean_over_ranks` of the loss (non-finite decisions
+    agree);
+  - at validation (`reduce_sums`), at every checkpoint (`gather_rank_rng`), after a resume
+    (`gather_ints`) and at the end (`gather_digests`).
 Control tensors stay on the CPU (gloo) even when the model trains on CUDA with NCCL.
 
 `World` and the launcher are in `trainer_core.world` (torch-free); torch is
@@ -49,7 +51,7 @@ _SYNC_FIELDS = 6
 _DIGEST_BYTES = 64
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # The process group
 
 
@@ -131,7 +133,7 @@ def gather_ints(world: World, values: Sequence[int]) -> list[list[int]]:
     return [row.tolist() for row in rows]
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # The model and the numbers every rank must share
 
 
@@ -217,7 +219,7 @@ def shard_task_data(task: Any, world: World) -> None:
         task.shard(world.rank, world.world_size)
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Random streams: one per rank
 
 
@@ -291,7 +293,7 @@ def restore_rank_rng(
     return None
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Parameters: are the ranks still the same model?
 
 
@@ -314,7 +316,7 @@ def gather_digests(world: World, digest: str) -> list[str]:
     return [bytes(row).decode("ascii") for row in codes]
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # The step boundary: one small collective that keeps every rank's decisions identical
 
 

@@ -177,9 +177,13 @@ class Evaluator:
         if passes and self.state.step > 0 and not self._passed_reference:
             self._passed_reference = True
             log.info(
-                "step %d: %s %.4g passes %s's %.4g", self.state.step, metric_name, metric_value,
-                self.task.reference_name(), line,
-            )  # fmt: skip
+                "step %d: %s %.4g passes %s's %.4g",
+                self.state.step,
+                metric_name,
+                metric_value,
+                self.task.reference_name(),
+                line,
+            )
         return ValidationEvent(
             step=self.state.step,
             epoch=self.state.epoch,
@@ -233,9 +237,11 @@ class Evaluator:
         if not self._share_said and self.world.is_main:
             self._share_said = True
             log.info(
-                "step %d: free-running passes before the last are kept within %g %% of the time budget "
-                "(train.target_hours); the last pass still runs", self.state.step, PASS_SHARE * 100,
-            )  # fmt: skip
+                "step %d: free-running passes before the last are kept within %g %% of the time"
+                " budget (train.target_hours); the last pass still runs",
+                self.state.step,
+                PASS_SHARE * 100,
+            )
         return False
 
     def _phase(self, phase: Phase, done: int | None = None, total: int | None = None) -> None:

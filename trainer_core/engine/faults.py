@@ -5,39 +5,46 @@ a set switch is ignored and the run warns that it was; with it the run warns
 `fault_injection_on` before its set-up. Sources: the profile's [debug] section, or environment
 variables (comma-separated numbers):
   VEGA_FAULT_OOM_AT_STEPS          raise torch.OutOfMemoryError in the forward pass of these steps
-  VEGA_FAULT_OOM_IN_OPTIMIZER_AT_STEPS  raise torch.OutOfMemoryError in the optimizer step of these steps, after
-                                   the loss scaler unscaled the gradients (the retry must not unscale twice)
+  VEGA_FAULT_OOM_IN_OPTIMIZER_AT_STEPS
+                                   raise torch.OutOfMemoryError in the optimizer step of these
+                                   steps, after the loss scaler unscaled the gradients (the retry
+                                   must not unscale twice)
   VEGA_FAULT_NONFINITE_AT_STEPS    make the loss NaN at these steps
   VEGA_FAULT_FAIL_AT_STEP          raise RuntimeError at this step (crash drills)
-  VEGA_FAULT_STEP_SLEEP_S          sleep this many seconds in every step attempt (keeps a tiny model's
-                                   run alive long enough for signal and control tests, without CPU load)
-  VEGA_FAULT_GROUP                 several optimizer groups: fire the step faults in this group's pass
-                                   (default: the first pass that reaches the step)
+  VEGA_FAULT_STEP_SLEEP_S          sleep this many seconds in every step attempt (keeps a tiny
+                                   model's run alive long enough for signal and control tests,
+                                   without CPU load)
+  VEGA_FAULT_GROUP                 several optimizer groups: fire the step faults in this group's
+                                   pass (default: the first pass that reaches the step)
   VEGA_FAULT_HOLD_CHECKPOINT_SAVES hold only these saves (1-based count in this process) for
                                    `debug.hold_checkpoint_write_s`; without it every save holds
-  VEGA_FAULT_HOLD_AT               "<phase>" or "<phase>:<n>": block the trainer the n-th time (default the first)
-                                   it reaches that point, so a drill can SIGKILL it exactly there; phases:
-                                   write (a checkpoint's temp file partly written), rename
-                                   (fsynced, before the rename), prune (removing old checkpoints),
-                                   step (a plain step's forward pass), validation, sampling (before
-                                   any sample is made), preload (the preload's progress),
-                                   preload_decode (after each item a cold preload decoded),
-                                   cache_write (a feature-cache file half written: the data file,
-                                   then the index), best_write (a new best checkpoint's temp file
-                                   partly written), best_json (best.json half written),
+  VEGA_FAULT_HOLD_AT               "<phase>" or "<phase>:<n>": block the trainer the n-th time
+                                   (default the first) it reaches that point, so a drill can SIGKILL
+                                   it exactly there; phases: write (a checkpoint's temp file partly
+                                   written), rename (fsynced, before the rename), prune (removing
+                                   old checkpoints), step (a plain step's forward pass), validation,
+                                   sampling (before any sample is made), preload (the preload's
+                                   progress), preload_decode (after each item a cold preload
+                                   decoded), cache_write (a feature-cache file half written: the
+                                   data file, then the index), best_write (a new best checkpoint's
+                                   temp file partly written), best_json (best.json half written),
                                    sample_write (a sample or view file half written)
-  VEGA_FAULT_HOLD_MARKER           a file written ("<phase> <pid>") when the trainer is held, before it blocks
-  VEGA_FAULT_CHECKPOINT_IN_PLACE   write checkpoints straight into their final name (no temp file, no
-                                   rename): the kill drill's negative control, never for real runs
+  VEGA_FAULT_HOLD_MARKER           a file written ("<phase> <pid>") when the trainer is held, before
+                                   it blocks
+  VEGA_FAULT_CHECKPOINT_IN_PLACE   write checkpoints straight into their final name (no temp file,
+                                   no rename): the kill drill's negative control, never for real
+                                   runs
   VEGA_FAULT_SAMPLE_IN_PLACE       the same for sample and view files,
   VEGA_FAULT_BEST_IN_PLACE         for best.json,
   VEGA_FAULT_CACHE_IN_PLACE        and for the feature cache's data and index files
-  VEGA_FAULT_EVAL_UNBUDGETED       "1": the time budget keeps no room for the last validation and free-running
-                                   pass: the negative control of the busy time-budget benchmark
-  VEGA_FAULT_WANDB_RELOG           "1": a resumed run logs again to W&B the steps W&B already has (read in
-                                   `engine.wandb_log`): the negative control of the W&B resume test
-  VEGA_FAULT_WANDB_NO_REPLAY       "1": a resume leaves out the rows W&B lost in a kill (no replay from
-                                   events.jsonl): the negative control of the W&B replay test
+  VEGA_FAULT_EVAL_UNBUDGETED       "1": the time budget keeps no room for the last validation and
+                                   free-running pass: the negative control of the busy time-budget
+                                   benchmark
+  VEGA_FAULT_WANDB_RELOG           "1": a resumed run logs again to W&B the steps W&B already has
+                                   (read in `engine.wandb_log`): the negative control of the W&B
+                                   resume test
+  VEGA_FAULT_WANDB_NO_REPLAY       "1": a resume leaves out the rows W&B lost in a kill (no replay
+                                   from events.jsonl): the negative control of the W&B replay test
 Each listed step number fires once per occurrence: [5] fails one attempt at step 5 and the retry
 runs clean, [5, 5] fails two attempts in a row (a skipped step is retried under the same number).
 VEGA_FAULT_CHECKPOINT_ENOSPC (a full disk during a save) lives in `engine.checkpoint_manager`. The
@@ -87,9 +94,19 @@ IN_PLACE_SWITCHES = {
     "cache_write": CACHE_IN_PLACE_ENV,
 }
 HOLD_PHASES = (
-    "write", "rename", "prune", "step", "validation", "sampling", "preload",
-    "preload_decode", "cache_write", "best_write", "best_json", "sample_write",
-)  # fmt: skip
+    "write",
+    "rename",
+    "prune",
+    "step",
+    "validation",
+    "sampling",
+    "preload",
+    "preload_decode",
+    "cache_write",
+    "best_write",
+    "best_json",
+    "sample_write",
+)
 HOLD_LIMIT_S = 600.0  # a held trainer nobody kills goes on after this, rather than hang forever
 _arrivals: Counter[str] = Counter()  # arrivals at each hold point in this process
 

@@ -49,7 +49,8 @@ class GroupSnapshot:
         self.group = group
         self.weights: list[torch.Tensor] = []
         self.state: dict[int, dict[str, Any]] = {}
-        """Per parameter (by position) that had optimizer state: its entries, tensors copied into buffers."""
+        """Per parameter (by position) that had optimizer state: its
+        entries, tensors copied into buffers."""
 
     @torch.no_grad()
     def capture(self) -> GroupSnapshot:

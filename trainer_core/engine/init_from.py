@@ -4,7 +4,8 @@ table rows by meaning, report.
 `apply_init(model, source)` changes the freshly built model in place, tensor by tensor:
 - the text embedding moves row by row by symbol: a symbol both vocabularies hold
   keeps its learned row, a symbol
-  only this corpus has keeps its fresh one, and the special symbols (padding, unknown) go by position;
+  only this corpus has keeps its fresh one, and the special symbols (padding, unknown) go by
+  position;
 - a speaker embedding moves by speaker name when both models name their
   speakers, else by name and shape;
 - the run's own values stay: the mel statistics (already computed on this

@@ -20,7 +20,8 @@ class LoopState:
     total_steps: int = 1
     """Planned optimizer steps for the whole run (the LR schedule's length)."""
     warmup_steps: int | None = None
-    """LR warmup steps in use, once fitted to the plan (trainer_core.warmup); None until a budget's plan is known."""
+    """LR warmup steps in use, once fitted to the plan (trainer_core.warmup); None
+    until a budget's plan is known."""
     best_val: float | None = None
     """Lowest validation loss seen."""
     evals_since_best: int = 0

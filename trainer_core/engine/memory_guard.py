@@ -5,10 +5,10 @@ After every step the guard reads the trainer's memory against its budget (`Memor
 level rises it acts once for the new level:
   moderate  release caches (gc, empty_cache);
   high      release, then halve the micro-batch through the OOM recovery's own path (`StepRunner.
-            shrink_micro_batch`): accumulation doubles, so the effective batch, the data order and the learning
-            rate schedule stay those of the run as planned;
-  critical  release, then a checkpoint and a pause through the control queue, with the reason on the dashboard;
-            `resume` (a client's command) goes on.
+            shrink_micro_batch`): accumulation doubles, so the effective batch, the data order and
+            the learning rate schedule stay those of the run as planned;
+  critical  release, then a checkpoint and a pause through the control queue, with the reason on the
+            dashboard; `resume` (a client's command) goes on.
 Every level change is a `memory` event saying what was decided. Under DDP the micro-batch cannot
 shrink on one rank alone (the ranks' steps would differ), and only rank 0's pause request
 reaches the step-boundary exchange.

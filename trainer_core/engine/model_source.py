@@ -46,7 +46,8 @@ class ModelSource:
     audio: dict[str, Any] | None
     """The audio features (`contract.init_sources.AUDIO_FEATURES`); None for a text model."""
     symbols: list[int] | None
-    """The text vocabulary, one code point per id (-1: pad, unk and other specials); None without one."""
+    """The text vocabulary, one code point per id (-1: pad, unk and other
+    specials); None without one."""
     phonemes: bool
     speaker_names: list[str] | None
     mel_mean: torch.Tensor | None

@@ -55,8 +55,13 @@ def payload(notice: Notice, fmt: str) -> tuple[bytes, dict[str, str]]:
     elif fmt == "discord":
         body = {"content": f"**{notice.title}**\n{notice.message}"[:DISCORD_LIMIT]}
     else:
-        body = {"title": notice.title, "message": notice.message, "kind": notice.kind,
-                "priority": notice.priority, "tags": list(notice.tags)}  # fmt: skip
+        body = {
+            "title": notice.title,
+            "message": notice.message,
+            "kind": notice.kind,
+            "priority": notice.priority,
+            "tags": list(notice.tags),
+        }
     return json.dumps(body).encode("utf-8"), {"Content-Type": "application/json"}
 
 
@@ -104,8 +109,12 @@ class WebhookSender:
         except queue.Full:
             self.dropped += 1
             if self.dropped == 1:  # one line, not one per dropped notice; close() gives the count
-                log.warning("notification %r dropped: %d notices still wait for %s", notice.kind,
-                            self._queue.qsize(), self.config.host)  # fmt: skip
+                log.warning(
+                    "notification %r dropped: %d notices still wait for %s",
+                    notice.kind,
+                    self._queue.qsize(),
+                    self.config.host,
+                )
             return False
         return True
 
@@ -121,8 +130,12 @@ class WebhookSender:
         if self.dropped > 1:
             log.warning("notifications: %d dropped in all (the queue was full)", self.dropped)
         if not done:
-            log.warning("notifications: %d still unsent to %s after waiting %.0f s; giving up",
-                        self._queue.qsize() + 1, self.config.host, drain_s)  # fmt: skip
+            log.warning(
+                "notifications: %d still unsent to %s after waiting %.0f s; giving up",
+                self._queue.qsize() + 1,
+                self.config.host,
+                drain_s,
+            )
             self._quiet = True
         return done
 

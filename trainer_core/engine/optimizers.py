@@ -30,9 +30,11 @@ class OptimizerGroup:
     """One optimizer stepped once per training step, with its own schedule and clipping."""
 
     name: str
-    """What the group trains ("main"; later e.g. "generator", "discriminator"): names its losses and LR."""
+    """What the group trains ("main"; later e.g. "generator",
+    "discriminator"): names its losses and LR."""
     params: list[torch.nn.Parameter]
-    """Listed once: load_state_dict copies into these same Parameter objects, never replaces them."""
+    """Listed once: load_state_dict copies into these same Parameter
+    objects, never replaces them."""
     optimizer: torch.optim.Optimizer
     scheduler: LambdaLR
     clip: float | None

@@ -101,5 +101,12 @@ class OvertrainingDetector:
             " itself)"
         )
         log.warning("%s", message, extra={NO_EVENT: True})
-        return OvertrainingEvent(step=step, evaluations=len(vals) - 1, val_losses=vals, train_losses=trains,
-                                 best_step=best_step, best_path=best_path, message=message)  # fmt: skip
+        return OvertrainingEvent(
+            step=step,
+            evaluations=len(vals) - 1,
+            val_losses=vals,
+            train_losses=trains,
+            best_step=best_step,
+            best_path=best_path,
+            message=message,
+        )

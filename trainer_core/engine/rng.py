@@ -12,8 +12,8 @@ Layout of the captured dict (format version 1):
      "torch_cpu": uint8 tensor,
      "cuda": [uint8 tensor per device] (empty when CUDA was not initialised),
      "mps": uint8 tensor | None,
-     "numpy": {"name": str, "keys": int64 tensor, "pos": int, "has_gauss": int, "cached_gaussian": float},
-     "python": {"version": int, "state": int64 tensor, "gauss_next": float | None}}
+     "numpy": {"name": str, "keys": int64 tensor, "pos": int, "has_gauss": int, "cached_gaussian":
+     float}, "python": {"version": int, "state": int64 tensor, "gauss_next": float | None}}
 """
 
 from __future__ import annotations

@@ -9,7 +9,8 @@ After warmup, with t = step - warmup_steps and r = min_lr_ratio:
 - "cosine": r + (1 - r) * (1 + cos(pi * t / (total_steps - warmup_steps))) / 2, held at r after
   total_steps (never negative); equals CosineAnnealingLR(T_max=total_steps) when warmup is 0.
 - "cosine_restarts": the same curve over cycles of restart_period steps, each cycle restart_mult
-  times longer than the last; equals CosineAnnealingWarmRestarts(T_0, T_mult). total_steps is unused.
+  times longer than the last; equals CosineAnnealingWarmRestarts(T_0, T_mult). total_steps is
+  unused.
 - "constant": 1.0.
 `build_lr_scheduler` wraps this in a LambdaLR whose settings live in a callable object, so they
 are saved in the scheduler's state_dict and `set_total_steps` can re-plan without losing progress.

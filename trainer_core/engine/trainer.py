@@ -81,9 +81,19 @@ class Trainer:
         # when freezing leaves one group.
         runner = GroupedStepRunner if task.optimizer_groups() else StepRunner
         self.runner = runner(
-            task, model, groups, precision, self.state, device, world, events, self.profiler, self.memory, faults,
+            task,
+            model,
+            groups,
+            precision,
+            self.state,
+            device,
+            world,
+            events,
+            self.profiler,
+            self.memory,
+            faults,
             on_resize=self.run_length.remeasure,
-        )  # fmt: skip
+        )
         nonfinite = NonfiniteTracker(t.nonfinite_patience)
         self.guard = NonfiniteGuard(nonfinite, self.runner, events)
         self.memory_guard = MemoryGuard(self.memory, self.runner, control, world, events)
@@ -110,13 +120,28 @@ class Trainer:
         # fit() ended on train.early_stopping_patience (the summary says so)
         self.early_stopped = False
         self.evaluator = Evaluator(
-            profile, task, self.runner, self.state, world, events, run_dir, self.checkpointer, self.telemetry,
+            profile,
+            task,
+            self.runner,
+            self.state,
+            world,
+            events,
+            run_dir,
+            self.checkpointer,
+            self.telemetry,
             self.run_length,
-        )  # fmt: skip
+        )
         self.controller = Controller(
-            control, self.state, world, events, self.runner, self.run_length, self.telemetry, self.checkpointer,
+            control,
+            self.state,
+            world,
+            events,
+            self.runner,
+            self.run_length,
+            self.telemetry,
+            self.checkpointer,
             self.evaluator,
-        )  # fmt: skip
+        )
 
     @staticmethod
     def _place_model(task: Task, device: torch.device, world: World) -> torch.nn.Module:
@@ -170,10 +195,12 @@ class Trainer:
             if self.evaluator.early_stop_due():
                 self.early_stopped = True
                 log.info(
-                    "early stopping at step %d: validation loss has not improved for %d evaluations "
-                    "(train.early_stopping_patience); the best checkpoint is step %s", self.state.step,
-                    self.state.evals_since_best, self.best_step(),
-                )  # fmt: skip
+                    "early stopping at step %d: validation loss has not improved for %d evaluations"
+                    " (train.early_stopping_patience); the best checkpoint is step %s",
+                    self.state.step,
+                    self.state.evals_since_best,
+                    self.best_step(),
+                )
                 break
         return self.complete()
 
@@ -233,11 +260,20 @@ class Trainer:
     def _record(self, o: StepOutcome) -> StepRecord:
         s, scaler = self.state, self.runner.precision.scaler
         return StepRecord(
-            step=s.step, epoch=s.epoch, loss=o.loss, losses=o.losses, lr=o.lr, grad_norm=o.grad_norm,
-            loss_scale=scaler.get_scale() if scaler.is_enabled() else None, items=o.items,
-            seconds=self.runner.step_s, data_seconds=self.runner.data_s, micro_batch=s.micro_batch,
-            grad_accum=s.grad_accum, lrs=o.lrs,
-        )  # fmt: skip
+            step=s.step,
+            epoch=s.epoch,
+            loss=o.loss,
+            losses=o.losses,
+            lr=o.lr,
+            grad_norm=o.grad_norm,
+            loss_scale=scaler.get_scale() if scaler.is_enabled() else None,
+            items=o.items,
+            seconds=self.runner.step_s,
+            data_seconds=self.runner.data_s,
+            micro_batch=s.micro_batch,
+            grad_accum=s.grad_accum,
+            lrs=o.lrs,
+        )
 
     def _periodic_eval_and_checkpoint(self, step: int) -> None:
         t = self.profile.train

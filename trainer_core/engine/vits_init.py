@@ -8,10 +8,11 @@ changes the fresh model in place:
   voice's symbol map); rows of symbols only this corpus has keep their fresh initialisation;
 - speakers by name. A one-speaker source starting a multi-speaker voice: the
   speaker conditioning layers this
-  model adds start at zero (so every speaker starts as the source's voice) and the speaker table fresh. A
-  multi-speaker source starting a one-speaker voice keeps one speaker: its conditioning is a constant per
-  channel, which is added to the biases it feeds (exact for the decoder, the posterior encoder, the flow and the
-  stochastic duration predictor; the deterministic predictor's convolution edges see it approximately);
+  model adds start at zero (so every speaker starts as the source's voice) and the speaker table
+  fresh. A multi-speaker source starting a one-speaker voice keeps one speaker: its conditioning is
+  a constant per channel, which is added to the biases it feeds (exact for the decoder, the
+  posterior encoder, the flow and the stochastic duration predictor; the deterministic predictor's
+  convolution edges see it approximately);
 - every other tensor by name and shape.
 `strict` (a Piper checkpoint, a transformers folder): a tensor of this model left unset, a source
 tensor left unused, or one of another shape is an error naming it, so nothing is silently trained
@@ -220,8 +221,11 @@ def _fold_speaker(
             continue
         # a WaveNet: 2 * hidden conditioning channels per layer
         stack = part.removesuffix(".cond_layer")
-        width = offset.shape[0] // sum(1 for n in weights if n.startswith(f"model_g.{stack}.in_layers.") and
-                                       n.endswith(".bias"))  # fmt: skip
+        width = offset.shape[0] // sum(
+            1
+            for n in weights
+            if n.startswith(f"model_g.{stack}.in_layers.") and n.endswith(".bias")
+        )
         for index in range(offset.shape[0] // width):
             piece = offset[index * width : (index + 1) * width]
             _add_bias(state, weights, f"model_g.{stack}.in_layers.{index}.bias", piece, used)

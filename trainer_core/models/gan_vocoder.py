@@ -71,7 +71,8 @@ class VocoderConfig:
     periods: tuple[int, ...] = (2, 3, 5, 7, 11)
     """One period discriminator per entry, folding the wave into rows of that many samples."""
     resolutions: tuple[Resolution, ...] = ((512, 128, 512), (1024, 256, 1024), (256, 64, 256))
-    """(n_fft, hop, win) of each resolution discriminator and of each term of the MR-STFT distance."""
+    """(n_fft, hop, win) of each resolution discriminator and of each term
+    of the MR-STFT distance."""
 
     def __post_init__(self) -> None:
         if self.win_length > self.n_fft:
@@ -377,7 +378,8 @@ def feature_matching_loss(
 
 
 def _spectral_convergence(reference: Tensor, estimate: Tensor) -> Tensor:
-    """||reference - estimate|| / ||reference|| per item, averaged: a quiet clip counts as much as a loud one."""
+    """||reference - estimate|| / ||reference|| per item, averaged: a quiet clip counts as much as
+    a loud one."""
     error = (reference - estimate).flatten(1).norm(dim=1)
     scale = reference.flatten(1).norm(dim=1).clamp(min=MAGNITUDE_FLOOR)
     return (error / scale).mean()

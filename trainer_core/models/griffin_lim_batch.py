@@ -111,9 +111,15 @@ def griffin_lim_many(
 
     def stft(wave: torch.Tensor) -> torch.Tensor:
         return torch.stft(
-            wave, a.n_fft, a.hop_length, a.win_length, window=window, center=True, pad_mode="constant",
+            wave,
+            a.n_fft,
+            a.hop_length,
+            a.win_length,
+            window=window,
+            center=True,
+            pad_mode="constant",
             return_complex=True,
-        )  # fmt: skip
+        )
 
     magnitude = torch.stack([pad(m) for m in magnitudes])
     # The same start as alone: a fresh generator seeded 0 for each sentence, in its own shape.

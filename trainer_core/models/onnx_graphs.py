@@ -3,8 +3,10 @@ and a GAN vocoder's generator.
 
 Acoustic graph (`AcousticGraph`, the model's own `AcousticModel.speak`): one
 utterance, free-running.
-    inputs   ids (1, tokens) int64 · length_scale (1,) float32 · speaker (1,) int64, only for a voice with speakers
-    outputs  mel (1, n_mels, frames) float32 log-mel · durations (1, tokens) int64 whole frames per token
+    inputs   ids (1, tokens) int64 · length_scale (1,) float32 · speaker (1,) int64, only for a
+             voice with speakers
+    outputs  mel (1, n_mels, frames) float32 log-mel · durations (1, tokens) int64 whole frames per
+             token
 The durations are predicted, rounded and expanded inside the graph, so
 `frames` is decided at run time.
 

@@ -7,12 +7,13 @@ and, when the voice was exported with a trained vocoder, its generator
 says everything else a speaker needs:
 
     {"format": "vega-onnx", "version": 1, "vega_version", "created", "source", "opset",
-     "acoustic": {"file", "inputs", "outputs"}, "vocoder": {"file", "source", "inputs", "outputs"} or null,
-     "text": the text encoder's state (units, lowercase, espeak voice and backend, symbols: id -> symbol),
-     "audio": the [audio] settings, "tts": the [tts] settings (length_scale, griffin_lim_iters, ...),
-     "mel_statistics": {"mean", "std"} per mel bin (the graph already returns plain log-mels),
-     "speakers": names, id = position (empty: one speaker, no speaker input),
-     "tolerance": {"max_abs_diff", "measured": {"mel", "audio"}, "inputs"}: onnxruntime against torch at export}
+     "acoustic": {"file", "inputs", "outputs"}, "vocoder": {"file", "source", "inputs", "outputs"}
+     or null, "text": the text encoder's state (units, lowercase, espeak voice and backend, symbols:
+     id -> symbol), "audio": the [audio] settings, "tts": the [tts] settings (length_scale,
+     griffin_lim_iters, ...), "mel_statistics": {"mean", "std"} per mel bin (the graph already
+     returns plain log-mels), "speakers": names, id = position (empty: one speaker, no speaker
+     input), "tolerance": {"max_abs_diff", "measured": {"mel", "audio"}, "inputs"}: onnxruntime
+     against torch at export}
 
 Text becomes ids with the same torch-free front end training used (`text_frontend`);
 without `vocoder.onnx` the mel is heard through Griffin-Lim in numpy (`griffin_lim_numpy`).

@@ -25,15 +25,35 @@ from trainer_core.models.espeak_library import EspeakLibrary, load_espeak_librar
 
 # A clause mark in any script -> the mark Piper keeps; espeak-ng's dashes pause like a semicolon.
 CLAUSE_MARKS = {
-    ".": ".", "?": "?", "!": "!", ",": ",", ":": ":", ";": ";",
-    "\u2013": ";", "\u2014": ";",  # en and em dash
-    "\u3002": ".", "\uff0e": ".", "\u0964": ".", "\u06d4": ".", "\u0589": ".", "\u1362": ".",
-    "\uff1f": "?", "\u061f": "?", "\u037e": "?", "\u055e": "?",
-    "\uff01": "!", "\u055c": "!",
-    "\uff0c": ",", "\u3001": ",", "\u060c": ",", "\u055d": ",",
+    ".": ".",
+    "?": "?",
+    "!": "!",
+    ",": ",",
+    ":": ":",
+    ";": ";",
+    "\u2013": ";",
+    "\u2014": ";",  # en and em dash
+    "\u3002": ".",
+    "\uff0e": ".",
+    "\u0964": ".",
+    "\u06d4": ".",
+    "\u0589": ".",
+    "\u1362": ".",
+    "\uff1f": "?",
+    "\u061f": "?",
+    "\u037e": "?",
+    "\u055e": "?",
+    "\uff01": "!",
+    "\u055c": "!",
+    "\uff0c": ",",
+    "\u3001": ",",
+    "\u060c": ",",
+    "\u055d": ",",
     "\uff1a": ":",
-    "\uff1b": ";", "\u061b": ";", "\u0387": ";",
-}  # fmt: skip
+    "\uff1b": ";",
+    "\u061b": ";",
+    "\u0387": ";",
+}
 ELLIPSIS = "\u2026"
 SENTENCE_MARKS = frozenset(".?!")
 SPACED_MARKS = frozenset(",:;")

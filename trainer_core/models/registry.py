@@ -49,7 +49,8 @@ class TaskRequest:
     progress: Callable[[dict[str, Any]], None] | None = None
     """Called with each preload_progress event's fields."""
     start: VoiceStart | None = None
-    """VITS: the symbol map of the model the run starts from, or of its own checkpoint on a resume."""
+    """VITS: the symbol map of the model the run starts from, or of its own
+    checkpoint on a resume."""
 
 
 class TaskFactory(Protocol):

@@ -93,9 +93,19 @@ class TtsProbe:
     def build(self, shape: Shape) -> nn.Module:
         m, a = self.profile.model, self.profile.audio
         config = TtsConfig(
-            PROBE_SYMBOLS, a.n_mels, shape.hidden, shape.layers, m.decoder_layers, shape.heads, m.ffn_mult,
-            SIZED_DROPOUT, m.postnet_layers, None, m.decoder, m.pitch,
-        )  # fmt: skip
+            PROBE_SYMBOLS,
+            a.n_mels,
+            shape.hidden,
+            shape.layers,
+            m.decoder_layers,
+            shape.heads,
+            m.ffn_mult,
+            SIZED_DROPOUT,
+            m.postnet_layers,
+            None,
+            m.decoder,
+            m.pitch,
+        )
         return AcousticModel(config)
 
     def loss(self, model: nn.Module) -> torch.Tensor:

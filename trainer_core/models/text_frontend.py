@@ -15,7 +15,8 @@ Phonemes come from espeak-ng, through one of two backends (`tts.espeak_backend`)
   (`trainer_core.models.espeak_library`). A plain `pip install` provides it, so it is the default.
 - "binary": the `espeak-ng` program (`-q --ipa -v <voice>`), for platforms the
   wheel does not cover. The text
-  goes to it on stdin, never through a shell or the argument list, so no transcript can be read as an option.
+  goes to it on stdin, never through a shell or the argument list, so no transcript can be read as
+  an option.
 "auto" takes the library when it loads, else the binary. Both print IPA one clause at a time (stress
 and length marks are symbols of their own); clauses are joined by one space. With the same voice
 data both give the same phonemes (tested); espeak-ng releases differ in a few dictionary words, so

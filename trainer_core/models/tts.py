@@ -5,14 +5,15 @@ Design (Glow-TTS alignment with a FastSpeech-style decoder):
     ids -> embedding -> transformer encoder (model.encoder_layers) -> h  (B, Lt, H)
     h -> linear -> mu (B, Lt, n_mels): each token's mean mel frame
     monotonic alignment search (no gradient) on log N(mel_j; mu_i, I) -> hard path (B, Lt, Tm)
-    path expands h and mu to frames (the length regulator) -> transformer decoder (model.decoder_layers)
-    mel = mu_aligned + linear(decoder output): the decoder refines the aligned means
-    duration predictor on h.detach() -> log frames per token (used at inference instead of MAS)
-    with 2+ speakers: h += speaker_embedding(speaker id) before everything below, so means, durations,
-    pitch and the decoder all depend on who speaks (one speaker: no embedding, the model as before)
-    with model.pitch: a pitch predictor on h.detach() -> log F0 and a voicing logit per token; h gets a pitch
-    embedding before the expansion, of the recording's pitch averaged over each token's frames (through the
-    MAS path) in training and of the predicted one at inference (FastPitch), so the decoder need not guess it
+    path expands h and mu to frames (the length regulator) -> transformer decoder
+    (model.decoder_layers) mel = mu_aligned + linear(decoder output): the decoder refines the
+    aligned means duration predictor on h.detach() -> log frames per token (used at inference
+    instead of MAS) with 2+ speakers: h += speaker_embedding(speaker id) before everything below, so
+    means, durations, pitch and the decoder all depend on who speaks (one speaker: no embedding, the
+    model as before) with model.pitch: a pitch predictor on h.detach() -> log F0 and a voicing logit
+    per token; h gets a pitch embedding before the expansion, of the recording's pitch averaged over
+    each token's frames (through the MAS path) in training and of the predicted one at inference
+    (FastPitch), so the decoder need not guess it
 
 Losses, each a float32 scalar: "mel" (masked L1 between the decoder output and the target),
 "prior" (Gaussian NLL of the target frames under their aligned means, per mel bin: the alignment

@@ -9,7 +9,8 @@ folder, each announced as an "image" sample:
 - `mel.png`: the recorded log-mel above the predicted one, on one colour scale;
 - `alignment.png`: text symbols x mel frames, each frame's log-likelihood under
   every symbol's mean relative to
-  the frame's most likely symbol (how sure the model is where a frame belongs), with MAS's hard path drawn on it.
+  the frame's most likely symbol (how sure the model is where a frame belongs), with MAS's hard path
+  drawn on it.
 
 matplotlib is imported only when a picture is drawn, and draws with its Agg canvas
 (no display, no pyplot state).
@@ -62,7 +63,8 @@ class ClipView:
     predicted: np.ndarray
     """(n_mels, frames) the teacher-forced prediction, log-mel."""
     likelihood: np.ndarray
-    """(tokens, frames) each frame's log-likelihood under each symbol, minus the frame's best (so <= 0)."""
+    """(tokens, frames) each frame's log-likelihood under each symbol, minus
+    the frame's best (so <= 0)."""
     path: np.ndarray
     """(frames,) the token MAS gives each frame."""
 

@@ -68,8 +68,12 @@ def _preload_text(state: RunState) -> str:
     return f" {done}/{total}"
 
 
-PHASE_WORDS = {"validating": "validating", "sampling": "sampling", "free_running": "free-running",
-               "finishing": "finishing"}  # fmt: skip
+PHASE_WORDS = {
+    "validating": "validating",
+    "sampling": "sampling",
+    "free_running": "free-running",
+    "finishing": "finishing",
+}
 
 
 def phase_text(state: RunState) -> str:
@@ -243,7 +247,9 @@ class ProblemBanner(Static):
     overtrains, or has fault injection on."""
 
     DEFAULT_CSS = """
-    ProblemBanner { display: none; max-height: 8; padding: 0 1; border-left: thick $error; overflow-y: auto; }
+    ProblemBanner {
+        display: none; max-height: 8; padding: 0 1; border-left: thick $error; overflow-y: auto;
+    }
     ProblemBanner.-shown { display: block; }
     """
 

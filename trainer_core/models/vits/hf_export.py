@@ -91,8 +91,15 @@ def export_hf(
     state = {name: tensor for name, tensor in generator.state_dict().items()}
     card = model_card(base, symbols.mms.language if symbols.mms is not None else None, step)
     try:
-        return write_hf_folder(out, state, config, sample_rate, lambda folder: _tokenizer(symbols, folder), card,
-                               hf_inference(scales))  # fmt: skip
+        return write_hf_folder(
+            out,
+            state,
+            config,
+            sample_rate,
+            lambda folder: _tokenizer(symbols, folder),
+            card,
+            hf_inference(scales),
+        )
     except VegaError as exc:
         raise HfExportError(f"export --hf: {exc}") from exc
 

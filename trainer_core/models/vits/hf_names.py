@@ -55,7 +55,8 @@ def _flow(prefix: str, offset: int) -> Callable[[re.Match[str]], str]:
     """Vega's flow index -> transformers' coupling index (Flip modules take the other slots)."""
 
     def build(m: re.Match[str]) -> str:
-        return f"{prefix}{m.group(1) or ''}flows.{(int(m.group(2)) + offset) // 2}.{_FLOW_PARTS[m.group(3)]}."
+        index = (int(m.group(2)) + offset) // 2
+        return f"{prefix}{m.group(1) or ''}flows.{index}.{_FLOW_PARTS[m.group(3)]}."
 
     return build
 

@@ -58,8 +58,10 @@ def write_tokenizer_files(table: SymbolTable, folder: Path) -> list[Path]:
         _write_json(config_path, config)
     again = read_tokenizer_folder(folder, tokenizer.name)
     if again != tokenizer:
-        raise TokenizerNotRepresentable(f"{folder}: the tokenizer files written read back as another tokenizer "
-                                        f"({again} instead of {tokenizer})")  # fmt: skip
+        raise TokenizerNotRepresentable(
+            f"{folder}: the tokenizer files written read back as another tokenizer "
+            f"({again} instead of {tokenizer})"
+        )
     return [vocab_path, config_path, special_path]
 
 

@@ -12,9 +12,10 @@ The steps, in VitsTokenizer's order (settings from `contract.mms_tokenizer.MmsTo
    then whitespace at both ends.
 5. The text is cut at its whole tokens (added tokens, and the special tokens
    the vocabulary holds, e.g. the
-   blank's own letter): each such token is one id, with no blanks around it; every other piece becomes one id
-   per character, with `add_blank` putting id 0 between them and at both ends of the piece. Without
-   `normalize`, a character outside the vocabulary becomes the unknown token (counted too).
+   blank's own letter): each such token is one id, with no blanks around it; every other piece
+   becomes one id per character, with `add_blank` putting id 0 between them and at both ends of the
+   piece. Without `normalize`, a character outside the vocabulary becomes the unknown token (counted
+   too).
 No Unicode normalisation is applied: decomposed accents (NFD) are separate
 characters, as in VitsTokenizer.
 """

@@ -167,13 +167,20 @@ def export_piper(
         )
     if out.exists() and not out.is_dir():
         raise PiperExportError(f"--out {out} is a file; name a folder (it is created when missing)")
-    stem = file_stem(language_of(symbols.espeak_voice), facts.name,
-                     quality_of(facts.quality_label, generator.config, sample_rate))  # fmt: skip
+    stem = file_stem(
+        language_of(symbols.espeak_voice),
+        facts.name,
+        quality_of(facts.quality_label, generator.config, sample_rate),
+    )
     generator = generator.cpu().eval()
     graph = export_graph(PiperGraph(generator), sample_ids(symbols, TRACE_SYMBOLS))
     measured = check_graph(graph, generator, symbols, scales)
-    tolerance = {"max_abs_diff": TOLERANCE, "measured": measured, "opset": OPSET,
-                 "input_ids": [2 * count + 3 for count in CHECK_SYMBOLS]}  # fmt: skip
+    tolerance = {
+        "max_abs_diff": TOLERANCE,
+        "measured": measured,
+        "opset": OPSET,
+        "input_ids": [2 * count + 3 for count in CHECK_SYMBOLS],
+    }
     document = voice_config(
         config=generator.config,
         symbols=symbols.state_dict(),

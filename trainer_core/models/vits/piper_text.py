@@ -12,7 +12,8 @@ from trainer_core.models.piper_phonemes import PiperPhonemizer
 
 # Piper's id map for a new voice: one id per symbol, in this order (ids 0 to 165).
 _SINGLE = (
-    "_^$ !'(),-.:;?abcdefhijklmnopqrstuvwxyz\xe6\xe7\xf0\xf8\u0127\u014b\u0153\u01c0\u01c1\u01c2\u01c3"
+    "_^$ !'(),-.:;?abcdefhijklmnopqrstuvwxyz"
+    "\xe6\xe7\xf0\xf8\u0127\u014b\u0153\u01c0\u01c1\u01c2\u01c3"
     "\u0250\u0251\u0252\u0253\u0254\u0255\u0256\u0257\u0258\u0259\u025a\u025b\u025c\u025e\u025f\u0260"
     "\u0261\u0262\u0263\u0264\u0265\u0266\u0267\u0268\u026a\u026b\u026c\u026d\u026e\u026f\u0270\u0271"
     "\u0272\u0273\u0274\u0275\u0276\u0278\u0279\u027a\u027b\u027d\u027e\u0280\u0281\u0282\u0283\u0284"

@@ -181,8 +181,10 @@ def _mapping_text(
     if len(corpus) >= 2 and len(speakers) >= 2:
         who = f"{len(known)} of {len(corpus)} speakers known by name, the rest new"
     elif len(corpus) >= 2:
-        who = (f"new speaker layers for {len(corpus)} speakers (width vits.speaker_channels = {width}), "
-               "zero-initialised: each starts as its one voice")  # fmt: skip
+        who = (
+            f"new speaker layers for {len(corpus)} speakers (width vits.speaker_channels ="
+            f" {width}), zero-initialised: each starts as its one voice"
+        )
     elif len(speakers) >= 2:
         who = f"one of its {len(speakers)} speakers kept (train.init_speaker)"
     else:

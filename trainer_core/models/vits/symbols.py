@@ -51,7 +51,8 @@ class SymbolTable:
     missing: Counter[str] = field(default_factory=Counter)
     """Units of the transcripts encoded so far that the map does not hold, with their counts."""
     mms: MmsTokenizer | None = None
-    """A transformers VITS voice's tokenizer: its vocabulary is `id_map`, its front end replaces Piper's."""
+    """A transformers VITS voice's tokenizer: its vocabulary is `id_map`,
+    its front end replaces Piper's."""
     frontend: str = ""
     """ "piper": Piper's sentences and clause marks; "": the text's units as one sentence."""
 
@@ -97,8 +98,15 @@ class SymbolTable:
         # Piper's clause marks need the library's read positions: the espeak-ng program has none.
         library = units == "phonemes" and espeak_backend(tts.espeak_backend) == "library"
         frontend = PIPER_FRONTEND if library else ""
-        table = cls(dict(id_map), max(num_symbols, _rows(id_map)), units, tts.lowercase, tts.espeak_voice,
-                    tts.espeak_backend, frontend=frontend)  # fmt: skip
+        table = cls(
+            dict(id_map),
+            max(num_symbols, _rows(id_map)),
+            units,
+            tts.lowercase,
+            tts.espeak_voice,
+            tts.espeak_backend,
+            frontend=frontend,
+        )
         transcripts = list(transcripts)
         if table._piper is None:
             table._frontend.prepare(transcripts)
@@ -108,8 +116,15 @@ class SymbolTable:
         free = (i for i in range(table.num_symbols + len(added)) if i not in used)
         for symbol in added:
             id_map[symbol] = [next(free)]
-        grown = cls(id_map, max(table.num_symbols, _rows(id_map)), units, tts.lowercase, tts.espeak_voice,
-                    tts.espeak_backend, frontend=frontend)  # fmt: skip
+        grown = cls(
+            id_map,
+            max(table.num_symbols, _rows(id_map)),
+            units,
+            tts.lowercase,
+            tts.espeak_voice,
+            tts.espeak_backend,
+            frontend=frontend,
+        )
         # Phonemized once, reused by the dataset's encode calls.
         grown._frontend, grown._piper = table._frontend, table._piper
         return grown, added

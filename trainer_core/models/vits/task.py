@@ -107,9 +107,14 @@ class VitsTask(Task):
         speaker_ids = [index[name] for name in self.waves.speakers] if self.multi_speaker else None
         self.speaker_ids = speaker_ids
         self.dataset = VitsDataset(
-            self.waves, self.symbols.encode, d.val_fraction, profile.run.seed, v.segment_size, d.val_max_items,
+            self.waves,
+            self.symbols.encode,
+            d.val_fraction,
+            profile.run.seed,
+            v.segment_size,
+            d.val_max_items,
             speaker_ids,
-        )  # fmt: skip
+        )
         self.dataset.pin_memory = self.device.type == "cuda"
         self.config = config_from_profile(
             profile, self.symbols.num_symbols, max(1, len(self.speaker_names))
@@ -152,8 +157,13 @@ class VitsTask(Task):
         """The discriminator, then the generator; a group whose parts are all
         frozen (train.freeze) is left out."""
         v = self.profile.vits
-        trainable = [(name, [p for p in module.parameters() if p.requires_grad]) for name, module in
-                     (("discriminator", self.model.model_d), ("generator", self.model.model_g))]  # fmt: skip
+        trainable = [
+            (name, [p for p in module.parameters() if p.requires_grad])
+            for name, module in (
+                ("discriminator", self.model.model_d),
+                ("generator", self.model.model_g),
+            )
+        ]
         return [
             GroupSpec(
                 name,
@@ -363,9 +373,13 @@ class VitsTask(Task):
 
 def _vits_task(request: TaskRequest) -> VitsTask:
     return VitsTask(
-        request.profile, request.report, request.device, progress=request.progress, where=request.preload_where,
+        request.profile,
+        request.report,
+        request.device,
+        progress=request.progress,
+        where=request.preload_where,
         start=request.start,
-    )  # fmt: skip
+    )
 
 
 register_task("vits", _vits_task)
