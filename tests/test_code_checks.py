@@ -70,6 +70,18 @@ def test_ruff_fails_on_an_unused_import_and_unformatted_code(tmp_path: Path) -> 
     assert tool("ruff", "format", "--check", "--config", config, str(bad)).returncode == 1
 
 
+def test_a_line_over_100_fails_outside_tests_and_passes_inside(tmp_path: Path) -> None:
+    line = f"# {'x' * 99}\n"  # 101 characters: over the product's limit, within the tests' 120
+    (tmp_path / "pyproject.toml").write_text((REPO / "pyproject.toml").read_text(encoding="utf-8"))
+    (tmp_path / "tests").mkdir()
+    shutil.copy(REPO / "tests" / "ruff.toml", tmp_path / "tests" / "ruff.toml")
+    (tmp_path / "product.py").write_text(line, encoding="utf-8")
+    (tmp_path / "tests" / "test_x.py").write_text(line, encoding="utf-8")
+    out = tool("ruff", "check", "--no-cache", ".", cwd=tmp_path)
+    assert out.returncode == 1 and "E501" in out.stdout, out.stdout + out.stderr
+    assert "product.py" in out.stdout and "test_x.py" not in out.stdout
+
+
 # ------------------------------------------------------------------------------------------------ mypy
 
 
