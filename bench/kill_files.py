@@ -23,7 +23,7 @@ import kill_checks as checks
 import torch
 
 from trainer_core.atomic import TEMP_PREFIX, TEMP_SUFFIX
-from trainer_core.contract.profile import AudioSection
+from trainer_core.contract.profile_audio import AudioSection
 from trainer_core.contract.protocol import Event
 from trainer_core.data.audio import load_audio
 from trainer_core.data.feature_cache import FeatureCache, feature_params

@@ -16,7 +16,7 @@ from pathlib import Path
 import common
 
 from trainer_core.contract.eventlog import EventReader
-from trainer_core.contract.profile import AudioSection
+from trainer_core.contract.profile_audio import AudioSection
 from trainer_core.contract.protocol import Event
 from trainer_core.engine.faults import HOLD_AT_ENV, HOLD_MARKER_ENV
 from trainer_core.tiny_profiles import tiny_profile

@@ -306,7 +306,7 @@ def wrong_sentence(result: common.Result, corpus: Path, scored: dict[str, Any]) 
     """Each held-out recording's mel, vocoded as the models' are (Griffin-Lim), scored
     against the next sentence's recording: what an unrelated utterance scores on the same
     scale as the floor and the models."""
-    from trainer_core.contract.profile import AudioSection
+    from trainer_core.contract.profile_audio import AudioSection
     from trainer_core.models.free_running import FreeRunning, HeldOutSentence
     from trainer_core.scoring.speech_scores import Scores, score_heard
 
@@ -334,7 +334,7 @@ def wrong_sentence(result: common.Result, corpus: Path, scored: dict[str, Any]) 
 
 
 def _tts() -> Any:
-    from trainer_core.contract.profile import TtsSection
+    from trainer_core.contract.profile_audio import TtsSection
 
     return TtsSection()
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from trainer_core.contract.profile import AudioSection, TtsSection
+from trainer_core.contract.profile_audio import AudioSection, TtsSection
 from trainer_core.data.audio import load_audio
 from trainer_core.data.mel import MelExtractor
 from trainer_core.models.copy_synthesis import clip_scores, reference_scores

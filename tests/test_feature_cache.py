@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from trainer_core.contract.profile import AudioSection
+from trainer_core.contract.profile_audio import AudioSection
 from trainer_core.data.feature_cache import ORPHAN_AGE_S, FeatureCache, feature_params, params_digest
 
 PARAMS = feature_params(AudioSection(n_mels=8))

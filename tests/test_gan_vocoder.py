@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from trainer_core.contract.profile import AudioSection
+from trainer_core.contract.profile_audio import AudioSection
 from trainer_core.data.mel import MelExtractor
 from trainer_core.models.gan_vocoder import (
     Discriminators,

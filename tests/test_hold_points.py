@@ -19,7 +19,8 @@ import soundfile as sf
 import torch
 
 from trainer_core import fault_points
-from trainer_core.contract.profile import AudioSection, Profile
+from trainer_core.contract.profile import Profile
+from trainer_core.contract.profile_audio import AudioSection
 from trainer_core.data.feature_cache import FeatureCache, feature_params
 from trainer_core.data.scan import scan_data
 from trainer_core.data.wave_preload import preload_waves

@@ -20,7 +20,7 @@ from textual.pilot import Pilot
 from conftest import TEST_VOICE, of_type, run_cli, set_args, tiny_voice_profile, write_corpus
 from trainer_core.contract.eventlog import read_all
 from trainer_core.contract.init_sources import InitSourceError, check_compatible, resolve_source
-from trainer_core.contract.profile import AudioSection
+from trainer_core.contract.profile_audio import AudioSection
 from trainer_core.contract.profile_loader import load_profile
 from trainer_core.engine.export import export_model
 from trainer_core.engine.init_from import apply_init, export_prefix, name_rows, symbol_rows

@@ -9,7 +9,7 @@ import pytest
 import soundfile as sf
 import torch
 
-from trainer_core.contract.profile import AudioSection
+from trainer_core.contract.profile_audio import AudioSection
 from trainer_core.data.librosa_mel import librosa_power_mel
 from trainer_core.data.mel import MelExtractor, filter_bands, mel_filterbank
 

@@ -28,7 +28,7 @@ from trainer_core.cli import main
 from trainer_core.cli.evaluate_cmd import load_voice
 from trainer_core.cli.onnx_export import TOLERANCE
 from trainer_core.contract.errors import VegaError
-from trainer_core.contract.profile import AudioSection
+from trainer_core.contract.profile_audio import AudioSection
 from trainer_core.engine.export import export_model
 from trainer_core.models import griffin_lim_numpy
 from trainer_core.models.griffin_lim import mel_to_audio

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from trainer_core.contract.profile import TtsSection
+from trainer_core.contract.profile_audio import TtsSection
 from trainer_core.models.piper_phonemes import clause_mark
 from trainer_core.models.vits.piper_text import piper_id_map
 from trainer_core.models.vits.symbols import SymbolTable

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from trainer_core.contract.profile import AudioSection
+from trainer_core.contract.profile_audio import AudioSection
 from trainer_core.data.audio import load_audio
 from trainer_core.data.pitch import pitch_track, voiced_frames
 from trainer_core.models.free_running import FreeRunning, HeldOutSentence, pick_sentences
@@ -121,7 +121,7 @@ def test_a_resynthesis_scores_near_and_a_wrong_sentence_far() -> None:
 
 
 def _tts():
-    from trainer_core.contract.profile import TtsSection
+    from trainer_core.contract.profile_audio import TtsSection
 
     return TtsSection(griffin_lim_iters=8)
 

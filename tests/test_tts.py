@@ -10,7 +10,7 @@ import pytest
 import soundfile
 import torch
 
-from trainer_core.contract.profile import AudioSection
+from trainer_core.contract.profile_audio import AudioSection
 from trainer_core.data.librosa_mel import librosa_power_mel
 from trainer_core.models.griffin_lim import mel_to_audio, write_wav
 from trainer_core.models.text_frontend import PAD_ID, UNK_ID, TextEncoder, normalize_text

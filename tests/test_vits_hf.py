@@ -146,7 +146,7 @@ def test_export_round_trip_transformers_loads_speaks_and_tokenizes_it(folders: d
     from transformers import VitsTokenizer, pipeline
 
     from trainer_core.contract.mms_tokenizer import read_tokenizer_folder
-    from trainer_core.contract.profile import TtsSection
+    from trainer_core.contract.profile_audio import TtsSection
     from trainer_core.models.vits.hf_export import export_hf
     from trainer_core.models.vits.symbols import SymbolTable
 

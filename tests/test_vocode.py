@@ -17,7 +17,7 @@ import torch
 from conftest import TEST_VOICE, run_cli, tiny_voice_profile
 from test_scan import write_voice
 from trainer_core.contract.errors import VegaError
-from trainer_core.contract.profile import AudioSection
+from trainer_core.contract.profile_audio import AudioSection
 from trainer_core.engine.checkpoint_manager import list_checkpoints
 from trainer_core.models.mel_vocoders import load_vocoder, open_vocoder
 from trainer_core.tiny_profiles import tiny_profile

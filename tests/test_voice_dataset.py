@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from trainer_core.contract.errors import DataError
-from trainer_core.contract.profile import AudioSection, Profile
+from trainer_core.contract.profile import Profile
+from trainer_core.contract.profile_audio import AudioSection
 from trainer_core.data.preload import VoiceFeatures, preload_voice
 from trainer_core.data.scan import scan_data
 from trainer_core.data.voice_dataset import VoiceDataset, split_items

@@ -27,7 +27,8 @@ removing one fails it. Everything here is re-exported from where it lives; nothi
 """
 
 from trainer_core.contract.errors import DataError, ProfileError, VegaError
-from trainer_core.contract.profile import AudioSection, Profile
+from trainer_core.contract.profile import Profile
+from trainer_core.contract.profile_audio import AudioSection
 from trainer_core.data.mel import MelExtractor
 from trainer_core.data.preload import PreloadWhere, ProgressCallback, VoiceFeatures, preload_voice
 from trainer_core.data.scan import scan_data

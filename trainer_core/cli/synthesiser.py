@@ -15,7 +15,8 @@ from trainer_core.contract.errors import VegaError
 
 if TYPE_CHECKING:
     from trainer_core.cli.vits_voice import VitsVoice
-    from trainer_core.contract.profile import AudioSection, DataSection, TtsSection
+    from trainer_core.contract.profile import DataSection
+    from trainer_core.contract.profile_audio import AudioSection, TtsSection
     from trainer_core.models.mel_vocoders import MelVocoder
     from trainer_core.models.text_frontend import TextEncoder, TextUnits
     from trainer_core.models.tts import AcousticModel
@@ -144,7 +145,8 @@ def load_from_export(folder: Path, device: str = "cpu") -> Synthesiser | VitsVoi
 
     from trainer_core.cli.vits_voice import is_vits_config, voice_from_config
     from trainer_core.contract.event_lines import describe_validation_error
-    from trainer_core.contract.profile import AudioSection, DataSection, TtsSection
+    from trainer_core.contract.profile import DataSection
+    from trainer_core.contract.profile_audio import AudioSection, TtsSection
     from trainer_core.engine.checkpoint_manager import check_model_compatible
     from trainer_core.engine.export import load_exported
     from trainer_core.models.text_frontend import TextEncoder

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 from trainer_core.contract.errors import VegaError
 
 if TYPE_CHECKING:
-    from trainer_core.contract.profile import AudioSection, DataSection, TtsSection
+    from trainer_core.contract.profile import DataSection
+    from trainer_core.contract.profile_audio import AudioSection, TtsSection
     from trainer_core.models.free_running import FreeRunningResult, HeldOutSentence
     from trainer_core.models.vits.speech import VitsSpeaker
     from trainer_core.models.vits.symbols import SymbolTable
@@ -125,7 +126,8 @@ def voice_from_config(
     extra.model_config) and the generator's weights."""
     from pydantic import ValidationError
 
-    from trainer_core.contract.profile import AudioSection, DataSection, TtsSection
+    from trainer_core.contract.profile import DataSection
+    from trainer_core.contract.profile_audio import AudioSection, TtsSection
     from trainer_core.models.vits.config import VitsConfig
     from trainer_core.models.vits.speech import VitsSpeaker
     from trainer_core.models.vits.symbols import SymbolTable

@@ -51,7 +51,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _audio_settings(profile: str | None):  # -> AudioSection
-    from trainer_core.contract.profile import AudioSection
+    from trainer_core.contract.profile_audio import AudioSection
     from trainer_core.contract.profile_loader import load_profile
 
     return load_profile(profile).audio if profile else AudioSection()

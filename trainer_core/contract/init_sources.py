@@ -31,7 +31,7 @@ from trainer_core.contract.hf_voice import (
     is_hf_folder,
 )
 from trainer_core.contract.mms_tokenizer import MmsTokenizer
-from trainer_core.contract.profile import AudioSection
+from trainer_core.contract.profile_audio import AudioSection
 
 SourceForm = Literal["export", "checkpoint", "piper", "hf"]
 FIELD = "train.init_from"

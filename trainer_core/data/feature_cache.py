@@ -39,7 +39,7 @@ import torch
 from trainer_core import fault_points
 from trainer_core.atomic import write_replacing, write_whole
 from trainer_core.contract.confined_path import inside_or_none
-from trainer_core.contract.profile import AudioSection
+from trainer_core.contract.profile_audio import AudioSection
 from trainer_core.data.cache_location import cache_folder, corpus_digest
 
 log = logging.getLogger("trainer_core")

@@ -30,7 +30,7 @@ from typing import Literal
 import numpy as np
 import torch
 
-from trainer_core.contract.profile import AudioSection
+from trainer_core.contract.profile_audio import AudioSection
 
 Precision = Literal["float32", "float64"]
 # Neighbouring mel filters multiplied together: fewer, larger matmuls against a little wasted band.

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from trainer_core.contract.profile import AudioSection
+from trainer_core.contract.profile_audio import AudioSection
 
 LOWEST_PITCH_HZ = 60.0
 HIGHEST_PITCH_HZ = 400.0

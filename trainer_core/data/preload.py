@@ -38,7 +38,8 @@ import torch
 
 from trainer_core import fault_points
 from trainer_core.contract.errors import DataError
-from trainer_core.contract.profile import AudioSection, Profile
+from trainer_core.contract.profile import Profile
+from trainer_core.contract.profile_audio import AudioSection
 from trainer_core.data.audio import AudioDecodeError, load_audio
 from trainer_core.data.feature_cache import FeatureCache, feature_params
 from trainer_core.data.mel import MelExtractor

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from trainer_core.contract.profile import AudioSection
+from trainer_core.contract.profile_audio import AudioSection
 from trainer_core.data.mel import MelExtractor
 from trainer_core.models.eval_cache import EvalCache, digest
 from trainer_core.models.gan_vocoder import multi_resolution_stft_distance

@@ -20,7 +20,7 @@ from trainer_core.atomic import write_whole
 from trainer_core.contract.errors import VegaError
 
 if TYPE_CHECKING:
-    from trainer_core.contract.profile import AudioSection
+    from trainer_core.contract.profile_audio import AudioSection
 
 # Bumped when what is cached, or how it is computed, changes: old entries are then never read.
 VERSION = 1

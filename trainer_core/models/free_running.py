@@ -25,7 +25,7 @@ from trainer_core.models.griffin_lim_batch import evaluation_threads, mels_to_au
 from trainer_core.scoring.speech_scores import ItemScore, Recording, Scores, recording, score_heard
 
 if TYPE_CHECKING:
-    from trainer_core.contract.profile import AudioSection, TtsSection
+    from trainer_core.contract.profile_audio import AudioSection, TtsSection
     from trainer_core.models.text_frontend import TextEncoder
     from trainer_core.models.tts import AcousticModel
 

@@ -25,7 +25,7 @@ from trainer_core.contract.errors import VegaError
 if TYPE_CHECKING:
     import torch
 
-    from trainer_core.contract.profile import AudioSection
+    from trainer_core.contract.profile_audio import AudioSection
 
 # Peak level of written samples: loud enough to hear, with headroom against clipping.
 PEAK_LEVEL = 0.9

@@ -20,7 +20,7 @@ from trainer_core.models.griffin_lim import MOMENTUM, log_mel_to_magnitude
 if TYPE_CHECKING:
     import torch
 
-    from trainer_core.contract.profile import AudioSection
+    from trainer_core.contract.profile_audio import AudioSection
 
 # Sentences per batched call: 8 sentences of 12 s at 22 kHz are about 35 MB of complex spectra.
 BATCH = 8

@@ -17,7 +17,7 @@ from functools import lru_cache
 import numpy as np
 
 from trainer_core.contract.errors import VegaError
-from trainer_core.contract.profile import AudioSection
+from trainer_core.contract.profile_audio import AudioSection
 from trainer_core.data.mel_filters import mel_filterbank
 
 # As in trainer_core.models.griffin_lim: the momentum, the least-squares

@@ -21,7 +21,8 @@ import torch
 
 from trainer_core.contract.errors import VegaError
 from trainer_core.contract.init_sources import best_checkpoint
-from trainer_core.contract.profile import AudioSection, Profile
+from trainer_core.contract.profile import Profile
+from trainer_core.contract.profile_audio import AudioSection
 from trainer_core.models.gan_vocoder import Generator, VocoderConfig
 
 GRIFFIN_LIM = "griffin-lim"

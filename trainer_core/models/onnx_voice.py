@@ -33,7 +33,7 @@ from pydantic import ValidationError
 from trainer_core.contract.confined_path import inside
 from trainer_core.contract.errors import VegaError
 from trainer_core.contract.event_lines import describe_validation_error
-from trainer_core.contract.profile import AudioSection, TtsSection
+from trainer_core.contract.profile_audio import AudioSection, TtsSection
 from trainer_core.data.speakers import speaker_index
 from trainer_core.models.text_frontend import TextEncoder
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from trainer_core.contract.profile import AudioSection
+from trainer_core.contract.profile_audio import AudioSection
 from trainer_core.models.vits.config import VitsConfig
 from trainer_core.models.vits.segments import slice_segments
 from trainer_core.models.vits.spectrogram import (

@@ -27,7 +27,8 @@ from trainer_core.contract.piper_voice import (
     PiperVoiceConfig,
     audio_settings,
 )
-from trainer_core.contract.profile import AudioSection, Profile, TrainSection, TtsSection
+from trainer_core.contract.profile import Profile, TrainSection
+from trainer_core.contract.profile_audio import AudioSection, TtsSection
 from trainer_core.contract.profile_vits import VitsSection, hop_problem
 from trainer_core.models.vits.config import LAYOUT_FIELDS
 from trainer_core.models.vits.hf_config import vits_config_from_hf
