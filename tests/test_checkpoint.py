@@ -20,15 +20,15 @@ import torch
 from torch import nn
 
 from trainer_core.contract.errors import VegaError
+from trainer_core.engine.checkpoint_compat import check_model_compatible
 from trainer_core.engine.checkpoint_manager import (
-    FAULT_ENOSPC_ENV,
     CheckpointError,
     CheckpointManager,
-    check_model_compatible,
     find_resume,
     load_checkpoint,
     new_checkpoint_state,
 )
+from trainer_core.engine.checkpoint_write import FAULT_ENOSPC_ENV
 from trainer_core.engine.rng import capture_rng_state, restore_rng_state
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -341,7 +341,7 @@ def test_sigkill_mid_write_leaves_previous_checkpoint_resumable(tmp_path: Path) 
 def test_a_held_write_pauses_past_the_header_with_about_half_the_payload_on_disk(tmp_path: Path) -> None:
     """The kill drill's `write` hold point: never inside the first write() (the zip header), and only once
     about half the tensor bytes are on disk, so a kill there leaves a temp file with real payload in it."""
-    from trainer_core.engine.checkpoint_manager import _PartialWriteHook, _tensor_bytes
+    from trainer_core.engine.checkpoint_write import _PartialWriteHook, _tensor_bytes
 
     state = new_checkpoint_state(model={"a": torch.ones(4096), "b": torch.zeros(4096)}, step=1, epoch=0, rng={})
     half = _tensor_bytes(state) // 2

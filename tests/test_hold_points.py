@@ -24,7 +24,7 @@ from trainer_core.contract.profile_audio import AudioSection
 from trainer_core.data.feature_cache import FeatureCache, feature_params
 from trainer_core.data.scan import scan_data
 from trainer_core.data.wave_preload import preload_waves
-from trainer_core.engine import checkpoint_manager, faults
+from trainer_core.engine import checkpoint_manager, checkpoint_write, faults
 from trainer_core.engine.checkpoint_manager import CheckpointManager, new_checkpoint_state, read_best
 from trainer_core.models.griffin_lim import write_wav
 from trainer_core.models.voice_views import new_figure, save
@@ -91,7 +91,8 @@ def test_best_checkpoint_and_best_json_are_held_mid_write_with_the_old_best_in_f
         best = read_best(manager.folder)
         seen.append((phase, best["path"] if best else None, temps(manager.folder)))
 
-    monkeypatch.setattr(checkpoint_manager, "hold_at", look)  # the engine's own: write, best_write
+    monkeypatch.setattr(checkpoint_write, "hold_at", look)  # the engine's own: write, best_write
+    monkeypatch.setattr(checkpoint_manager, "hold_at", look)  # and prune
     hold(look)
     manager.save(state(2), 2)  # not a best: no best_write, no best_json
     manager.save(state(3), 3, val_loss=1.0, is_best=True)

@@ -109,7 +109,8 @@ def load_from_checkpoint(path: Path, device: str = "cpu") -> Synthesiser | VitsV
     """Rebuild the model and text encoder from a training checkpoint (loaded weights-only); a vits
     run's checkpoint gives a VitsVoice."""
     from trainer_core.cli.vits_voice import vits_from_checkpoint
-    from trainer_core.engine.checkpoint_manager import check_model_compatible, load_checkpoint
+    from trainer_core.engine.checkpoint_compat import check_model_compatible
+    from trainer_core.engine.checkpoint_manager import load_checkpoint
     from trainer_core.models.text_frontend import TextEncoder
     from trainer_core.models.tts import AcousticModel, TtsConfig
 
@@ -147,7 +148,7 @@ def load_from_export(folder: Path, device: str = "cpu") -> Synthesiser | VitsVoi
     from trainer_core.contract.event_lines import describe_validation_error
     from trainer_core.contract.profile import DataSection
     from trainer_core.contract.profile_audio import AudioSection, TtsSection
-    from trainer_core.engine.checkpoint_manager import check_model_compatible
+    from trainer_core.engine.checkpoint_compat import check_model_compatible
     from trainer_core.engine.export import load_exported
     from trainer_core.models.text_frontend import TextEncoder
     from trainer_core.models.tts import AcousticModel, config_from_dict

@@ -6,15 +6,16 @@ Files live in `<run_dir>/checkpoints/`:
     .step-….pt.<pid>.tmp  a write in progress; never matches the checkpoint pattern, and a
                           leftover from a killed writer is removed on manager start / next save
 
-A save serialises with torch.save into the temporary file, flushes, fsyncs it, renames it
-into place with os.replace and fsyncs the folder, so a crash at any moment leaves either
-the old set of checkpoints or the old set plus one complete new file. Pruning runs only
-after the new file is in place: the newest `keep_last` are kept, plus the best one, within
-`keep_disk_gb` when set (`engine.checkpoint_retention`).
+A save (`engine.checkpoint_write`) serialises with torch.save into the temporary file,
+flushes, fsyncs it, renames it into place with os.replace and fsyncs the folder, so a crash at
+any moment leaves either the old set of checkpoints or the old set plus one complete new file.
+Pruning runs only after the new file is in place: the newest `keep_last` are kept, plus the best
+one, within `keep_disk_gb` when set (`engine.checkpoint_retention`).
 
 Loading always uses `torch.load(path, map_location="cpu", weights_only=True)`: a file that
 carries pickled objects other than tensors and plain containers is refused, and nothing in
-it runs.
+it runs. Whether a checkpoint's weights fit a model (names and shapes) is
+`engine.checkpoint_compat.check_model_compatible`.
 
 Checkpoint layout the training loop writes (format "vega-checkpoint", version 1):
     {"format": "vega-checkpoint", "version": 1,
@@ -26,7 +27,8 @@ Checkpoint layout the training loop writes (format "vega-checkpoint", version 1)
      "val_loss": float | None, "extra": dict}
 `new_checkpoint_state(...)` builds that dict; `load_checkpoint` verifies "format" and "version".
 
-Fault-injection hooks (for tests of crash safety; off by default, and inert without VEGA_FAULTS=1):
+Fault-injection hooks (for tests of crash safety; off by default, and inert without VEGA_FAULTS=1;
+the write-time ones act in `engine.checkpoint_write`):
     hold_s (from profile `debug.hold_checkpoint_write_s`): after about half the payload is written
         and flushed, sleep this many seconds before completing, so a test can SIGKILL mid-write.
     VEGA_FAULT_CHECKPOINT_ENOSPC=<n>: the n-th save (1-based) of a CheckpointManager raises
@@ -41,27 +43,24 @@ import json
 import math
 import re
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
-from torch import nn
 
-from trainer_core.atomic import TEMP_PREFIX, TEMP_SUFFIX, atomic_write, write_whole
+from trainer_core.atomic import TEMP_PREFIX, TEMP_SUFFIX, write_whole
 from trainer_core.contract.confined_path import inside_or_none
 from trainer_core.contract.errors import VegaError
 from trainer_core.engine.checkpoint_retention import Retention
-from trainer_core.engine.faults import fault_env, hold_at, writes_in_place
+from trainer_core.engine.checkpoint_write import FAULT_ENOSPC_ENV, _write_torch_atomically
+from trainer_core.engine.faults import fault_env, hold_at
 
 CHECKPOINT_FORMAT = "vega-checkpoint"
 CHECKPOINT_VERSION = 1
 CHECKPOINT_DIRNAME = "checkpoints"
 BEST_FILENAME = "best.json"
-FAULT_ENOSPC_ENV = "VEGA_FAULT_CHECKPOINT_ENOSPC"
 STEP_FILE_RE = re.compile(r"^step-(\d{8})\.pt$")
-MAX_LISTED_MISMATCHES = 5
 
 # Markers of torch's weights-only unpickler refusing an object (as opposed
 # to a damaged byte stream).
@@ -141,109 +140,8 @@ def new_checkpoint_state(
     }
 
 
-# ---------------------------------------------------------------- atomic writing
-
-
-class _PartialWriteHook:
-    """File wrapper torch.save writes through: once about half the payload is written
-    (never inside the first write, which is the zip header), it writes part of the current
-    chunk, flushes, and calls `fault`."""
-
-    def __init__(self, file: Any, fault_after: int, fault: Callable[[], None]) -> None:
-        self._file = file
-        self._fault_after = fault_after
-        self._fault: Callable[[], None] | None = fault
-        self.written = 0
-        # torch wraps what a write raises; this is the real cause
-        self.failure: OSError | None = None
-
-    def write(self, data: Any) -> int:
-        view = memoryview(data).cast("B")
-        size = len(view)
-        if (
-            self._fault is not None
-            and self.written > 0
-            and self.written + size >= self._fault_after
-            and size > 1
-        ):
-            fault, self._fault = self._fault, None
-            half = size // 2
-            self._file.write(view[:half])
-            # make the partial bytes visible on disk, as a real interrupted write would
-            self._file.flush()
-            self.written += half
-            try:
-                fault()
-            except OSError as exc:
-                self.failure = exc
-                raise
-            view = view[half:]
-        self._file.write(view)
-        self.written += len(view)
-        return size
-
-    def flush(self) -> None:
-        self._file.flush()
-
-
-def _tensor_bytes(obj: Any) -> int:
-    """The bytes of every tensor in a nested state: the bulk of what torch.save writes."""
-    if isinstance(obj, torch.Tensor):
-        return obj.numel() * obj.element_size()
-    if isinstance(obj, dict):
-        return sum(_tensor_bytes(v) for v in obj.values())
-    if isinstance(obj, list | tuple):
-        return sum(_tensor_bytes(v) for v in obj)
-    return 0
-
-
-def _partial_write_fault(
-    target: Path, hold_s: float, fail_enospc: bool, best: bool = False
-) -> Callable[[], None]:
-    """What happens half-way through a write: an injected full disk, a timed
-    hold, or a drill's hold point."""
-
-    def fault() -> None:
-        if fail_enospc:
-            raise OSError(
-                errno.ENOSPC,
-                "No space left on device (injected by " + FAULT_ENOSPC_ENV + ")",
-                str(target),
-            )
-        time.sleep(hold_s)
-        hold_at("write")
-        if best:
-            hold_at("best_write")
-
-    return fault
-
-
 def _remove_quietly(path: Path) -> None:
     path.unlink(missing_ok=True)
-
-
-def _write_torch_atomically(
-    obj: Any, target: Path, hold_s: float = 0.0, fail_enospc: bool = False, best: bool = False
-) -> int:
-    """torch.save `obj` to `target` atomically; return the byte count."""
-    fault = _partial_write_fault(target, hold_s, fail_enospc, best)
-    fault_after = max(1, _tensor_bytes(obj) // 2)
-
-    def write(file: Any) -> int:
-        hook = _PartialWriteHook(file, fault_after, fault)
-        try:
-            torch.save(obj, hook)  # type: ignore[arg-type]  # torch.save needs only write/flush; its hint wants IO[bytes]
-        except RuntimeError as exc:
-            if hook.failure is not None:
-                raise hook.failure from exc
-            raise
-        return hook.written
-
-    # the kill drill's negative control: what a non-atomic save would leave behind
-    if writes_in_place():
-        with open(target, "wb") as file:
-            return write(file)
-    return atomic_write(target, write, before_replace=lambda: hold_at("rename"))
 
 
 # ---------------------------------------------------------------- listing
@@ -381,51 +279,6 @@ def find_resume(run_dir: str | Path) -> tuple[Path, dict[str, Any], list[str]] |
     raise CheckpointError(
         f"no checkpoint in {checkpoint_dir(run_dir)} can be loaded ({listing}); "
         "start a fresh run, or restore the files from a backup"
-    )
-
-
-# ---------------------------------------------------------------- model compatibility
-
-
-def _shape_text(shape: torch.Size) -> str:
-    return "[" + ", ".join(str(d) for d in shape) + "]"
-
-
-def _model_mismatches(expected: dict[str, Any], saved: dict[str, Any]) -> list[str]:
-    problems = []
-    for name, tensor in expected.items():
-        if name not in saved:
-            problems.append(f"missing from checkpoint: {name} {_shape_text(tensor.shape)}")
-        elif not isinstance(saved[name], torch.Tensor):
-            problems.append(
-                f"{name}: checkpoint holds a {type(saved[name]).__name__}, not a tensor"
-            )
-        elif saved[name].shape != tensor.shape:
-            problems.append(
-                f"{name}: checkpoint {_shape_text(saved[name].shape)} vs model"
-                f" {_shape_text(tensor.shape)}"
-            )
-    problems.extend(f"unexpected in checkpoint: {name}" for name in saved if name not in expected)
-    return problems
-
-
-def check_model_compatible(model: nn.Module, model_state: dict[str, Any]) -> None:
-    """Refuse a model state_dict that does not fit `model` (names or
-    shapes), naming the differences."""
-    if not isinstance(model_state, dict):
-        raise CheckpointError(
-            'the checkpoint has no model weights (its "model" entry is not a state dict)'
-        )
-    problems = _model_mismatches(model.state_dict(), model_state)
-    if not problems:
-        return
-    shown = problems[:MAX_LISTED_MISMATCHES]
-    more = len(problems) - len(shown)
-    listing = "; ".join(shown) + (f"; … and {more} more" if more else "")
-    raise CheckpointError(
-        f"the checkpoint was written by a different model ({len(problems)} parameter mismatch(es):"
-        f" {listing}); start a fresh run, or resume with the profile this run was started with (the"
-        " run's profile.toml)"
     )
 
 

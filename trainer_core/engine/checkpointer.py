@@ -3,8 +3,8 @@ checkpoint (the Trainer's component).
 
 A checkpoint holds the loop's own state (model, every optimizer group with its schedule, the loss
 scaler, RNG, counters, data position) and, in `extra["model_config"]`, the task's model config (what
-an export's config.json holds under "model", e.g. a voice's speaker names); the file format and the
-atomic write live in `engine.checkpoint_manager`.
+an export's config.json holds under "model", e.g. a voice's speaker names); the file format lives
+in `engine.checkpoint_manager`, the atomic write in `engine.checkpoint_write`.
 
 Under DDP every rank enters `save` at the same step (the loop's decisions agree), because the
 checkpoint gathers each rank's random streams; rank 0 alone writes the file, holding the unwrapped
@@ -20,10 +20,10 @@ from typing import Any
 
 from trainer_core.contract.profile import Profile
 from trainer_core.contract.protocol import CheckpointSavedEvent
+from trainer_core.engine.checkpoint_compat import check_model_compatible
 from trainer_core.engine.checkpoint_manager import (
     CheckpointError,
     CheckpointManager,
-    check_model_compatible,
     new_checkpoint_state,
 )
 from trainer_core.engine.distributed import gather_rank_rng, restore_rank_rng

@@ -47,9 +47,9 @@ variables (comma-separated numbers):
                                    from events.jsonl): the negative control of the W&B replay test
 Each listed step number fires once per occurrence: [5] fails one attempt at step 5 and the retry
 runs clean, [5, 5] fails two attempts in a row (a skipped step is retried under the same number).
-VEGA_FAULT_CHECKPOINT_ENOSPC (a full disk during a save) lives in `engine.checkpoint_manager`. The
-wings below the engine reach hold_at and the in-place switches through `trainer_core.fault_points`,
-which importing this module wires.
+VEGA_FAULT_CHECKPOINT_ENOSPC (a full disk during a save) lives in `engine.checkpoint_manager` and
+`engine.checkpoint_write`. The wings below the engine reach hold_at and the in-place switches
+through `trainer_core.fault_points`, which importing this module wires.
 """
 
 from __future__ import annotations
