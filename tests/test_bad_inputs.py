@@ -183,7 +183,7 @@ def test_a_table_without_its_text_column_is_named_in_the_error(tmp_path: Path) -
 
 def test_an_export_config_of_the_wrong_types_is_refused_naming_the_field() -> None:
     from trainer_core.contract.errors import VegaError
-    from trainer_core.models.tts import config_from_dict
+    from trainer_core.models.tts_config import config_from_dict
 
     good = {"vocab_size": 40, "n_mels": 80, "hidden": 32, "encoder_layers": 1, "heads": 2}
     good |= {"decoder_layers": 1, "ffn_mult": 2, "dropout": 0, "attention_dropout": None}

@@ -22,7 +22,8 @@ from trainer_core.models.free_running import FreeRunning, HeldOutSentence
 from trainer_core.models.griffin_lim import mel_to_audio
 from trainer_core.models.griffin_lim_batch import mels_to_audio
 from trainer_core.models.text_frontend import TextEncoder
-from trainer_core.models.tts import TtsConfig, build_tts_model
+from trainer_core.models.tts import build_tts_model
+from trainer_core.models.tts_config import TtsConfig
 from trainer_core.scoring.speech_scores import Scores, score_heard
 
 TEST_VOICE = Path(__file__).resolve().parent / "fixtures" / "voice"

@@ -27,7 +27,8 @@ from trainer_core.engine.init_from import apply_init, export_prefix, name_rows, 
 from trainer_core.engine.model_source import load_model_source
 from trainer_core.models.gan_vocoder import GanVocoder, VocoderConfig
 from trainer_core.models.text_frontend import TextEncoder
-from trainer_core.models.tts import AcousticModel, TtsConfig, build_tts_model
+from trainer_core.models.tts import AcousticModel, build_tts_model
+from trainer_core.models.tts_config import TtsConfig
 from trainer_core.tiny_profiles import tiny_profile
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

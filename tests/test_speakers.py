@@ -21,7 +21,8 @@ from trainer_core.data.scan import scan_data
 from trainer_core.data.scan_report import VoiceItem
 from trainer_core.data.speakers import decide_layout, has_speaker_column
 from trainer_core.data.transcripts import MetadataTable, read_metadata
-from trainer_core.models.tts import AcousticModel, TtsConfig, config_from_dict
+from trainer_core.models.tts import AcousticModel
+from trainer_core.models.tts_config import TtsConfig, config_from_dict
 from trainer_core.tiny_profiles import tiny_profile
 
 STEPS = 4

@@ -14,7 +14,8 @@ from trainer_core.contract.profile_audio import AudioSection
 from trainer_core.data.librosa_mel import librosa_power_mel
 from trainer_core.models.griffin_lim import mel_to_audio, write_wav
 from trainer_core.models.text_frontend import PAD_ID, UNK_ID, TextEncoder, normalize_text
-from trainer_core.models.tts import AcousticModel, TtsConfig, build_tts_model, config_from_dict
+from trainer_core.models.tts import AcousticModel, build_tts_model
+from trainer_core.models.tts_config import TtsConfig, config_from_dict
 
 N_MELS = 16
 VOCAB = 12

@@ -16,7 +16,7 @@ from trainer_core.contract.errors import ProfileError
 from trainer_core.contract.profile import Profile
 from trainer_core.models.registry import build_task
 from trainer_core.models.text_frontend import TextEncoder
-from trainer_core.models.tts import config_from_dict
+from trainer_core.models.tts_config import config_from_dict
 from trainer_core.models.voice_task import VoiceTask
 
 DEMO = Path(trainer_core.__file__).parent / "demo"

@@ -112,7 +112,8 @@ def load_from_checkpoint(path: Path, device: str = "cpu") -> Synthesiser | VitsV
     from trainer_core.engine.checkpoint_compat import check_model_compatible
     from trainer_core.engine.checkpoint_manager import load_checkpoint
     from trainer_core.models.text_frontend import TextEncoder
-    from trainer_core.models.tts import AcousticModel, TtsConfig
+    from trainer_core.models.tts import AcousticModel
+    from trainer_core.models.tts_config import TtsConfig
 
     state = load_checkpoint(path)
     voice = vits_from_checkpoint(state, path, device)
@@ -151,7 +152,8 @@ def load_from_export(folder: Path, device: str = "cpu") -> Synthesiser | VitsVoi
     from trainer_core.engine.checkpoint_compat import check_model_compatible
     from trainer_core.engine.export import load_exported
     from trainer_core.models.text_frontend import TextEncoder
-    from trainer_core.models.tts import AcousticModel, config_from_dict
+    from trainer_core.models.tts import AcousticModel
+    from trainer_core.models.tts_config import config_from_dict
 
     weights, document = load_exported(folder)
     config = document.get("model")

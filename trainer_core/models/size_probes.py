@@ -17,7 +17,8 @@ from trainer_core.contract.errors import ProfileError
 from trainer_core.data.scan_report import TextItem, VoiceItem
 from trainer_core.models.lm import VOCAB_SIZE, ByteLM, LmConfig
 from trainer_core.models.sizing import SizeChoice, choose_size, sized_lr, sized_profile
-from trainer_core.models.tts import AcousticModel, TtsConfig
+from trainer_core.models.tts import AcousticModel
+from trainer_core.models.tts_config import TtsConfig
 
 if TYPE_CHECKING:
     from trainer_core.contract.profile import Profile

@@ -29,21 +29,21 @@ a checkpoint's `model` state dict with its profile is enough to rebuild the text
 (id order), written to the export's config.json and to each checkpoint's `extra["model_config"]`.
 Mels are standardised per bin with the training data's statistics (`mel_mean`, `mel_std`, also
 buffers); the "mel" loss and `synthesise` are in plain log-mel units.
+
+The model's configuration (`TtsConfig`, `config_from_dict`) lives in `models.tts_config`.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
 from trainer_core.contract.errors import VegaError
 from trainer_core.models.alignment import monotonic_alignment_search
+from trainer_core.models.tts_config import TtsConfig
 from trainer_core.models.tts_modules import (
     ConvStack,
     DurationPredictor,
@@ -52,9 +52,6 @@ from trainer_core.models.tts_modules import (
     PostNet,
     length_mask,
 )
-
-if TYPE_CHECKING:
-    from trainer_core.contract.profile import Profile
 
 LOG_2PI = math.log(2 * math.pi)
 # A token never gets more frames than this at inference (about 0.9 s at 22050 Hz, hop 256): an
@@ -66,60 +63,6 @@ MIN_MEL_STD = 1e-2
 # The pitch predictor's log F0 is relative to 150 Hz, so an untrained one
 # starts near every voice's range.
 LOG_F0_CENTRE = math.log(150.0)
-
-
-@dataclass(frozen=True)
-class TtsConfig:
-    """Everything needed to rebuild the acoustic model (also written to the
-    export's config.json)."""
-
-    vocab_size: int
-    n_mels: int
-    hidden: int
-    encoder_layers: int
-    decoder_layers: int
-    heads: int
-    ffn_mult: int
-    dropout: float
-    # Added later, with defaults that rebuild the models exported before them.
-    postnet_layers: int = 0
-    attention_dropout: float | None = None  # None: the same as dropout
-    decoder: str = "transformer"
-    pitch: bool = False
-    # 2 or more: a speaker embedding, and every batch and synthesis names a speaker id
-    speakers: int = 1
-    # the name of each speaker id (data.speakers); () for unnamed single
-    speaker_names: tuple[str, ...] = ()
-
-    def __post_init__(self) -> None:
-        if self.speakers < 1 or (self.speaker_names and len(self.speaker_names) != self.speakers):
-            raise VegaError(
-                f"TTS config: {self.speakers} speaker(s) but {len(self.speaker_names)} speaker"
-                " name(s); re-export"
-            )
-
-    @classmethod
-    def from_profile(
-        cls, profile: Profile, vocab_size: int, speaker_names: Sequence[str] = ()
-    ) -> TtsConfig:
-        m = profile.model
-        names = tuple(speaker_names)
-        return cls(
-            vocab_size,
-            profile.audio.n_mels,
-            m.hidden,
-            m.encoder_layers,
-            m.decoder_layers,
-            m.heads,
-            m.ffn_mult,
-            m.dropout,
-            m.postnet_layers,
-            m.attention_dropout,
-            m.decoder,
-            m.pitch,
-            max(1, len(names)),
-            names,
-        )
 
 
 @dataclass(frozen=True)
@@ -483,32 +426,3 @@ def build_tts_model(
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         return AcousticModel(config, symbol_codes, phonemes)
-
-
-def config_from_dict(data: dict[str, Any]) -> TtsConfig:
-    """TtsConfig from a config.json "model" entry (extra keys ignored,
-    missing ones a clear error)."""
-    fields = TtsConfig.__dataclass_fields__
-    required = [name for name, f in fields.items() if f.default is dataclasses.MISSING]
-    missing = [name for name in required if name not in data]
-    if missing:
-        raise VegaError(f"the TTS model config lacks {', '.join(missing)}; re-export the model")
-    values = {name: data[name] for name in fields if name in data}
-    for name, value in values.items():
-        types, what = _JSON_TYPES.get(str(fields[name].type), ((object,), ""))
-        if object not in types and (type(value) not in types or type(value) is int and value < 0):
-            has = f"the TTS model config has {name} = {value!r}, where {what} belongs"
-            raise VegaError(f"{has}; re-export the model")
-    if "speaker_names" in values:  # a JSON list
-        values["speaker_names"] = tuple(str(name) for name in values["speaker_names"] or ())
-    return TtsConfig(**values)
-
-
-# What JSON gives for each TtsConfig field type (a bool is no number here, though Python's is).
-_JSON_TYPES: dict[str, tuple[tuple[type, ...], str]] = {
-    "int": ((int,), "a whole number of 0 or more"),
-    "float": ((int, float), "a number"),
-    "float | None": ((int, float, type(None)), "a number or null"),
-    "str": ((str,), "text"),
-    "bool": ((bool,), "true or false"),
-}

@@ -48,7 +48,8 @@ from trainer_core.models.loss_table import weighted_total
 from trainer_core.models.mel_vocoders import load_vocoder
 from trainer_core.models.registry import TaskRequest, register_task
 from trainer_core.models.text_frontend import TextEncoder
-from trainer_core.models.tts import AcousticModel, TtsConfig, build_tts_model
+from trainer_core.models.tts import AcousticModel, build_tts_model
+from trainer_core.models.tts_config import TtsConfig
 from trainer_core.models.voice_views import ClipViews
 
 if TYPE_CHECKING:
