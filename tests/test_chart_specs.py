@@ -84,7 +84,7 @@ def unfed_series(charts: Iterable[ChartSpec], runs: Mapping[str, tuple[Event, ..
             if not filled(series, stores[name]):
                 problems.append(
                     f"series {key!r}: the recorded run {name} has {fields}, but the store filled nothing "
-                    "(a derived series needs its code in vega_tui/store.py)"
+                    "(a derived series needs its code in vega_tui/store_progress.py)"
                 )
     return problems
 

@@ -103,7 +103,7 @@ def test_mypy_catches_a_field_renamed_on_one_side_and_untyped_contract_code(tmp_
         handle.write("\n\ndef untyped(value):\n    return value\n")
     out = tool("mypy", "--cache-dir", str(REPO / ".mypy_cache"), cwd=root)
     assert out.returncode == 1
-    assert "vega_tui/store.py" in out.stdout and '"StepEvent" has no attribute "samples_per_s"' in out.stdout
+    assert "vega_tui/store_progress.py" in out.stdout and '"StepEvent" has no attribute "samples_per_s"' in out.stdout
     assert "telemetry.py" in out.stdout and 'Unexpected keyword argument "samples_per_s"' in out.stdout
     assert "units.py" in out.stdout and "missing a type annotation" in out.stdout
 

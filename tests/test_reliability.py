@@ -27,7 +27,7 @@ from trainer_core.contract.control_client import MAX_LINE_BYTES, ControlError, o
 from trainer_core.contract.control_protocol import CommandReply
 from trainer_core.contract.eventlog import read_all
 from trainer_core.contract.protocol import Event
-from vega_tui import runner
+from vega_tui import runner, runner_tail
 from vega_tui.follow import EventFollower
 from vega_tui.runner import TrainerProcess
 from vega_tui.store import RunStore
@@ -250,7 +250,7 @@ def test_a_trainer_that_raises_shows_as_failed_with_the_end_of_its_log(workspace
     trainer = TrainerProcess.spawn(argv_for(workspace, run_dir), run_dir)
     assert trainer.wait(WAIT_S) == 1
     assert runner.run_status(run_dir) == "failed"
-    tail = "\n".join(runner.log_tail(run_dir, 40))
+    tail = "\n".join(runner_tail.log_tail(run_dir, 40))
     assert "injected failure at step 6" in tail and "Traceback" in tail
     dashboard = RunStore(run_dir=run_dir)
     dashboard.apply(events_of(run_dir))
@@ -271,7 +271,7 @@ def test_a_killed_trainers_stale_socket_fails_fast_and_the_run_shows_crashed(wor
     assert runner.run_status(run_dir) == "crashed"
     store = RunStore(run_dir=run_dir)
     store.apply(events_of(run_dir))
-    store.mark_crashed(runner.log_tail(run_dir))
+    store.mark_crashed(runner_tail.log_tail(run_dir))
     assert store.state.status == "crashed" and store.state.crash_log
 
 

@@ -19,7 +19,7 @@ from trainer_core.contract.control_client import ControlError
 from trainer_core.contract.eventlog import read_all
 from trainer_core.contract.protocol import Event
 from trainer_core.tiny_profiles import tiny_profile
-from vega_tui import runner
+from vega_tui import runner, runner_tail
 from vega_tui.runner import RunnerError, TrainerProcess
 
 FIXTURES = Path(__file__).parent / "fixtures" / "events"
@@ -245,7 +245,7 @@ def test_empty_and_missing_runs(tmp_path: Path) -> None:
     (tmp_path / "events.jsonl").write_text("")
     assert runner.run_status(tmp_path) == "empty"
     assert runner.trainer_pid(tmp_path / "nowhere") is None
-    assert runner.log_tail(tmp_path) == []
+    assert runner_tail.log_tail(tmp_path) == []
 
 
 def write_hello(run_dir: Path, pid: int, t: float) -> None:
@@ -279,7 +279,7 @@ def test_a_process_younger_than_the_hello_is_not_the_trainer(tmp_path: Path, wor
         assert runner.trainer_pid(tmp_path / "old") is None
         write_hello(tmp_path / "new", probe.pid, time.time())  # the same process, hello after its start
         assert runner.trainer_pid(tmp_path / "new") == probe.pid, (  # says why, should it ever fail again
-            f"probe alive: {probe.alive()}; its log: {runner.log_tail(probe.run_dir, lines=5)}"
+            f"probe alive: {probe.alive()}; its log: {runner_tail.log_tail(probe.run_dir, lines=5)}"
         )
     finally:
         probe.popen.kill()
@@ -298,7 +298,7 @@ def test_log_tail_reads_only_the_end(tmp_path: Path) -> None:
         handle.write(b"".join(f"line {i}\n".encode() for i in range(100)))
     tracemalloc.start()
     try:
-        tail = runner.log_tail(tmp_path, lines=5)
+        tail = runner_tail.log_tail(tmp_path, lines=5)
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
@@ -307,7 +307,7 @@ def test_log_tail_reads_only_the_end(tmp_path: Path) -> None:
 
 
 def test_log_tail_of_a_failed_recorded_run() -> None:
-    tail = runner.log_tail(FIXTURES / "lm_failed", lines=3)
+    tail = runner_tail.log_tail(FIXTURES / "lm_failed", lines=3)
     assert len(tail) == 3 and "injected failure at step 10" in tail[-1]
 
 

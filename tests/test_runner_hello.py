@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from vega_tui import runner
+from vega_tui import runner_tail
 
 
 def hello(pid: int) -> str:
@@ -19,21 +19,21 @@ def step(n: int) -> str:
 def test_newest_hello_follows_a_growing_log_and_a_replaced_one(tmp_path: Path) -> None:
     events = tmp_path / "events.jsonl"
     events.write_text(hello(1) + "".join(step(n) for n in range(2000)))  # ~500 KB: hello far behind the tail
-    assert runner._last_hello(tmp_path)["pid"] == 1
+    assert runner_tail.last_hello(tmp_path)["pid"] == 1
     with events.open("a") as f:
         f.write("".join(step(n) for n in range(50)))
-    assert runner._last_hello(tmp_path)["pid"] == 1  # nothing new: the remembered hello
+    assert runner_tail.last_hello(tmp_path)["pid"] == 1  # nothing new: the remembered hello
     line = hello(2)
     with events.open("a") as f:
         f.write(line[:30])  # a resumed trainer's hello, half-written at the moment of the check
-    assert runner._last_hello(tmp_path)["pid"] == 1
+    assert runner_tail.last_hello(tmp_path)["pid"] == 1
     with events.open("a") as f:
         f.write(line[30:] + step(1))
-    assert runner._last_hello(tmp_path)["pid"] == 2  # read whole once complete
+    assert runner_tail.last_hello(tmp_path)["pid"] == 2  # read whole once complete
     replacement = tmp_path / "new.jsonl"
     replacement.write_text(hello(3))
     replacement.replace(events)  # a different file at the same path: scanned from scratch
-    assert runner._last_hello(tmp_path)["pid"] == 3
+    assert runner_tail.last_hello(tmp_path)["pid"] == 3
 
 
 def naive_newest(path: Path, types: tuple[str, ...]) -> dict | None:
@@ -66,12 +66,12 @@ def test_backward_search_in_small_windows_finds_the_same_events(tmp_path: Path, 
     events = tmp_path / "events.jsonl"
     events.write_text("".join(lines))
     for window in (7, 100, 250, 1000, 4096, 1 << 20):
-        monkeypatch.setattr(runner, "SCAN_WINDOW", window)
+        monkeypatch.setattr(runner_tail, "SCAN_WINDOW", window)
         for types in (("hello",), ("hello", "finished"), ("finished",), ("calibration",)):
-            assert runner._newest_event(events, types) == naive_newest(events, types), (window, types)
-    monkeypatch.setattr(runner, "SCAN_WINDOW", 100)
-    runner._scan_cache.clear()
-    assert runner.last_lifecycle_event(tmp_path)["type"] == "finished"
+            assert runner_tail._newest_event(events, types) == naive_newest(events, types), (window, types)
+    monkeypatch.setattr(runner_tail, "SCAN_WINDOW", 100)
+    runner_tail._scan_cache.clear()
+    assert runner_tail.last_lifecycle_event(tmp_path)["type"] == "finished"
     with events.open("a") as f:
         f.write(hello(3))  # a resume after the end: found by reading only the appended bytes
-    assert runner.last_lifecycle_event(tmp_path)["pid"] == 3 and runner._last_hello(tmp_path)["pid"] == 3
+    assert runner_tail.last_lifecycle_event(tmp_path)["pid"] == 3 and runner_tail.last_hello(tmp_path)["pid"] == 3

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from trainer_core.contract.control_client import ControlError
 from trainer_core.contract.errors import VegaError
 from trainer_core.contract.rundir import PROFILE
-from vega_tui import runner
+from vega_tui import runner, runner_tail
 from vega_tui.screens.run_messages import (
     CommandReplied,
     PiperExported,
@@ -51,7 +51,7 @@ def check_trainer(
     if status == "empty" and process is not None:
         # our trainer exited before its first event (a bad profile, a broken venv)
         status = "crashed"
-    tail = runner.log_tail(run_dir) if status == "crashed" else []
+    tail = runner_tail.log_tail(run_dir) if status == "crashed" else []
     return TrainerChecked(False, status, tail)
 
 
