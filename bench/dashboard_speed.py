@@ -29,152 +29,21 @@ more under py-spy and the functions that take the time are listed in the result'
 
 from __future__ import annotations
 
-import contextlib
-import os
 import re
 import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
 
 import common
-from dashboard_costs import history_costs, ingest_costs, keys_during_history, profile_open
+from dashboard_costs import keys_during_history, profile_open
+from dashboard_logs import HEARTBEAT, OTHER_HOST, StreamWriter, big_log, header_events, write_events
+from dashboard_open import report_open
 from terminal import SIZE, VEGA_TUI, Terminal, app_env, cpu_seconds, wait_screen
-
-HEARTBEAT = "bench heartbeat"
-OTHER_HOST = "bench-remote-writer"
-
-
-# --------------------------------------------------------------------------------------------------
-# Event logs
-
-
-def step_line(seq: int, step: int, t: float, epoch: int = 0) -> str:
-    """One `step` event line as the trainer writes it (one step per window:
-    the most lines per step)."""
-    loss = 2.0 + 3.0 / (1.0 + step * 0.001)
-    return (
-        f'{{"v":1,"seq":{seq},"t":{t:.6f},"type":"step","step":{step},"epoch":{epoch},"loss":{loss:.6f},'
-        f'"losses":{{"total":{loss:.6f},"ce":{loss:.6f}}},"lr":0.0003,"grad_norm":0.8123,"loss_scale":null,'
-        '"samples_per_s":512.5,"data_wait_frac":0.0021,"micro_batch":16,"grad_accum":1,"mem_device_bytes":null,'
-        f'"mem_host_bytes":null,"eta_s":1000.0,"steps_in_window":1,"step_series":[{step}],'
-        f'"loss_series":[{loss:.6f}],"lr_series":[0.0003]}}\n'
-    )
-
-
-def header_events(run_dir: Path, host: str, pid: int) -> list[dict]:
-    return [
-        {
-            "type": "hello",
-            "trainer_version": "bench",
-            "pid": pid,
-            "host": host,
-            "profile_hash": "bench",
-            "run_dir": str(run_dir),
-            "python": sys.version.split()[0],
-        },
-        {
-            "type": "resources",
-            "cpu_cores": os.cpu_count(),
-            "ram_total_bytes": 2**34,
-            "ram_available_bytes": 2**33,
-        },
-        {
-            "type": "device_selected",
-            "mode": "cpu",
-            "device": "cpu",
-            "reason": "benchmark",
-            "precision": "fp32",
-        },
-        {"type": "epoch_start", "epoch": 0},
-    ]
-
-
-def write_events(path: Path, events: list[dict], start_seq: int) -> int:
-    """Append validated events through the real EventWriter; returns the next seq."""
-    from trainer_core.contract.eventlog import EventWriter
-
-    with EventWriter(path, start_seq=start_seq) as writer:
-        for event in events:
-            writer.emit(event)
-        return writer.next_seq
-
-
-def big_log(lines: int) -> tuple[Path, int]:
-    """A finished run folder whose events.jsonl holds `lines` lines;
-    (folder, final step). Made once."""
-    from trainer_core.contract.eventlog import read_all
-
-    run_dir = common.DATA / f"log-{lines}"
-    path = run_dir / "events.jsonl"
-    steps = lines - 5
-    if path.is_file() and (run_dir / "complete").is_file():
-        return run_dir, steps
-    run_dir.mkdir(parents=True, exist_ok=True)
-    path.unlink(missing_ok=True)
-    seq = write_events(path, header_events(run_dir, os.uname().nodename, 4_000_000), 0)
-    t0 = time.time() - steps * 0.5
-    with open(path, "a", encoding="utf-8") as handle:
-        for step in range(1, steps + 1):
-            handle.write(step_line(seq + step - 1, step, t0 + step * 0.5, epoch=step // 10000))
-    finished = {
-        "type": "finished",
-        "status": "completed",
-        "step": steps,
-        "epoch": steps // 10000,
-        "seconds": steps * 0.5,
-        "summary": {},
-    }
-    write_events(path, [finished], seq + steps)
-    if lines <= 100_000:
-        assert len(read_all(path)) == lines, "the generated log does not read back as valid events"
-    (run_dir / "complete").write_text("ok\n")
-    return run_dir, steps
-
-
-class StreamWriter(threading.Thread):
-    """Appends step lines at `rate` lines/s (in 10 ms bursts) and a
-    heartbeat log line every 100 ms."""
-
-    def __init__(self, path: Path, rate: int, start_seq: int) -> None:
-        super().__init__(daemon=True, name="bench-stream")
-        self.path, self.rate, self.seq, self.step = path, rate, start_seq, 0
-        self.stop = threading.Event()
-
-    def run(self) -> None:
-        from trainer_core.contract.event_lines import event_to_json, parse_event
-
-        burst, beat = max(1, self.rate // 100), 0
-        next_t = time.perf_counter()
-        with open(self.path, "a", encoding="utf-8") as handle:
-            while not self.stop.is_set():
-                lines = []
-                for _ in range(burst):
-                    self.step += 1
-                    lines.append(step_line(self.seq, self.step, time.time()))
-                    self.seq += 1
-                if self.step % max(1, self.rate // 10) < burst:
-                    beat += 1
-                    log = {
-                        "v": 1,
-                        "seq": self.seq,
-                        "t": time.time(),
-                        "type": "log",
-                        "level": "info",
-                        "message": f"{HEARTBEAT} {beat}",
-                    }
-                    lines.append(event_to_json(parse_event(log)) + "\n")
-                    self.seq += 1
-                handle.write("".join(lines))
-                handle.flush()
-                next_t += 0.01
-                time.sleep(max(0.0, next_t - time.perf_counter()))
-
 
 # --------------------------------------------------------------------------------------------------
 # Measurements
@@ -197,26 +66,6 @@ def first_frame(term: Terminal, scratch: Path) -> float:
     if seen is None:
         raise RuntimeError(f"vega-tui drew nothing within 30 s; screen:\n{screen}")
     return seen - t0
-
-
-def open_big_log(
-    term: Terminal, run_dir: Path, final_step: int, timeout: float
-) -> tuple[float | None, float]:
-    """Seconds until `attach` shows the final step (None on timeout), and the peak RSS in MiB."""
-    shown = re.compile(rf"\bstep {final_step}\b")
-    peak = [0.0]
-
-    def sample_rss() -> None:
-        proc = term.app_process()
-        if proc is not None:
-            with contextlib.suppress(Exception):  # the process may go between lookup and read
-                peak[0] = max(peak[0], proc.memory_info().rss / 2**20)
-
-    t0 = term.open([*VEGA_TUI, "attach", str(run_dir)], run_dir.parent)
-    seen, _ = wait_screen(term, lambda s: bool(shown.search(s)), timeout, sample_rss)
-    sample_rss()
-    term.close()
-    return (None if seen is None else seen - t0), peak[0]
 
 
 def key_latencies(term: Terminal, presses: int) -> list[float]:
@@ -519,74 +368,6 @@ def report_live(
         live < 0.10,
         f"measured over {seconds:.0f} s, after the first step showed",
     )
-
-
-def report_open(
-    result: common.Result, term: Terminal, lines: int, repeats: int, timeout: float
-) -> None:
-    t0 = time.perf_counter()
-    run_dir, final = big_log(lines)
-    made = time.perf_counter() - t0
-    opens, peaks = [], []
-    for _ in range(repeats):
-        seconds, peak = open_big_log(term, run_dir, final, timeout)
-        opens.append(seconds if seconds is not None else float("inf"))
-        peaks.append(peak)
-    seconds, peak = common.median(opens), max(peaks)
-    size = (run_dir / "events.jsonl").stat().st_size / 2**20
-    label = f"{lines:,}-line events.jsonl"
-    result.add(
-        f"open a {label} until the final step shows",
-        seconds if seconds != float("inf") else None,
-        "s",
-        "< 2 s",
-        seconds < 2.0,
-        f"{common.spread(opens)}; {size:.0f} MiB file"
-        + (f"; timed out after {timeout:.0f} s" if seconds == float("inf") else ""),
-    )
-    result.add(
-        f"peak RSS of vega-tui opening the {label}", peak, "MiB", "< 300 MB", peak * 2**20 < 300e6
-    )
-    costs = ingest_costs(run_dir, min(lines - 1, 100_000))
-    result.add(
-        "diagnosis: one liveness check (runner.is_alive) on that log",
-        costs["liveness_s"],
-        "s",
-        detail=(
-            "the first check reads the log backwards to its only hello in 8 MiB windows; later "
-            "checks read only the bytes appended since"
-        ),
-    )
-    history = history_costs(run_dir)
-    result.add(
-        "diagnosis: exact history of that log, read by the follower after its preview",
-        history["exact_s"],
-        "s",
-        detail=(
-            f"preview store (head, sampled middle, tail) after {history['preview_s']:.2f} s; the"
-            " history read by the follower's child process (vega_tui.history_worker), no UI"
-            " running"
-        ),
-    )
-    result.add(
-        "diagnosis: event_lines.parse_event per line",
-        costs["parse_us"],
-        "µs",
-        detail=(
-            f"{costs['parse_us'] * lines / 1e6:.1f} s for {lines:,} lines; json.loads alone "
-            f"{costs['json_us']:.1f} µs ({costs['json_us'] * lines / 1e6:.1f} s)"
-        ),
-    )
-    result.add(
-        "diagnosis: RunStore.apply per event",
-        costs["apply_us"],
-        "µs",
-        detail=f"{costs['apply_us'] * lines / 1e6:.1f} s for {lines:,} events",
-    )
-    if made > 1:
-        result.notes.append(
-            f"the {label} was generated in {made:.0f} s (kept under bench/.data for the next run)"
-        )
 
 
 if __name__ == "__main__":

@@ -12,9 +12,9 @@ checkpointing and model summary off (its
 (c) Vega: a real run through the engine API, events, profiler and memory manager on.
 
 vocoder-small (two optimizers: the discriminators, then the generator against them) is measured
-against a hand-written two-optimizer loop (`common.TwoOptimizerLoop`: per group zero_grad, loss,
-backward, step; the schedules after; the discriminators frozen in the generator's pass, as Vega
-does) on a generated voice corpus; Lightning is left out there (its GAN recipe is manual
+against a hand-written two-optimizer loop (`reference_loops.TwoOptimizerLoop`: per group zero_grad,
+loss, backward, step; the schedules after; the discriminators frozen in the generator's pass, as
+Vega does) on a generated voice corpus; Lightning is left out there (its GAN recipe is manual
 optimisation, i.e. the hand-written loop again). Target for it: Vega within 3 % of the raw loop. A
 third side is the same loop without the freezing, as HiFi-GAN's reference training script writes it:
 what a user's own loop usually costs.
@@ -25,11 +25,11 @@ same two-optimizer loop, with a bootstrap 95 % interval of the median ratio. Its
 Vega with 6 % of the paired raw step slept inside every step: that side must miss the 1.03 target,
 or the method could not see such a cost.
 
-Every framework step is paired with one raw step run right after it (`common.Paired`; hooks:
-Lightning's `on_train_batch_end` callback, a wrapper around Vega's instance `after_step`), so each
-pair sees the same machine load. Figures: median framework / raw ratio over the step pairs after W
-warm-up steps, and the overhead in ms per step it means; raw paired with raw is the control that
-shows the method's own bias. Targets: Vega within 2 % of raw; faster than Lightning.
+Every framework step is paired with one raw step run right after it (`reference_loops.Paired`;
+hooks: Lightning's `on_train_batch_end` callback, a wrapper around Vega's instance `after_step`), so
+each pair sees the same machine load. Figures: median framework / raw ratio over the step pairs
+after W warm-up steps, and the overhead in ms per step it means; raw paired with raw is the control
+that shows the method's own bias. Targets: Vega within 2 % of raw; faster than Lightning.
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ import warnings
 from typing import Any
 
 import common
+import reference_loops
 
 from trainer_core.tiny_profiles import TINY
 
@@ -129,13 +130,13 @@ class Baselines:
         model = copy.deepcopy(self.initial)
         if self.task.optimizer_groups():
             batches = self.batches(steps)
-            return common.TwoOptimizerLoop(
+            return reference_loops.TwoOptimizerLoop(
                 self.task, model, batches, self.profile, self.total_steps, freeze
             )
-        optimizer = common.adamw_like_vega(model, self.profile)
-        scheduler = common.scheduler_like_vega(optimizer, self.profile, self.total_steps)
+        optimizer = reference_loops.adamw_like_vega(model, self.profile)
+        scheduler = reference_loops.scheduler_like_vega(optimizer, self.profile, self.total_steps)
         loss = lambda m, batch: self.task.compute_losses(m, batch)["total"]  # noqa: E731
-        return common.RawLoop(
+        return reference_loops.RawLoop(
             model, loss, self.batches(steps), optimizer, self.profile.train.grad_clip, scheduler
         )
 
@@ -197,8 +198,10 @@ def lightning_module(owner: Baselines, model: Any) -> Any:
             return loss
 
         def configure_optimizers(self) -> Any:
-            optimizer = common.adamw_like_vega(self.model, owner.profile)
-            scheduler = common.scheduler_like_vega(optimizer, owner.profile, owner.total_steps)
+            optimizer = reference_loops.adamw_like_vega(self.model, owner.profile)
+            scheduler = reference_loops.scheduler_like_vega(
+                optimizer, owner.profile, owner.total_steps
+            )
             return {
                 "optimizer": optimizer,
                 "lr_scheduler": {"scheduler": scheduler, "interval": "step"},
@@ -259,7 +262,7 @@ def measure_size(
         )
         for rep, order in enumerate(common.rotations(sides, repeats)):
             for side in order:
-                paired = common.Paired(base.raw_loop(total).step)
+                paired = reference_loops.Paired(base.raw_loop(total).step)
                 if side in ("raw", "unfrozen"):
                     base.run_raw(total, paired, freeze=side == "raw")
                 elif side == "lightning":
@@ -289,7 +292,7 @@ def median_ci(values: list[float], level: float = 0.95, draws: int = 2000) -> tu
     return medians[int(tail * draws)], medians[min(draws - 1, int((1 - tail) * draws))]
 
 
-def slowed(paired: common.Paired) -> Any:
+def slowed(paired: reference_loops.Paired) -> Any:
     """The negative control's hook: sleep SLOWED of the last raw step inside
     the framework's step, then pair."""
 

@@ -12,11 +12,11 @@ For lm-small, tts-small and vocoder-small (two optimizers), in one process:
   epoch 0 already built and resident in memory, and the loop stripped to zero_grad, forward,
   backward, gradient clipping (the profile asks for it) and optimizer.step.
 
-The two are paired step by step (`common.Paired`): after each Vega step, one limit step runs on the
-same batch, so both see the same machine load. Efficiency = limit seconds / Vega seconds per pair,
-median over the N pairs after W warm-up steps and over the repetitions (target >= 0.97); the limit
-paired with itself is the control. The data-wait fraction is read back from the run's own `step`
-and `profile_breakdown` events.
+The two are paired step by step (`reference_loops.Paired`): after each Vega step, one limit step
+runs on the same batch, so both see the same machine load. Efficiency = limit seconds / Vega seconds
+per pair, median over the N pairs after W warm-up steps and over the repetitions (target >= 0.97);
+the limit paired with itself is the control. The data-wait fraction is read back from the run's own
+`step` and `profile_breakdown` events.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ import time
 from typing import Any
 
 import common
+import reference_loops
 
 
 class Limit:
@@ -55,10 +56,14 @@ class Limit:
         model = copy.deepcopy(self.initial)
         if self.task.optimizer_groups():  # the vocoder: a hand-written two-optimizer step
             total = self.profile.train.epochs * len(self.batches)
-            return common.TwoOptimizerLoop(self.task, model, self.batches, self.profile, total)
-        optimizer = common.adamw_like_vega(model, self.profile)
+            return reference_loops.TwoOptimizerLoop(
+                self.task, model, self.batches, self.profile, total
+            )
+        optimizer = reference_loops.adamw_like_vega(model, self.profile)
         loss = lambda m, batch: self.task.compute_losses(m, batch)["total"]  # noqa: E731
-        return common.RawLoop(model, loss, self.batches, optimizer, self.profile.train.grad_clip)
+        return reference_loops.RawLoop(
+            model, loss, self.batches, optimizer, self.profile.train.grad_clip
+        )
 
 
 def measure_model(
@@ -85,7 +90,7 @@ def measure_model(
         }
         for rep in range(repeats):
             run = common.build_vega(plan, scratch / f"run-{rep}")
-            paired = common.Paired(limit.loop().step)
+            paired = reference_loops.Paired(limit.loop().step)
             common.fit_steps(run, warmup + steps, paired)
             out["efficiency"] += [1 / ratio for ratio in paired.ratios(warmup)]
             out["vega"] += paired.framework_s(warmup)
@@ -102,7 +107,7 @@ def measure_model(
 
 def control_ratios(limit: Limit, total: int, warmup: int) -> list[float]:
     """The limit paired with itself: what the method reads when both sides do the same work."""
-    first, paired = limit.loop(), common.Paired(limit.loop().step)
+    first, paired = limit.loop(), reference_loops.Paired(limit.loop().step)
     for _ in range(total):
         first.step()
         paired()

@@ -1,11 +1,11 @@
 """Two training loops in one process taking turns step by step (used by bench/piper_step.py).
 
 Each loop runs in its own thread and exactly one of them runs at any time, so the two steps of a
-pair see the same machine load: the step-pair method of `common.Paired`, with a real training loop
-on both sides instead of a hand-written reference step. A loop calls `ready(name)` before its
-first step, `step_done(name)` at the end of every step (it waits there while the other loop takes
-its step) and `finish(name)` when it has no more steps, which lets the other run on alone. A
-failure on either side is passed to the other, which stops at its next turn with `Aborted`.
+pair see the same machine load: the step-pair method of `reference_loops.Paired`, with a real
+training loop on both sides instead of a hand-written reference step. A loop calls `ready(name)`
+before its first step, `step_done(name)` at the end of every step (it waits there while the other
+loop takes its step) and `finish(name)` when it has no more steps, which lets the other run on
+alone. A failure on either side is passed to the other, which stops at its next turn with `Aborted`.
 """
 
 from __future__ import annotations
