@@ -105,6 +105,8 @@ class Soak:
     # the attached dashboard at the end: (caught up, shown, latest)
     follows: tuple[bool, int, int] | None = None
     reattach: Reattach | None = None
+    # the same reattach once the trainer has ended: what the trainer's share of the cores costs it
+    reattach_idle: Reattach | None = None
     with_dashboard: bool = False
     dashboard_error: str | None = None  # what broke the measurements at the end, if anything did
 
@@ -203,6 +205,11 @@ def soak(
             dashboard.close()
     proc.send_signal(signal.SIGTERM)
     result.exit_code = proc.wait(timeout=WAIT_S)
+    if result.reattach is not None and commands.dashboard is not None:
+        try:
+            result.reattach_idle = soak_dashboard.reattach(run_dir, config, commands.dashboard)
+        except Exception as error:  # a diagnosis: its failure must not lose the soak's figures
+            result.dashboard_error = f"{type(error).__name__}: {error}"
     events = read_all(log)
     ends = [e for e in events if e.type == "finished"]
     result.status = ends[-1].status if ends else None
@@ -298,6 +305,13 @@ def report_dashboard(run: Soak, later: list[Sample], result: common.Result) -> N
         detail=detail,
     )
     report_reattach(run.reattach, later[-1].dash_rss, result)
+    if run.reattach_idle is not None:
+        result.add(
+            "diagnosis: the same reattach once the trainer has ended",
+            run.reattach_idle.seconds,
+            "s",
+            detail="the same log, the trainer and the attached dashboard gone",
+        )
 
 
 def report_reattach(again: Reattach, attached_rss: int, result: common.Result) -> None:
