@@ -120,8 +120,7 @@ class RunStore(RunProgressHandlers, RunLifecycleHandlers):
             FinishedEvent: self._on_finished,
         }
 
-    # -- public API
-    # -------------------------------------------------------------------------------------------
+    # -- public API --------------------------------------------------------------------------------
 
     def apply(self, events: Iterable[Event]) -> bool:
         """Fold events into the state; True when anything changed (then
@@ -195,8 +194,7 @@ class RunStore(RunProgressHandlers, RunLifecycleHandlers):
             self._log("error", "trainer.log", line)
         state.version += 1
 
-    # -- start-up events
-    # ----------------------------------------------------------------------------------------
+    # -- start-up events ---------------------------------------------------------------------------
 
     def _on_hello(self, e: HelloEvent) -> None:
         state = self.state
@@ -283,8 +281,7 @@ class RunStore(RunProgressHandlers, RunLifecycleHandlers):
         code = f": code from {e.module} ({e.file})" if e.module else ""
         self._log("info", "task", f"task {e.name}{size}{code}", e.t)
 
-    # -- evaluation, checkpoints, samples
-    # --------------------------------------------------------------------
+    # -- evaluation, checkpoints, samples ----------------------------------------------------------
 
     def _on_validation(self, e: ValidationEvent) -> None:
         state = self.state
@@ -364,8 +361,7 @@ class RunStore(RunProgressHandlers, RunLifecycleHandlers):
             del samples[: len(samples) - MAX_SAMPLES]
         self._log("info", "sample", f"{e.kind} sample at step {e.step}: {e.path}", e.t)
 
-    # -- messages and control
-    # --------------------------------------------------------------------------------
+    # -- messages and control ----------------------------------------------------------------------
 
     def _on_log(self, e: LogEvent) -> None:
         passed = TRAINER_PASSES.match(e.message)

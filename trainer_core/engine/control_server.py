@@ -315,8 +315,7 @@ class ControlServer:
         with contextlib.suppress(OSError):
             self._wake_writer.send(b"x")
 
-    # -- the serving thread
-    # ---------------------------------------------------------------------------------------
+    # -- the serving thread ------------------------------------------------------------------------
 
     def _serve(self) -> None:
         assert self._selector is not None
@@ -462,8 +461,7 @@ class ControlServer:
                 self._selector.unregister(client.sock)
         client.sock.close()
 
-    # -- shutting down
-    # --------------------------------------------------------------------------------------------
+    # -- shutting down -----------------------------------------------------------------------------
 
     def _shut_down(self) -> None:
         """Close every connection (after one last try at pending replies),

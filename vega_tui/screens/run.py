@@ -114,8 +114,7 @@ class RunScreen(RunControls):
         self._last_status = ""
         self.pending = PendingRequests()
 
-    # -- layout
-    # --------------------------------------------------------------------------------------------
+    # -- layout ------------------------------------------------------------------------------------
 
     def compose(self) -> ComposeResult:
         yield from compose_run_layout(self.run_dir)
@@ -151,8 +150,7 @@ class RunScreen(RunControls):
         self.set_class(width >= ROOMY_SIZE[0] and height >= ROOMY_SIZE[1], "-roomy")
         self._charts_version = -1  # chart sizes changed: redraw on the next tick
 
-    # -- following the event log
-    # ---------------------------------------------------------------------------
+    # -- following the event log -------------------------------------------------------------------
 
     def _on_follower_batch(self, events: list[Event], malformed: int, gaps: int) -> None:
         # Runs on the follower thread: hand the batch to the app thread, never touch widgets here.
@@ -183,8 +181,7 @@ class RunScreen(RunControls):
         if self.state.history_progress is not None:
             self.state.history_progress = message.fraction
 
-    # -- periodic refresh
-    # ----------------------------------------------------------------------------------
+    # -- periodic refresh --------------------------------------------------------------------------
 
     def refresh_widgets(self) -> None:
         """Redraw what changed since the last tick (the status line also
@@ -236,8 +233,7 @@ class RunScreen(RunControls):
             self._scanned_checkpoints = wanted
             self._scan_files(rows)
 
-    # -- workers
-    # -------------------------------------------------------------------------------------------
+    # -- workers -----------------------------------------------------------------------------------
 
     @work(thread=True, exclusive=True, group="resources")
     def _read_resources(self) -> None:
@@ -270,8 +266,7 @@ class RunScreen(RunControls):
         if was_alive != message.alive:
             self.refresh_bindings()
 
-    # -- tabs
-    # ----------------------------------------------------------------------------------------------
+    # -- tabs --------------------------------------------------------------------------------------
 
     def _active_tab(self) -> str:
         try:
@@ -325,8 +320,7 @@ class RunScreen(RunControls):
             return run_actions.is_vits(self.state)
         return True
 
-    # -- chart and log actions
-    # -----------------------------------------------------------------------------
+    # -- chart and log actions ---------------------------------------------------------------------
 
     def action_toggle_log_scale(self) -> None:
         grid = self.query_one(ChartGrid)
@@ -350,8 +344,7 @@ class RunScreen(RunControls):
     def action_log_search(self) -> None:
         self.query_one(LogPane).open_search()
 
-    # -- sample actions
-    # ------------------------------------------------------------------------------------
+    # -- sample actions ----------------------------------------------------------------------------
 
     def action_play_sample(self) -> None:
         panel = self.query_one(SamplesPanel)

@@ -49,8 +49,7 @@ class RunControls(Screen[None]):
     def state(self) -> RunState:
         return self.store.state
 
-    # -- trainer controls
-    # ----------------------------------------------------------------------------------
+    # -- trainer controls --------------------------------------------------------------------------
 
     def is_live(self) -> bool:
         """A trainer is (as far as we know) still running this run."""
@@ -152,8 +151,7 @@ class RunControls(Screen[None]):
         if message.then_exit and message.ok:
             self.app.exit()  # quit after "stop it" only once the trainer took the command
 
-    # -- checkpoint actions
-    # --------------------------------------------------------------------------------
+    # -- checkpoint actions ------------------------------------------------------------------------
 
     def action_resume_from_selected(self) -> None:
         """Start a new trainer in this run folder that resumes from the highlighted checkpoint."""
@@ -208,8 +206,7 @@ class RunControls(Screen[None]):
         text, severity = run_actions.piper_notice(message)
         self.notify(text, severity=severity, timeout=15)
 
-    # -- checkpoint files
-    # --------------------------------------------------------------------------------------
+    # -- checkpoint files --------------------------------------------------------------------------
 
     @work(thread=True, exclusive=True, group="files")
     def _scan_files(self, rows: list[tuple[int, str]]) -> None:

@@ -65,8 +65,7 @@ class LogView(ScrollView, Generic[Entry], can_focus=True):
         # rows rendered so far (tests check that only visible rows are drawn)
         self.rendered_rows = 0
 
-    # -- content
-    # -------------------------------------------------------------------------------------------
+    # -- content -----------------------------------------------------------------------------------
 
     @property
     def entry_count(self) -> int:
@@ -139,8 +138,7 @@ class LogView(ScrollView, Generic[Entry], can_focus=True):
         if self.following and self.scroll_y != self.max_scroll_y:
             self.scroll_end(animate=False, immediate=True, x_axis=False)
 
-    # -- scrolling
-    # -----------------------------------------------------------------------------------------
+    # -- scrolling ---------------------------------------------------------------------------------
 
     def watch_scroll_y(self, old_value: float, new_value: float) -> None:
         super().watch_scroll_y(old_value, new_value)
@@ -153,8 +151,7 @@ class LogView(ScrollView, Generic[Entry], can_focus=True):
     def on_show(self) -> None:
         self._stick_to_end()
 
-    # -- drawing
-    # -------------------------------------------------------------------------------------------
+    # -- drawing -----------------------------------------------------------------------------------
 
     def render_line(self, y: int) -> Strip:
         scroll_x, scroll_y = self.scroll_offset
