@@ -219,7 +219,7 @@ def test_two_gloo_ranks_train_the_example_and_end_identical(example: TrainerLaun
 
 
 def test_the_document_shows_the_example_files_as_they_are() -> None:
-    assert len(DOC.read_text(encoding="utf-8").splitlines()) < 150
+    assert len(DOC.read_text(encoding="utf-8").splitlines()) < 160  # one page; the example at 100 columns
     shown = {
         text.splitlines()[0].removeprefix("# "): text for _, text in doc_blocks() if text.startswith("# examples/")
     }

@@ -73,8 +73,12 @@ class SymbolTable:
                 f"the symbol map uses id {top} but the voice has {self.num_symbols} symbols"
             )
         self._frontend = TextEncoder(
-            [], self.units, self.lowercase, self.espeak_voice, self.espeak_backend
-        )  # type: ignore[arg-type]
+            [],
+            self.units,  # type: ignore[arg-type]
+            self.lowercase,
+            self.espeak_voice,
+            self.espeak_backend,
+        )
         self._piper = PiperText(self.espeak_voice) if self.frontend == PIPER_FRONTEND else None
 
     @classmethod

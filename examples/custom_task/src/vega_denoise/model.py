@@ -13,10 +13,8 @@ class Denoiser(nn.Module):
         super().__init__()
         layers: list[nn.Module] = [nn.Conv1d(1, channels, 9, padding=4)]
         for dilation in (1, 2, 4):
-            layers += [
-                nn.GELU(),
-                nn.Conv1d(channels, channels, 9, padding=4 * dilation, dilation=dilation),
-            ]
+            conv = nn.Conv1d(channels, channels, 9, padding=4 * dilation, dilation=dilation)
+            layers += [nn.GELU(), conv]
         self.net = nn.Sequential(*layers, nn.GELU(), nn.Conv1d(channels, 1, 1))
 
     def forward(self, noisy: torch.Tensor) -> torch.Tensor:
