@@ -12,6 +12,8 @@ command -v "$PY" >/dev/null || PY=python3
 
 # numba (librosa) compiles on first use; cache it once per checkout.
 export NUMBA_CACHE_DIR="${NUMBA_CACHE_DIR:-$ROOT/.cache/numba}"
+# The suite spawns hundreds of trainers: with bytecode off each would compile Vega's modules afresh.
+unset PYTHONDONTWRITEBYTECODE
 
 setup() {
   # Re-install only when the dependency files changed: the stamp holds their hash.

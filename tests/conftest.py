@@ -28,20 +28,47 @@ from trainer_core.contract.eventlog import read_all
 from trainer_core.contract.protocol import Event
 from trainer_core.tiny_profiles import Kind, tiny_profile
 
+# Under pytest-xdist's two workers on two cores, one torch thread per process (workers and the trainers
+# they start): two threads each would oversubscribe the cores, and that is far slower.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ["OMP_NUM_THREADS"] = "1"
+
+
+# Each worker takes whole files (--dist loadfile, --no-loadscope-reorder): the longest start first, so that
+# no worker is left with a long file while the other idles at the end. Longest first in a one-process run.
+LONGEST_FIRST = (
+    "test_bench.py", "test_reliability.py", "test_onnx.py", "test_app_run.py", "test_vits_piper_export.py",
+    "test_init_from.py", "test_memory_manager.py", "test_custom_task.py", "test_vocoder_train.py",
+    "test_vits_pilot.py", "test_vits_train.py", "test_app_launch.py", "test_vits_piper.py", "test_vocode.py",
+    "test_speakers.py", "test_ddp_nodes.py", "test_tmux.py", "test_synth.py", "test_train_resume.py",
+    "test_store.py", "test_ddp.py", "test_free_running.py", "test_mms_walkthrough.py", "test_security.py",
+    "test_app_live.py", "test_train_control.py", "test_tensorboard.py", "test_group_step.py",
+    "test_warmup_fit.py", "test_voice_views.py", "test_vits_finetune.py",
+)  # fmt: skip
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {name: place for place, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest keep their order
+
+
+_TRAINER_LOGGER = logging.getLogger("trainer_core")
+# As the session found it: a module fixture's in-process run changes it before any test's own save.
+_PRISTINE_LOGGER = (list(_TRAINER_LOGGER.handlers), _TRAINER_LOGGER.level, _TRAINER_LOGGER.propagate)
+
 
 @pytest.fixture(autouse=True)
 def trainer_logger_restored() -> Iterator[None]:
     """An in-process run points the trainer_core logger at its own run folder and stops it propagating;
-    later tests (caplog) need it as it was."""
-    logger = logging.getLogger("trainer_core")
-    saved = (list(logger.handlers), logger.level, logger.propagate)
+    later tests (caplog) need it as the session found it."""
     yield
+    logger, (handlers, level, propagate) = _TRAINER_LOGGER, _PRISTINE_LOGGER
     for handler in logger.handlers:
-        if handler not in saved[0]:
+        if handler not in handlers:
             handler.close()
-    logger.handlers[:] = saved[0]
-    logger.setLevel(saved[1])
-    logger.propagate = saved[2]
+    logger.handlers[:] = handlers
+    logger.setLevel(level)
+    logger.propagate = propagate
 
 
 REPO = Path(__file__).resolve().parent.parent

@@ -9,6 +9,7 @@ to and commanded.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -104,13 +105,14 @@ def benchmarks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, t
                 stdin=subprocess.DEVNULL,
                 env=env,
                 cwd=REPO,
+                start_new_session=True,  # a group of its own: the teardown ends its trainers too
             )
         started[name] = (proc, out)
     yield started
     for proc, _ in started.values():
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        with contextlib.suppress(ProcessLookupError):  # the bench and any trainer it left behind
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
 
 
 def wait_until(predicate, what: str, timeout: float = WAIT_S) -> None:

@@ -21,6 +21,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -127,7 +128,10 @@ def trainer_alive(pid: int) -> bool:
 
 
 @pytest.fixture
-def sandbox(tmp_path: Path) -> Iterator[dict[str, Path]]:
+def sandbox() -> Iterator[dict[str, Path]]:
+    # A short root: pytest's tmp_path under a worker (popen-gw0/...) makes RUN/control.sock longer than
+    # the 107 bytes a unix socket path may have, and the run would start with no controls.
+    tmp_path = Path(tempfile.mkdtemp(prefix="vega-tmux-"))
     config = tmp_path / "config"
     config.mkdir()
     (config / "machine.toml").write_text(MACHINE_FILE, encoding="utf-8")
@@ -139,6 +143,7 @@ def sandbox(tmp_path: Path) -> Iterator[dict[str, Path]]:
         pid = json.loads(hello.read_text(encoding="utf-8").splitlines()[0])["pid"]
         if trainer_alive(pid):
             os.killpg(pid, signal.SIGKILL)
+    shutil.rmtree(tmp_path, ignore_errors=True)
 
 
 def terminal_env(config: Path) -> dict[str, str]:

@@ -6,7 +6,7 @@ The voice is a random-weight Piper checkpoint made by Piper's own code
 generator; the discriminator keeps Piper's fixed 47 M parameters, so a training step takes a
 second or two here). Its path is pasted and typed into "Start from"; the preflight says what of
 the test voice its symbol map covers and which of its settings replace the profile's; Start
-trains 20 steps on the test voice with `--set` overrides, and the run dashboard says it started
+trains 8 steps on the test voice with `--set` overrides, and the run dashboard says it started
 from the Piper checkpoint and charts the generator's and the discriminator's losses. Smaller
 tests: a `.ckpt` under the machine file's `[voices] dirs` is offered to a vits profile (not to a
 tts one), a path that cannot be started from says why and blocks Start, and checking a Piper
@@ -37,7 +37,7 @@ from vega_tui.widgets.profile_list import ProfileList
 pytestmark = pytest.mark.anyio
 
 PROFILE = "vits-x_low"
-STEPS = 20
+STEPS = 8
 # `--set` items, as `vega-tui --set` passes them: a short run, small batches and training windows,
 # validated once, at its end; no free-running evaluation or report picture (not tested here).
 OVERRIDES = [

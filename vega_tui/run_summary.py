@@ -25,7 +25,7 @@ from trainer_core.contract import rundir
 from vega_tui.run_compare import read_profile
 from vega_tui.run_notes import read_tags
 from vega_tui.run_state import Series
-from vega_tui.runner import run_status
+from vega_tui.runner import modified_at, run_status
 
 # How much of the end of events.jsonl a summary reads when there is no session.json.
 SUMMARY_TAIL_BYTES = 256 * 1024
@@ -95,7 +95,7 @@ def _summary_or_problem(path: Path) -> RunSummary:
         return summarize_run(path)
     except Exception as exc:  # noqa: BLE001 - one damaged folder must not hide the others
         unknown = (None,) * 5
-        return RunSummary(path, path.name, "empty", *unknown, _mtime(path), problem=repr(exc))
+        return RunSummary(path, path.name, "empty", *unknown, modified_at(path), problem=repr(exc))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -127,7 +127,7 @@ def summarize_run(run_dir: Path | str) -> RunSummary:
         best_val_loss=facts.get("best_val_loss"),
         final_loss=facts.get("final_loss"),
         duration_s=facts.get("duration_s"),
-        started=_number(hello.get("t")) or facts.get("started") or _mtime(path),
+        started=_number(hello.get("t")) or facts.get("started") or modified_at(path),
         profile_path=profile_path,
         device=facts.get("device"),
         tags=tuple(tags),
@@ -270,13 +270,6 @@ def _parse_time(text: Any) -> float | None:
     try:
         return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S%z").timestamp()
     except ValueError:
-        return None
-
-
-def _mtime(path: Path) -> float | None:
-    try:
-        return path.stat().st_mtime
-    except OSError:
         return None
 
 

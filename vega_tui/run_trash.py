@@ -57,18 +57,11 @@ def live_reason(run_dir: Path) -> str | None:
     if status in ("finished", "stopped", "failed"):
         return None
     # A starting trainer may not have written its hello yet: a fresh log, or a fresh folder.
-    written = _mtime(run_dir / rundir.EVENTS) or _mtime(run_dir)
+    written = runner.modified_at(run_dir / rundir.EVENTS) or runner.modified_at(run_dir)
     age = time.time() - written if written is not None else None
     if age is not None and age < runner.REMOTE_STALE_AFTER_S:
         return f"it was written {age:.0f} s ago (a trainer may be starting, or run elsewhere)"
     return None
-
-
-def _mtime(path: Path) -> float | None:
-    try:
-        return path.stat().st_mtime
-    except OSError:
-        return None
 
 
 def move_to_trash(run_dir: Path, runs_root: Path, now: float | None = None) -> Path:

@@ -240,6 +240,14 @@ def _has_events(run_dir: Path | str) -> bool:
         return False
 
 
+def modified_at(path: Path) -> float | None:
+    """The file's or folder's modification time; None when it cannot be read."""
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return None
+
+
 def _recently_written(run_dir: Path | str) -> bool:
     try:
         return time.time() - (Path(run_dir) / rundir.EVENTS).stat().st_mtime < REMOTE_STALE_AFTER_S
