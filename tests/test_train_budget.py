@@ -6,8 +6,9 @@ import time
 
 from conftest import FAULTS_ON, TrainerLauncher, finished, of_type
 
-# About 9 seconds. Loose bounds below: this checks the plan is honoured, it is not a timing benchmark.
-TARGET_HOURS = 0.0025
+# About 18 seconds, start-up included: 9 left a loaded machine (two workers) no time to calibrate in.
+# Loose bounds below: this checks the plan is honoured, it is not a timing benchmark.
+TARGET_HOURS = 0.005
 
 
 def test_time_budget_plans_the_run_and_ends_near_the_target(trainers: TrainerLauncher) -> None:
