@@ -249,10 +249,8 @@ def modified_at(path: Path) -> float | None:
 
 
 def _recently_written(run_dir: Path | str) -> bool:
-    try:
-        return time.time() - (Path(run_dir) / rundir.EVENTS).stat().st_mtime < REMOTE_STALE_AFTER_S
-    except OSError:
-        return False
+    written = modified_at(Path(run_dir) / rundir.EVENTS)
+    return written is not None and time.time() - written < REMOTE_STALE_AFTER_S
 
 
 # --------------------------------------------------------------------------------------------------
