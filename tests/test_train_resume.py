@@ -33,6 +33,8 @@ def test_sigterm_then_resume_gives_the_same_losses_as_an_uninterrupted_run(train
     assert first.status == "stopped"
     assert 20 <= first.step < 40
     assert first.step in checkpoint_steps(split.run_dir)
+    # logged by the loop when it stops, not by the signal handler (tests/test_stop_signal.py)
+    assert "received SIGTERM: saving a checkpoint and stopping" in log_messages(split.events())
 
     resumed = trainers.run("split", settings, "--resume", "auto", run_dir=split.run_dir)
     assert resumed.proc.returncode == 0, resumed.stderr

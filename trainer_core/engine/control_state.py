@@ -8,6 +8,7 @@ to all ranks, so every rank acts alike; while paused, every rank waits together.
 
 from __future__ import annotations
 
+import logging
 import queue
 import threading
 import time
@@ -29,6 +30,8 @@ if TYPE_CHECKING:
 # How often a paused loop looks for new commands.
 PAUSE_POLL_S = 0.05
 
+log = logging.getLogger("trainer_core")
+
 
 class ControlState:
     def __init__(self) -> None:
@@ -37,6 +40,8 @@ class ControlState:
         self.paused = False
         # why the trainer paused itself; None for a client's pause
         self.pause_reason: str | None = None
+        # the signal that asked for the stop; the loop logs it, the handler must not
+        self.stop_signal: str | None = None
 
     def pause_for(self, reason: str) -> None:
         """The trainer pauses itself (memory near its budget): a checkpoint at the next
@@ -45,6 +50,12 @@ class ControlState:
         self.pause_reason = reason
         self.request("save")
         self.request("pause")
+
+    def stop_on_signal(self, name: str) -> None:
+        """A signal handler's stop: an attribute and a queue put only. Logging there could
+        deadlock: the handler may interrupt the main thread inside the event log's lock."""
+        self.stop_signal = name
+        self.request("stop")
 
     def request(self, cmd: str) -> None:
         if cmd == "stop":
@@ -88,6 +99,13 @@ class Controller:
     def next_request(self) -> str | None:
         """ "finished", "stop" or None (train on), after acting on queued commands;
         all ranks get the same answer."""
+        request = self._next_request()
+        if request == "stop" and self.control.stop_signal is not None:
+            name = self.control.stop_signal
+            log.warning("received %s: saving a checkpoint and stopping", name)
+        return request
+
+    def _next_request(self) -> str | None:
         if self.world.active:
             return self._agree_on_requests()
         if self.run_length.finished():

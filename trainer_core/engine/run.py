@@ -303,8 +303,7 @@ def _stop_on_signals(control: ControlState) -> Iterator[None]:
     """SIGINT/SIGTERM ask for a clean stop (checkpoint, then `finished: stopped`)."""
 
     def on_signal(signum, _frame) -> None:
-        log.warning("received %s: saving a checkpoint and stopping", signal.Signals(signum).name)
-        control.request("stop")
+        control.stop_on_signal(signal.Signals(signum).name)
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
