@@ -222,7 +222,8 @@ class RunScreen(RunControls):
         if self._active_tab() != "charts":
             return  # hidden charts are drawn when their tab opens
         self._charts_version, self._charts_drawn_at = state.version, now
-        self.query_one(ChartGrid).redraw(state)
+        if not self.query_one(ChartGrid).redraw(state):
+            self._charts_version = -1  # the tab just opened and is not laid out: the next tick
 
     def _maybe_scan_files(self, state: RunState) -> None:
         """Stat checkpoint files again when the set of checkpoints changed

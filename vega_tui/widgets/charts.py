@@ -288,10 +288,11 @@ class ChartGrid(Container):
     def chart(self, name: str) -> RunChart:
         return self.query_one(f"#chart-{name}", RunChart)
 
-    def redraw(self, state: RunState, only_visible: bool = True, force: bool = False) -> None:
+    def redraw(self, state: RunState, only_visible: bool = True, force: bool = False) -> int:
         """Rebuild the charts whose data changed; hidden charts wait until they are shown, secondary
         ones until SECONDARY_INTERVAL_S passed since their last draw (unless `force`). The first one
-        is drawn now, the others one per frame after it (see `_draw_next`)."""
+        is drawn now, the others one per frame after it (see `_draw_next`). Returns how many charts
+        were on screen."""
         now, self._state = time.monotonic(), state
         self._swap_validation(validation_wanted(state))
         shown = [chart for chart in self.charts() if not only_visible or _on_screen(chart)]
@@ -316,6 +317,7 @@ class ChartGrid(Container):
                 self._pending[chart.build_name] = (chart, data)
         if self._pending and not self._draw_scheduled:
             self._draw_next()
+        return len(shown)
 
     def _swap_validation(self, wanted: bool) -> None:
         """Show the validation chart instead of the speech chart (or back); the chart swapped in is
