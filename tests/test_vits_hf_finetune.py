@@ -22,7 +22,7 @@ from trainer_core.engine.model_source import load_model_source
 STEPS = 2
 TOLERANCE = 1e-4
 FAST = {
-    "compute.mode": "cpu", "compute.num_threads": 2, "train.batch_size": 2, "vits.segment_size": 512,
+    "compute.mode": "cpu", "compute.num_threads": 1, "train.batch_size": 2, "vits.segment_size": 512,
     "vits.discriminator_channels": 2, "train.max_steps": STEPS, "train.eval_every_steps": STEPS,
     "train.free_running_every": 0, "data.cache_dir": "cache", "data.val_max_items": 2, "sample.sentences": ["hi"],
     "logging.report": False, "vits.discriminator_warmup_steps": 1,

@@ -25,7 +25,7 @@ from textual.events import Paste
 from textual.pilot import Pilot
 from textual.widgets import Button, Input, Static
 
-from conftest import DEMO_VOICE, TEST_VOICE
+from conftest import TEST_VOICE
 from test_app_launch import text_of, wait_until
 from trainer_core.contract.eventlog import read_all
 from vega_tui.app import VegaApp
@@ -47,7 +47,7 @@ OVERRIDES = [
     f"train.eval_every_steps={STEPS}",
     "train.free_running_every=0",
     "logging.report=false",
-    "data.val_max_items=4",  # the demo voice holds out 33 clips; four show validation works
+    "data.val_max_items=4",  # the test voice holds out 4 clips: validation runs
 ]
 VOICE_NAME = "en_US-reference-x_low"  # Piper's naming: language, dataset, quality
 VOICE_FACTS = "x_low · 16000 Hz · one speaker · tiny-piper.ckpt"
@@ -102,7 +102,7 @@ async def test_a_vits_run_from_a_typed_piper_checkpoint(
         screen = await choose_profile(pilot, PROFILE)
         await wait_until(pilot, lambda: screen.resources is not None, "the machine probe")
         assert screen.query_one("#compute-mode", ChoiceList).select("cpu")
-        screen.query_one("#data-folder", Input).value = str(DEMO_VOICE)
+        screen.query_one("#data-folder", Input).value = str(TEST_VOICE)
         field = screen.query_one("#start-path", Input)
         field.focus()
         app.post_message(Paste(f"{piper_voice.parent}/"))  # the folder pasted, as a terminal does
@@ -131,7 +131,7 @@ async def test_a_vits_run_from_a_typed_piper_checkpoint(
             "hidden 16 x 1 layers; segments of 512 samples (2 frames); ~",
             "start from Piper checkpoint tiny-piper.ckpt (vits, step 0); optimizer and schedule",
             f"maps {start.mapping.text}",
-            "transcripts) in its map",  # a sample of the demo voice's 330 transcripts
+            "transcripts) in its map",  # a sample of the test voice's 40 transcripts
             f"adopts the checkpoint's settings replace the profile's ({len(adopted)}):",
             "vits.hidden_channels: 96 -> 16",
             "vits.upsample_initial_channel: 256 -> 32",

@@ -1,7 +1,7 @@
 """`trainer-core export --piper`: a vits voice as a Piper voice, judged by Piper's own runtime
 (piper-tts is a test dependency, GPL-3.0: trainer_core and vega_tui never import it).
 
-- A Piper checkpoint made by Piper's own code (random weights) fine-tunes 2 steps on the demo voice
+- A Piper checkpoint made by Piper's own code (random weights) fine-tunes 2 steps on the test voice
   (speaking with noise scales 0). On the run dashboard's checkpoints tab, "Export for Piper" (key v)
   runs `trainer-core export --piper RUN`, which writes RUN/export/piper/en_US-demo-x_low.onnx and
   its .onnx.json. Vega's ids for "This is a test." are Piper's phonemizer's; PiperVoice (noise 0, no
@@ -28,7 +28,7 @@ import pytest
 import soundfile
 import torch
 
-from conftest import DEMO_VOICE, REPO, TRAINER_CORE, TrainerLauncher
+from conftest import TEST_VOICE, REPO, TRAINER_CORE, TrainerLauncher
 from trainer_core.cli import main as cli_main
 from trainer_core.models.griffin_lim import PEAK_LEVEL
 from trainer_core.models.vits.piper_export import TOLERANCE, PiperExport, export_piper
@@ -39,7 +39,7 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 TEXT = "This is a test."
 STEPS = 2
 FAST = {
-    "compute.mode": "cpu", "compute.num_threads": 2, "train.batch_size": 1,
+    "compute.mode": "cpu", "compute.num_threads": 1, "train.batch_size": 1,
     "vits.segment_size": 512, "train.max_steps": STEPS, "train.eval_every_steps": STEPS,
     "train.free_running_every": 0, "train.validate_at_start": False, "logging.report": False,
     "data.cache_dir": "cache", "data.val_max_items": 2, "data.max_duration_s": 3.0,
@@ -101,9 +101,9 @@ def piper_ids(voice: Any, text: str) -> list[int]:
 
 @pytest.fixture(scope="module")
 def fine_tuned(tmp_path_factory: pytest.TempPathFactory, piper_voice: Path) -> Path:
-    """A run folder: the Piper voice fine-tuned 2 steps on the demo voice."""
+    """A run folder: the Piper voice fine-tuned 2 steps on the test voice."""
     root = tmp_path_factory.mktemp("piper-export")
-    voices = TrainerLauncher(root, DEMO_VOICE)
+    voices = TrainerLauncher(root, TEST_VOICE)
     voices.profile = REPO / "profiles" / "vits-medium.toml"
     run = voices.run("ft", FAST, "--init-from", str(piper_voice))
     assert run.proc.returncode == 0, run.stderr
