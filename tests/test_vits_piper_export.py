@@ -28,7 +28,7 @@ import pytest
 import soundfile
 import torch
 
-from conftest import TEST_VOICE, REPO, TRAINER_CORE, TrainerLauncher
+from conftest import REPO, TEST_VOICE, TRAINER_CORE, TrainerLauncher
 from trainer_core.cli import main as cli_main
 from trainer_core.models.griffin_lim import PEAK_LEVEL
 from trainer_core.models.vits.piper_export import TOLERANCE, PiperExport, export_piper
