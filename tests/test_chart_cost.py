@@ -172,17 +172,40 @@ async def test_the_app_builds_no_chart_while_the_logs_tab_shows(tmp_path: Path) 
         await pilot.press("2")
         await wait_until(pilot, lambda: not _on_screen(loss), "the Logs tab")
         builds = loss.builds
-        events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text(encoding="utf-8").splitlines()]
-        last = next(e for e in reversed(events) if e.get("type") == "step")
-        new = {**last, "seq": events[-1]["seq"] + 1, "t": time.time(), "step": 61, "loss": 9.5}
-        new.update(steps_in_window=1, step_series=[61], loss_series=[9.5], lr_series=[0.0])
-        with open(run_dir / "events.jsonl", "a", encoding="utf-8") as handle:
-            handle.write(json.dumps(new) + "\n")
+        append_step(run_dir, 61, 9.5)
         await wait_until(pilot, lambda: screen.state.step == 61, "the new step read")
         await pilot.pause(0.6)  # several redraw ticks with the charts hidden
         assert loss.builds == builds
         await pilot.press("1")
         await wait_until(pilot, lambda: loss.builds > builds and 61 in loss.data.lines[0].xs, "the chart rebuilt")
+
+
+def append_step(run_dir: Path, step: int, loss: float) -> None:
+    """One more step event at the end of the run's log, numbered after its last line."""
+    lines = (run_dir / "events.jsonl").read_text(encoding="utf-8").splitlines()
+    events = [json.loads(line) for line in lines]
+    last = next(e for e in reversed(events) if e.get("type") == "step")
+    new = {**last, "seq": events[-1]["seq"] + 1, "t": time.time(), "step": step, "loss": loss}
+    new.update(steps_in_window=1, step_series=[step], loss_series=[loss], lr_series=[0.0])
+    with open(run_dir / "events.jsonl", "a", encoding="utf-8") as handle:
+        handle.write(json.dumps(new) + "\n")
+
+
+async def test_charts_with_none_on_screen_at_a_tick_are_drawn_at_a_later_one(tmp_path: Path) -> None:
+    """A tick that finds no chart on screen (the tab not laid out yet) must not count the data as
+    drawn: a finished run has no later change to draw it."""
+    run_dir = copy_fixture("lm_completed", tmp_path)
+    async with DashApp(run_dir).run_test(size=(80, 24)) as pilot:
+        screen = await settled(pilot)
+        grid = screen.query_one(ChartGrid)
+        loss = grid.chart("loss")
+        grid.display = False
+        append_step(run_dir, 61, 9.5)
+        await wait_until(pilot, lambda: screen.state.step == 61, "the new step read")
+        await pilot.pause(0.6)  # several ticks with no chart on screen
+        assert 61 not in loss.data.lines[0].xs
+        grid.display = True
+        await wait_until(pilot, lambda: 61 in loss.data.lines[0].xs, "the chart drawn", timeout=10)
 
 
 def test_a_chart_whose_picture_is_costly_is_redrawn_less_often() -> None:
