@@ -1,13 +1,20 @@
 """Shared fixtures for the end-to-end trainer tests (tests/test_train_*.py).
 
-Every trainer runs as a real `python -m trainer_core train` subprocess on the CPU: a tiny byte-level
-model over a small generated English corpus, with VEGA_CONFIG_DIR pointing at an empty folder so that
-no machine file or user profile of this computer changes the run. One torch thread per trainer: two
-trainers (or a trainer and another test) on a 2-core box must not fight over cores.
+Trainers run on the CPU: a tiny byte-level model over a small generated English corpus, with
+VEGA_CONFIG_DIR pointing at an empty folder so that no machine file or user profile of this computer
+changes the run. One torch thread per trainer: two trainers (or a trainer and another test) on a 2-core
+box must not fight over cores.
+
+A test of the process (signals, exit on a crash, detaching, DDP ranks, the terminal) starts a real
+`python -m trainer_core` subprocess (TrainerLauncher.start/run, run_cli). A test of what a command does
+runs it through the same entry point in the test's own process (run_here, TrainerLauncher.run_here):
+a subprocess would spend ~4 s of CPU importing torch and torch._dynamo before its first step.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import logging
 import os
@@ -17,6 +24,7 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -124,6 +132,30 @@ def run_cli(env: dict[str, str], *args: str, timeout: float = 180) -> subprocess
     return subprocess.run([*TRAINER_CORE, *args], capture_output=True, text=True, env=env, cwd=REPO, timeout=timeout)
 
 
+def run_here(env: dict[str, str], *args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
+    """`trainer-core ARGS` through its entry point in this process, from `cwd`, with `env` as the whole
+    environment: what run_cli gives, less the second start-up of torch (~4 s of CPU a trainer). For tests of what a
+    command does; signals, crashes and detaching need the real process of run_cli. Main thread only (signals)."""
+    from trainer_core.cli import main
+
+    out, err, saved = io.StringIO(), io.StringIO(), dict(os.environ)
+    os.environ.clear()
+    os.environ.update(env)
+    try:
+        with contextlib.chdir(cwd), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main(list(args))
+            except SystemExit as exc:  # argparse's errors and --help
+                code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+            except Exception:  # what the process would print before exiting 1
+                traceback.print_exc()
+                code = 1
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    return subprocess.CompletedProcess([*TRAINER_CORE, *args], code, out.getvalue(), err.getvalue())
+
+
 def tiny_voice_profile(
     name: str, steps: int, eval_every: int, sentences: list[str], seed: int = 3, logging: dict[str, Any] | None = None
 ) -> str:
@@ -187,11 +219,24 @@ def finished(events: list[Event]) -> Event:
 
 
 @dataclass
+class ExitedHere:
+    """A trainer run in this process (run_here), in the shape of the Popen it stands in for: it has exited."""
+
+    returncode: int
+
+    def poll(self) -> int:
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        return self.returncode
+
+
+@dataclass
 class TrainerProcess:
     """A trainer subprocess with its run folder; stdout and stderr go to files beside the run folder."""
 
     run_dir: Path
-    proc: subprocess.Popen
+    proc: subprocess.Popen | ExitedHere
     out_path: Path
     err_path: Path
     drain: threading.Thread | None = None
@@ -323,6 +368,27 @@ class TrainerLauncher:
         trainer = self.start(*args, **kwargs)
         trainer.wait()
         return trainer
+
+    def run_here(
+        self,
+        name: str = "run",
+        settings: dict[str, Any] | None = None,
+        *extra_args: str,
+        env: dict[str, str] | None = None,
+        data: Path | None = None,
+        run_dir: Path | None = None,
+    ) -> TrainerProcess:
+        """Like run, through the entry point in this process (run_here): for tests of what a run does, not of its
+        process."""
+        target = run_dir or self.root / name
+        number = len(self.started)
+        out_path, err_path = self.root / f"{name}.{number}.out", self.root / f"{name}.{number}.err"
+        argv = self.command(target, settings or {}, data, extra_args)[len(TRAINER_CORE) :]
+        done = run_here({**self.env, **(env or {})}, *argv, cwd=self.root)
+        out_path.write_text(done.stdout, encoding="utf-8")
+        err_path.write_text(done.stderr, encoding="utf-8")
+        self.started.append(TrainerProcess(target, ExitedHere(done.returncode), out_path, err_path))
+        return self.started[-1]
 
     def close(self) -> None:
         for trainer in self.started:

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from conftest import TEST_VOICE, run_cli
+from conftest import TEST_VOICE, run_here
 from corpus_builders import check_data_json, common_voice_folder, problem_key, scan, voice_items
 from trainer_core.cli.check_data_cmd import show_report
 from trainer_core.contract.errors import DataError
@@ -167,10 +167,10 @@ def test_a_resumed_run_keeps_its_items(release: Release, tmp_path: Path) -> None
     env = {key: value for key, value in os.environ.items() if not key.startswith("VEGA_")}
     env.update(VEGA_CONFIG_DIR=str(tmp_path / "config"), OMP_NUM_THREADS="1")
     train = ("train", "--profile", str(profile), "--run-dir", str(run), "--events", "-")
-    first = run_cli(env, *train)
+    first = run_here(env, *train)
     assert first.returncode == 0, first.stderr[-2000:]
     recorded = (run / "items.jsonl").read_text(encoding="utf-8")
-    resumed = run_cli(env, *train, "--resume", "auto", "--set", "train.max_steps=3")
+    resumed = run_here(env, *train, "--resume", "auto", "--set", "train.max_steps=3")
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert (run / "items.jsonl").read_text(encoding="utf-8") == recorded
     lines = (run / "events.jsonl").read_text(encoding="utf-8").splitlines()

@@ -39,7 +39,7 @@ WAIT_S = 60.0
 def early_run(tmp_path_factory: pytest.TempPathFactory, corpus: Path) -> TrainerProcess:
     launcher = TrainerLauncher(tmp_path_factory.mktemp("early"), corpus)
     try:
-        run = launcher.run("early", DIVERGING)
+        run = launcher.run_here("early", DIVERGING)
     finally:
         launcher.close()
     assert run.proc.returncode == 0, run.stderr[-3000:]

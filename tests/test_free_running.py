@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from conftest import TRAINER_CORE, tiny_voice_profile
+from conftest import run_here, tiny_voice_profile
 from trainer_core.contract.event_lines import parse_event
 from trainer_core.contract.profile import TrainSection
 from vega_tui.store import RunStore
@@ -31,10 +31,8 @@ def voice_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str,
     profile.write_text(tiny_voice_profile("free", STEPS, 4, ["Hello."]), encoding="utf-8")
     env = {**os.environ, "VEGA_CONFIG_DIR": str(root / "config"), "OMP_NUM_THREADS": "1"}
     settings = ["train.free_running_every=1", "train.free_running_items=3", 'train.select_best_by="free_running"']
-    argv = [*TRAINER_CORE, "train", "--profile", str(profile), "--run-dir", str(root / "run")]
-    done = subprocess.run(
-        [*argv, *[a for s in settings for a in ("--set", s)]], env=env, capture_output=True, text=True, timeout=300
-    )
+    argv = ["train", "--profile", str(profile), "--run-dir", str(root / "run")]
+    done = run_here(env, *argv, *[a for s in settings for a in ("--set", s)])
     assert done.returncode == 0, done.stderr[-3000:]
     return root / "run", env
 
@@ -67,7 +65,7 @@ def test_the_best_checkpoint_is_the_lowest_free_running_distance(voice_run) -> N
 
 
 def evaluate(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([*TRAINER_CORE, "evaluate", *args], env=env, capture_output=True, text=True, timeout=300)
+    return run_here(env, "evaluate", *args)
 
 
 def test_evaluate_an_export_and_the_last_checkpoint_as_the_run_scored_them(voice_run) -> None:

@@ -1,7 +1,8 @@
 """Starting from an existing voice (`train --init-from PATH`, `train.init_from`): real tiny runs, real files.
 
 A tiny voice run and a tiny LM run on real data are the sources; each test starts from one of them through the
-real command line (or, for the weight-level rules, through the engine's own functions on real models).
+command line's entry point, in this process (or, for the weight-level rules, through the engine's own functions on
+real models).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import pytest
 import torch
 from textual.pilot import Pilot
 
-from conftest import TEST_VOICE, of_type, run_cli, set_args, tiny_voice_profile, write_corpus
+from conftest import TEST_VOICE, of_type, run_here, set_args, tiny_voice_profile, write_corpus
 from trainer_core.contract.eventlog import read_all
 from trainer_core.contract.init_sources import InitSourceError, check_compatible, resolve_source
 from trainer_core.contract.profile_audio import AudioSection
@@ -63,14 +64,14 @@ def voice_profile(root: Path, name: str) -> Path:
 def train(
     env: dict[str, str], profile: Path, run_dir: Path | None, *args: str, settings: dict[str, object] | None = None
 ) -> tuple[int, str]:
-    """`trainer-core train` as a subprocess: (exit status, stderr); `settings` become `--set` items."""
+    """`trainer-core train` in this process: (exit status, stderr); `settings` become `--set` items."""
     where = ["--run-dir", str(run_dir)] if run_dir is not None else []
-    done = run_cli(env, "train", "--profile", str(profile), *where, *args, *set_args(settings or {}))
+    done = run_here(env, "train", "--profile", str(profile), *where, *args, *set_args(settings or {}))
     return done.returncode, done.stderr
 
 
 def dry_run(env: dict[str, str], profile: Path, *args: str) -> dict:
-    done = run_cli(env, "train", "--profile", str(profile), *args, "--dry-run", "--json")
+    done = run_here(env, "train", "--profile", str(profile), *args, "--dry-run", "--json")
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 
@@ -225,10 +226,10 @@ def test_the_profile_field_is_relative_to_its_file_and_the_plan_says_what_it_loa
     start = dry_run(env, profile)["init_from"]
     assert start["applied"] and start["path"] == str(voice_run / "export") and start["kind"] == "tts"
     assert start["text"] == f"run voice-src: its export (tts, step {SOURCE_STEPS}); optimizer and schedule fresh"
-    done = run_cli(env, "train", "--profile", str(profile), "--dry-run")
+    done = run_here(env, "train", "--profile", str(profile), "--dry-run")
     assert "start from" in done.stdout and "run voice-src: its export" in done.stdout
     missing = root / "runs" / "no-such-run"
-    done = run_cli(env, "train", "--profile", str(profile), "--init-from", str(missing), "--dry-run")
+    done = run_here(env, "train", "--profile", str(profile), "--init-from", str(missing), "--dry-run")
     assert done.returncode == 2
     assert f"error: train.init_from: {missing} does not exist" in done.stderr
 

@@ -12,7 +12,6 @@ import json
 import os
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,7 +21,7 @@ import pytest
 import soundfile
 import torch
 
-from conftest import TEST_VOICE, run_cli, tiny_voice_profile
+from conftest import TEST_VOICE, run_here, tiny_voice_profile
 from test_speakers import copy_wav, demo_rows, speaker_of
 from trainer_core.cli import main
 from trainer_core.cli.evaluate_cmd import load_voice
@@ -65,19 +64,16 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Runs:
     sections = {"data": {"path": str(TEST_VOICE), "cache_dir": "cache"}, "train": {"max_steps": STEPS}}
     (root / "vocoder.toml").write_text(tiny_profile("vocoder", **sections), encoding="utf-8")
 
-    def train(name: str) -> subprocess.CompletedProcess[str]:
-        return run_cli(env, "train", "--profile", str(root / f"{name}.toml"), "--run-dir", str(root / name))
-
-    with ThreadPoolExecutor(2) as pool:  # one thread each: side by side on two cores
-        for done in pool.map(train, ("voice", "vocoder")):
-            assert done.returncode == 0, done.stderr[-3000:]
+    for name in ("voice", "vocoder"):  # in this process: no torch start-up per run
+        done = run_here(env, "train", "--profile", str(root / f"{name}.toml"), "--run-dir", str(root / name))
+        assert done.returncode == 0, done.stderr[-3000:]
     return Runs(root / "voice", root / "vocoder", env)
 
 
 @pytest.fixture(scope="module")
 def exported(runs: Runs) -> tuple[Path, Path]:
     """The voice exported with its trained vocoder (default out: the run's onnx/) and with Griffin-Lim."""
-    with_vocoder = run_cli(runs.env, "export", "--onnx", str(runs.voice), "--vocoder", str(runs.vocoder), "--json")
+    with_vocoder = run_here(runs.env, "export", "--onnx", str(runs.voice), "--vocoder", str(runs.vocoder), "--json")
     assert with_vocoder.returncode == 0, with_vocoder.stderr[-3000:]
     assert json.loads(with_vocoder.stdout)["out"] == str(runs.voice / "onnx")
     # In this process (the command's code without a second torch start-up), from the run's export folder.
@@ -254,7 +250,7 @@ def multi_speaker(runs: Runs, tmp_path_factory: pytest.TempPathFactory) -> tuple
         "--run-dir",
         str(root / "run"),
     ]
-    done = run_cli(runs.env, *argv)
+    done = run_here(runs.env, *argv)
     assert done.returncode == 0, done.stderr[-3000:]
     assert main(["export", "--onnx", str(root / "run")]) == 0
     return root / "run", root / "run" / "onnx"

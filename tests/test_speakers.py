@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import TEST_VOICE, run_cli, tiny_voice_profile
+from conftest import TEST_VOICE, run_here, tiny_voice_profile
 from trainer_core.contract.errors import DataError
 from trainer_core.data.scan import scan_data
 from trainer_core.data.scan_report import VoiceItem
@@ -167,12 +167,12 @@ def test_clips_without_a_speaker_are_listed_and_a_wrong_column_setting_is_one_cl
 
 def test_check_data_prints_the_speakers(column_corpus: Path, folder_corpus: Path, tmp_path: Path) -> None:
     env = {**os.environ, "VEGA_CONFIG_DIR": str(tmp_path)}
-    text = run_cli(env, "check-data", str(column_corpus), "--no-cache")
+    text = run_here(env, "check-data", str(column_corpus), "--no-cache")
     assert text.returncode == 0, text.stderr
     line = next(row for row in text.stdout.splitlines() if "speakers" in row)
     assert "2 — gb 20 clips" in line and "us 20 clips" in line
     assert "auto" in text.stdout and "id|speaker|text" in text.stdout
-    as_json = run_cli(env, "check-data", str(folder_corpus), "--no-cache", "--json", "--items")
+    as_json = run_here(env, "check-data", str(folder_corpus), "--no-cache", "--json", "--items")
     assert as_json.returncode == 0, as_json.stderr
     report = json.loads(as_json.stdout)
     voice = report["summary"]["voice"]
@@ -180,9 +180,9 @@ def test_check_data_prints_the_speakers(column_corpus: Path, folder_corpus: Path
     assert {name: f["clips"] for name, f in voice["speakers"].items()} == {"gb": 20, "us": 20}
     assert all(f["hours"] > 0 for f in voice["speakers"].values())
     assert {item["speaker"] for item in report["items"]} == set(SPEAKERS)
-    single = run_cli(env, "check-data", str(TEST_VOICE), "--no-cache", "--json")
+    single = run_here(env, "check-data", str(TEST_VOICE), "--no-cache", "--json")
     assert json.loads(single.stdout)["summary"]["voice"]["speakers"] == {}
-    wrong = run_cli(env, "check-data", str(TEST_VOICE), "--no-cache", "--speakers", "column")
+    wrong = run_here(env, "check-data", str(TEST_VOICE), "--no-cache", "--speakers", "column")
     assert wrong.returncode == 2 and wrong.stderr.startswith("error:") and "Traceback" not in wrong.stderr
 
 
@@ -194,15 +194,15 @@ def test_the_plan_and_the_preflight_show_a_speakers_row(column_corpus: Path, tmp
     profile.write_text(tiny_profile("tts", data={"cache_dir": str(tmp_path / "cache")}), encoding="utf-8")
     env = {**os.environ, "VEGA_CONFIG_DIR": str(tmp_path)}
     args = ["train", "--profile", str(profile), "--data", str(column_corpus), "--dry-run"]
-    printed_json = run_cli(env, *args, "--json").stdout
+    printed_json = run_here(env, *args, "--json").stdout
     plan = json.loads(printed_json)
     assert plan["data"]["speaker_mode"] == "column"
     assert {name: f["clips"] for name, f in plan["data"]["speakers"].items()} == {"gb": 20, "us": 20}
     rows = dict((label, str(value)) for label, value in plan_rows(PlanReport.model_validate_json(printed_json)))
     assert rows["speakers"].startswith("2 by column: gb 20 clips") and "us 20 clips" in rows["speakers"]
-    bad = run_cli(env, *args, "--set", 'data.speakers="many"')
+    bad = run_here(env, *args, "--set", 'data.speakers="many"')
     assert bad.returncode == 2 and "data.speakers" in bad.stderr and "'column', 'folders' or 'none'" in bad.stderr
-    printed = run_cli(env, *args)
+    printed = run_here(env, *args)
     assert printed.returncode == 0 and any(
         "speakers" in row and "2 (column)" in row for row in printed.stdout.splitlines()
     )
@@ -237,7 +237,7 @@ def voice_run(column_corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> 
     profile.write_text(tiny_voice_profile("multi", STEPS, STEPS, ["Hello.", "Good night."]), encoding="utf-8")
     env = {**os.environ, "VEGA_CONFIG_DIR": str(root / "config"), "OMP_NUM_THREADS": "1"}
     args = ["train", "--profile", str(profile), "--data", str(column_corpus), "--run-dir", str(root / "run")]
-    result = run_cli(env, *args, "--set", "train.free_running_every=1", "--set", "train.free_running_items=2")
+    result = run_here(env, *args, "--set", "train.free_running_every=1", "--set", "train.free_running_items=2")
     assert result.returncode == 0, result.stderr[-3000:]
     return root / "run", env
 
@@ -267,13 +267,13 @@ def test_synth_speaks_as_a_named_speaker_and_lists_them_for_an_unknown_name(
 
     run, env = voice_run
     out = tmp_path / "us.wav"
-    known = run_cli(
+    known = run_here(
         env, "synth", "--export", str(run / "export"), "--speaker", "us", "--text", "Hello.", "--out", str(out)
     )
     assert known.returncode == 0, known.stderr
     assert "speaker us" in known.stdout and out.stat().st_size > 1000
     checkpoint = run / "checkpoints" / f"step-{STEPS:08d}.pt"
-    unknown = run_cli(
+    unknown = run_here(
         env,
         "synth",
         "--checkpoint",
@@ -318,7 +318,7 @@ def test_resume_refuses_data_with_other_speakers(voice_run: tuple[Path, dict[str
     copy = tmp_path / "run"
     shutil.copytree(run, copy)
     profile = copy / "profile.toml"
-    result = run_cli(
+    result = run_here(
         env, "train", "--profile", str(profile), "--data", str(TEST_VOICE), "--run-dir", str(copy),
         "--resume", "auto", "--set", f"train.max_steps={STEPS + 2}",
     )  # fmt: skip
@@ -337,7 +337,7 @@ def test_a_multi_speaker_voice_fine_tunes_to_one_new_speaker(
     shutil.copytree(column_corpus / "wavs", data / "wavs")
     (data / "metadata.csv").write_text(table, encoding="utf-8")
     args = ["train", "--profile", str(run / "profile.toml"), "--data", str(data), "--run-dir", str(tmp_path / "tuned")]
-    result = run_cli(env, *args, "--init-from", str(run))
+    result = run_here(env, *args, "--init-from", str(run))
     assert result.returncode == 0, result.stderr[-3000:]
     events = [json.loads(line) for line in (tmp_path / "tuned" / "events.jsonl").read_text().splitlines()]
     started = next(e for e in events if e["type"] == "init_from")

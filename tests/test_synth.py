@@ -1,4 +1,5 @@
-"""`trainer-core synth` end to end: a real short voice training run, then real CLI subprocesses on its outputs."""
+"""`trainer-core synth` end to end: a real short voice training run, then the CLI on its outputs (through its entry
+point in this process; one check runs a fresh interpreter to see what synth imports)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import numpy as np
 import pytest
 import soundfile
 
-from conftest import run_cli, tiny_voice_profile
+from conftest import run_here, tiny_voice_profile
 from trainer_core.contract.errors import VegaError
 
 REPO = Path(__file__).resolve().parent.parent
@@ -28,13 +29,13 @@ def _env(config_dir: Path) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
-    """A finished voice run: `trainer-core train` as a real subprocess on the demo corpus."""
+    """A finished voice run: `trainer-core train` on the demo corpus."""
     root = tmp_path_factory.mktemp("voice-run")
     (root / "config").mkdir()
     profile = root / "tiny-voice.toml"
     profile.write_text(TINY_VOICE_PROFILE, encoding="utf-8")
     env = _env(root / "config")
-    result = run_cli(env, "train", "--profile", str(profile), "--run-dir", str(root / "run"), timeout=300)
+    result = run_here(env, "train", "--profile", str(profile), "--run-dir", str(root / "run"))
     assert result.returncode == 0, result.stderr[-3000:]
     return root / "run", env
 
@@ -65,7 +66,7 @@ def test_synth_from_a_checkpoint_and_from_the_export(run_dir, tmp_path: Path) ->
     run, env = run_dir
     checkpoint = run / "checkpoints" / f"step-{STEPS:08d}.pt"
     out = tmp_path / "nested" / "hello.wav"
-    result = run_cli(
+    result = run_here(
         env, "synth", "--checkpoint", str(checkpoint), "--text", "Hello there, wörld!", "--out", str(out), "--json"
     )
     assert result.returncode == 0, result.stderr
@@ -75,7 +76,7 @@ def test_synth_from_a_checkpoint_and_from_the_export(run_dir, tmp_path: Path) ->
     assert normal == pytest.approx(written["seconds"], abs=1e-3)
 
     slow = tmp_path / "slow.wav"
-    result = run_cli(
+    result = run_here(
         env,
         "synth",
         "--export",
@@ -98,12 +99,12 @@ def test_synth_errors_are_one_clear_line(run_dir, tmp_path: Path) -> None:
 
     _, env = run_dir
     out_x, out_y = str(tmp_path / "x.wav"), str(tmp_path / "y.wav")
-    missing = run_cli(env, "synth", "--checkpoint", str(tmp_path / "nope.pt"), "--text", "hi", "--out", out_x)
+    missing = run_here(env, "synth", "--checkpoint", str(tmp_path / "nope.pt"), "--text", "hi", "--out", out_x)
     assert missing.returncode == 2 and missing.stderr.startswith("error:") and "nope.pt" in missing.stderr
     assert "Traceback" not in missing.stderr
     lm_config = LmConfig(context_bytes=16, hidden=8, layers=1, heads=1, ffn_mult=1, dropout=0.0)
     export_model(build_model(lm_config, 0), {"kind": "lm"}, tmp_path / "lm-export")
-    wrong = run_cli(env, "synth", "--export", str(tmp_path / "lm-export"), "--text", "hi", "--out", out_y)
+    wrong = run_here(env, "synth", "--export", str(tmp_path / "lm-export"), "--text", "hi", "--out", out_y)
     assert wrong.returncode == 2 and "not a TTS voice" in wrong.stderr
     assert not (tmp_path / "x.wav").exists() and not (tmp_path / "y.wav").exists()
 
@@ -128,7 +129,7 @@ def test_a_text_file_becomes_one_wav_per_line_with_an_index(run_dir, tmp_path: P
         encoding="utf-8",
     )
     out = tmp_path / "spoken"
-    result = run_cli(env, "synth", "--export", str(run / "export"), "--text-file", str(script), "--out-dir", str(out))
+    result = run_here(env, "synth", "--export", str(run / "export"), "--text-file", str(script), "--out-dir", str(out))
     # "%%%" has symbols; a line with none would be listed. All four non-empty lines are spoken.
     assert result.returncode == 0, result.stderr
     assert "wrote 4 wavs" in result.stdout
@@ -163,7 +164,7 @@ def test_text_file_mistakes_are_named_before_the_model_loads(run_dir, tmp_path: 
         (["--text", "hi", "--out-dir", str(tmp_path / "o")], "give --out FILE.wav"),
     ]
     for args, message in cases:
-        done = run_cli(env, "synth", "--export", export, *args)
+        done = run_here(env, "synth", "--export", export, *args)
         assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr, (args, done.stderr)
     assert a_file.read_text(encoding="utf-8") == "x"
 

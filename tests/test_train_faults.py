@@ -31,9 +31,8 @@ RUNS = {
 def runs(tmp_path_factory: pytest.TempPathFactory, corpus: Path) -> Iterator[dict[str, TrainerProcess]]:
     launcher = TrainerLauncher(tmp_path_factory.mktemp("faults"), corpus)
     launcher.env.update(FAULTS_ON)  # the [debug] faults act only with the gate open
-    started = {name: launcher.start(name, settings) for name, settings in RUNS.items()}
-    for trainer in started.values():
-        trainer.wait()
+    # in this process, one after the other: the faults are the subject, not the process
+    started = {name: launcher.run_here(name, settings) for name, settings in RUNS.items()}
     yield started
     launcher.close()
 

@@ -26,7 +26,7 @@ FAST = {
 def test_a_piper_checkpoint_fine_tunes_for_20_steps_headless(tmp_path: Path, piper_voice: Path) -> None:
     voices = TrainerLauncher(tmp_path, TEST_VOICE)
     voices.profile = Path(__file__).resolve().parent.parent / "profiles" / "vits-medium.toml"
-    run = voices.run("ft", FAST, "--init-from", str(piper_voice))
+    run = voices.run_here("ft", FAST, "--init-from", str(piper_voice))
     assert run.proc.returncode == 0, run.stderr
     events = run.events()
     assert finished(events).status == "completed" and finished(events).step == STEPS

@@ -36,7 +36,7 @@ def test_a_transformers_vits_fine_tunes_and_ends_as_a_folder_transformers_speaks
     source = make_folder(tmp_path / "mms-tts-tiny")
     voices = TrainerLauncher(tmp_path, TEST_VOICE)
     voices.profile = Path(__file__).resolve().parent.parent / "profiles" / "vits-medium.toml"
-    run = voices.run("ft", FAST, "--init-from", str(source))
+    run = voices.run_here("ft", FAST, "--init-from", str(source))
     assert run.proc.returncode == 0, run.stderr
     events = run.events()
     assert finished(events).status == "completed" and finished(events).step == STEPS

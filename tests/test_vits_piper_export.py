@@ -105,7 +105,7 @@ def fine_tuned(tmp_path_factory: pytest.TempPathFactory, piper_voice: Path) -> P
     root = tmp_path_factory.mktemp("piper-export")
     voices = TrainerLauncher(root, TEST_VOICE)
     voices.profile = REPO / "profiles" / "vits-medium.toml"
-    run = voices.run("ft", FAST, "--init-from", str(piper_voice))
+    run = voices.run_here("ft", FAST, "--init-from", str(piper_voice))
     assert run.proc.returncode == 0, run.stderr
     return run.run_dir
 

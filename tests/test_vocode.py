@@ -14,7 +14,7 @@ import pytest
 import soundfile
 import torch
 
-from conftest import TEST_VOICE, run_cli, tiny_voice_profile
+from conftest import TEST_VOICE, run_here, tiny_voice_profile
 from test_scan import write_voice
 from trainer_core.contract.errors import VegaError
 from trainer_core.contract.profile_audio import AudioSection
@@ -34,7 +34,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, s
     profile = root / "vocoder.toml"
     sections = {"data": {"path": str(TEST_VOICE), "cache_dir": "cache"}, "train": {"max_steps": 6}}
     profile.write_text(tiny_profile("vocoder", **sections), encoding="utf-8")
-    done = run_cli(env, "train", "--profile", str(profile), "--run-dir", str(root / "run"))
+    done = run_here(env, "train", "--profile", str(profile), "--run-dir", str(root / "run"))
     assert done.returncode == 0, done.stderr[-3000:]
     return root / "run", env
 
@@ -54,7 +54,7 @@ def test_vocode_resynthesises_every_supported_format(
     run_dir, env = trained
     clip = write_voice(tmp_path / name, 1.2, sr=rate, channels=channels, subtype=subtype)
     out = tmp_path / "heard.wav"
-    done = run_cli(env, "vocode", "--vocoder", str(run_dir), "--in", str(clip), "--out", str(out), "--json")
+    done = run_here(env, "vocode", "--vocoder", str(run_dir), "--in", str(clip), "--out", str(out), "--json")
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     info = soundfile.info(str(out))
@@ -68,14 +68,14 @@ def test_vocode_through_griffin_lim_and_its_errors(trained, tmp_path: Path) -> N
     _, env = trained
     clip = write_voice(tmp_path / "clip.wav", 0.8)
     out = tmp_path / "gl.wav"
-    done = run_cli(env, "vocode", "--vocoder", "griffin-lim", "--in", str(clip), "--out", str(out))
+    done = run_here(env, "vocode", "--vocoder", "griffin-lim", "--in", str(clip), "--out", str(out))
     assert done.returncode == 0, done.stderr
     assert "through griffin-lim" in done.stdout and soundfile.info(str(out)).samplerate == 22050
-    missing = run_cli(env, "vocode", "--vocoder", str(tmp_path / "nowhere"), "--in", str(clip), "--out", str(out))
+    missing = run_here(env, "vocode", "--vocoder", str(tmp_path / "nowhere"), "--in", str(clip), "--out", str(out))
     assert missing.returncode == 2 and "does not exist" in missing.stderr and "griffin-lim" in missing.stderr
     broken = tmp_path / "broken.wav"
     broken.write_bytes(b"not audio at all")
-    bad = run_cli(env, "vocode", "--vocoder", "griffin-lim", "--in", str(broken), "--out", str(out))
+    bad = run_here(env, "vocode", "--vocoder", "griffin-lim", "--in", str(broken), "--out", str(out))
     assert bad.returncode == 2 and "broken.wav" in bad.stderr
 
 
@@ -109,7 +109,7 @@ def test_voice_training_refuses_a_vocoder_that_does_not_fit_before_it_trains(tra
     run_dir, env = trained
     profile = tmp_path / "voice.toml"
     profile.write_text(tiny_voice_profile("mismatch", 4, 4, ["Hi."]), encoding="utf-8")
-    done = run_cli(
+    done = run_here(
         env, "train", "--profile", str(profile), "--run-dir", str(tmp_path / "voice"),
         "--set", f'tts.vocoder="{run_dir}"', "--set", "audio.n_mels=40",
     )  # fmt: skip
@@ -123,21 +123,21 @@ def test_a_voice_speaks_through_the_trained_vocoder(trained, tmp_path: Path) -> 
     profile = tmp_path / "voice.toml"
     profile.write_text(tiny_voice_profile("speaks", 4, 4, ["Hi."]), encoding="utf-8")
     voice = tmp_path / "voice"
-    done = run_cli(
+    done = run_here(
         env, "train", "--profile", str(profile), "--run-dir", str(voice), "--set", f'tts.vocoder="{run_dir}"'
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert f"heard through the vocoder {run_dir}" in (voice / "trainer.log").read_text(encoding="utf-8")
     out = tmp_path / "hello.wav"
     args = ("synth", "--export", str(voice / "export"), "--text", "Hello.", "--out", str(out), "--json")
-    spoken = run_cli(env, *args, "--vocoder", str(run_dir / "export"))
+    spoken = run_here(env, *args, "--vocoder", str(run_dir / "export"))
     assert spoken.returncode == 0, spoken.stderr
     assert soundfile.info(str(out)).samplerate == 22050 and json.loads(spoken.stdout)["seconds"] > 0
     # The export remembers tts.vocoder; --vocoder griffin-lim overrides it.
-    plain = run_cli(env, *args, "--vocoder", "griffin-lim")
+    plain = run_here(env, *args, "--vocoder", "griffin-lim")
     assert plain.returncode == 0, plain.stderr
     # evaluate hears the sentences and the floor through Griffin-Lim unless told otherwise.
-    scored = run_cli(
+    scored = run_here(
         env, "evaluate", str(voice), "--data", str(TEST_VOICE), "--items", "2", "--json", "--vocoder", str(run_dir)
     )
     assert scored.returncode == 0, scored.stderr

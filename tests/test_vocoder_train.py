@@ -66,7 +66,7 @@ def test_stop_and_resume_gives_bit_identical_losses_in_both_groups(vocoders: Tra
 
 
 def test_vocoder_events_carry_each_groups_losses_rates_phases_and_the_reference(vocoders: TrainerLauncher) -> None:
-    run = vocoders.run("events", {**SETTINGS, "logging.profile_interval_s": 0.5}, env=SLOW)
+    run = vocoders.run_here("events", {**SETTINGS, "logging.profile_interval_s": 0.5}, env=SLOW)
     assert run.proc.returncode == 0, run.stderr
     events = run.events()
     steps = of_type(events, "step")
@@ -89,7 +89,7 @@ def test_two_gloo_ranks_train_the_vocoder_stop_resume_and_end_identical(vocoders
 
 
 def test_the_plan_describes_a_vocoder_by_its_generator_and_discriminators(vocoders: TrainerLauncher) -> None:
-    done = vocoders.run("plan", {}, "--dry-run", "--json")
+    done = vocoders.run_here("plan", {}, "--dry-run", "--json")
     assert done.proc.returncode == 0, done.stderr
     plan = json.loads(done.out_path.read_text(encoding="utf-8"))
     model = plan["model"]
@@ -103,7 +103,7 @@ def test_the_plan_describes_a_vocoder_by_its_generator_and_discriminators(vocode
     segment_s = 8 * 256 / 22050
     assert v["item_size"] == pytest.approx(voice["hours"] * 3600 / voice["usable"] / segment_s, rel=1e-6)
     assert v["estimated_share"] == pytest.approx(validation_share(v["items"], v["interval_items"], v["item_size"]))
-    table = vocoders.run("table", {}, "--dry-run").out_path.read_text(encoding="utf-8")
+    table = vocoders.run_here("table", {}, "--dry-run").out_path.read_text(encoding="utf-8")
     assert "vocoder (generator 16 channels x 1 blocks" in table
     flat = " ".join(table.replace("│", " ").split())  # the table wraps its cells
     assert f"x {v['item_size']:.0f} segments per whole clip" in flat

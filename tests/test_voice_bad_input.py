@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +15,7 @@ import pytest
 import soundfile as sf
 
 import trainer_core
+from conftest import run_here
 from trainer_core.contract.eventlog import read_all
 
 DEMO = Path(trainer_core.__file__).parent / "demo"
@@ -95,10 +95,9 @@ def build_bad_folder(root: Path) -> dict[str, str]:
     }
 
 
-def trainer(*args: str, env: dict | None = None, timeout: float = 240) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "trainer_core", *args], capture_output=True, text=True, timeout=timeout, env=env
-    )
+def trainer(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """`trainer-core ARGS` through its entry point in this process (conftest.run_here)."""
+    return run_here(dict(os.environ) if env is None else env, *args)
 
 
 @pytest.fixture

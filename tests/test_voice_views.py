@@ -11,7 +11,6 @@ import pty
 import select
 import shutil
 import struct
-import subprocess
 import sys
 import termios
 import time
@@ -23,7 +22,7 @@ import torch
 from PIL import Image
 from rich.console import Console
 
-from conftest import TEST_VOICE, of_type, tiny_voice_profile
+from conftest import TEST_VOICE, of_type, run_here, tiny_voice_profile
 from dash_pilot import DashApp, plain, settled, wait_until
 from trainer_core.contract.eventlog import read_all
 from trainer_core.contract.profile import Profile
@@ -58,14 +57,13 @@ def pixels(size: tuple[float, float]) -> tuple[int, int]:
 
 @pytest.fixture(scope="module")
 def voice_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A finished tiny voice run (real trainer subprocess) with samples, views and report.png."""
+    """A finished tiny voice run (`trainer-core train`, in this process) with samples, views and report.png."""
     root = tmp_path_factory.mktemp("views")
     (root / "config").mkdir()
     profile = root / "views.toml"
     profile.write_text(PROFILE, encoding="utf-8")
     env = {**os.environ, "VEGA_CONFIG_DIR": str(root / "config"), "OMP_NUM_THREADS": "1"}
-    argv = [sys.executable, "-m", "trainer_core", "train", "--profile", str(profile), "--run-dir", str(root / "run")]
-    done = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=root, timeout=240)
+    done = run_here(env, "train", "--profile", str(profile), "--run-dir", str(root / "run"), cwd=root)
     assert done.returncode == 0, done.stderr[-3000:]
     return root / "run"
 

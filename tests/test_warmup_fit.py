@@ -36,7 +36,7 @@ def assert_lrs_follow(rows: dict, warmup: int, total: int) -> None:
 def test_short_run_fits_the_warmup_and_a_resume_keeps_it(trainers: TrainerLauncher, tmp_path: Path) -> None:
     data = write_corpus(tmp_path / "small", documents=2)
     settings = {"train.max_steps": None, "train.epochs": 3, "train.warmup_steps": 500}
-    first = trainers.run("short", settings, data=data)
+    first = trainers.run_here("short", settings, data=data)
     assert first.proc.returncode == 0, first.stderr
     events = first.events()
     per_epoch = of_type(events, "epoch_start")[0].steps_in_epoch
@@ -53,7 +53,7 @@ def test_short_run_fits_the_warmup_and_a_resume_keeps_it(trainers: TrainerLaunch
     # Extended on resume: a fresh plan of 6 epochs would fit another warmup; the resumed run keeps its own.
     longer = 6 * per_epoch
     assert fitted_warmup(500, longer) != warmup
-    resumed = trainers.run(
+    resumed = trainers.run_here(
         "short", {**settings, "train.epochs": 6}, "--resume", "auto", run_dir=first.run_dir, data=data
     )
     assert resumed.proc.returncode == 0, resumed.stderr
