@@ -45,13 +45,12 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 # Each worker takes whole files (--dist loadfile, --no-loadscope-reorder): the longest start first, so that
 # no worker is left with a long file while the other idles at the end. Longest first in a one-process run.
 LONGEST_FIRST = (
-    "test_bench.py", "test_reliability.py", "test_onnx.py", "test_app_run.py", "test_vits_piper_export.py",
-    "test_init_from.py", "test_memory_manager.py", "test_custom_task.py", "test_vocoder_train.py",
-    "test_vits_pilot.py", "test_vits_train.py", "test_app_launch.py", "test_vits_piper.py", "test_vocode.py",
-    "test_speakers.py", "test_ddp_nodes.py", "test_tmux.py", "test_synth.py", "test_train_resume.py",
-    "test_store.py", "test_ddp.py", "test_free_running.py", "test_mms_walkthrough.py", "test_security.py",
+    "test_bench.py", "test_reliability.py", "test_app_run.py", "test_vits_piper_export.py",
+    "test_memory_manager.py", "test_custom_task.py", "test_vocoder_train.py", "test_vits_pilot.py",
+    "test_vits_train.py", "test_app_launch.py", "test_vits_piper.py", "test_ddp_nodes.py", "test_tmux.py",
+    "test_train_resume.py", "test_store.py", "test_ddp.py", "test_mms_walkthrough.py", "test_security.py",
     "test_app_live.py", "test_train_control.py", "test_tensorboard.py", "test_group_step.py",
-    "test_warmup_fit.py", "test_voice_views.py", "test_vits_finetune.py",
+    "test_warmup_fit.py",
 )  # fmt: skip
 
 
