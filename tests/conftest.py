@@ -342,9 +342,7 @@ class TrainerLauncher:
 
         `terminal`: stderr is a pseudo-terminal (as for a person at a shell), copied to the .err file.
         """
-        target = run_dir or self.root / name
-        number = len(self.started)
-        out_path, err_path = self.root / f"{name}.{number}.out", self.root / f"{name}.{number}.err"
+        target, (out_path, err_path) = run_dir or self.root / name, self.output_files(name)
         drain = None
         with open(out_path, "wb") as out, open(err_path, "wb") as err:
             if terminal:
@@ -368,22 +366,19 @@ class TrainerLauncher:
         trainer.wait()
         return trainer
 
+    def output_files(self, name: str) -> tuple[Path, Path]:
+        """Where the next trainer's stdout and stderr go."""
+        number = len(self.started)
+        return self.root / f"{name}.{number}.out", self.root / f"{name}.{number}.err"
+
     def run_here(
-        self,
-        name: str = "run",
-        settings: dict[str, Any] | None = None,
-        *extra_args: str,
-        env: dict[str, str] | None = None,
-        data: Path | None = None,
-        run_dir: Path | None = None,
+        self, name: str = "run", settings: dict[str, Any] | None = None, *extra_args: str, **where: Any
     ) -> TrainerProcess:
         """Like run, through the entry point in this process (run_here): for tests of what a run does, not of its
-        process."""
-        target = run_dir or self.root / name
-        number = len(self.started)
-        out_path, err_path = self.root / f"{name}.{number}.out", self.root / f"{name}.{number}.err"
-        argv = self.command(target, settings or {}, data, extra_args)[len(TRAINER_CORE) :]
-        done = run_here({**self.env, **(env or {})}, *argv, cwd=self.root)
+        process. `where`: env, data and run_dir, as for start."""
+        target, (out_path, err_path) = where.get("run_dir") or self.root / name, self.output_files(name)
+        argv = self.command(target, settings or {}, where.get("data"), extra_args)[len(TRAINER_CORE) :]
+        done = run_here({**self.env, **(where.get("env") or {})}, *argv, cwd=self.root)
         out_path.write_text(done.stdout, encoding="utf-8")
         err_path.write_text(done.stderr, encoding="utf-8")
         self.started.append(TrainerProcess(target, ExitedHere(done.returncode), out_path, err_path))
