@@ -55,17 +55,16 @@ def runs(tmp_path_factory: pytest.TempPathFactory, corpus: Path) -> Iterator[dic
     mixed = shutil.copytree(corpus, root / "mixed-corpus")
     (mixed / LATIN1_NAME).write_bytes("Caf\u00e9 cr\u00e8me and na\u00efve r\u00e9sum\u00e9s.\n".encode("latin-1") * 20)
     launcher = TrainerLauncher(root, corpus)
-    started = {
-        "full": launcher.start("full", FULL, "--events", "-"),
-        "early": launcher.start("early", DIVERGING),
-        "tiny_disk": launcher.start("tiny_disk", TINY_DISK),
-        # A person at a terminal, with a non-UTF-8 file in the data and TensorBoard asked for.
-        "terminal": launcher.start(
-            "terminal", {"train.max_steps": 30, "logging.tensorboard": True}, data=mixed, terminal=True
-        ),
+    # A person at a terminal, with a non-UTF-8 file in the data and TensorBoard asked for: a real process.
+    board = {"train.max_steps": 30, "logging.tensorboard": True}
+    terminal = launcher.start("terminal", board, data=mixed, terminal=True)
+    started = {  # meanwhile, runs whose files are the subject, in this process
+        "full": launcher.run_here("full", FULL, "--events", "-"),
+        "early": launcher.run_here("early", DIVERGING),
+        "tiny_disk": launcher.run_here("tiny_disk", TINY_DISK),
+        "terminal": terminal,
     }
-    for trainer in started.values():
-        trainer.wait()
+    terminal.wait()
     yield started
     launcher.close()
 
