@@ -122,6 +122,8 @@ def setup_logging(
     `rank` (DDP ranks other than 0): lines carry "[rank N]", and errors reach stderr even when
     `to_stderr` is off, so that a failing rank is seen where torchrun's output goes.
     """
+    for old in log.handlers:  # an earlier run's in this process: its log file is closed, not leaked
+        old.close()
     log.handlers.clear()
     log.setLevel(level.upper())
     log.propagate = False

@@ -221,9 +221,9 @@ class RunScreen(RunControls):
             return
         if self._active_tab() != "charts":
             return  # hidden charts are drawn when their tab opens
-        self._charts_version, self._charts_drawn_at = state.version, now
-        if not self.query_one(ChartGrid).redraw(state):
-            self._charts_version = -1  # the tab just opened and is not laid out: the next tick
+        drawn = self.query_one(ChartGrid).redraw(state)
+        # none on screen: the tab just opened and is not laid out yet, so the next tick draws
+        self._charts_version, self._charts_drawn_at = state.version if drawn else -1, now
 
     def _maybe_scan_files(self, state: RunState) -> None:
         """Stat checkpoint files again when the set of checkpoints changed
