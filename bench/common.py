@@ -19,7 +19,6 @@ import json
 import math
 import os
 import statistics
-import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -27,6 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import trainer_runs
 from corpora import (  # noqa: F401 - re-exported: scripts read them as common.X
     audio_seconds,
     corpus_sentences,
@@ -347,15 +347,12 @@ def train_shipped(
     scratch/name with `--set` overrides; (run folder, wall seconds). SystemExit with the
     trainer's last stderr when it fails."""
     run_dir = scratch / name
-    argv = [*TRAINER_CORE, "train", "--profile", profile, "--run-dir", str(run_dir), *extra]
+    args = ["train", "--profile", profile, "--run-dir", str(run_dir), *extra]
     for item in ["compute.mode=cpu", "logging.report=false", *sets]:
-        argv += ["--set", item]
+        args += ["--set", item]
     env = {**os.environ, "VEGA_CONFIG_DIR": str(scratch / "config")}
     t0 = time.perf_counter()
-    with open(scratch / f"{name}.err", "wb") as err:
-        status = subprocess.run(
-            argv, env=env, stdout=subprocess.DEVNULL, stderr=err, check=False
-        ).returncode
+    status = trainer_runs.trainer_core(args, env, scratch / f"{name}.err").returncode
     if status != 0:
         tail = (scratch / f"{name}.err").read_text(encoding="utf-8", errors="replace")[-2000:]
         raise SystemExit(f"{name}: training failed (exit {status}):\n{tail}")

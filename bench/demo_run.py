@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import common
+import trainer_runs
 
 CURVE_ROWS = 10
 LAST_QUARTER = 0.75
@@ -76,6 +77,7 @@ def report(result: common.Result, run: dict[str, Any], wall_s: float) -> None:
 def main() -> int:
     parser = common.base_parser(__doc__.splitlines()[0])
     args = parser.parse_args()
+    trainer_runs.run_here(args.tiny)  # smoke runs train in this process
     started = time.monotonic()
     result = common.start_result("demo_run", "15. The demo run", {})
     scratch = common.scratch_dir("demo-")

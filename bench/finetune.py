@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import shutil
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import common
+import trainer_runs
 
 SPANISH = common.REPO / "trainer_core" / "demo" / "voice-es"
 TARGET = 0.8
@@ -64,6 +64,7 @@ def main() -> int:
     parser.add_argument("--eval-every", type=int, default=25, help="steps between validations")
     parser.add_argument("--seeds", type=int, default=3, help="seeds per Spanish run")
     args = parser.parse_args()
+    trainer_runs.run_here(args.tiny)  # smoke runs train in this process
     steps, eval_every, seeds = (6, 3, 1) if args.tiny else (args.steps, args.eval_every, args.seeds)
     started = time.monotonic()
     result = common.start_result(
@@ -71,22 +72,18 @@ def main() -> int:
     )
     scratch = common.scratch_dir("finetune-")
     try:
-        # The smoke run's one-thread trainers go two at a time; real figures
-        # come from one run at a time.
         shrink = (
             [*common.TTS_TINY, "train.warmup_steps=2", "compute.num_threads=1"] if args.tiny else []
         )
-        workers = 2 if args.tiny else 1
         english = [*shrink, f"data.cache_dir={scratch / 'cache'}"]
         english += [f"data.path={common.SMALL_VOICE}"] if args.tiny else []
         bases = {
             "base": [*english, *(["train.max_steps=6"] if args.tiny else [])],
             "untrained": [*english, "train.max_steps=1", "train.warmup_steps=0"],
         }
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            (base, base_s), (untrained, _) = pool.map(
-                lambda name: train(scratch, name, bases[name]), bases
-            )
+        (base, base_s), (untrained, _) = [
+            train(scratch, name, sets) for name, sets in bases.items()
+        ]
         result.notes.append(f"base voice: the demo run as shipped, {base_s / 60:.1f} min")
         starts = {
             "fine-tuned from the demo voice": base,
@@ -98,16 +95,12 @@ def main() -> int:
             for seed in range(1, seeds + 1)
             for number, (name, start) in enumerate(starts.items())
         ]
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            losses = pool.map(
-                lambda job: spanish_run(
-                    scratch, f"run{job[2]}-{job[1]}", steps, eval_every, shrink, job[3]
-                ),
-                jobs,
+        runs = {
+            (name, seed): spanish_run(
+                scratch, f"run{number}-{seed}", steps, eval_every, shrink, start
             )
-            runs = {
-                (name, seed): found for (name, seed, _, _), found in zip(jobs, losses, strict=True)
-            }
+            for name, seed, number, start in jobs
+        }
         report(result, runs, steps, seeds)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

@@ -24,14 +24,13 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import common
+import trainer_runs
 
 # Today's model, before this work: the settings the changed defaults
 # replaced, pinned for the baseline.
@@ -82,9 +81,6 @@ class Setup:
     extra: tuple[str, ...] = ()
     eval_items: int = EVAL_ITEMS
     ablations: tuple[str, ...] = tuple(ABLATIONS)
-    workers: int = 1
-    """Runs trained at once: 1 for real figures; the smoke run's one-thread
-    trainers go three at a time."""
     twice_up_front: bool = False
     """The smoke run trains "twice the budget" with the rest (in the real
     one it runs only on a miss)."""
@@ -93,16 +89,7 @@ class Setup:
 def train(setup: Setup, name: str, profile: str, sets: list[str]) -> Trained:
     corpus, minutes, scratch = setup.corpus, setup.minutes, setup.scratch
     run_dir = scratch / name
-    argv = [
-        *common.TRAINER_CORE,
-        "train",
-        "--profile",
-        profile,
-        "--run-dir",
-        str(run_dir),
-        "--compute-mode",
-        "cpu",
-    ]
+    args = ["train", "--profile", profile, "--run-dir", str(run_dir), "--compute-mode", "cpu"]
     settings = [
         *common.voice_overrides(corpus),
         f"train.target_hours={minutes / 60}",
@@ -111,14 +98,11 @@ def train(setup: Setup, name: str, profile: str, sets: list[str]) -> Trained:
     # The profiles' own device choice stays out of it: every variant runs on
     # this machine's CPU cores.
     for item in [*settings, *setup.extra, *sets]:
-        argv += ["--set", item]
+        args += ["--set", item]
     # no machine file: the profile as shipped
     env = {**os.environ, "VEGA_CONFIG_DIR": str(scratch / "config")}
     t0 = time.perf_counter()
-    with open(scratch / f"{name}.err", "wb") as err:
-        status = subprocess.run(
-            argv, env=env, stdout=subprocess.DEVNULL, stderr=err, check=False
-        ).returncode
+    status = trainer_runs.trainer_core(args, env, scratch / f"{name}.err").returncode
     wall = time.perf_counter() - t0
     finished = [e for e in common.read_events(run_dir) if e.type == "finished"]
     return Trained(run_dir, wall, finished[-1].step if finished else 0, status)
@@ -131,16 +115,8 @@ def evaluate(run: Trained, corpus: Path, items: int = EVAL_ITEMS) -> dict[str, A
         raise SystemExit(
             f"{run.run_dir.name}: training failed (exit {run.status}); see {run.run_dir}.err"
         )
-    argv = [
-        *common.TRAINER_CORE,
-        "evaluate",
-        str(checkpoints[-1]),
-        "--data",
-        str(corpus),
-        "--items",
-        str(items),
-    ]
-    done = subprocess.run([*argv, "--json"], capture_output=True, text=True, check=False)
+    args = ["evaluate", str(checkpoints[-1]), "--data", str(corpus), "--items", str(items)]
+    done = trainer_runs.trainer_core([*args, "--json"], dict(os.environ))
     if done.returncode != 0:
         raise SystemExit(f"evaluate failed on {checkpoints[-1]}:\n{done.stderr[-1500:]}")
     return json.loads(done.stdout)
@@ -162,17 +138,13 @@ def add_variant(
 def train_and_score(
     setup: Setup, profile: str, jobs: dict[str, list[str]]
 ) -> dict[str, tuple[Trained, Any]]:
-    """Each job (run name -> its --set items) trained and scored; the smoke run (--tiny, one
-    thread a trainer) runs three at a time, the real one strictly one after the other (each run's
+    """Each job (run name -> its --set items) trained and scored, one after the other (each run's
     budget is the machine's alone)."""
-
-    def one(name: str) -> tuple[Trained, Any]:
-        run = train(setup, name, profile, jobs[name])
-        return run, evaluate(run, setup.corpus, setup.eval_items)
-
-    with ThreadPoolExecutor(max_workers=setup.workers) as pool:
-        futures = {name: pool.submit(one, name) for name in jobs}
-        return {name: future.result() for name, future in futures.items()}
+    scored = {}
+    for name, sets in jobs.items():
+        run = train(setup, name, profile, sets)
+        scored[name] = run, evaluate(run, setup.corpus, setup.eval_items)
+    return scored
 
 
 def voice_profile(
@@ -258,10 +230,7 @@ def lm_section(result: common.Result, setup: Setup) -> None:
         "lm-auto": ['model.size="auto"'],
         "lm-two-steps": ['model.size="auto"', "train.max_steps=2", "train.warmup_steps=1"],
     }
-    with ThreadPoolExecutor(max_workers=setup.workers) as pool:
-        fixed, auto, negative = pool.map(
-            lambda name: train(setup, name, "lm-small", jobs[name]), jobs
-        )
+    fixed, auto, negative = [train(setup, name, "lm-small", sets) for name, sets in jobs.items()]
     target = f"< {BITS_TARGET:g}"
     for label, run, goal in (
         ("lm-small as shipped", fixed, ""),
@@ -355,6 +324,7 @@ def main() -> int:
         "--sections", default="voice,lm", help="voice (11. learning per minute), lm (12. sizing)"
     )
     args = parser.parse_args()
+    trainer_runs.run_here(args.tiny)  # smoke runs train in this process
     sections = args.sections.split(",")
     if "voice" in sections:
         voice_result(args)
@@ -380,9 +350,9 @@ def voice_result(args: argparse.Namespace) -> None:
         setup = Setup(corpus, minutes, scratch)
         # the ablations that run other model code; the rest differ only in --set values
         if args.tiny:
-            # two trainers at once, one core each
+            # the smoke run: tiny models, one core each
             extra = (*common.TTS_TINY, "compute.num_threads=1")
-            setup = Setup(corpus, minutes, scratch, extra, TINY_EVAL_ITEMS, TINY_ABLATIONS, 3, True)
+            setup = Setup(corpus, minutes, scratch, extra, TINY_EVAL_ITEMS, TINY_ABLATIONS, True)
         scored = [
             voice_profile(result, setup, profile, ablate=number == 0 and not args.no_ablation)
             for number, profile in enumerate(profiles.split(","))
@@ -414,8 +384,8 @@ def lm_result(args: argparse.Namespace) -> None:
         result.notes.append(
             f"text: docstrings of this Python's standard library, {size / 1000:.0f} kB"
         )
-        extra, workers = ((*common.LM_TINY, "compute.num_threads=1"), 2) if args.tiny else ((), 1)
-        lm_section(result, Setup(text, minutes, scratch, extra, workers=workers))
+        extra = (*common.LM_TINY, "compute.num_threads=1") if args.tiny else ()
+        lm_section(result, Setup(text, minutes, scratch, extra))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     if args.tiny:

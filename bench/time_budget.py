@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import common
+import trainer_runs
 
 LM_TINY = [*common.LM_TINY, "train.warmup_steps=2", "sample.max_new_bytes=8"]
 QUIET_TOLERANCE, BUSY_TOLERANCE = 0.05, 0.10
@@ -101,17 +102,16 @@ def run_with_budget(
 ) -> Outcome:
     """One budgeted run as a user starts it, beside the case's process if it has one."""
     run_dir = scratch / "run"
-    argv = [*common.TRAINER_CORE, "train", "--profile", profile, "--run-dir", str(run_dir)]
+    args = ["train", "--profile", profile, "--run-dir", str(run_dir)]
     for item in ["compute.mode=cpu", "logging.report=false", f"train.target_hours={hours}", *sets]:
-        argv += ["--set", item]
+        args += ["--set", item]
     env = {**os.environ, "VEGA_CONFIG_DIR": str(scratch / "config"), **dict(case.env)}
     beside = subprocess.Popen([sys.executable, "-c", case.beside]) if case.beside else None
     try:
         before = cpu_seconds(beside.pid) if beside is not None else 0.0
-        with open(scratch / "trainer-stderr.txt", "wb") as err:
-            t0 = time.perf_counter()
-            done = subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=err)
-            wall = time.perf_counter() - t0
+        t0 = time.perf_counter()  # its own process: the whole job is the figure
+        done = trainer_runs.trainer_core(args, env, scratch / "trainer-stderr.txt")
+        wall = time.perf_counter() - t0
         share = (cpu_seconds(beside.pid) - before) / wall if beside is not None else None
     finally:
         if beside is not None:

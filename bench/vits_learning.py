@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import common
+import trainer_runs
 from vits_runs import Job, Run, budget, held_out, load_vits, millions, train_all
 
 from trainer_core.tiny_profiles import tiny_settings
@@ -52,7 +53,7 @@ BASE_VALIDATION = [
     "train.eval_every_steps=100000",
     "data.val_max_items=8",
 ]
-# Smoke settings (--tiny): the tiny models, one thread each, seconds of training, two at a time,
+# Smoke settings (--tiny): the tiny models, one thread each, seconds of training,
 # no validation passes but the last.
 QUIET = ["compute.num_threads=1", "train.validate_at_start=false", "train.free_running_every=0"]
 TINY_VITS = [*tiny_settings("vits", ("audio", "tts", "vits")), "train.batch_size=4", *QUIET]
@@ -90,7 +91,7 @@ def learning_result(args: argparse.Namespace) -> None:
             "vocoder": job("vocoder-small", budget(share * minutes)),
             "vits-two-steps": job("vits-small", "train.max_steps=2", "train.warmup_steps=1"),
         }
-        runs = train_all(scratch, jobs, 2 if tiny else 1)
+        runs = train_all(scratch, jobs)
         scores, sizes, facts = score_voices(runs, corpus, items)
         report_learning(result, runs, scores, sizes, share)
     finally:
@@ -296,7 +297,7 @@ def warm_result(args: argparse.Namespace) -> None:
             "base": ("vits-small", [*english, budget(base_minutes)], ()),
             "untrained": ("vits-small", [*english, *UNTRAINED], ()),
         }
-        base = train_all(scratch, bases, 2 if tiny else 1)
+        base = train_all(scratch, bases)
         where = {"warm": base["base"].path, "scratch": None, "control": base["untrained"].path}
         spanish = [
             *shrink,
@@ -315,7 +316,7 @@ def warm_result(args: argparse.Namespace) -> None:
             for start, path in where.items():
                 extra = ("--init-from", str(path)) if path else ()
                 jobs[f"{start}-{seed}"] = ("vits-small", [*spanish, f"run.seed={seed}"], extra)
-        runs = train_all(scratch, jobs, 3 if tiny else 1)
+        runs = train_all(scratch, jobs)
         scored = {name: evaluate(run, items) for name, run in runs.items()}
         report_warm(result, runs, scored, seeds, steps)
     finally:
@@ -410,6 +411,7 @@ def main() -> int:
     add("--steps", type=int, default=STEPS, help="warm: steps of every Spanish run (N)")
     add("--seeds", type=int, default=SEEDS, help="warm: seeds per start")
     args = parser.parse_args()
+    trainer_runs.run_here(args.tiny)  # smoke runs train in this process
     sections = args.sections.split(",")
     if set(sections) - {"learning", "warm"}:
         parser.error(f"--sections {args.sections}: name learning, warm or both")

@@ -1,13 +1,12 @@
 """Training jobs for bench/vits_learning.py and what it reads back from them: a shipped profile
 trained through `trainer-core train` into a `Run` (folder, wall time, steps, time inside steps,
-trained parameters, learning rate), several jobs at a time, and a run's vits voice with the held-out
+trained parameters, learning rate), one job after another, and a run's vits voice with the held-out
 sentences `trainer-core evaluate` scores it on.
 """
 
 from __future__ import annotations
 
 import tomllib
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -58,11 +57,9 @@ def train(scratch: Path, name: str, job: Job) -> Run:
     return Run(run_dir, wall, steps, step_s, task[0] if task else None, lr)
 
 
-def train_all(scratch: Path, jobs: dict[str, Job], workers: int) -> dict[str, Run]:
-    """Every job trained: one after the other (real figures), or `workers` at a time (smoke)."""
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        futures = {name: pool.submit(train, scratch, name, job) for name, job in jobs.items()}
-        return {name: future.result() for name, future in futures.items()}
+def train_all(scratch: Path, jobs: dict[str, Job]) -> dict[str, Run]:
+    """Every job trained, one after the other."""
+    return {name: train(scratch, name, job) for name, job in jobs.items()}
 
 
 def budget(minutes: float) -> str:

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
 import common
+import trainer_runs
 
 CORPUS_FILES = 480
 CURVE_ROWS = 12
@@ -27,20 +27,17 @@ CURVE_ROWS = 12
 
 def train(corpus: Path, scratch: Path, name: str, sets: list[str]) -> tuple[Path, float]:
     run_dir = scratch / name
-    argv = [*common.TRAINER_CORE, "train", "--profile", "vocoder-small", "--run-dir", str(run_dir)]
+    args = ["train", "--profile", "vocoder-small", "--run-dir", str(run_dir)]
     for item in [
         *common.voice_overrides(corpus),
         "compute.mode=cpu",
         "logging.report=false",
         *sets,
     ]:
-        argv += ["--set", item]
+        args += ["--set", item]
     env = {**os.environ, "VEGA_CONFIG_DIR": str(scratch / "config")}  # the profile as shipped
     t0 = time.perf_counter()
-    with open(scratch / f"{name}.err", "wb") as err:
-        status = subprocess.run(
-            argv, env=env, stdout=subprocess.DEVNULL, stderr=err, check=False
-        ).returncode
+    status = trainer_runs.trainer_core(args, env, scratch / f"{name}.err").returncode
     if status != 0:
         raise SystemExit(f"{name}: training failed (exit {status}); see {scratch / name}.err")
     return run_dir, time.perf_counter() - t0
@@ -104,6 +101,7 @@ def main() -> int:
         help="skip the twice-the-budget run after a miss",
     )
     args = parser.parse_args()
+    trainer_runs.run_here(args.tiny)  # smoke runs train in this process
     minutes = 0.1 if args.tiny else args.minutes
     started = time.monotonic()
     result = common.start_result(
