@@ -24,8 +24,8 @@ def test_finished_and_failed_runs_reach_the_webhook(trainers: TrainerLauncher) -
     with recording_server() as inbox:
         env = {"VEGA_NOTIFY_URL": f"{inbox.url}/{SECRET}", "VEGA_NOTIFY_FORMAT": "json", **FAULTS_ON}
         runs = {
-            "completed": trainers.start("done", {"train.max_steps": 12}, env=env),
-            "failed": trainers.start("boom", {"train.max_steps": 12, "debug.fail_at_step": 3}, env=env),
+            "completed": trainers.run_here("done", {"train.max_steps": 12}, env=env),
+            "failed": trainers.run_here("boom", {"train.max_steps": 12, "debug.fail_at_step": 3}, env=env),
         }
         codes = {name: run.wait() for name, run in runs.items()}
         received = inbox.wait_for(2)

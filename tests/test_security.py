@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 import torch
 
-from conftest import FAULTS_ON, REPO, TrainerLauncher
+from conftest import FAULTS_ON, REPO, TRAINER_CORE, TrainerLauncher, run_here
 from trainer_core.contract.errors import ProfileError
 from trainer_core.contract.profile_loader import load_profile
 from trainer_core.engine.checkpoint_manager import new_checkpoint_state
@@ -86,7 +86,7 @@ def test_train_resume_from_a_malicious_checkpoint_is_refused(trainers: TrainerLa
     evil = malicious_checkpoint(trainers.root / "stolen" / "checkpoints" / "step-00000005.pt", marker)
     argv = trainers.command(trainers.root / "unused", {}, None, ("--resume", str(evil)))
     argv = argv[: argv.index("--run-dir")] + argv[argv.index("--run-dir") + 2 :]  # the checkpoint's own run folder
-    done = subprocess.run(argv, capture_output=True, text=True, env=trainers.env, cwd=trainers.root, timeout=120)
+    done = run_here(trainers.env, *argv[len(TRAINER_CORE) :], cwd=trainers.root)
     assert done.returncode == 2, done.stderr
     assert f"error: checkpoint {evil}: {REFUSED}" in done.stderr
     assert "only resume from checkpoints Vega wrote" in done.stderr and "Traceback" not in done.stderr
@@ -101,7 +101,7 @@ def test_resume_auto_refuses_a_run_folder_whose_only_checkpoint_is_malicious(tra
     marker = trainers.root / "payload-ran"
     run_dir = trainers.root / "run"
     malicious_checkpoint(run_dir / "checkpoints" / "step-00000005.pt", marker)
-    run = trainers.run("run", {}, "--resume", "auto")
+    run = trainers.run_here("run", {}, "--resume", "auto")
     assert run.proc.returncode == 2
     assert "error: no checkpoint in" in run.stderr and "refused for safety" in run.stderr
     assert not marker.exists()

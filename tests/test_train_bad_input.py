@@ -1,8 +1,8 @@
 """Bad input to a real trainer: an unwritable run folder, a full disk, damaged or foreign checkpoints,
 a compute mode this machine cannot serve. Each gets a clear message, never a traceback or a lost checkpoint.
 
-The runs are independent, so one module fixture starts them in two waves (the resumes need a finished
-run to resume from) and each test checks its own.
+One module fixture runs them through the trainer's entry point in this process (what a user sees is the
+exit status and the message), the resumes after the finished run they resume from; each test checks its own.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def resume_from_copy(
         # A torn file, as a copy tool or a dying disk might leave.
         newest = max((copy / "checkpoints").glob("step-*.pt"))
         newest.write_bytes(newest.read_bytes()[: newest.stat().st_size // 3])
-    return launcher.start(name, settings, "--resume", "auto", run_dir=copy)
+    return launcher.run_here(name, settings, "--resume", "auto", run_dir=copy)
 
 
 @pytest.fixture(scope="module")
@@ -39,25 +39,21 @@ def runs(tmp_path_factory: pytest.TempPathFactory, corpus: Path) -> Iterator[dic
     launcher = TrainerLauncher(root, corpus)
     first = {
         # Also longer than a unix socket path may be: the run trains without a control socket.
-        "enospc": launcher.start(
+        "enospc": launcher.run_here(
             "enospc",
             ENOSPC,
             env={**FAULTS_ON, "VEGA_FAULT_CHECKPOINT_ENOSPC": "2"},
             run_dir=root / ("deep-" * 20) / "run",
         ),
-        "unwritable": launcher.start("unwritable", {}, run_dir=root / "a-file" / "run"),
-        "gpu": launcher.start("gpu", {}, "--mode", "gpu"),
+        "unwritable": launcher.run_here("unwritable", {}, run_dir=root / "a-file" / "run"),
+        "gpu": launcher.run_here("gpu", {}, "--mode", "gpu"),
     }
-    for trainer in first.values():
-        trainer.wait()
     finished_run = first["enospc"].run_dir
     assert first["enospc"].proc.returncode == 0, first["enospc"].stderr
     second = {
         "corrupt": resume_from_copy(launcher, finished_run, "corrupt", {"train.max_steps": 40}, tear_newest=True),
         "mismatch": resume_from_copy(launcher, finished_run, "mismatch", {**ENOSPC, "model.hidden": 64}),
     }
-    for trainer in second.values():
-        trainer.wait()
     yield {**first, **second}
     launcher.close()
 

@@ -39,7 +39,7 @@ def test_time_budget_plans_the_run_and_ends_near_the_target(trainers: TrainerLau
 
 
 def test_max_steps_still_ends_a_budgeted_run_that_reaches_it_first(trainers: TrainerLauncher) -> None:
-    run = trainers.start("budget-cap", {"train.max_steps": 3, "train.warmup_steps": 1, "train.target_hours": 1.0})
-    assert run.wait() == 0, run.stderr
+    run = trainers.run_here("budget-cap", {"train.max_steps": 3, "train.warmup_steps": 1, "train.target_hours": 1.0})
+    assert run.proc.returncode == 0, run.stderr
     end = finished(run.events())
     assert end.status == "completed" and end.step == 3

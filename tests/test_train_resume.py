@@ -24,7 +24,7 @@ def log_messages(events) -> list[str]:
 def test_sigterm_then_resume_gives_the_same_losses_as_an_uninterrupted_run(trainers: TrainerLauncher) -> None:
     # Dropout is on (0.1) and evaluation runs between steps: both must leave the random streams exact.
     settings = {"train.eval_every_steps": 10}
-    whole = trainers.start("whole", settings)
+    whole = trainers.run_here("whole", settings)  # the reference: what a run does, in this process
     split = trainers.start("split", settings, env=SLOW)
     split.wait_for_step(20)
     split.send(signal.SIGTERM)
@@ -36,7 +36,7 @@ def test_sigterm_then_resume_gives_the_same_losses_as_an_uninterrupted_run(train
     # logged by the loop when it stops, not by the signal handler (tests/test_stop_signal.py)
     assert "received SIGTERM: saving a checkpoint and stopping" in log_messages(split.events())
 
-    resumed = trainers.run("split", settings, "--resume", "auto", run_dir=split.run_dir)
+    resumed = trainers.run_here("split", settings, "--resume", "auto", run_dir=split.run_dir)
     assert resumed.proc.returncode == 0, resumed.stderr
     events = split.events()
     assert finished(events).status == "completed" and finished(events).step == 40
@@ -60,7 +60,7 @@ def test_sigkill_during_a_checkpoint_write_resumes_from_the_previous_complete_on
     killed.proc.kill()
     killed.wait()
 
-    resumed = trainers.run(
+    resumed = trainers.run_here(
         "kill", {**settings, "debug.hold_checkpoint_write_s": 0}, "--resume", "auto", run_dir=killed.run_dir
     )
     assert resumed.proc.returncode == 0, resumed.stderr

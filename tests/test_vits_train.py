@@ -50,7 +50,7 @@ def test_killed_mid_checkpoint_it_resumes_from_the_one_before_and_ends_bit_ident
     source = new_vits_export(tmp_path / "made")
     started = {**SETTINGS, "train.init_from": str(source), "vits.num_symbols": 200}
     settings = {**started, "train.checkpoint_every_steps": 4, "debug.hold_checkpoint_write_s": 30}
-    whole = voices.start("whole", {**settings, "debug.hold_checkpoint_write_s": 0})
+    whole = voices.run_here("whole", {**settings, "debug.hold_checkpoint_write_s": 0})  # the reference
     killed = voices.start("kill", settings, env={**FAULTS_ON, "VEGA_FAULT_HOLD_CHECKPOINT_SAVES": "2"})
     folder = killed.run_dir / "checkpoints"
     killed.wait_for(lambda _: any(folder.glob(".step-00000008.pt.*.tmp")), timeout=90)
@@ -58,7 +58,7 @@ def test_killed_mid_checkpoint_it_resumes_from_the_one_before_and_ends_bit_ident
     killed.proc.kill()
     killed.wait()
     plain = {**settings, "train.init_from": None, "vits.num_symbols": None, "debug.hold_checkpoint_write_s": 0}
-    resumed = voices.run("kill", plain, "--resume", "auto", run_dir=killed.run_dir)
+    resumed = voices.run_here("kill", plain, "--resume", "auto", run_dir=killed.run_dir)
     assert resumed.proc.returncode == 0, resumed.stderr
     assert whole.wait() == 0, whole.stderr
     events, reference = killed.events(), whole.events()

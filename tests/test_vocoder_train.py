@@ -38,14 +38,14 @@ def group_rows(events: list) -> dict[int, tuple[dict[str, float], dict[str, floa
 
 
 def test_stop_and_resume_gives_bit_identical_losses_in_both_groups(vocoders: TrainerLauncher) -> None:
-    whole = vocoders.start("whole", SETTINGS)
+    whole = vocoders.run_here("whole", SETTINGS)  # the reference: what a run does, in this process
     split = vocoders.start("split", SETTINGS, env=SLOW)
     split.wait_for_step(4)
     split.send(signal.SIGTERM)
     assert split.wait() == 0, split.stderr
     first = finished(split.events())
     assert first.status == "stopped" and 4 <= first.step < STEPS
-    resumed = vocoders.run("split", SETTINGS, "--resume", "auto", run_dir=split.run_dir)
+    resumed = vocoders.run_here("split", SETTINGS, "--resume", "auto", run_dir=split.run_dir)
     assert resumed.proc.returncode == 0, resumed.stderr
     assert whole.wait() == 0, whole.stderr
     events, reference = split.events(), whole.events()
