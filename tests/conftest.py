@@ -36,14 +36,14 @@ from trainer_core.contract.eventlog import read_all
 from trainer_core.contract.protocol import Event
 from trainer_core.tiny_profiles import Kind, tiny_profile
 
-# Under pytest-xdist's two workers on two cores, one torch thread per process (workers and the trainers
-# they start): two threads each would oversubscribe the cores, and that is far slower.
+# Under pytest-xdist's workers on two cores, one torch thread per process (workers and the trainers they
+# start): two threads each would oversubscribe the cores, and that is far slower.
 if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ["OMP_NUM_THREADS"] = "1"
 
 
 # Each worker takes whole files (--dist loadfile, --no-loadscope-reorder): the longest start first, so that
-# no worker is left with a long file while the other idles at the end. Longest first in a one-process run.
+# no worker is left with a long file while the others idle at the end. Longest first in a one-process run.
 LONGEST_FIRST = (
     "test_bench.py", "test_reliability.py", "test_app_run.py", "test_vits_piper_export.py",
     "test_memory_manager.py", "test_custom_task.py", "test_vocoder_train.py", "test_vits_pilot.py",

@@ -27,7 +27,7 @@ def path_without_espeak(path: str) -> str:
 def test_front_end_tests_pass_with_no_espeak_program() -> None:
     env = {**os.environ, "PATH": path_without_espeak(os.environ.get("PATH", "")), "VEGA_TEST_NO_ESPEAK_BINARY": "1"}
     assert shutil.which("espeak-ng", path=env["PATH"]) is None
-    # One process: the two workers of the outer run already share the cores.
+    # One process: the workers of the outer run already share the cores.
     argv = [sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider", "-rs", *FRONT_END_TESTS]
     done = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=280)
     report = done.stdout[-3000:] + done.stderr[-2000:]
