@@ -40,24 +40,33 @@ def trainer_core(
         out = done.stdout.decode("utf-8", "replace")
         text = "" if err else done.stderr.decode("utf-8", "replace")
         return subprocess.CompletedProcess(done.args, done.returncode, out, text)
-    code, out, text = _in_this_process(list(args), env)
+    code, out, text = in_this_process(list(args), env)
     if err:
         err.write_text(text, encoding="utf-8")
         text = ""
     return subprocess.CompletedProcess([*TRAINER_CORE, *args], code, out, text)
 
 
-def _in_this_process(args: list[str], env: dict[str, str]) -> tuple[int, str, str]:
+def in_this_process(
+    args: list[str], env: dict[str, str], cwd: Path | None = None
+) -> tuple[int, str, str]:
+    """`trainer-core ARGS` through its entry point in this process, with `env` as the whole
+    environment, from `cwd`: (exit status, stdout, stderr). Main thread only (signal handlers).
+    tests/conftest.py runs commands the same way."""
     from trainer_core.cli import main
 
     out, err, saved = io.StringIO(), io.StringIO(), dict(os.environ)
     os.environ.clear()
     os.environ.update(env)
     try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        with (
+            contextlib.chdir(cwd or os.getcwd()),
+            contextlib.redirect_stdout(out),
+            contextlib.redirect_stderr(err),
+        ):
             try:
                 code = main(args)
-            except SystemExit as exc:  # argparse's errors
+            except SystemExit as exc:  # argparse's errors and --help
                 code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
             except Exception:  # what the process would print before exiting 1
                 traceback.print_exc()

@@ -13,8 +13,6 @@ a subprocess would spend ~4 s of CPU importing torch and torch._dynamo before it
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import logging
 import os
@@ -24,7 +22,6 @@ import subprocess
 import sys
 import threading
 import time
-import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +32,10 @@ import pytest
 from trainer_core.contract.eventlog import read_all
 from trainer_core.contract.protocol import Event
 from trainer_core.tiny_profiles import Kind, tiny_profile
+
+# bench/trainer_runs.py runs a command in this process for the benchmarks' smoke runs; the tests share it.
+sys.path.append(str(Path(__file__).resolve().parent.parent / "bench"))
+from trainer_runs import in_this_process  # noqa: E402
 
 # Under pytest-xdist's workers on two cores, one torch thread per process (workers and the trainers they
 # start): two threads each would oversubscribe the cores, and that is far slower.
@@ -135,24 +136,8 @@ def run_here(env: dict[str, str], *args: str, cwd: Path = REPO) -> subprocess.Co
     """`trainer-core ARGS` through its entry point in this process, from `cwd`, with `env` as the whole
     environment: what run_cli gives, less the second start-up of torch (~4 s of CPU a trainer). For tests of what a
     command does; signals, crashes and detaching need the real process of run_cli. Main thread only (signals)."""
-    from trainer_core.cli import main
-
-    out, err, saved = io.StringIO(), io.StringIO(), dict(os.environ)
-    os.environ.clear()
-    os.environ.update(env)
-    try:
-        with contextlib.chdir(cwd), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                code = main(list(args))
-            except SystemExit as exc:  # argparse's errors and --help
-                code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
-            except Exception:  # what the process would print before exiting 1
-                traceback.print_exc()
-                code = 1
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
-    return subprocess.CompletedProcess([*TRAINER_CORE, *args], code, out.getvalue(), err.getvalue())
+    code, out, err = in_this_process(list(args), env, cwd)
+    return subprocess.CompletedProcess([*TRAINER_CORE, *args], code, out, err)
 
 
 def tiny_voice_profile(
