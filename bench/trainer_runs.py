@@ -32,8 +32,7 @@ def trainer_core(
     """`trainer-core ARGS` with `env` as its whole environment; stdout captured, stderr written to
     `err` (captured when None)."""
     if not _HERE["on"]:
-        with contextlib.ExitStack() as stack:
-            sink = stack.enter_context(open(err, "wb")) if err else subprocess.PIPE
+        with open(err, "wb") if err else contextlib.nullcontext(subprocess.PIPE) as sink:
             done = subprocess.run(
                 [*TRAINER_CORE, *args], env=env, stdout=subprocess.PIPE, stderr=sink, check=False
             )
