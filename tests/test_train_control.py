@@ -119,9 +119,14 @@ def test_ctl_without_a_trainer_says_so(tmp_path: Path) -> None:
     assert "no trainer is listening" in result.stderr and "Traceback" not in result.stderr
 
 
-def test_save_waits_queues_or_says_why_it_cannot_finish(trainers: TrainerLauncher) -> None:
-    """--no-wait only queues; a slow step outlasts --wait; a trainer killed mid-wait is an error, not a hang."""
-    run = trainers.start("ctl-wait", {"train.max_steps": 100000}, env={**FAULTS_ON, "VEGA_FAULT_STEP_SLEEP_S": "2"})
+def test_save_waits_queues_or_says_why_it_cannot_finish(trainers: TrainerLauncher, tmp_path: Path) -> None:
+    """--no-wait only queues; a slow evaluation outlasts --wait; a trainer killed mid-save is an error, not a hang."""
+    held = tmp_path / "held"
+    # Faults, not timing, make each outcome certain however loaded the machine: the evaluation sleeps 2 s, and
+    # the third checkpoint write (the queued save's, the evaluation's new best, the waited save's) blocks.
+    slow = {"VEGA_FAULT_STEP_SLEEP_S": "0.5", "VEGA_FAULT_EVAL_SLEEP_S": "2"}
+    hold = {"VEGA_FAULT_HOLD_AT": "write:3", "VEGA_FAULT_HOLD_MARKER": str(held)}
+    run = trainers.start("ctl-wait", {"train.max_steps": 100000}, env={**FAULTS_ON, **slow, **hold})
     run.wait_for_step(1)
     queued = ctl(run.run_dir, "save", "--no-wait")
     assert queued.returncode == 0 and queued.stdout.strip() == "save: ok (queued; not waiting)"
@@ -129,6 +134,7 @@ def test_save_waits_queues_or_says_why_it_cannot_finish(trainers: TrainerLaunche
 
     short = ctl(run.run_dir, "evaluate", "--wait", "0.3")
     assert short.returncode == 2 and "not done after 0.3 s" in short.stderr and "stays queued" in short.stderr
+    run.wait_for(lambda evs: len(of_type(evs, "checkpoint_saved")) == 2)  # the evaluation's new best
 
     waiting = subprocess.Popen(
         [sys.executable, "-m", "trainer_core", "ctl", str(run.run_dir), "save"],
@@ -136,7 +142,8 @@ def test_save_waits_queues_or_says_why_it_cannot_finish(trainers: TrainerLaunche
         stderr=subprocess.PIPE,
         text=True,
     )
-    run.wait_for(lambda evs: sum(e.type == "command_ack" and e.cmd == "save" for e in evs) == 2)
+    run.wait_for(lambda evs: held.exists())
+    assert len(of_type(run.events(), "checkpoint_saved")) == 2, "the waited save is held in its write"
     run.proc.kill()
     run.proc.wait(timeout=30)
     _, err = waiting.communicate(timeout=30)
