@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 import common
+import trainer_runs
 
 COLD_TARGET_S = 3.0
 BATCH_TARGET = 10.0
@@ -37,13 +38,13 @@ def train_voice(scratch: Path, steps: int, tiny: bool) -> Path:
     """A checkpoint of the demo profile after `steps` real CPU steps (on the 40-clip test voice
     for the smoke run: the model is the same, the 330 clips' preload is not worth its time)."""
     run_dir = scratch / "run"
-    argv = [*common.TRAINER_CORE, "train", "--profile", "demo", "--run-dir", str(run_dir)]
+    argv = ["train", "--profile", "demo", "--run-dir", str(run_dir)]
     settings = ["compute.mode=cpu", f"train.max_steps={steps}", f"train.eval_every_steps={steps}"]
     settings += ["train.validate_at_start=false", "logging.report=false", "train.warmup_steps=0"]
     settings += [f"data.path={common.SMALL_VOICE}"] if tiny else []
     for item in [*settings, f"data.cache_dir={scratch / 'cache'}"]:
         argv += ["--set", item]
-    done = subprocess.run(argv, env=bench_env(scratch), capture_output=True, text=True, check=False)
+    done = trainer_runs.trainer_core(argv, bench_env(scratch))
     if done.returncode != 0:
         raise SystemExit(f"training the voice failed ({done.returncode}):\n{done.stderr[-1500:]}")
     return run_dir / "checkpoints" / f"step-{steps:08d}.pt"
@@ -144,6 +145,7 @@ def main() -> int:
         args.train_steps or (2 if args.tiny else 20),
     )
     repeats = args.repeats or (1 if args.tiny else 5)
+    trainer_runs.run_here(args.tiny)  # the smoke run trains its voice in this process
     started = time.monotonic()
     result = common.start_result(
         "synth",

@@ -37,7 +37,7 @@ from vega_tui.widgets.profile_list import ProfileList
 pytestmark = pytest.mark.anyio
 
 PROFILE = "vits-x_low"
-STEPS = 8
+STEPS = 4
 # `--set` items, as `vega-tui --set` passes them: a short run, small batches and training windows,
 # validated once, at its end; no free-running evaluation or report picture (not tested here).
 OVERRIDES = [
