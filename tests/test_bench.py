@@ -1,6 +1,7 @@
 """Every benchmark in bench/ runs once on its smoke settings (--tiny), so none of them rots.
 
-Each script runs as a real subprocess with VEGA_BENCH_DATA pointing at a temporary folder, and must
+Each script runs in its own process (forked from an interpreter that has imported torch once:
+tests/bench_processes.py) with VEGA_BENCH_DATA pointing at a temporary folder, and must
 write a result whose figures are all there and numeric. The numbers themselves are not judged: a smoke
 run on a shared machine measures nothing, and the figures are published by `bench/run_all`, not here.
 `bench/run_all --render-only` then turns results into the document, keeping hand-written text.
@@ -17,6 +18,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from bench_processes import run_bench_script
 
 REPO = Path(__file__).resolve().parents[1]
 BENCH = REPO / "bench"
@@ -199,8 +202,7 @@ def bench_env(data: Path) -> dict[str, str]:
 
 
 def run_script(script: str, data: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    argv = [sys.executable, str(BENCH / script), *args]
-    return subprocess.run(argv, cwd=REPO, env=bench_env(data), capture_output=True, text=True, timeout=240)
+    return run_bench_script(BENCH / script, list(args), bench_env(data), REPO, timeout=240)
 
 
 @pytest.mark.timeout(300)
