@@ -5,6 +5,7 @@ status), but does not import torch and torch._dynamo afresh (test_bench.py alone
 
 from __future__ import annotations
 
+import functools
 import multiprocessing
 import os
 import runpy
@@ -15,20 +16,15 @@ from pathlib import Path
 
 # Imported once by the fork server; nothing here reads Vega's or the benchmarks' environment.
 PRELOAD = ["numpy", "torch", "torch._dynamo"]
-_context: list[multiprocessing.context.ForkServerContext] = []
 
 
 def run_bench_script(
     script: Path, args: list[str], env: dict[str, str], cwd: Path, timeout: float
 ) -> subprocess.CompletedProcess[str]:
     """`python SCRIPT ARGS` with `env` as its whole environment, as subprocess.run would give it."""
-    if not _context:
-        context = multiprocessing.get_context("forkserver")
-        context.set_forkserver_preload(PRELOAD)
-        _context.append(context)
     with tempfile.TemporaryDirectory(prefix="bench-run-") as scratch:
         out, err = Path(scratch) / "stdout", Path(scratch) / "stderr"
-        process = _context[0].Process(target=_run, args=(str(script), args, env, str(cwd), str(out), str(err)))
+        process = _fork_server().Process(target=_run, args=(str(script), args, env, str(cwd), str(out), str(err)))
         process.start()
         process.join(timeout)
         if process.exitcode is None:
@@ -37,6 +33,13 @@ def run_bench_script(
             raise subprocess.TimeoutExpired([str(script), *args], timeout)
         argv = [sys.executable, str(script), *args]
         return subprocess.CompletedProcess(argv, process.exitcode, _text(out), _text(err))
+
+
+@functools.cache
+def _fork_server() -> multiprocessing.context.ForkServerContext:
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(PRELOAD)
+    return context
 
 
 def _run(script: str, args: list[str], env: dict[str, str], cwd: str, out: str, err: str) -> None:
